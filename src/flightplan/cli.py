@@ -1,0 +1,151 @@
+"""The ``flightplan`` command: parse arguments, call one function per verb, map errors.
+
+Exit codes: 0 success; 1 a check failed or a campaign stopped by a rule; 2 bad input
+(one line on stderr naming the field and the fix; a traceback only with ``--debug``).
+Each verb's work lives in the ``commands`` module of its stage (``plan/``, ``run/``,
+``close/``); heavy imports (torch) happen only inside the verbs that need them.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import click
+import typer
+
+from flightplan.errors import FlightplanError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Plan, run and close GPU training campaigns on flat-rate rental packages.")
+checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect and verify checkpoints.")
+app.add_typer(checkpoint_app, name="checkpoint")
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors.")) -> None:
+    _state["debug"] = debug
+
+
+def _verb(func: Callable[..., int]) -> Callable[..., None]:
+    """Run a verb; turn its return value and flightplan errors into exit codes."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs) -> None:
+        try:
+            code = func(*args, **kwargs)
+        except FlightplanError as exc:
+            if _state["debug"]:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
+        raise typer.Exit(code or 0)
+
+    return wrapper
+
+
+JSON = typer.Option(False, "--json", help="Print one JSON object on stdout.")
+DEFAULT_SPEC = Path("campaign.toml")
+
+
+@app.command()
+@_verb
+def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+         extend: list[str] = typer.Option([], "--extend", metavar="NAME=+DURATION",
+                                          help="Lengthen a stage or run, e.g. lora-r8=+30h (repeatable)."),
+         gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a PNG Gantt chart here."),
+         json: bool = JSON) -> int:
+    """Schedule the campaign, check it against the window and compare packages."""
+    from flightplan.plan.commands import plan_command
+    return plan_command(spec, extend=extend, gantt=gantt, as_json=json)
+
+
+@app.command()
+@_verb
+def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"RTX 4090\"."),
+          hours: float = typer.Option(..., "--hours", help="Length of one continuous job (hours)."),
+          gpus: int = typer.Option(1, "--gpus", help="GPUs the job needs at once."),
+          catalog: Optional[Path] = typer.Option(None, "--catalog", help="User catalog file (TOML)."),
+          json: bool = JSON) -> int:
+    """List the packages that cover one continuous job, cheapest first."""
+    from flightplan.plan.commands import quote_command
+    return quote_command(offer=offer, hours=hours, gpus=gpus, catalog=catalog, as_json=json)
+
+
+@app.command()
+@_verb
+def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+        decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
+                                             help="Override the decision computed after the pilot."),
+        json: bool = JSON) -> int:
+    """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
+    from flightplan.run.commands import run_command
+    return run_command(spec, decide=decide, as_json=json)
+
+
+@app.command()
+@_verb
+def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML)."),
+           json: bool = JSON) -> int:
+    """Show the ledger: plan versions, runs, events, expenses, notes."""
+    from flightplan.run.commands import status_command
+    return status_command(spec, as_json=json)
+
+
+@app.command()
+@_verb
+def note(name: str = typer.Argument(..., help="Stage or run the note explains."),
+         text: str = typer.Argument(..., help="The explanation."),
+         spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+         json: bool = JSON) -> int:
+    """Record why a stage or run deviated from the plan."""
+    from flightplan.run.commands import note_command
+    return note_command(spec, name=name, text=text, as_json=json)
+
+
+@app.command()
+@_verb
+def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+          json: bool = JSON) -> int:
+    """Complete and verify results/: conclusion, budget, plan vs execution, report."""
+    from flightplan.close.commands import close_command
+    return close_command(spec, as_json=json)
+
+
+@app.command()
+@_verb
+def verify(directory: Path = typer.Argument(..., metavar="DIR", help="A results directory."),
+           json: bool = JSON) -> int:
+    """Re-verify a results directory from its files alone."""
+    from flightplan.close.commands import verify_command
+    return verify_command(directory, as_json=json)
+
+
+@checkpoint_app.command("verify")
+@_verb
+def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
+                                                       help="A checkpoint (step-NNNNNN) directory."),
+                      json: bool = JSON) -> int:
+    """Reload a checkpoint in a fresh process and compare it with its save-time digests."""
+    from flightplan.run.commands import checkpoint_verify_command
+    return checkpoint_verify_command(directory, as_json=json)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        print("error: aborted", file=sys.stderr)
+        sys.exit(130)
+    except click.ClickException as exc:
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(2)

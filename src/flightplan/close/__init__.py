@@ -1,0 +1,1 @@
+"""close stage of flightplan."""

