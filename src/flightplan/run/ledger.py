@@ -1,0 +1,423 @@
+"""The campaign ledger: one SQLite file (WAL) that survives a kill -9 at any moment.
+
+``.flightplan/ledger.sqlite`` under the campaign directory holds the campaign, the plan
+versions (version 1 is the original plan, frozen with the sha256 of its canonical JSON
+and protected by triggers against any UPDATE or DELETE; re-estimates are appended as new
+versions), the runs, the events, the expenses, the notes, the decisions and the times of
+the stages the runner executed. Every write is one transaction (``BEGIN IMMEDIATE`` …
+``COMMIT``) with ``synchronous=FULL``, so a killed process leaves either the whole write
+or none of it.
+
+Usage::
+
+    ledger = Ledger.open(campaign_dir)
+    ledger.freeze_original(plan_json)            # no-op when version 1 exists
+    ledger.record_run_start("control-1a2b3c4d5e", resumed=False)
+    ledger.runs()                                # read side used by ``close``
+    ledger.snapshot()                            # one object for ``status --json``
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES", "canonical_json", "plan_sha256"]
+
+LEDGER_FILE = Path(".flightplan") / "ledger.sqlite"
+RUN_STATUSES = ("pending", "running", "finished", "stopped", "cut", "failed", "superseded")
+_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS campaign (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    name TEXT NOT NULL, spec_path TEXT NOT NULL, spec_sha256 TEXT NOT NULL,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS plan_versions (
+    version INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('original', 're-estimate')),
+    plan_sha256 TEXT NOT NULL, plan_json TEXT NOT NULL,
+    created_at REAL NOT NULL, reason TEXT,
+    CHECK ((version = 1) = (kind = 'original')));
+CREATE TRIGGER IF NOT EXISTS plan_versions_never_rewritten BEFORE UPDATE ON plan_versions
+BEGIN SELECT RAISE(ABORT, 'plan versions are never rewritten; add a new version'); END;
+CREATE TRIGGER IF NOT EXISTS plan_versions_never_deleted BEFORE DELETE ON plan_versions
+BEGIN SELECT RAISE(ABORT, 'plan versions are never deleted'); END;
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, name TEXT NOT NULL, tier TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'finished', 'stopped',
+                                           'cut', 'failed', 'superseded')),
+    config_hash TEXT, started_at REAL, ended_at REAL, wall_s REAL NOT NULL DEFAULT 0,
+    stop_json TEXT, superseded_by TEXT, metric REAL);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT, kind TEXT NOT NULL,
+    at REAL NOT NULL, data_json TEXT);
+CREATE TABLE IF NOT EXISTS expenses (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL CHECK (kind IN ('package', 'external')),
+    label TEXT NOT NULL, offer TEXT, package_days INTEGER, flights INTEGER,
+    amount TEXT NOT NULL, currency TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, text TEXT NOT NULL,
+    at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL,
+    decision TEXT NOT NULL CHECK (decision IN ('continue', 'cut', 'stop')),
+    computed TEXT NOT NULL CHECK (computed IN ('continue', 'cut', 'stop')),
+    overridden INTEGER NOT NULL, figures_json TEXT NOT NULL, dropped_json TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stage_times (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('stage', 'run')),
+    started_at REAL NOT NULL, ended_at REAL NOT NULL);
+"""
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical JSON: sorted keys, no spaces, UTF-8 characters kept (not escaped)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def plan_sha256(plan: dict[str, Any]) -> str:
+    """sha256 (hex) of the UTF-8 bytes of ``canonical_json(plan)``."""
+    return hashlib.sha256(canonical_json(plan).encode("utf-8")).hexdigest()
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class Ledger:
+    """The campaign's ledger. Open with :meth:`open`; every write is one transaction.
+
+    Attributes:
+        path: the SQLite file.
+    """
+
+    def __init__(self, path: Path, connection: sqlite3.Connection) -> None:
+        self.path = path
+        self._db = connection
+
+    # ---------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, campaign_dir: str | Path, *, create: bool = True) -> "Ledger":
+        """Open (creating when ``create``) ``.flightplan/ledger.sqlite`` under ``campaign_dir``.
+
+        Raises:
+            FileNotFoundError: ``create`` is false and the campaign has no ledger yet.
+        """
+        path = Path(campaign_dir) / LEDGER_FILE
+        if not path.exists():
+            if not create:
+                raise FileNotFoundError(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("PRAGMA foreign_keys=ON")
+        ledger = cls(path, db)
+        if db.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
+            with ledger._write() as tx:
+                for statement in _split_statements(_SCHEMA):
+                    tx.execute(statement)
+                tx.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        return ledger
+
+    def close(self) -> None:
+        """Close the connection (the WAL is checkpointed by SQLite)."""
+        self._db.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it is committed, or none (also on kill -9)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check``: ``"ok"`` when the file is consistent."""
+        return self._db.execute("PRAGMA integrity_check").fetchone()[0]
+
+    # ---------------------------------------------------------------- writes
+    def ensure_campaign(self, *, name: str, spec_path: str, spec_sha256: str) -> None:
+        """Record the campaign the first time; later calls refresh the spec's path and hash."""
+        with self._write() as tx:
+            row = tx.execute("SELECT id FROM campaign WHERE id = 1").fetchone()
+            if row is None:
+                tx.execute("INSERT INTO campaign VALUES (1, ?, ?, ?, ?)",
+                           (name, spec_path, spec_sha256, time.time()))
+            else:
+                tx.execute("UPDATE campaign SET name = ?, spec_path = ?, spec_sha256 = ? "
+                           "WHERE id = 1", (name, spec_path, spec_sha256))
+
+    def freeze_original(self, plan: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Store ``plan`` as version 1 unless an original exists.
+
+        Returns:
+            (the version-1 entry, True when it was written by this call).
+        """
+        with self._write() as tx:
+            exists = tx.execute("SELECT 1 FROM plan_versions WHERE version = 1").fetchone()
+            if exists is None:
+                tx.execute("INSERT INTO plan_versions VALUES (1, 'original', ?, ?, ?, ?)",
+                           (plan_sha256(plan), canonical_json(plan), time.time(),
+                            "planned before the first run"))
+        return self.original_plan(), exists is None
+
+    def add_plan_version(self, plan: dict[str, Any], *, reason: str) -> int:
+        """Append a re-estimated plan; returns its version number (≥ 2).
+
+        Raises:
+            ValueError: there is no original plan yet (freeze it first).
+        """
+        with self._write() as tx:
+            last = tx.execute("SELECT MAX(version) FROM plan_versions").fetchone()[0]
+            if last is None:
+                raise ValueError("no original plan in the ledger; freeze the original first")
+            tx.execute("INSERT INTO plan_versions VALUES (?, 're-estimate', ?, ?, ?, ?)",
+                       (last + 1, plan_sha256(plan), canonical_json(plan), time.time(), reason))
+        return last + 1
+
+    def sync_expenses(self, rows: list[dict[str, Any]]) -> None:
+        """Replace the expenses with ``rows`` (from the current spec), in one transaction.
+
+        Each row: ``kind, label, offer, package_days, flights, amount (str), currency``.
+        """
+        with self._write() as tx:
+            tx.execute("DELETE FROM expenses")
+            for row in rows:
+                tx.execute("INSERT INTO expenses (kind, label, offer, package_days, flights, "
+                           "amount, currency) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (row["kind"], row["label"], row.get("offer"), row.get("package_days"),
+                            row.get("flights"), str(row["amount"]), row["currency"]))
+
+    def add_event(self, kind: str, *, run_id: str | None = None,
+                  data: dict[str, Any] | None = None, at: float | None = None) -> None:
+        """Append one event (kinds listed in docs/internals.md)."""
+        with self._write() as tx:
+            _insert_event(tx, kind, run_id, data, at)
+
+    def ensure_run(self, *, run_id: str, name: str, tier: str, config_hash: str | None) -> str:
+        """Register a run as ``pending`` if it is new; mark other ids of the same name,
+        not yet finished with that name, as ``superseded`` by this one.
+
+        Returns:
+            the run's status after the call.
+        """
+        with self._write() as tx:
+            row = tx.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                tx.execute("INSERT INTO runs (run_id, name, tier, status, config_hash) "
+                           "VALUES (?, ?, ?, 'pending', ?)", (run_id, name, tier, config_hash))
+            else:
+                tx.execute("UPDATE runs SET tier = ? WHERE run_id = ?", (tier, run_id))
+            old = tx.execute("SELECT run_id FROM runs WHERE name = ? AND run_id != ? AND "
+                             "status != 'superseded'", (name, run_id)).fetchall()
+            for (old_id,) in old:
+                tx.execute("UPDATE runs SET status = 'superseded', superseded_by = ? "
+                           "WHERE run_id = ?", (run_id, old_id))
+                _insert_event(tx, "superseded", old_id, {"by": run_id}, None)
+            return tx.execute("SELECT status FROM runs WHERE run_id = ?",
+                              (run_id,)).fetchone()[0]
+
+    def set_run_status(self, run_id: str, status: str, *, event: str | None = None,
+                       data: dict[str, Any] | None = None) -> None:
+        """Set a run's status (and append ``event`` with ``data``) in one transaction."""
+        with self._write() as tx:
+            tx.execute("UPDATE runs SET status = ? WHERE run_id = ?", (status, run_id))
+            if event:
+                _insert_event(tx, event, run_id, data, None)
+
+    def record_run_start(self, run_id: str, *, resumed: bool, at: float | None = None) -> None:
+        """Mark a run ``running`` and append ``started`` or ``resumed``."""
+        at = time.time() if at is None else at
+        with self._write() as tx:
+            tx.execute("UPDATE runs SET status = 'running', "
+                       "started_at = COALESCE(started_at, ?) WHERE run_id = ?", (at, run_id))
+            _insert_event(tx, "resumed" if resumed else "started", run_id, None, at)
+
+    def record_run_end(self, run_id: str, *, status: str, started_at: float, ended_at: float,
+                       stop: dict[str, Any] | None = None, metric: float | None = None,
+                       data: dict[str, Any] | None = None,
+                       extra_events: list[dict[str, Any]] = ()) -> None:
+        """Close one execution of a run: status, end time, wall time added, stop record,
+        its event (``finished``/``stopped``/``failed``) and the run's own events
+        (``extra_events``: ``{kind, at, data}`` read from its measurements), atomically.
+        """
+        kind = {"finished": "finished", "stopped": "stopped"}.get(status, "failed")
+        with self._write() as tx:
+            tx.execute("UPDATE runs SET status = ?, ended_at = ?, wall_s = wall_s + ?, "
+                       "stop_json = ?, metric = ? WHERE run_id = ?",
+                       (status, ended_at, max(0.0, ended_at - started_at),
+                        None if stop is None else canonical_json(stop), metric, run_id))
+            for extra in extra_events:
+                _insert_event(tx, extra["kind"], run_id, extra.get("data"), extra.get("at"))
+            _insert_event(tx, kind, run_id, dict(data or {}, **({"stop": stop} if stop else {})),
+                          ended_at)
+            tx.execute("INSERT INTO stage_times (name, kind, started_at, ended_at) "
+                       "SELECT name, 'run', ?, ? FROM runs WHERE run_id = ?",
+                       (started_at, ended_at, run_id))
+
+    def reset_interrupted(self) -> list[str]:
+        """Runs left ``running`` by a killed runner go back to ``pending`` with an
+        ``interrupted`` event. Returns their ids."""
+        with self._write() as tx:
+            ids = [r[0] for r in tx.execute("SELECT run_id FROM runs WHERE status = 'running'")]
+            for run_id in ids:
+                tx.execute("UPDATE runs SET status = 'pending' WHERE run_id = ?", (run_id,))
+                _insert_event(tx, "interrupted", run_id, None, None)
+        return ids
+
+    def record_stage(self, name: str, *, started_at: float, ended_at: float,
+                     event: str | None = None, data: dict[str, Any] | None = None) -> None:
+        """Record the times of a stage the runner executed (data-check, pilot) and its event."""
+        with self._write() as tx:
+            tx.execute("INSERT INTO stage_times (name, kind, started_at, ended_at) "
+                       "VALUES (?, 'stage', ?, ?)", (name, started_at, ended_at))
+            if event:
+                _insert_event(tx, event, None, data, ended_at)
+
+    def add_decision(self, *, decision: str, computed: str, figures: dict[str, Any],
+                     dropped: list[str]) -> None:
+        """Record a decision (and its ``decision`` event); ``overridden`` is derived."""
+        at = time.time()
+        with self._write() as tx:
+            tx.execute("INSERT INTO decisions (at, decision, computed, overridden, figures_json, "
+                       "dropped_json) VALUES (?, ?, ?, ?, ?, ?)",
+                       (at, decision, computed, int(decision != computed),
+                        canonical_json(figures), canonical_json(dropped)))
+            _insert_event(tx, "decision", None, {"decision": decision, "computed": computed,
+                                                 "dropped": dropped}, at)
+
+    def add_note(self, name: str, text: str) -> dict[str, Any]:
+        """Record why a stage or run deviated; returns the note."""
+        at = time.time()
+        with self._write() as tx:
+            tx.execute("INSERT INTO notes (name, text, at) VALUES (?, ?, ?)", (name, text, at))
+        return {"name": name, "text": text, "at": at}
+
+    # ---------------------------------------------------------------- reads
+    def campaign(self) -> dict[str, Any] | None:
+        """``{name, spec_path, spec_sha256, created_at}`` or None before the first run."""
+        row = self._db.execute("SELECT name, spec_path, spec_sha256, created_at FROM campaign"
+                               ).fetchone()
+        return None if row is None else dict(row)
+
+    def plan_versions(self) -> list[dict[str, Any]]:
+        """Every plan version, oldest first: ``{version, kind, plan_sha256, plan, created_at,
+        reason}``."""
+        rows = self._db.execute("SELECT * FROM plan_versions ORDER BY version").fetchall()
+        return [{"version": r["version"], "kind": r["kind"], "plan_sha256": r["plan_sha256"],
+                 "plan": json.loads(r["plan_json"]), "created_at": r["created_at"],
+                 "reason": r["reason"]} for r in rows]
+
+    def original_plan(self) -> dict[str, Any] | None:
+        """The version-1 entry, or None before the plan is frozen."""
+        versions = self.plan_versions()
+        return versions[0] if versions else None
+
+    def verify_original(self) -> bool:
+        """True when the original plan still hashes to the sha256 frozen with it."""
+        original = self.original_plan()
+        return original is not None and plan_sha256(original["plan"]) == original["plan_sha256"]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run id ever registered, in order: ``{run_id, name, tier, status, started_at,
+        ended_at, wall_s, stop, superseded_by, metric, config_hash}``."""
+        rows = self._db.execute("SELECT * FROM runs ORDER BY rowid").fetchall()
+        return [{"run_id": r["run_id"], "name": r["name"], "tier": r["tier"],
+                 "status": r["status"], "started_at": r["started_at"],
+                 "ended_at": r["ended_at"], "wall_s": r["wall_s"], "stop": _loads(r["stop_json"]),
+                 "superseded_by": r["superseded_by"], "metric": r["metric"],
+                 "config_hash": r["config_hash"]} for r in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        """One run's entry (as in :meth:`runs`) or None."""
+        return next((r for r in self.runs() if r["run_id"] == run_id), None)
+
+    def events(self, run_id: str | None = None, *, kind: str | None = None) -> list[dict[str, Any]]:
+        """Events in order: ``{id, run_id, kind, at, data}``, optionally of one run/kind."""
+        query, args = "SELECT * FROM events WHERE 1 = 1", []
+        if run_id is not None:
+            query, args = query + " AND run_id = ?", args + [run_id]
+        if kind is not None:
+            query, args = query + " AND kind = ?", args + [kind]
+        rows = self._db.execute(query + " ORDER BY id", args).fetchall()
+        return [{"id": r["id"], "run_id": r["run_id"], "kind": r["kind"], "at": r["at"],
+                 "data": _loads(r["data_json"])} for r in rows]
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """Decisions in order: ``{at, decision, computed, overridden, figures, dropped}``."""
+        rows = self._db.execute("SELECT * FROM decisions ORDER BY id").fetchall()
+        return [{"at": r["at"], "decision": r["decision"], "computed": r["computed"],
+                 "overridden": bool(r["overridden"]), "figures": json.loads(r["figures_json"]),
+                 "dropped": json.loads(r["dropped_json"])} for r in rows]
+
+    def expenses(self) -> list[dict[str, Any]]:
+        """``{kind, label, offer, package_days, flights, amount (str), currency}`` rows."""
+        rows = self._db.execute("SELECT kind, label, offer, package_days, flights, amount, "
+                                "currency FROM expenses ORDER BY id").fetchall()
+        return [dict(r) for r in rows]
+
+    def notes(self) -> list[dict[str, Any]]:
+        """``{name, text, at}`` in the order written."""
+        return [dict(r) for r in self._db.execute("SELECT name, text, at FROM notes ORDER BY id")]
+
+    def stage_times(self) -> list[dict[str, Any]]:
+        """``{name, kind, started_at, ended_at}`` of every execution the runner made."""
+        return [dict(r) for r in self._db.execute(
+            "SELECT name, kind, started_at, ended_at FROM stage_times ORDER BY id")]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole ledger as one JSON-ready object (what ``status --json`` prints).
+
+        Plan versions carry their summary (``reserved_hours``, ``window_hours``, ``fits``)
+        instead of the whole plan.
+        """
+        versions = []
+        for entry in self.plan_versions():
+            plan = entry["plan"]
+            versions.append({k: entry[k] for k in ("version", "kind", "plan_sha256",
+                                                   "created_at", "reason")}
+                            | {k: plan.get(k) for k in ("reserved_hours", "window_hours",
+                                                        "uncommitted_hours", "fits")})
+        return {"campaign": self.campaign(), "plan_versions": versions,
+                "original_plan_intact": self.verify_original() if versions else None,
+                "runs": self.runs(), "decisions": self.decisions(), "expenses": self.expenses(),
+                "notes": self.notes(), "stage_times": self.stage_times(),
+                "events": self.events()}
+
+
+def _insert_event(tx: sqlite3.Connection, kind: str, run_id: str | None,
+                  data: dict[str, Any] | None, at: float | None) -> None:
+    tx.execute("INSERT INTO events (run_id, kind, at, data_json) VALUES (?, ?, ?, ?)",
+               (run_id, kind, time.time() if at is None else at,
+                None if data is None else canonical_json(data)))
+
+
+def _split_statements(script: str) -> list[str]:
+    """Split the schema into statements (a trigger's body keeps its inner ``;``)."""
+    statements, current = [], []
+    for line in script.strip().splitlines():
+        current.append(line)
+        text = "\n".join(current).strip()
+        if text.endswith(";") and (not text.upper().startswith("CREATE TRIGGER")
+                                   or text.upper().endswith("END;")):
+            statements.append(text)
+            current = []
+    return statements
