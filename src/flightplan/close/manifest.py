@@ -1,0 +1,213 @@
+"""The results manifest: every file's relative path, size and sha256, plus the campaign facts.
+
+``results/MANIFEST.json`` is the one file ``flightplan verify`` trusts. It is rewritten
+atomically (temp file, fsync, rename) under a lock each time something is published, so a
+campaign cut short still leaves a manifest that matches what was finished. Entries are
+added only for files the writer itself wrote: a stray file dropped into ``results/`` stays
+unlisted and verify reports it.
+
+Layout of ``MANIFEST.json``::
+
+    {
+      "format": "flightplan-results/1",
+      "campaign": "tiny",                       # campaign name
+      "question": "...", "metric": "macro_f1",
+      "plan_sha256": "<64 hex>" | null,         # hash of the original (frozen) plan
+      "corpus_sha256": {"file.tsv": "<64 hex>"}, # the frozen corpus files
+      "base_model_revision": {"package", "version", "weights_sha256"} | null,
+      "order_number": "ITG-123" | null,         # the provider's order number
+      "expected_run_ids": [...], "accepted_run_ids": [...],
+      "runs": {"<run_id>": {"name", "tier", "status", "config_hash"}},
+      "writer": {"tmpdirs": [...], "absolute_roots": [...]},  # what verify searches for
+      "files": [{"path", "size_bytes", "sha256"}, ...]        # sorted by path
+    }
+
+Usage::
+
+    update_manifest(results_dir, written=["plan.json"], meta={"plan_sha256": digest})
+    manifest = read_manifest(results_dir)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from flightplan.errors import VerificationFailed
+
+__all__ = [
+    "MANIFEST_NAME",
+    "FORMAT",
+    "CHUNK_BYTES",
+    "hash_file",
+    "write_atomic",
+    "write_json_atomic",
+    "read_manifest",
+    "update_manifest",
+    "writer_facts",
+]
+
+MANIFEST_NAME = "MANIFEST.json"
+FORMAT = "flightplan-results/1"
+CHUNK_BYTES = 1 << 20  # 1 MiB reads: close to hashlib's own throughput on large files
+
+
+def hash_file(path: Path) -> tuple[int, str]:
+    """Size in bytes and sha256 hex digest of ``path``, read in 1 MiB chunks.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    buffer = bytearray(CHUNK_BYTES)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            count = handle.readinto(buffer)
+            if not count:
+                break
+            digest.update(view[:count])
+            size += count
+    return size, digest.hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temp file beside it, fsync, rename.
+
+    A reader sees either the old file or the new one, never a torn write.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    """Write ``value`` as indented, key-sorted UTF-8 JSON (trailing newline), atomically."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    write_atomic(path, text.encode("utf-8"))
+
+
+def writer_facts(campaign_dir: Path) -> dict[str, list[str]]:
+    """What verify must not find in any text file: this machine's temp and absolute dirs.
+
+    Returns:
+        ``{"tmpdirs": [...], "absolute_roots": [...]}``: the writer's ``$TMPDIR`` and
+        ``tempfile.gettempdir()``; its campaign directory, home and working directory
+        (each resolved; ``/`` itself is left out).
+    """
+    tmpdirs = {tempfile.gettempdir()}
+    if os.environ.get("TMPDIR"):
+        tmpdirs.add(os.environ["TMPDIR"])
+    tmpdirs = {str(Path(t).resolve()) for t in tmpdirs} | tmpdirs
+    roots = {str(campaign_dir.resolve()), str(Path.home().resolve()), str(Path.cwd().resolve())}
+    return {key: sorted(i.rstrip("/") for i in items if i and i != "/")
+            for key, items in (("tmpdirs", tmpdirs), ("absolute_roots", roots))}
+
+
+def read_manifest(results_dir: Path) -> dict[str, Any]:
+    """The parsed ``MANIFEST.json`` of ``results_dir``.
+
+    Raises:
+        VerificationFailed: the manifest is missing or not a JSON object (one finding).
+    """
+    path = Path(results_dir) / MANIFEST_NAME
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise VerificationFailed(
+            f"{path}: no manifest; run `flightplan close` on the campaign to write it",
+            [{"check": "missing_file", "path": MANIFEST_NAME, "message": "no MANIFEST.json"}],
+        ) from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise VerificationFailed(
+            f"{path}: not valid JSON ({exc}); the manifest was damaged, re-run `flightplan close`",
+            [{"check": "checksum", "path": MANIFEST_NAME, "message": f"not valid JSON: {exc}"}],
+        ) from None
+    if not isinstance(value, dict) or not isinstance(value.get("files"), list):
+        raise VerificationFailed(
+            f"{path}: not a flightplan manifest (no files list); re-run `flightplan close`",
+            [{"check": "checksum", "path": MANIFEST_NAME, "message": "no files list"}])
+    return value
+
+
+@contextlib.contextmanager
+def _locked(results_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock for one manifest rewrite (the lock file sits beside results/)."""
+    lock_path = results_dir.parent / ".flightplan" / "results.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _empty_manifest() -> dict[str, Any]:
+    return {"format": FORMAT, "campaign": None, "question": None, "metric": None,
+            "plan_sha256": None, "corpus_sha256": None, "base_model_revision": None,
+            "order_number": None, "expected_run_ids": [], "accepted_run_ids": [],
+            "runs": {}, "writer": {"tmpdirs": [], "absolute_roots": []}, "files": []}
+
+
+def update_manifest(results_dir: Path, *, written: Iterable[str] = (),
+                    removed_prefixes: Iterable[str] = (), meta: dict[str, Any] | None = None,
+                    runs: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Add or refresh entries for files the caller just wrote, then rewrite the manifest.
+
+    Args:
+        results_dir: the results directory (``<campaign>/results``).
+        written: relative paths (``/``-separated) of files just written; each is hashed.
+        removed_prefixes: relative paths or folder prefixes (``"artifacts/run-1/"``) whose
+            entries are dropped first (a re-published run replaces its old files).
+        meta: top-level keys to set (``plan_sha256``, ``expected_run_ids``, ...).
+        runs: per-run facts merged into ``runs`` (by run id).
+
+    Returns:
+        The manifest as written.
+    """
+    results_dir = Path(results_dir)
+    with _locked(results_dir):
+        try:
+            manifest = read_manifest(results_dir)
+        except VerificationFailed:
+            manifest = _empty_manifest()
+        manifest.setdefault("runs", {})
+        prefixes = tuple(removed_prefixes)
+        entries = {e["path"]: e for e in manifest["files"]
+                   if not (prefixes and e["path"].startswith(prefixes))}
+        for rel in written:
+            size, digest = hash_file(results_dir / rel)
+            entries[rel] = {"path": rel, "size_bytes": size, "sha256": digest}
+        manifest["files"] = [entries[p] for p in sorted(entries)]
+        for key, value in (meta or {}).items():
+            manifest[key] = value
+        for run_id, facts in (runs or {}).items():
+            manifest["runs"].setdefault(run_id, {}).update(facts)
+        facts = writer_facts(results_dir.parent)
+        writer = manifest.setdefault("writer", {})
+        for key, items in facts.items():
+            writer[key] = sorted(set(writer.get(key, [])) | set(items))
+        write_json_atomic(results_dir / MANIFEST_NAME, manifest)
+    return manifest

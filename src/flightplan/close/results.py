@@ -1,0 +1,211 @@
+"""Publishing into ``results/`` while the campaign runs (called by the runner).
+
+Each call copies what now exists into ``<campaign>/results/`` and rewrites
+``MANIFEST.json`` atomically, so a campaign cut short still leaves a directory that
+``flightplan verify`` accepts for what was finished. ``flightplan close`` completes it.
+
+Files written here (all paths relative to ``results/``)::
+
+    plan.json                     the original plan, exactly as frozen (never rewritten)
+    data_check.json               the data check's record
+    params/<run_id>.json          trial.json without machine paths (campaign_dir, corpus root)
+    measurements/<run_id>.jsonl   the run's measurements, raw, byte for byte
+    metrics/<run_id>.json         the task's metrics.json
+    predictions/<run_id>.csv      the task's predictions.csv
+    artifacts/<run_id>/...        the task's artifact/ folder
+    stops.json                    list of stop records ``{run_id, rule, step, value, ...}``
+
+Usage (from the runner)::
+
+    publish_plan(campaign_dir, plan_json)
+    publish_data_check(campaign_dir, record)
+    publish_run(campaign_dir, run_id)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from flightplan.close.manifest import update_manifest, write_atomic, write_json_atomic
+from flightplan.errors import ArgumentError
+from flightplan.run.ledger import plan_sha256
+
+__all__ = [
+    "RESULTS_DIRNAME",
+    "results_dir_of",
+    "run_status",
+    "portable",
+    "publish_plan",
+    "publish_data_check",
+    "publish_run",
+]
+
+RESULTS_DIRNAME = "results"
+# trial.json keys that hold paths of the machine that ran the trial
+_MACHINE_KEYS = ("campaign_dir", "root")
+
+
+def results_dir_of(campaign_dir: Path) -> Path:
+    """``<campaign_dir>/results``, created if missing."""
+    path = Path(campaign_dir) / RESULTS_DIRNAME
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def portable(value: Any, campaign_dir: Path) -> Any:
+    """``value`` with machine paths removed, for writing into results.
+
+    Keys ``campaign_dir`` and ``root`` are dropped; strings that start with the resolved
+    campaign directory become paths relative to ``results/`` (``../runs/x``).
+    """
+    base = str(Path(campaign_dir).resolve())
+    if isinstance(value, dict):
+        return {k: portable(v, campaign_dir) for k, v in value.items() if k not in _MACHINE_KEYS}
+    if isinstance(value, list):
+        return [portable(v, campaign_dir) for v in value]
+    if isinstance(value, str) and (value == base or value.startswith(base + "/")):
+        rest = value[len(base):].lstrip("/")
+        return "../" + rest if rest else ".."
+    return value
+
+
+def run_status(run_dir: Path) -> str:
+    """``"stopped"`` (stop.json), ``"finished"`` (done.json) or ``"incomplete"``."""
+    if (run_dir / "stop.json").is_file():
+        return "stopped"
+    if (run_dir / "done.json").is_file():
+        return "finished"
+    return "incomplete"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"{path}: cannot read JSON ({exc}); the run directory is damaged, "
+                            f"re-run the campaign to rewrite it") from None
+
+
+def publish_plan(campaign_dir: Path, plan: dict[str, Any]) -> Path:
+    """Write the original plan to ``results/plan.json`` (once; never rewritten).
+
+    Args:
+        campaign_dir: the campaign directory.
+        plan: the ``flightplan plan --json`` object frozen as plan version 1.
+
+    Returns:
+        The path of ``plan.json``. When it already exists it is left untouched (the
+        original plan is never rewritten), even if ``plan`` differs.
+    """
+    results = results_dir_of(campaign_dir)
+    path = results / "plan.json"
+    if path.exists():
+        return path
+    write_json_atomic(path, plan)
+    update_manifest(results, written=["plan.json"], meta={"plan_sha256": plan_sha256(plan)})
+    return path
+
+
+def publish_data_check(campaign_dir: Path, data_check: dict[str, Any]) -> Path:
+    """Write the data check's record to ``results/data_check.json`` (machine paths removed).
+
+    Returns:
+        The path of ``data_check.json``.
+    """
+    results = results_dir_of(campaign_dir)
+    path = results / "data_check.json"
+    write_json_atomic(path, portable(data_check, campaign_dir))
+    update_manifest(results, written=["data_check.json"])
+    return path
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    write_atomic(target, source.read_bytes())
+
+
+def _publish_stop(results: Path, record: dict[str, Any] | None, run_id: str) -> None:
+    path = results / "stops.json"
+    stops = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    stops = [s for s in stops if s.get("run_id") != run_id]
+    if record is not None:
+        stops.append(record)
+    write_json_atomic(path, sorted(stops, key=lambda s: str(s.get("run_id"))))
+
+
+def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
+    """Copy one run's files from ``runs/<run_id>/`` into ``results/`` and list them.
+
+    Copies whatever exists: params (always), measurements, metrics, predictions, artifact,
+    and the stop record into ``stops.json``. Publishing again replaces the run's earlier
+    files (a resumed run republishes).
+
+    Returns:
+        The relative paths written, sorted.
+
+    Raises:
+        ArgumentError: ``runs/<run_id>/trial.json`` is missing or unreadable.
+    """
+    campaign_dir = Path(campaign_dir)
+    run_dir = campaign_dir / "runs" / run_id
+    trial_path = run_dir / "trial.json"
+    if not trial_path.is_file():
+        raise ArgumentError(f"{trial_path}: no such file; publish_run needs a run directory "
+                            f"written by `flightplan run` (check the run id {run_id!r})")
+    trial = _read_json(trial_path)
+    results = results_dir_of(campaign_dir)
+    written: list[str] = []
+
+    params = portable(trial, campaign_dir)
+    write_json_atomic(results / "params" / f"{run_id}.json", params)
+    written.append(f"params/{run_id}.json")
+    for source, rel in (("measurements.jsonl", f"measurements/{run_id}.jsonl"),
+                        ("metrics.json", f"metrics/{run_id}.json"),
+                        ("predictions.csv", f"predictions/{run_id}.csv")):
+        if (run_dir / source).is_file():
+            _copy_file(run_dir / source, results / rel)
+            written.append(rel)
+
+    artifact_prefix = f"artifacts/{run_id}/"
+    target = results / "artifacts" / run_id
+    if target.is_dir():
+        for old in sorted(target.rglob("*"), reverse=True):
+            old.rmdir() if old.is_dir() and not old.is_symlink() else old.unlink()
+    artifact = run_dir / "artifact"
+    if artifact.is_dir():
+        for source in sorted(p for p in artifact.rglob("*") if p.is_file()):
+            rel = artifact_prefix + source.relative_to(artifact).as_posix()
+            _copy_file(source, results / rel)
+            written.append(rel)
+
+    status = run_status(run_dir)
+    stop = _read_json(run_dir / "stop.json") if status == "stopped" else None
+    _publish_stop(results, stop, run_id)
+    written.append("stops.json")
+
+    done = _read_json(run_dir / "done.json") if status == "finished" else {}
+    revision = None
+    if (artifact / "artifact.json").is_file():
+        revision = _read_json(artifact / "artifact.json").get("base_revision")
+    facts = {"name": trial.get("name"), "tier": trial.get("tier"), "status": status,
+             "config_hash": trial.get("config_hash"), "steps": done.get("steps"),
+             "wall_s": done.get("wall_s"), "stop_rule": (stop or {}).get("rule")}
+    meta: dict[str, Any] = {}
+    corpus = trial.get("corpus") or {}
+    if corpus.get("sha256"):
+        meta["corpus_sha256"] = corpus["sha256"]
+    if revision:
+        meta["base_model_revision"] = revision
+    with_run = _published_ids(results) | {run_id}
+    meta["expected_run_ids"] = sorted(with_run)
+    update_manifest(results, written=written, removed_prefixes=[artifact_prefix], meta=meta,
+                    runs={run_id: facts})
+    return sorted(written)
+
+
+def _published_ids(results: Path) -> set[str]:
+    """Run ids that already have a params file in ``results/``."""
+    folder = results / "params"
+    return {p.stem for p in folder.glob("*.json")} if folder.is_dir() else set()
+

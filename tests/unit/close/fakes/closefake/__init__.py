@@ -1,0 +1,1 @@
+"""A fake task for the close tests: deterministic predictions without torch."""

@@ -1,0 +1,46 @@
+"""Fake text classifier: 20 test examples ``t0..t19``, labels ``neg, neu, pos``.
+
+The "model" is ``model.json`` ``{"shift": k}``: example ``ti`` has gold
+``LABELS[i % 3]`` and is predicted ``LABELS[(i + k) % 3]`` when ``i % 4 == 0``, else gold.
+Probabilities: 0.7 on the predicted label, 0.15 on the others. ``n_tokens = 10 * i``;
+truncated when ``n_tokens > max_length`` (artifact.json).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+LABELS = ["neg", "neu", "pos"]
+N_TEST = 20
+TEXTS = {f"t{i}": f"review number {i} " + "word " * i for i in range(N_TEST)}
+
+
+def rows(shift: int, max_length: int, limit: int | None = None) -> list[dict[str, str]]:
+    """Prediction rows as the real task writes them (strings)."""
+    out = []
+    for i in range(N_TEST if limit is None else min(limit, N_TEST)):
+        gold = LABELS[i % 3]
+        predicted = LABELS[(i + shift) % 3] if i % 4 == 0 else gold
+        row = {"example_id": f"t{i}", "gold": gold, "predicted": predicted,
+               "n_tokens": str(10 * i), "truncated": str(int(10 * i > max_length))}
+        for label in LABELS:
+            row[f"prob_{label}"] = "0.700000" if label == predicted else "0.150000"
+        out.append(row)
+    return out
+
+
+def write_csv(path: Path, table: list[dict[str, str]]) -> None:
+    """Write prediction rows with the real header order."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+
+
+def load_artifact(artifact_dir: Path) -> dict:
+    """Read the fake model; raises ValueError when model.json is damaged."""
+    meta = json.loads((Path(artifact_dir) / "artifact.json").read_text())
+    model = json.loads((Path(artifact_dir) / "model.json").read_text())
+    return {"shift": int(model["shift"]), "max_length": int(meta["max_length"])}

@@ -1,0 +1,65 @@
+"""Publishing into results/ during the campaign (flightplan.close.results)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from close_fixture import make_campaign
+
+from flightplan.close.manifest import read_manifest
+from flightplan.close.results import publish_plan, publish_run
+
+
+def test_publish_writes_every_run_file_with_a_matching_manifest(tmp_path):
+    spec, ledger = make_campaign(tmp_path, stopped=("variant",))
+    results = spec.campaign_dir / "results"
+    manifest = read_manifest(results)
+    paths = [e["path"] for e in manifest["files"]]
+    assert paths == sorted([
+        "artifacts/control-0000000000/artifact.json", "artifacts/control-0000000000/model.json",
+        "data_check.json", "measurements/control-0000000000.jsonl",
+        "measurements/variant-0000000001.jsonl", "metrics/control-0000000000.json",
+        "params/control-0000000000.json", "params/variant-0000000001.json", "plan.json",
+        "predictions/control-0000000000.csv", "stops.json"])
+    for entry in manifest["files"]:
+        data = (results / entry["path"]).read_bytes()
+        assert entry["size_bytes"] == len(data)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+    # raw measurements, byte for byte
+    run_dir = spec.campaign_dir / "runs" / "control-0000000000"
+    assert (results / "measurements/control-0000000000.jsonl").read_bytes() == \
+        (run_dir / "measurements.jsonl").read_bytes()
+    # params carry no machine path
+    params = json.loads((results / "params/control-0000000000.json").read_text())
+    assert "campaign_dir" not in params and "root" not in params["corpus"]
+    assert params["params"] == {"shift": 0, "max_length": 64}
+    assert json.loads((results / "data_check.json").read_text()) == \
+        {"ok": True, "corpus_root": "../corpus"}
+    stops = json.loads((results / "stops.json").read_text())
+    assert [(s["run_id"], s["rule"]) for s in stops] == [("variant-0000000001", "non_finite_loss")]
+    assert manifest["expected_run_ids"] == ["control-0000000000", "variant-0000000001"]
+    assert manifest["runs"]["variant-0000000001"]["status"] == "stopped"
+    assert manifest["runs"]["control-0000000000"]["status"] == "finished"
+    assert manifest["plan_sha256"] == ledger.original_plan()["plan_sha256"]
+    assert manifest["base_model_revision"]["weights_sha256"] == "ab" * 32
+
+
+def test_original_plan_is_never_rewritten(tmp_path):
+    spec, ledger = make_campaign(tmp_path)
+    results = spec.campaign_dir / "results"
+    before = (results / "plan.json").read_bytes()
+    publish_plan(spec.campaign_dir, {"campaign": "changed", "reserved_hours": 99.0})
+    assert (results / "plan.json").read_bytes() == before
+
+
+def test_republishing_a_run_replaces_its_artifact_files(tmp_path):
+    spec, _ = make_campaign(tmp_path)
+    run_dir = spec.campaign_dir / "runs" / "control-0000000000"
+    (run_dir / "artifact" / "model.json").rename(run_dir / "artifact" / "weights.json")
+    publish_run(spec.campaign_dir, "control-0000000000")
+    results = spec.campaign_dir / "results"
+    paths = [e["path"] for e in read_manifest(results)["files"]]
+    assert "artifacts/control-0000000000/model.json" not in paths
+    assert "artifacts/control-0000000000/weights.json" in paths
+    assert not (results / "artifacts/control-0000000000/model.json").exists()
