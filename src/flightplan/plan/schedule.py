@@ -1,0 +1,504 @@
+"""End-to-end schedule of a campaign: a resource-constrained project, solved with CP-SAT.
+
+The problem, in seconds (integers)::
+
+    minimise   M = max_i end_i
+    subject to end_i = start_i + d_i
+               start_i >= end_p                       for every p in after(i)
+               each GPU task i holds g_i GPUs of ONE flight f_i for [start_i, end_i)
+               no two tasks overlap on the same GPU    (one unary resource per GPU)
+               person tasks use at most `people` persons at any time (cumulative)
+               an each_flight task E has a copy E@f on every flight f that holds a task
+               descending from E (at least one copy); a task on flight f descending from E
+               starts after E@f ends; a person-only task right after E waits for one copy
+
+Every GPU is its own unary resource with optional intervals (an item's GPU indices are
+reported); flights never pool GPUs, so a task never spans two of them. A serial
+list-scheduling pass (priority: longest remaining path) gives a feasible schedule; when
+it already meets the lower bound max(critical path, GPU work / GPUs, person work /
+people) it is optimal and CP-SAT is skipped, otherwise CP-SAT starts from it as a hint
+under a time limit (Kolisch 1996 for the serial scheme; Laborie et al. 2018 for
+interval-based CP scheduling).
+
+Usage::
+
+    tasks = [Task("train", "run", "essential", 36000, gpus=1)]
+    result = schedule(tasks, flights=1, gpus_per_flight=1, people=1)
+    result.makespan_s, result.slots[0].gpu_ids      # 36000, (0,)
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field, replace
+
+from ortools.sat.python import cp_model
+
+__all__ = ["Task", "Slot", "Schedule", "schedule"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One stage or run to place.
+
+    Attributes:
+        name: unique name. kind: ``"stage"`` or ``"run"``. tier: essential/useful/exploratory.
+        seconds: duration (s, >= 1). gpus: GPUs held at once (0: none).
+        person: holds one person. after: names that must end first.
+        each_flight: repeated on every flight that runs anything after it.
+    """
+
+    name: str
+    kind: str
+    tier: str
+    seconds: int
+    gpus: int = 0
+    person: bool = False
+    after: tuple[str, ...] = ()
+    each_flight: bool = False
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """``("gpu", "person")`` or a part of it."""
+        return tuple(u for u, held in (("gpu", self.gpus > 0), ("person", self.person)) if held)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A placed task. ``flight`` is 1-based (None for person-only work); ``gpu_ids`` are
+    the GPU indices inside that flight (0-based, like CUDA device numbers)."""
+
+    task: Task
+    start_s: int
+    end_s: int
+    flight: int | None
+    gpu_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A solved schedule. ``makespan_s`` runs from 0 (the first start) to the last end.
+
+    ``optimal`` is True when the makespan is proven minimal (by CP-SAT or by meeting
+    ``lower_bound_s``).
+    """
+
+    slots: tuple[Slot, ...]
+    makespan_s: int
+    optimal: bool
+    lower_bound_s: int
+    flights: int
+    gpus_per_flight: int
+    people: int
+
+    @property
+    def gpu_seconds(self) -> int:
+        """Machine-busy time: sum of duration × GPUs held (each copy counted)."""
+        return sum((s.end_s - s.start_s) * len(s.gpu_ids) for s in self.slots)
+
+    @property
+    def person_seconds(self) -> int:
+        """Human time: sum of durations of the slots that hold a person."""
+        return sum(s.end_s - s.start_s for s in self.slots if s.task.person)
+
+
+@dataclass
+class _Timeline:
+    """Busy intervals of one unary resource, sorted and disjoint."""
+
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    def blocker(self, start: int, end: int) -> int | None:
+        """End of the first busy interval overlapping [start, end), or None if free."""
+        i = bisect.bisect_right(self.starts, start) - 1
+        if i >= 0 and self.ends[i] > start:
+            return self.ends[i]
+        if i + 1 < len(self.starts) and self.starts[i + 1] < end:
+            return self.ends[i + 1]
+        return None
+
+    def add(self, start: int, end: int) -> None:
+        i = bisect.bisect_left(self.starts, start)
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+
+
+class _Problem:
+    """Tasks with their graph facts: predecessors, each_flight ancestors, priorities."""
+
+    def __init__(self, tasks: list[Task], flights: int, gpus_per_flight: int, people: int):
+        self.tasks = {t.name: t for t in tasks}
+        self.order = [t.name for t in tasks]
+        self.flights, self.gpus_per_flight, self.people = flights, gpus_per_flight, people
+        self.topo = _topological(self.tasks)
+        self.setups: dict[str, list[str]] = {}          # each_flight ancestors, topological
+        position = {n: i for i, n in enumerate(self.topo)}
+        for name in self.topo:
+            found = set()
+            for dep in self.tasks[name].after:
+                found.update(self.setups[dep])
+                if self.tasks[dep].each_flight:
+                    found.add(dep)
+            self.setups[name] = sorted(found, key=position.__getitem__)
+        self.tail: dict[str, int] = {}                   # longest path from start to the end
+        children: dict[str, list[str]] = {n: [] for n in self.tasks}
+        for name, task in self.tasks.items():
+            for dep in task.after:
+                children[dep].append(name)
+        self.children = children
+        for name in reversed(self.topo):
+            self.tail[name] = self.tasks[name].seconds + max(
+                (self.tail[c] for c in children[name]), default=0)
+
+    def bound(self, name: str) -> bool:
+        """Placed on a flight: holds GPUs or repeats per flight."""
+        task = self.tasks[name]
+        return task.gpus > 0 or task.each_flight
+
+    def lower_bound(self) -> int:
+        """max(critical path, ceil(GPU work / all GPUs), ceil(person work / people))."""
+        path = max(self.tail.values(), default=0)
+        gpu_work = sum(t.seconds * t.gpus for t in self.tasks.values())
+        person_work = sum(t.seconds for t in self.tasks.values() if t.person)
+        gpus = self.flights * self.gpus_per_flight
+        return max(path, -(-gpu_work // gpus), -(-person_work // self.people))
+
+
+def _topological(tasks: dict[str, Task]) -> list[str]:
+    indegree = {n: len(t.after) for n, t in tasks.items()}
+    children: dict[str, list[str]] = {n: [] for n in tasks}
+    for name, task in tasks.items():
+        for dep in task.after:
+            children[dep].append(name)
+    ready = [n for n in tasks if indegree[n] == 0]
+    out = []
+    while ready:
+        name = ready.pop()
+        out.append(name)
+        for child in children[name]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                ready.append(child)
+    if len(out) != len(tasks):
+        raise ValueError("the tasks' after graph has a cycle")
+    return out
+
+
+class _Greedy:
+    """Serial list scheduling: each task, by priority, at its earliest feasible start."""
+
+    def __init__(self, problem: _Problem):
+        self.p = problem
+        self.gpu = [[_Timeline() for _ in range(problem.gpus_per_flight)]
+                    for _ in range(problem.flights)]
+        self.person = [_Timeline() for _ in range(problem.people)]
+        self.placed: dict[tuple[str, int | None], Slot] = {}   # (name, flight of a copy)
+
+    def run(self) -> list[Slot]:
+        p = self.p
+        waiting = {n: len(p.tasks[n].after) for n in p.tasks}
+        ready = [(-p.tail[n], i, n) for i, n in enumerate(p.order) if waiting[n] == 0]
+        heapq.heapify(ready)
+        index = {n: i for i, n in enumerate(p.order)}
+        while ready:
+            _, _, name = heapq.heappop(ready)
+            task = p.tasks[name]
+            if task.gpus > 0 and not task.each_flight:
+                self._place_on_best_flight(name)
+            elif not task.each_flight:
+                self._place_unbound(name)
+            for child in p.children[name]:
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    heapq.heappush(ready, (-p.tail[child], index[child], child))
+        for name in p.topo:      # each_flight tasks nothing on a flight needed: one copy
+            if p.tasks[name].each_flight and not self._copies(name):
+                self._ensure_copy(name, 0)
+        return list(self.placed.values())
+
+    def _copies(self, name: str) -> list[Slot]:
+        return [s for (n, _), s in self.placed.items() if n == name]
+
+    def _ready_time(self, name: str, flight: int | None) -> int:
+        """Earliest start allowed by ``after`` (and the flight's each_flight copies)."""
+        p, t = self.p, 0
+        for dep in p.tasks[name].after:
+            if not p.tasks[dep].each_flight:
+                t = max(t, self.placed[(dep, None)].end_s)
+            elif flight is None:
+                t = max(t, min(s.end_s for s in self._copies(dep)))
+        if flight is not None:
+            for setup in p.setups[name]:
+                t = max(t, self.placed[(setup, flight)].end_s)
+        return t
+
+    def _earliest(self, task: Task, flight: int | None, t: int) -> tuple[int, list[int], int | None]:
+        """First start >= t with ``task.gpus`` free GPUs on ``flight`` and a free person."""
+        while True:
+            nxt = []
+            gpu_ids: list[int] = []
+            if task.gpus:
+                blocked = []
+                for k, line in enumerate(self.gpu[flight]):
+                    end = line.blocker(t, t + task.seconds)
+                    if end is None:
+                        gpu_ids.append(k)
+                    else:
+                        blocked.append(end)
+                if len(gpu_ids) < task.gpus:
+                    nxt.append(min(blocked))
+            person = None
+            if task.person:
+                ends = []
+                for j, line in enumerate(self.person):
+                    end = line.blocker(t, t + task.seconds)
+                    if end is None:
+                        person = j
+                        break
+                    ends.append(end)
+                if person is None:
+                    nxt.append(min(ends))
+            if not nxt:
+                return t, gpu_ids[:task.gpus], person
+            t = max(nxt)
+
+    def _commit(self, task: Task, flight: int | None, t: int) -> Slot:
+        start, gpu_ids, person = self._earliest(task, flight, t)
+        end = start + task.seconds
+        for k in gpu_ids:
+            self.gpu[flight][k].add(start, end)
+        if person is not None:
+            self.person[person].add(start, end)
+        slot = Slot(task, start, end, None if flight is None else flight + 1, tuple(gpu_ids))
+        self.placed[(task.name, flight if task.each_flight else None)] = slot
+        return slot
+
+    def _ensure_copy(self, name: str, flight: int) -> None:
+        if (name, flight) in self.placed:
+            return
+        for setup in self.p.setups[name]:
+            self._ensure_copy(setup, flight)
+        self._commit(self.p.tasks[name], flight, self._ready_time(name, flight))
+
+    def _place_on_best_flight(self, name: str) -> None:
+        best = None
+        for flight in range(self.p.flights):
+            trial = _Greedy.__new__(_Greedy)
+            trial.p = self.p
+            trial.gpu = [[_Timeline(list(l.starts), list(l.ends)) for l in f] for f in self.gpu]
+            trial.person = [_Timeline(list(l.starts), list(l.ends)) for l in self.person]
+            trial.placed = dict(self.placed)
+            for setup in self.p.setups[name]:
+                trial._ensure_copy(setup, flight)
+            end = trial._commit(self.p.tasks[name], flight, trial._ready_time(name, flight)).end_s
+            if best is None or end < best[0]:
+                best = (end, trial)
+        chosen = best[1]
+        self.gpu, self.person, self.placed = chosen.gpu, chosen.person, chosen.placed
+
+    def _place_unbound(self, name: str) -> None:
+        for dep in self.p.tasks[name].after:
+            if self.p.tasks[dep].each_flight and not self._copies(dep):
+                self._ensure_copy(dep, 0)
+        self._commit(self.p.tasks[name], None, self._ready_time(name, None))
+
+
+def schedule(tasks: list[Task], *, flights: int = 1, gpus_per_flight: int = 1, people: int = 1,
+             time_limit_s: float = 2.0) -> Schedule:
+    """Place ``tasks`` on ``flights`` flights of ``gpus_per_flight`` GPUs and ``people`` persons.
+
+    Args:
+        tasks: names unique, ``after`` naming other tasks, no cycle, ``gpus <= gpus_per_flight``.
+        time_limit_s: CP-SAT wall-clock limit (s); a deterministic limit of the same size
+            keeps repeated plans identical.
+
+    Returns:
+        The schedule with the smallest makespan found; ``optimal`` says if it is proven.
+
+    Raises:
+        ValueError: a task needs more GPUs than one flight has, or the graph has a cycle.
+    """
+    for task in tasks:
+        if task.gpus > gpus_per_flight:
+            raise ValueError(f"{task.name} needs {task.gpus} GPUs; a flight has {gpus_per_flight}")
+    problem = _Problem(tasks, flights, gpus_per_flight, people)
+    slots = _Greedy(problem).run()
+    makespan = max((s.end_s for s in slots), default=0)
+    bound = problem.lower_bound()
+    optimal = makespan <= bound
+    if not optimal and time_limit_s > 0:
+        solved = _solve(problem, slots, makespan, time_limit_s)
+        if solved is not None:
+            slots, optimal = solved
+            makespan = max(s.end_s for s in slots)
+    return Schedule(_in_order(slots), makespan, optimal, bound, flights, gpus_per_flight, people)
+
+
+def _in_order(slots: list[Slot]) -> tuple[Slot, ...]:
+    """Slots by start time, flights renumbered in the order they start work (flights are
+    interchangeable, so flight 1 is the one that starts first)."""
+    first: dict[int, tuple[int, int]] = {}
+    for slot in slots:
+        if slot.flight is not None:
+            first[slot.flight] = min(first.get(slot.flight, (slot.start_s, slot.flight)),
+                                     (slot.start_s, slot.flight))
+    number = {old: new for new, (_, old) in enumerate(sorted(first.values()), start=1)}
+    renumbered = [replace(s, flight=number[s.flight]) if s.flight is not None else s for s in slots]
+    return tuple(sorted(renumbered, key=lambda s: (s.start_s, s.flight or 0, s.task.name)))
+
+
+def _solve(problem: _Problem, hint: list[Slot], horizon: int,
+           time_limit_s: float) -> tuple[list[Slot], bool] | None:
+    """CP-SAT on ``problem`` with ``hint`` (a feasible schedule of makespan ``horizon``).
+
+    Returns the improved slots and whether they are proven optimal, or None when the
+    solver found nothing within the limit (the caller keeps the hint).
+    """
+    p = problem
+    flights, per_flight = range(p.flights), range(p.gpus_per_flight)
+    model = cp_model.CpModel()
+    gpu_intervals: list[list[list]] = [[[] for _ in per_flight] for _ in flights]
+    person_intervals, person_demands = [], []
+    # instances: (name, flight or None) -> (start var, end var, presence literal)
+    inst: dict[tuple[str, int | None], tuple] = {}
+    on_flight: dict[str, list] = {}       # name -> per flight literal (placed there)
+    on_gpu: dict[tuple[str, int | None], list] = {}
+
+    def add_instance(name: str, flight: int | None, present) -> None:
+        task = p.tasks[name]
+        start = model.new_int_var(0, horizon - task.seconds, f"s[{name},{flight}]")
+        end = start + task.seconds
+        inst[(name, flight)] = (start, end, present)
+        if task.person:
+            person_intervals.append(
+                model.new_fixed_size_interval_var(start, task.seconds, f"p[{name}]")
+                if present is None else model.new_optional_fixed_size_interval_var(
+                    start, task.seconds, present, f"p[{name},{flight}]"))
+            person_demands.append(1)
+        if not task.gpus:
+            return
+        hosts = [flight] if flight is not None else list(flights)
+        picks = {}
+        for f in hosts:
+            here = present if flight is not None else on_flight[name][f]
+            for k in per_flight:
+                if p.gpus_per_flight == task.gpus:
+                    lit = here
+                else:
+                    lit = picks[(f, k)] = model.new_bool_var(f"g[{name},{f},{k}]")
+                gpu_intervals[f][k].append(model.new_optional_fixed_size_interval_var(
+                    start, task.seconds, lit, f"i[{name},{f},{k}]"))
+            if picks:
+                model.add(sum(picks[(f, k)] for k in per_flight) == task.gpus * here)
+        on_gpu[(name, flight)] = picks
+
+    for name in p.topo:
+        task = p.tasks[name]
+        if task.each_flight:
+            for f in flights:
+                add_instance(name, f, model.new_bool_var(f"u[{name},{f}]"))
+        else:
+            if task.gpus:
+                on_flight[name] = [model.new_bool_var(f"x[{name},{f}]") for f in flights]
+                model.add_exactly_one(on_flight[name])
+            add_instance(name, None, None)
+
+    # which copies of each each_flight task exist: those its flight-bound descendants need
+    needs: dict[tuple[str, int], list] = {}
+    for name, task in p.tasks.items():
+        for setup in p.setups[name]:
+            for f in flights:
+                lit = inst[(name, f)][2] if task.each_flight else on_flight.get(name, [None] * p.flights)[f]
+                if lit is not None:
+                    needs.setdefault((setup, f), []).append(lit)
+    for name, task in p.tasks.items():
+        if not task.each_flight:
+            continue
+        if not any((name, f) in needs for f in flights):
+            for f in flights:
+                model.add(inst[(name, f)][2] == (1 if f == 0 else 0))
+            continue
+        for f in flights:
+            model.add_max_equality(inst[(name, f)][2], needs.get((name, f), [model.new_constant(0)]))
+
+    # precedence
+    for name, task in p.tasks.items():
+        copies = [(f, *inst[(name, f)]) for f in flights] if task.each_flight \
+            else [(None, *inst[(name, None)])]
+        for f, start, _, present in copies:
+            for dep in task.after:
+                if not p.tasks[dep].each_flight:
+                    model.add(start >= inst[(dep, None)][1])
+                elif f is None and not task.gpus:
+                    chosen = [model.new_bool_var(f"c[{name},{dep},{g}]") for g in flights]
+                    model.add_bool_or(chosen)
+                    for g in flights:
+                        model.add_implication(chosen[g], inst[(dep, g)][2])
+                        model.add(start >= inst[(dep, g)][1]).only_enforce_if(chosen[g])
+            for setup in (p.setups[name] if p.bound(name) else ()):
+                for g in ([f] if f is not None else flights):
+                    lit = present if f is not None else on_flight[name][g]
+                    model.add(start >= inst[(setup, g)][1]).only_enforce_if(lit)
+
+    for f in flights:
+        for k in per_flight:
+            if len(gpu_intervals[f][k]) > 1:
+                model.add_no_overlap(gpu_intervals[f][k])
+    if len(person_intervals) > 1:
+        if p.people == 1:
+            model.add_no_overlap(person_intervals)
+        else:
+            model.add_cumulative(person_intervals, person_demands, p.people)
+    makespan = model.new_int_var(p.lower_bound(), horizon, "makespan")
+    for (name, f), (_, end, present) in inst.items():
+        if present is None:
+            model.add(makespan >= end)
+        else:
+            model.add(makespan >= end).only_enforce_if(present)
+    model.minimize(makespan)
+
+    _hint(model, p, hint, inst, on_flight, on_gpu)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_deterministic_time = time_limit_s
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    slots = []
+    for (name, f), (start, _, present) in inst.items():
+        if present is not None and not solver.boolean_value(present):
+            continue
+        task = p.tasks[name]
+        begin = solver.value(start)
+        flight = f
+        if task.gpus and f is None:
+            flight = next(g for g in flights if solver.boolean_value(on_flight[name][g]))
+        picks = on_gpu.get((name, f), {})
+        gpu_ids = tuple(k for k in per_flight if task.gpus and
+                        (not picks or solver.boolean_value(picks[(flight, k)])))
+        slots.append(Slot(task, begin, begin + task.seconds,
+                          None if flight is None else flight + 1, gpu_ids))
+    return slots, status == cp_model.OPTIMAL
+
+
+def _hint(model: cp_model.CpModel, p: _Problem, slots: list[Slot], inst: dict,
+          on_flight: dict, on_gpu: dict) -> None:
+    """Give CP-SAT the greedy schedule as a complete starting solution."""
+    placed = {(s.task.name, s.flight - 1 if s.task.each_flight else None): s for s in slots}
+    for (name, f), (start, _, present) in inst.items():
+        slot = placed.get((name, f))
+        model.add_hint(start, slot.start_s if slot else 0)
+        if f is not None:
+            model.add_hint(present, slot is not None)
+        task = p.tasks[name]
+        if task.gpus:
+            flight = (slot.flight - 1) if slot else None
+            if f is None:
+                for g, lit in enumerate(on_flight[name]):
+                    model.add_hint(lit, g == flight)
+            for (g, k), lit in on_gpu[(name, f)].items():
+                model.add_hint(lit, slot is not None and g == flight and k in slot.gpu_ids)
