@@ -27,7 +27,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES", "canonical_json", "plan_sha256"]
+from flightplan.run.ids import canonical_json
+
+__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES", "plan_sha256"]
 
 LEDGER_FILE = Path(".flightplan") / "ledger.sqlite"
 RUN_STATUSES = ("pending", "running", "finished", "stopped", "cut", "failed", "superseded")
@@ -77,14 +79,14 @@ CREATE TABLE IF NOT EXISTS stage_times (
 """
 
 
-def canonical_json(value: Any) -> str:
-    """Canonical JSON: sorted keys, no spaces, UTF-8 characters kept (not escaped)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def plan_sha256(plan: dict[str, Any]) -> str:
-    """sha256 (hex) of the UTF-8 bytes of ``canonical_json(plan)``."""
-    return hashlib.sha256(canonical_json(plan).encode("utf-8")).hexdigest()
+    """sha256 (hex) of the plan's canonical JSON bytes (:func:`flightplan.run.ids.canonical_json`)."""
+    return hashlib.sha256(canonical_json(plan)).hexdigest()
+
+
+def _dump(value: Any) -> str:
+    """JSON text of a stored value (sorted keys; NaN kept, as stop records may carry it)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _loads(text: str | None) -> Any:
@@ -175,7 +177,7 @@ class Ledger:
             exists = tx.execute("SELECT 1 FROM plan_versions WHERE version = 1").fetchone()
             if exists is None:
                 tx.execute("INSERT INTO plan_versions VALUES (1, 'original', ?, ?, ?, ?)",
-                           (plan_sha256(plan), canonical_json(plan), time.time(),
+                           (plan_sha256(plan), canonical_json(plan).decode("utf-8"), time.time(),
                             "planned before the first run"))
         return self.original_plan(), exists is None
 
@@ -190,7 +192,8 @@ class Ledger:
             if last is None:
                 raise ValueError("no original plan in the ledger; freeze the original first")
             tx.execute("INSERT INTO plan_versions VALUES (?, 're-estimate', ?, ?, ?, ?)",
-                       (last + 1, plan_sha256(plan), canonical_json(plan), time.time(), reason))
+                       (last + 1, plan_sha256(plan), canonical_json(plan).decode("utf-8"), time.time(),
+                        reason))
         return last + 1
 
     def sync_expenses(self, rows: list[dict[str, Any]]) -> None:
@@ -264,7 +267,7 @@ class Ledger:
             tx.execute("UPDATE runs SET status = ?, ended_at = ?, wall_s = wall_s + ?, "
                        "stop_json = ?, metric = ? WHERE run_id = ?",
                        (status, ended_at, max(0.0, ended_at - started_at),
-                        None if stop is None else canonical_json(stop), metric, run_id))
+                        None if stop is None else _dump(stop), metric, run_id))
             for extra in extra_events:
                 _insert_event(tx, extra["kind"], run_id, extra.get("data"), extra.get("at"))
             _insert_event(tx, kind, run_id, dict(data or {}, **({"stop": stop} if stop else {})),
@@ -300,7 +303,7 @@ class Ledger:
             tx.execute("INSERT INTO decisions (at, decision, computed, overridden, figures_json, "
                        "dropped_json) VALUES (?, ?, ?, ?, ?, ?)",
                        (at, decision, computed, int(decision != computed),
-                        canonical_json(figures), canonical_json(dropped)))
+                        _dump(figures), _dump(dropped)))
             _insert_event(tx, "decision", None, {"decision": decision, "computed": computed,
                                                  "dropped": dropped}, at)
 
@@ -407,7 +410,7 @@ def _insert_event(tx: sqlite3.Connection, kind: str, run_id: str | None,
                   data: dict[str, Any] | None, at: float | None) -> None:
     tx.execute("INSERT INTO events (run_id, kind, at, data_json) VALUES (?, ?, ?, ?)",
                (run_id, kind, time.time() if at is None else at,
-                None if data is None else canonical_json(data)))
+                None if data is None else _dump(data)))
 
 
 def _split_statements(script: str) -> list[str]:

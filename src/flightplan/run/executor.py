@@ -1,0 +1,246 @@
+"""Executors: where and how the runs of a campaign are carried out.
+
+:class:`Executor` is the interface the runner codes against (a distributed engine can
+implement it later). :class:`LocalExecutor` runs each run in its own process
+(``python -m flightplan.run.worker <run_dir>/trial.json``), with its stdout and stderr
+appended to ``runs/<id>/log.txt``, one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
+its GPU) or, on a machine without one, one at a time. A worker dies with the runner
+(``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process writing into
+a run directory that the next runner resumes.
+
+Progress is read, not reported: :class:`MeasurementTail` follows a run's
+``measurements.jsonl`` and gives its latest step, loss and planned steps.
+
+Usage::
+
+    executor = LocalExecutor()
+    executor.run([Job(run_id, run_dir)], on_start=..., on_done=..., on_progress=...)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+__all__ = ["Job", "JobResult", "RunProgress", "MeasurementTail", "Executor", "LocalExecutor",
+           "worker_argv", "gpu_count"]
+
+WORKER_MODULE = "flightplan.run.worker"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to execute: its id and its directory (which holds ``trial.json``)."""
+
+    run_id: str
+    run_dir: Path
+
+    @property
+    def trial_json(self) -> Path:
+        """``<run_dir>/trial.json``."""
+        return self.run_dir / "trial.json"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How one execution ended: the process's exit code and its unix start/end times."""
+
+    run_id: str
+    run_dir: Path
+    exit_code: int
+    started_at: float
+    ended_at: float
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds the process ran."""
+        return self.ended_at - self.started_at
+
+
+@dataclass
+class RunProgress:
+    """The latest progress of a run: ``step`` (last logged, 0-based), ``total`` (planned
+    steps, None until known), ``loss`` (last logged), ``finished`` steps so far."""
+
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+
+    @property
+    def completed(self) -> int:
+        """Steps done: last logged step + 1 (0 before the first)."""
+        return 0 if self.step is None else self.step + 1
+
+
+class MeasurementTail:
+    """Follows ``measurements.jsonl`` of a run, reading only what was appended.
+
+    A line is taken only once it ends with a newline (a row being written is left for
+    the next read). ``total`` comes from ``trial.json``'s ``planned_steps``/``max_steps``
+    or from a row that carries ``planned_steps``.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.progress = RunProgress()
+        self._offset = 0
+        self._cap: int | None = None
+        try:
+            trial = json.loads((self.run_dir / "trial.json").read_text(encoding="utf-8"))
+            self._cap = trial.get("max_steps")
+            self._set_total(trial.get("planned_steps"))
+        except (OSError, ValueError):
+            pass
+
+    def _set_total(self, planned: int | None) -> None:
+        if planned is None:
+            return
+        self.progress.total = int(planned) if self._cap is None else min(int(planned), self._cap)
+
+    def read(self) -> RunProgress:
+        """Read new complete rows and return the updated progress."""
+        path = self.run_dir / "measurements.jsonl"
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(self._offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return self.progress
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return self.progress
+        self._offset += end + 1
+        for line in chunk[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if "planned_steps" in row:
+                self._set_total(row["planned_steps"])
+            if "loss" in row and isinstance(row.get("step"), int):
+                self.progress.step = row["step"]
+                self.progress.loss = row["loss"]
+        return self.progress
+
+
+def gpu_count() -> int:
+    """CUDA devices visible to this process (0 without CUDA or without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def worker_argv(trial_json: Path) -> list[str]:
+    """The command line of one worker process."""
+    return [sys.executable, "-m", WORKER_MODULE, str(trial_json)]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        return
+
+
+class Executor(ABC):
+    """Carries out runs. ``run`` blocks until every job ended; callbacks run in the
+    caller's thread, so they may write the ledger."""
+
+    @abstractmethod
+    def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
+            on_done: Callable[[JobResult], None] | None = None,
+            on_progress: Callable[[Job, RunProgress], None] | None = None) -> list[JobResult]:
+        """Execute ``jobs`` (in the given order as slots free up).
+
+        Args:
+            jobs: the runs, each with ``trial.json`` written.
+            on_start: called just before a job's process starts.
+            on_done: called as soon as a job's process has ended.
+            on_progress: called with a job's latest progress while it runs.
+
+        Returns:
+            One result per job, in the order they ended.
+        """
+
+
+class LocalExecutor(Executor):
+    """Processes on this machine: ``slots`` at once (GPUs, or 1 without GPU).
+
+    Args:
+        slots: processes at once; default: the number of GPUs, at least 1.
+        argv: the command line of a worker for a ``trial.json`` (default
+            :func:`worker_argv`; tests substitute a fake worker).
+        poll_s: seconds between checks of the processes and their progress.
+        env: extra environment variables for every worker.
+    """
+
+    def __init__(self, *, slots: int | None = None,
+                 argv: Callable[[Path], list[str]] = worker_argv, poll_s: float = 0.2,
+                 env: dict[str, str] | None = None) -> None:
+        self._gpus = gpu_count()
+        self.slots = slots if slots is not None else max(1, self._gpus)
+        self._argv = argv
+        self._poll_s = poll_s
+        self._env = dict(env or {})
+
+    def _start(self, job: Job, device: int) -> subprocess.Popen:
+        env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
+                   PYTHONUNBUFFERED="1")
+        if self._gpus:
+            env["CUDA_VISIBLE_DEVICES"] = str(device)
+        with open(job.run_dir / "log.txt", "ab") as log:
+            log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
+                      f"(device {device if self._gpus else 'cpu'}) ---\n".encode())
+            return subprocess.Popen(self._argv(job.trial_json), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    cwd=str(job.run_dir),
+                                    preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+    def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
+            on_done: Callable[[JobResult], None] | None = None,
+            on_progress: Callable[[Job, RunProgress], None] | None = None) -> list[JobResult]:
+        queue = list(jobs)
+        free = list(range(self.slots))
+        running: dict[int, tuple[Job, subprocess.Popen, float, MeasurementTail]] = {}
+        results: list[JobResult] = []
+        try:
+            while queue or running:
+                while queue and free:
+                    job, device = queue.pop(0), free.pop(0)
+                    if on_start:
+                        on_start(job)
+                    started = time.time()
+                    running[device] = (job, self._start(job, device), started,
+                                       MeasurementTail(job.run_dir))
+                for device, (job, proc, started, tail) in list(running.items()):
+                    code = proc.poll()
+                    if on_progress:
+                        on_progress(job, tail.read())
+                    if code is None:
+                        continue
+                    del running[device]
+                    free.append(device)
+                    result = JobResult(job.run_id, job.run_dir, code, started, time.time())
+                    results.append(result)
+                    if on_done:
+                        on_done(result)
+                if running:
+                    time.sleep(self._poll_s)
+        finally:
+            for job, proc, _, _ in running.values():
+                proc.kill()
+                proc.wait()
+        return results
