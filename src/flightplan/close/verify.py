@@ -1,0 +1,297 @@
+"""``flightplan verify``: prove a results directory from its files alone.
+
+Every problem is a finding ``{"check", "path", "message"}``; ``path`` is relative to the
+results directory. The checks (names are part of the JSON contract):
+
+==================== ==========================================================================
+check                fires when
+==================== ==========================================================================
+checksum             a listed file's size or sha256 differs from the manifest
+missing_file         a listed file does not exist
+unlisted_file        a file in the directory is not in the manifest
+empty_file           a file has zero bytes
+temp_path            a text file holds a path into /tmp, /var/tmp, /var/folders or the
+                     writer's $TMPDIR (recorded in the manifest)
+absolute_path        a text file holds an absolute path of the writing machine (its
+                     campaign directory, home or working directory, recorded in the manifest)
+missing_run          an expected run id lacks its files (params and measurements; plus
+                     predictions and artifact unless the run stopped)
+base_revision        an artifact does not record the exact base model revision
+path_traversal       a manifest path, or a link in the directory, leads outside it
+reload               an artifact fails to load in a fresh process
+prediction_mismatch  predictions re-created in a fresh process differ from the stored ones
+==================== ==========================================================================
+
+Usage::
+
+    report = verify_results(Path("results"), sample=32)
+    report["verified"], report["findings"]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from flightplan.close.manifest import MANIFEST_NAME, hash_file, read_manifest
+from flightplan.errors import VerificationFailed
+
+__all__ = [
+    "CHECKS",
+    "DEFAULT_SAMPLE",
+    "PROB_TOLERANCE",
+    "finding",
+    "predict_argv",
+    "reproduce_run",
+    "verify_results",
+]
+
+CHECKS = ("checksum", "missing_file", "unlisted_file", "empty_file", "temp_path",
+          "absolute_path", "missing_run", "base_revision", "path_traversal", "reload",
+          "prediction_mismatch")
+DEFAULT_SAMPLE = 32          # test examples re-predicted per artifact by `verify`
+PROB_TOLERANCE = 1e-5        # absolute difference allowed between stored and re-created probabilities
+RELOAD_TIMEOUT_S = 900
+_TEMP_DIRS = ("/tmp", "/var/tmp", "/var/folders", "/private/tmp", "/private/var/folders")
+_SNIFF_BYTES = 8192
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def finding(check: str, path: str, message: str) -> dict[str, str]:
+    """One finding. ``check`` is one of :data:`CHECKS`; ``path`` relative to results/."""
+    return {"check": check, "path": path, "message": message}
+
+
+def predict_argv(task: str, artifact_dir: str, out: str, *, limit: int | None = None,
+                 python: str | None = None) -> list[str]:
+    """The command that re-creates an artifact's predictions in a fresh process.
+
+    ``task`` is a built-in task name (``textclf`` → ``flightplan.tasks.textclf.predict``) or
+    a dotted package of a user task (``mypkg.task`` → ``mypkg.task.predict``).
+    """
+    module = (task if "." in task else f"flightplan.tasks.{task}") + ".predict"
+    argv = [python or sys.executable, "-m", module, artifact_dir, "--out", out]
+    return argv + (["--limit", str(limit)] if limit is not None else [])
+
+
+def _inside(results: Path, rel: str) -> bool:
+    """True when ``rel`` is a relative path that stays inside ``results`` (links resolved)."""
+    if not rel or rel.startswith("/") or "\\" in rel or ".." in Path(rel).parts:
+        return False
+    target = (results / rel).resolve()
+    return target == results or results in target.parents
+
+
+def _is_text(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return b"\0" not in handle.read(_SNIFF_BYTES)
+
+
+def _path_pattern(prefixes: list[str]) -> re.Pattern[str] | None:
+    """A regex matching any of ``prefixes`` as the start of a path (not inside a longer one)."""
+    prefixes = sorted({p.rstrip("/") for p in prefixes if p and p.rstrip("/")}, key=len,
+                      reverse=True)
+    if not prefixes:
+        return None
+    alternatives = "|".join(re.escape(p) for p in prefixes)
+    return re.compile(rf"(?<![\w.~/-])(?:{alternatives})(?=[/\\\"'\s,;:)\]}}<>]|$)")
+
+
+def _scan_text(results: Path, rel: str, temp: re.Pattern[str] | None,
+               absolute: re.Pattern[str] | None) -> list[dict[str, str]]:
+    text = (results / rel).read_bytes().decode("utf-8", errors="replace")
+    found = []
+    for check, pattern in (("temp_path", temp), ("absolute_path", absolute)):
+        match = pattern.search(text) if pattern else None
+        if match:
+            line = text.count("\n", 0, match.start()) + 1
+            what = "a temporary directory" if check == "temp_path" else \
+                "an absolute path of the machine that wrote it"
+            found.append(finding(check, rel, f"line {line} points into {what} "
+                                 f"({match.group(0)!r}); write paths relative to results/"))
+    return found
+
+
+def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, str]], set[str]]:
+    """checksum, missing_file, empty_file, path_traversal, unlisted_file; and the paths
+    that are present, inside and listed."""
+    findings: list[dict[str, str]] = []
+    listed: set[str] = set()
+    present: set[str] = set()
+    for entry in manifest["files"]:
+        rel = str(entry.get("path", ""))
+        listed.add(rel)
+        if not _inside(results, rel):
+            findings.append(finding("path_traversal", rel, "the manifest path leaves the results "
+                                    "directory; paths must be relative and stay inside it"))
+            continue
+        path = results / rel
+        if not path.is_file():
+            findings.append(finding("missing_file", rel, "listed in the manifest but not present"))
+            continue
+        size, digest = hash_file(path)
+        if size != entry.get("size_bytes") or digest != entry.get("sha256"):
+            findings.append(finding("checksum", rel, f"{size} bytes, sha256 {digest[:12]}…; the "
+                                    f"manifest says {entry.get('size_bytes')} bytes, sha256 "
+                                    f"{str(entry.get('sha256'))[:12]}…"))
+        if size == 0:
+            findings.append(finding("empty_file", rel, "the file is empty (0 bytes)"))
+        present.add(rel)
+    for folder, dirs, files in os.walk(results):
+        for name in sorted(dirs + files):
+            path = Path(folder) / name
+            rel = path.relative_to(results).as_posix()
+            if path.is_symlink() and not _inside(results, rel):
+                findings.append(finding("path_traversal", rel, f"a link to {os.readlink(path)!r} "
+                                        f"leads outside the results directory; copy the file in"))
+                continue
+            if name in files and rel != MANIFEST_NAME and rel not in listed:
+                findings.append(finding("unlisted_file", rel, "present but not in the manifest; "
+                                        "remove it or re-run `flightplan close`"))
+                if path.is_file() and path.stat().st_size == 0:
+                    findings.append(finding("empty_file", rel, "the file is empty (0 bytes)"))
+    return findings, present
+
+
+def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[dict[str, str]]:
+    """missing_run and base_revision."""
+    findings = []
+    runs = manifest.get("runs") or {}
+    for run_id in manifest.get("expected_run_ids") or []:
+        needed = [f"params/{run_id}.json", f"measurements/{run_id}.jsonl"]
+        if (runs.get(run_id) or {}).get("status") != "stopped":
+            needed += [f"predictions/{run_id}.csv", f"artifacts/{run_id}/artifact.json"]
+        lacking = [p for p in needed if p not in present]
+        if lacking:
+            findings.append(finding("missing_run", lacking[0],
+                                    f"expected run {run_id} lacks {', '.join(lacking)}"))
+    for rel in sorted(p for p in present if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)):
+        try:
+            revision = json.loads((results / rel).read_text(encoding="utf-8")).get("base_revision")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            revision = None
+        if not isinstance(revision, dict) or not revision.get("package") \
+                or not revision.get("version") \
+                or not _HEX64.match(str(revision.get("weights_sha256", ""))):
+            findings.append(finding("base_revision", rel, "the artifact does not record the exact "
+                                    "base model revision (package, version and the 64-hex sha256 "
+                                    "of its weights)"))
+    return findings
+
+
+def _read_predictions(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return {row["example_id"]: row for row in csv.DictReader(handle)}
+
+
+def _differences(stored: dict[str, dict[str, str]], fresh: dict[str, dict[str, str]]) -> list[str]:
+    """Example ids whose re-created label or probabilities differ from the stored ones."""
+    differ = []
+    for example_id, row in fresh.items():
+        old = stored.get(example_id)
+        if old is None or old.get("predicted") != row.get("predicted"):
+            differ.append(example_id)
+            continue
+        for key, value in row.items():
+            if key.startswith("prob_"):
+                try:
+                    if abs(float(value) - float(old.get(key, "nan"))) > PROB_TOLERANCE:
+                        differ.append(example_id)
+                        break
+                except ValueError:
+                    differ.append(example_id)
+                    break
+    return differ
+
+
+def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE
+                  ) -> list[dict[str, str]]:
+    """Reload ``artifacts/<run_id>`` in a fresh process and compare its predictions.
+
+    The command is :func:`predict_argv` run with the results directory as working
+    directory (exactly what README.md tells a reader to run), writing into a temporary
+    folder outside results/.
+
+    Args:
+        results_dir: the results directory.
+        run_id: the run whose artifact to reload.
+        limit: re-predict the first ``limit`` test examples; None for all of them.
+
+    Returns:
+        ``[]`` when the predictions are reproduced; otherwise one ``reload`` or
+        ``prediction_mismatch`` finding.
+    """
+    results = Path(results_dir).resolve()
+    artifact_rel = f"artifacts/{run_id}"
+    try:
+        task = json.loads((results / artifact_rel / "artifact.json").read_text())["task"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [finding("reload", artifact_rel, f"artifact.json unreadable or without task: {exc}")]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
+        out = Path(scratch) / f"{run_id}.csv"
+        argv = predict_argv(str(task), artifact_rel, str(out), limit=limit)
+        try:
+            done = subprocess.run(argv, cwd=results, env=env, capture_output=True, text=True,
+                                  timeout=RELOAD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return [finding("reload", artifact_rel, f"reloading took over {RELOAD_TIMEOUT_S} s")]
+        if done.returncode != 0 or not out.is_file():
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            return [finding("reload", artifact_rel, f"failed to load in a fresh process (exit "
+                            f"{done.returncode}): {tail}")]
+        fresh = _read_predictions(out)
+    stored_rel = f"predictions/{run_id}.csv"
+    try:
+        stored = _read_predictions(results / stored_rel)
+    except (OSError, KeyError, UnicodeDecodeError) as exc:
+        return [finding("prediction_mismatch", stored_rel, f"stored predictions unreadable: {exc}")]
+    differ = _differences(stored, fresh)
+    if not fresh or differ:
+        return [finding("prediction_mismatch", stored_rel,
+                        f"{len(differ)} of {len(fresh)} re-created predictions differ from the "
+                        f"stored ones (first: {', '.join(differ[:5]) or 'none re-created'})")]
+    return []
+
+
+def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
+                   reload: bool = True) -> dict[str, Any]:
+    """Run every check on ``results_dir``.
+
+    Args:
+        results_dir: the results directory (holds MANIFEST.json).
+        sample: test examples re-predicted per artifact (None: all).
+        reload: reload artifacts in fresh processes (the ``reload`` and
+            ``prediction_mismatch`` checks).
+
+    Returns:
+        ``{"verified": bool, "findings": [{check, path, message}, ...]}``, findings sorted
+        by path then check.
+    """
+    results = Path(results_dir).resolve()
+    try:
+        manifest = read_manifest(results)
+    except VerificationFailed as exc:
+        return {"verified": False, "findings": exc.findings}
+    findings, present = _check_files(results, manifest)
+    writer = manifest.get("writer") or {}
+    temp = _path_pattern(list(_TEMP_DIRS) + list(writer.get("tmpdirs") or []))
+    absolute = _path_pattern(list(writer.get("absolute_roots") or []))
+    for rel in sorted(present):
+        if _is_text(results / rel):
+            findings += _scan_text(results, rel, temp, absolute)
+    findings += _check_runs(results, manifest, present)
+    if reload:
+        for run_id in sorted({p.split("/")[1] for p in present
+                              if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)}):
+            if f"predictions/{run_id}.csv" in present:
+                findings += reproduce_run(results, run_id, limit=sample)
+    findings.sort(key=lambda f: (f["path"], f["check"]))
+    return {"verified": not findings, "findings": findings}

@@ -1,0 +1,157 @@
+"""verify: every check fires on a tampered copy of a good results directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from close_fixture import make_campaign
+
+from flightplan.close.manifest import read_manifest, update_manifest, write_json_atomic
+from flightplan.close.verify import verify_results
+
+CONTROL = "control-0000000000"
+VARIANT = "variant-0000000001"
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A published campaign whose results verify cleanly (both runs finished)."""
+    root = tmp_path_factory.mktemp("good")
+    spec, _ = make_campaign(root)
+    return spec.campaign_dir
+
+
+@pytest.fixture
+def copy(good, tmp_path):
+    target = tmp_path / "copy" / "results"
+    shutil.copytree(good / "results", target, symlinks=True)
+    return target
+
+
+def checks(results, **kwargs):
+    report = verify_results(results, **kwargs)
+    assert report["verified"] is (not report["findings"])
+    return sorted((f["check"], f["path"]) for f in report["findings"])
+
+
+def edit_json(results, rel, change):
+    value = json.loads((results / rel).read_text())
+    change(value)
+    write_json_atomic(results / rel, value)
+    update_manifest(results, written=[rel])
+
+
+def test_good_copy_verifies(copy, fake_task_env):
+    assert checks(copy) == []
+
+
+def test_checksum(copy):
+    with open(copy / f"measurements/{CONTROL}.jsonl", "a") as handle:
+        handle.write('{"step": 9}\n')
+    assert checks(copy, reload=False) == [("checksum", f"measurements/{CONTROL}.jsonl")]
+
+
+def test_missing_file_and_missing_run(copy):
+    (copy / "data_check.json").unlink()
+    (copy / f"measurements/{VARIANT}.jsonl").unlink()
+    assert checks(copy, reload=False) == [
+        ("missing_file", "data_check.json"), ("missing_file", f"measurements/{VARIANT}.jsonl"),
+        ("missing_run", f"measurements/{VARIANT}.jsonl")]
+
+
+def test_missing_run_for_an_expected_id_without_files(copy):
+    manifest = read_manifest(copy)
+    update_manifest(copy, meta={"expected_run_ids": manifest["expected_run_ids"] + ["ghost-1"]})
+    assert checks(copy, reload=False) == [("missing_run", "params/ghost-1.json")]
+
+
+def test_unlisted_and_empty_file(copy):
+    (copy / "notes.txt").write_text("hello\n")
+    (copy / "empty.txt").write_text("")
+    assert checks(copy, reload=False) == [("empty_file", "empty.txt"), ("unlisted_file", "empty.txt"),
+                                          ("unlisted_file", "notes.txt")]
+
+
+def test_empty_listed_file(copy):
+    (copy / "data_check.json").write_text("")
+    update_manifest(copy, written=["data_check.json"])
+    assert checks(copy, reload=False) == [("empty_file", "data_check.json")]
+
+
+def test_temp_path(copy):
+    edit_json(copy, "data_check.json", lambda v: v.update(scratch="/var/tmp/fp-1234/x.csv"))
+    assert checks(copy, reload=False) == [("temp_path", "data_check.json")]
+
+
+def test_temp_path_of_the_writers_tmpdir(copy):
+    update_manifest(copy, meta={"writer": {"tmpdirs": ["/scratch/alice/tmp"],
+                                           "absolute_roots": []}})
+    edit_json(copy, "data_check.json", lambda v: v.update(scratch="/scratch/alice/tmp/x"))
+    found = checks(copy, reload=False)
+    assert found == [("temp_path", "data_check.json")]
+
+
+def test_absolute_path(copy, good):
+    edit_json(copy, f"params/{CONTROL}.json",
+              lambda v: v.update(log=str(Path.home() / ".cache" / "log.txt")))
+    assert checks(copy, reload=False) == [("absolute_path", f"params/{CONTROL}.json")]
+    # the writer's campaign directory (here under /tmp, so it is a temp path as well)
+    edit_json(copy, "data_check.json", lambda v: v.update(log=str(good / "runs" / "log.txt")))
+    assert checks(copy, reload=False) == [("absolute_path", "data_check.json"),
+                                          ("absolute_path", f"params/{CONTROL}.json"),
+                                          ("temp_path", "data_check.json")]
+
+
+def test_relative_paths_that_mention_tmp_are_not_findings(copy):
+    edit_json(copy, "data_check.json", lambda v: v.update(a="runs/tmp/x", b="my/var/tmp"))
+    assert checks(copy, reload=False) == []
+
+
+def test_base_revision(copy):
+    rel = f"artifacts/{VARIANT}/artifact.json"
+    edit_json(copy, rel, lambda v: v["base_revision"].pop("weights_sha256"))
+    assert checks(copy, reload=False) == [("base_revision", rel)]
+
+
+def test_path_traversal_in_manifest(copy):
+    (copy.parent / "outside.txt").write_text("secret\n")
+    manifest = read_manifest(copy)
+    manifest["files"].append({"path": "../outside.txt", "size_bytes": 7, "sha256": "0" * 64})
+    manifest["files"].append({"path": "/etc/hostname", "size_bytes": 7, "sha256": "0" * 64})
+    write_json_atomic(copy / "MANIFEST.json", manifest)
+    assert checks(copy, reload=False) == [("path_traversal", "../outside.txt"),
+                                          ("path_traversal", "/etc/hostname")]
+
+
+def test_path_traversal_by_symlink(copy):
+    (copy.parent / "outside.txt").write_text("secret\n")
+    (copy / "link.txt").symlink_to(copy.parent / "outside.txt")
+    update_manifest(copy, written=["link.txt"])
+    assert checks(copy, reload=False) == [("path_traversal", "link.txt"),
+                                          ("path_traversal", "link.txt")]
+
+
+def test_reload(copy, fake_task_env):
+    (copy / f"artifacts/{CONTROL}/model.json").write_text("{not json")
+    update_manifest(copy, written=[f"artifacts/{CONTROL}/model.json"])
+    assert checks(copy) == [("reload", f"artifacts/{CONTROL}")]
+
+
+def test_prediction_mismatch(copy, fake_task_env):
+    rel = f"predictions/{VARIANT}.csv"
+    text = (copy / rel).read_text()
+    # t1 is predicted "neu" (correct); store "pos" instead
+    lines = text.splitlines(keepends=True)
+    assert lines[2].startswith("t1,neu,neu,")
+    lines[2] = lines[2].replace("t1,neu,neu,", "t1,neu,pos,", 1)
+    (copy / rel).write_text("".join(lines))
+    update_manifest(copy, written=[rel])
+    assert checks(copy, sample=5) == [("prediction_mismatch", rel)]
+
+
+def test_no_manifest(copy):
+    (copy / "MANIFEST.json").unlink()
+    assert checks(copy) == [("missing_file", "MANIFEST.json")]
