@@ -12,11 +12,12 @@ batch size ``B0``::
                                                       batches; s1 · T / t1 when t1 = t2
     steps        = ceil(n_train / B) · epochs
     evals        = epochs                             one evaluation per epoch
-    interval     = max(D, min(L_tol − D − R, √(2·C·M)))  the trial runtime's checkpoint
-                                                      interval (Young 1974); no M → L_tol − D − R
+    interval     = choose_interval(C, D, R, L_tol, M)   the trial runtime's checkpoint
+                                                      interval (run/interval.py: Young 1974,
+                                                      Daly 2006; without M: L_tol − D − R, ≥ D)
     train_s      = steps · step_s(tokens(L, B))
-    total_s      = load_s + train_s + evals · eval_s · (L / L0)
-                   + floor(train_s / interval) · C + output_s
+    saves        = 1 + floor(train_s / interval)      the runtime saves once early to measure C, D
+    total_s      = load_s + train_s + evals · eval_s · (L / L0) + saves · C + output_s
 
 ``T0`` is the pilot's mean padded tokens per batch. Scaling tokens by ``L / L0`` assumes
 batches are padded to ``max_length`` (true when most batches hold one input longer than
@@ -35,12 +36,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from flightplan.run.interval import choose_interval
+
 __all__ = [
     "PilotFigures",
     "RunShape",
     "Decision",
     "DECISIONS",
-    "checkpoint_interval_s",
     "step_seconds",
     "estimate_run_seconds",
     "cut_steps",
@@ -118,19 +120,6 @@ class Decision:
     fitting_option: dict[str, Any] | None = None
 
 
-def checkpoint_interval_s(*, tolerated_loss_s: float, save_stall_s: float, persist_s: float,
-                          restore_s: float, mtbi_s: float | None = None) -> float:
-    """Seconds between checkpoints, as the trial runtime chooses them.
-
-    ``max(D, min(L − D − R, √(2·C·M)))`` (Young 1974, "A first order approximation to the
-    optimum checkpoint interval"); without ``M`` the √ term is left out.
-    """
-    bound = tolerated_loss_s - persist_s - restore_s
-    if mtbi_s is not None:
-        bound = min(bound, math.sqrt(2.0 * save_stall_s * mtbi_s))
-    return max(persist_s, bound)
-
-
 def step_seconds(tokens: float, figures: PilotFigures) -> float:
     """Step time (s) of a batch of ``tokens`` padded tokens: the line through the pilot's
     short and long batches (slope clamped at ≥ 0), or proportional when they coincide."""
@@ -147,8 +136,8 @@ def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_lo
     """Re-estimate one run from the pilot (formula in the module docstring).
 
     Returns:
-        ``{steps, tokens_per_batch, step_s, train_s, eval_s, checkpoints, checkpoint_s,
-        load_s, output_s, total_s}`` (seconds, counts, tokens).
+        ``{steps, tokens_per_batch, step_s, train_s, eval_s, interval_s, checkpoints,
+        checkpoint_s, load_s, output_s, total_s}`` (seconds, counts, tokens).
     """
     length_ratio = shape.max_length / figures.max_length
     tokens = figures.mean_tokens * (shape.batch_size / figures.batch_size) * length_ratio
@@ -156,15 +145,14 @@ def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_lo
     step_s = step_seconds(tokens, figures)
     train_s = steps * step_s
     eval_s = shape.epochs * figures.eval_s * length_ratio
-    interval = checkpoint_interval_s(tolerated_loss_s=tolerated_loss_s,
-                                     save_stall_s=figures.save_stall_s,
-                                     persist_s=figures.persist_s,
-                                     restore_s=figures.restore_s, mtbi_s=mtbi_s)
-    checkpoints = math.floor(train_s / interval) if interval > 0 else 0
+    interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
+                               restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
+                               mtbi_s=mtbi_s).interval_s
+    checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
     checkpoint_s = checkpoints * figures.save_stall_s
     total = figures.load_s + train_s + eval_s + checkpoint_s + figures.output_s
     return {"steps": steps, "tokens_per_batch": tokens, "step_s": step_s, "train_s": train_s,
-            "eval_s": eval_s, "checkpoints": checkpoints, "checkpoint_s": checkpoint_s,
+            "eval_s": eval_s, "interval_s": interval, "checkpoints": checkpoints, "checkpoint_s": checkpoint_s,
             "load_s": figures.load_s, "output_s": figures.output_s, "total_s": total}
 
 

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from flightplan.run.decision import (PilotFigures, RunShape, checkpoint_interval_s, choose,
-                                     cut_steps, estimate_run_seconds, step_seconds)
+from flightplan.run.decision import (PilotFigures, RunShape, choose, cut_steps,
+                                     estimate_run_seconds, step_seconds)
 
 FIGURES = PilotFigures(max_length=128, batch_size=16, n_train=600, load_s=5.0,
                        mean_tokens=2048.0, short_tokens=1024.0, short_step_s=0.5,
                        long_tokens=2048.0, long_step_s=0.9, eval_s=10.0, save_stall_s=0.2,
                        persist_s=1.0, restore_s=2.0, output_s=3.0)
-
-
-def test_checkpoint_interval_follows_tolerated_loss_and_young():
-    # L − D − R = 60 − 1 − 2 = 57 s
-    assert checkpoint_interval_s(tolerated_loss_s=60, save_stall_s=0.2, persist_s=1.0,
-                                 restore_s=2.0) == 57.0
-    # √(2 · 0.2 · 1000) = 20 s < 57 s
-    assert checkpoint_interval_s(tolerated_loss_s=60, save_stall_s=0.2, persist_s=1.0,
-                                 restore_s=2.0, mtbi_s=1000) == pytest.approx(20.0)
-    # never below D: L − D − R = 3 − 1 − 2 = 0 → D = 1
-    assert checkpoint_interval_s(tolerated_loss_s=3, save_stall_s=0.2, persist_s=1.0,
-                                 restore_s=2.0) == 1.0
 
 
 def test_step_time_is_the_line_through_short_and_long_batches():
@@ -38,10 +26,20 @@ def test_control_re_estimate_by_hand():
     # steps = ceil(600/16) · 3 = 38 · 3 = 114; step 0.9 s; train 102.6 s
     assert est["steps"] == 114 and est["tokens_per_batch"] == 2048.0
     assert est["train_s"] == pytest.approx(102.6)
-    # evals 3 · 10 s; checkpoints floor(102.6 / 57) = 1 · 0.2 s
-    assert est["eval_s"] == pytest.approx(30.0) and est["checkpoints"] == 1
-    # 5 + 102.6 + 30 + 0.2 + 3
-    assert est["total_s"] == pytest.approx(140.8)
+    # evals 3 · 10 s; interval L − D − R = 60 − 1 − 2 = 57 s;
+    # saves 1 + floor(102.6 / 57) = 2 → 0.4 s
+    assert est["eval_s"] == pytest.approx(30.0) and est["interval_s"] == 57.0
+    assert est["checkpoints"] == 2
+    # 5 + 102.6 + 30 + 0.4 + 3
+    assert est["total_s"] == pytest.approx(141.0)
+
+
+def test_mean_time_between_interruptions_shortens_the_interval():
+    est = estimate_run_seconds(RunShape("control", "essential", 128, 16, 3), FIGURES,
+                               tolerated_loss_s=60, mtbi_s=1000)
+    # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(102.6 / 20) = 6 → 1.2 s
+    assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 6
+    assert est["total_s"] == pytest.approx(5 + 102.6 + 30 + 1.2 + 3)
 
 
 def test_long_inputs_cost_more_tokens_steps_and_evaluation():
@@ -49,17 +47,17 @@ def test_long_inputs_cost_more_tokens_steps_and_evaluation():
                                tolerated_loss_s=60)
     # tokens 2048 · 2 = 4096 → 1.7 s/step; train 114 · 1.7 = 193.8; eval 3 · 10 · 2 = 60
     assert est["tokens_per_batch"] == 4096.0 and est["step_s"] == pytest.approx(1.7)
-    assert est["checkpoints"] == 3                                 # floor(193.8 / 57)
-    assert est["total_s"] == pytest.approx(5 + 193.8 + 60 + 0.6 + 3)
+    assert est["checkpoints"] == 4                             # 1 + floor(193.8 / 57)
+    assert est["total_s"] == pytest.approx(5 + 193.8 + 60 + 0.8 + 3)
 
 
 def test_batch_size_changes_steps_and_tokens():
     est = estimate_run_seconds(RunShape("b32", "useful", 128, 32, 1), FIGURES,
                                tolerated_loss_s=60)
-    # steps ceil(600/32) = 19; tokens 4096 → 1.7 s; train 32.3 s; no checkpoint (< 57 s)
+    # steps ceil(600/32) = 19; tokens 4096 → 1.7 s; train 32.3 s; only the first save
     assert est["steps"] == 19 and est["train_s"] == pytest.approx(32.3)
-    assert est["checkpoints"] == 0
-    assert est["total_s"] == pytest.approx(5 + 32.3 + 10 + 0 + 3)
+    assert est["checkpoints"] == 1
+    assert est["total_s"] == pytest.approx(5 + 32.3 + 10 + 0.2 + 3)
 
 
 RUNS = [("control", "essential"), ("lora", "essential"), ("len256", "useful"),
