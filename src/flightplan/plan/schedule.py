@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
-__all__ = ["Task", "Slot", "Schedule", "schedule"]
+__all__ = ["Task", "Slot", "Schedule", "schedule", "topological_order"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ class _Problem:
         self.tasks = {t.name: t for t in tasks}
         self.order = [t.name for t in tasks]
         self.flights, self.gpus_per_flight, self.people = flights, gpus_per_flight, people
-        self.topo = _topological(self.tasks)
+        self.topo = topological_order(self.tasks)
         self.setups: dict[str, list[str]] = {}          # each_flight ancestors, topological
         position = {n: i for i, n in enumerate(self.topo)}
         for name in self.topo:
@@ -166,7 +166,8 @@ class _Problem:
         return max(path, -(-gpu_work // gpus), -(-person_work // self.people))
 
 
-def _topological(tasks: dict[str, Task]) -> list[str]:
+def topological_order(tasks: dict[str, Task]) -> list[str]:
+    """Task names, each after everything in its ``after``. Raises ValueError on a cycle."""
     indegree = {n: len(t.after) for n, t in tasks.items()}
     children: dict[str, list[str]] = {n: [] for n in tasks}
     for name, task in tasks.items():
