@@ -3,26 +3,34 @@
 Pure functions (no I/O, no torch): the runner (:mod:`flightplan.run.campaign`) feeds them
 the pilot's figures and the plans it computes, and records what they return.
 
-Re-estimate of one run (seconds), from the pilot of the control at max_length ``L0`` and
-batch size ``B0``::
+The pilot is a short run of the control (``textclf``: a frozen encoder whose embeddings
+of the training set are computed once, then a linear head). It measures the encoder's
+forward time on length-sorted batches (``encode_s`` rows: short and long inputs), the
+head's step time, evaluation, checkpoint costs and output writing. A run is re-estimated
+as (seconds)::
 
-    tokens(L, B) = T0 · (B / B0) · (L / L0)             padded tokens in one batch
-    step_s(T)    = s1 + (T − t1) · (s2 − s1) / (t2 − t1)  the line through the pilot's
-                                                      short (t1, s1) and long (t2, s2)
-                                                      batches; s1 · T / t1 when t1 = t2
-    steps        = ceil(n_train / B) · epochs
-    evals        = epochs                             one evaluation per epoch
-    interval     = choose_interval(C, D, R, L_tol, M)   the trial runtime's checkpoint
-                                                      interval (run/interval.py: Young 1974,
-                                                      Daly 2006; without M: L_tol − D − R, ≥ D)
-    train_s      = steps · step_s(tokens(L, B))
-    saves        = 1 + floor(train_s / interval)      the runtime saves once early to measure C, D
-    total_s      = load_s + train_s + evals · eval_s · (L / L0) + saves · C + output_s
+    fwd_s(T)   = f1 + (T − t1) · (f2 − f1) / (t2 − t1)    forward time of a batch of T
+                 padded tokens: the line through the pilot's short (t1, f1) and long
+                 (t2, f2) encoder batches (slope ≥ 0; f1 · T / t1 when t1 = t2)
+    steps      = ceil(n_train / B) · epochs
+    saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
+                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M)
+                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − R, ≥ D)
 
-``T0`` is the pilot's mean padded tokens per batch. Scaling tokens by ``L / L0`` assumes
-batches are padded to ``max_length`` (true when most batches hold one input longer than
-it, as with the drug reviews at 128 and 256; an upper bound otherwise). ``C`` is the
-save stall, ``D`` the persist time and ``R`` the restore time measured in the pilot.
+    frozen encoder (control):
+        train_s = steps · head_step_s
+        total_s = load_s + train_s + epochs · head_eval_s + saves · C + output_s
+    trained encoder (adapter):
+        train_s = steps · 3 · fwd_s(B · L)              forward + backward ≈ 3 forwards
+                                                      (2N vs 6N FLOPs per token, Kaplan
+                                                      et al. 2020)
+        eval_s  = n_test · fwd_s(min(mean_len, L))      one example at a time
+        total_s = base_load_s + train_s + epochs · eval_s + saves · C + output_s
+
+``B · L`` assumes batches padded to ``max_length`` (an upper bound; near exact when most
+batches hold one input longer than L, as with the drug reviews at 128 and 256).
+``base_load_s`` is the pilot's load time without its embedding pass (Σ encode_s).
+``mean_len`` is the corpus's mean untruncated length from the data check.
 
 The decision: re-plan with the re-estimates; ``continue`` when it fits the window; else
 ``cut`` — drop the exploratory runs, then also the useful ones, re-planning each time —
@@ -43,10 +51,12 @@ __all__ = [
     "RunShape",
     "Decision",
     "DECISIONS",
-    "step_seconds",
+    "TRAIN_FORWARDS",
+    "forward_seconds",
     "estimate_run_seconds",
     "cut_steps",
     "choose",
+    "replan_from_options",
 ]
 
 DECISIONS = ("continue", "cut", "stop")
@@ -54,33 +64,35 @@ DECISIONS = ("continue", "cut", "stop")
 
 @dataclass(frozen=True)
 class PilotFigures:
-    """What the pilot measured (seconds, tokens), for the control's ``max_length``/``batch_size``.
+    """What the pilot of the control measured (seconds, tokens).
 
     Attributes:
-        max_length: the control's max_length ``L0`` (tokens).
-        batch_size: the control's batch size ``B0``.
-        n_train: training examples (from the control's planned steps).
-        load_s: model and data load time before the first step.
-        mean_tokens: ``T0``, mean padded tokens per training batch.
-        short_tokens, short_step_s: mean tokens and steady step time of the shorter batches.
-        long_tokens, long_step_s: the same for the longer batches.
-        eval_s: one evaluation over the test set.
-        save_stall_s: ``C``, the training loop's stall per checkpoint.
-        persist_s: ``D``, until the checkpoint is durable.
+        n_train, n_test: examples in the training and test sets.
+        load_s: corpus, tokenizer and model load, with the control's embedding pass.
+        encode_total_s: the embedding pass alone (Σ ``encode_s``).
+        short_tokens, short_fwd_s: mean padded tokens and forward time of the shorter
+            half of the encoder batches.
+        long_tokens, long_fwd_s: the same for the longer half.
+        head_step_s: the control's steady step time (first step left out).
+        head_eval_s: one evaluation of the control.
+        mean_len: mean untruncated input length (tokens) from the data check.
+        save_stall_s: ``C``, the loop's stall per checkpoint.
+        persist_s: ``D``, until a checkpoint is durable.
         restore_s: ``R``, to restore a checkpoint in a new process.
         output_s: writing predictions, metrics and the artifact.
     """
 
-    max_length: int
-    batch_size: int
     n_train: int
+    n_test: int
     load_s: float
-    mean_tokens: float
+    encode_total_s: float
     short_tokens: float
-    short_step_s: float
+    short_fwd_s: float
     long_tokens: float
-    long_step_s: float
-    eval_s: float
+    long_fwd_s: float
+    head_step_s: float
+    head_eval_s: float
+    mean_len: float
     save_stall_s: float
     persist_s: float
     restore_s: float
@@ -93,13 +105,15 @@ class PilotFigures:
 
 @dataclass(frozen=True)
 class RunShape:
-    """What a run's duration depends on (from its params)."""
+    """What a run's duration depends on (from its params); ``trains_encoder`` is true
+    for adapter variants, false for the frozen-encoder control."""
 
     name: str
     tier: str
     max_length: int
     batch_size: int
     epochs: int
+    trains_encoder: bool
 
 
 @dataclass(frozen=True)
@@ -120,15 +134,21 @@ class Decision:
     fitting_option: dict[str, Any] | None = None
 
 
-def step_seconds(tokens: float, figures: PilotFigures) -> float:
-    """Step time (s) of a batch of ``tokens`` padded tokens: the line through the pilot's
-    short and long batches (slope clamped at ≥ 0), or proportional when they coincide."""
-    t1, s1, t2, s2 = (figures.short_tokens, figures.short_step_s,
-                      figures.long_tokens, figures.long_step_s)
+TRAIN_FORWARDS = 3
+"""A training step costs about three forward passes (forward + backward ≈ 2N + 4N FLOPs
+per token against 2N for the forward alone; Kaplan et al. 2020)."""
+
+
+def forward_seconds(tokens: float, figures: PilotFigures) -> float:
+    """Forward time (s) of a batch of ``tokens`` padded tokens: the line through the
+    pilot's short and long encoder batches (slope clamped at ≥ 0), or proportional when
+    they coincide."""
+    t1, f1, t2, f2 = (figures.short_tokens, figures.short_fwd_s,
+                      figures.long_tokens, figures.long_fwd_s)
     if t2 <= t1:
-        return s1 * tokens / t1 if t1 > 0 else s1
-    slope = max(0.0, (s2 - s1) / (t2 - t1))
-    return max(0.0, s1 + (tokens - t1) * slope)
+        return f1 * tokens / t1 if t1 > 0 else f1
+    slope = max(0.0, (f2 - f1) / (t2 - t1))
+    return max(0.0, f1 + (tokens - t1) * slope)
 
 
 def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_loss_s: float,
@@ -137,23 +157,31 @@ def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_lo
 
     Returns:
         ``{steps, tokens_per_batch, step_s, train_s, eval_s, interval_s, checkpoints,
-        checkpoint_s, load_s, output_s, total_s}`` (seconds, counts, tokens).
+        checkpoint_s, load_s, output_s, total_s}`` (seconds, counts, tokens);
+        ``eval_s`` is the sum over the run's evaluations.
     """
-    length_ratio = shape.max_length / figures.max_length
-    tokens = figures.mean_tokens * (shape.batch_size / figures.batch_size) * length_ratio
     steps = math.ceil(figures.n_train / shape.batch_size) * shape.epochs
-    step_s = step_seconds(tokens, figures)
+    if shape.trains_encoder:
+        tokens = float(shape.batch_size * shape.max_length)
+        step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
+        one_eval = figures.n_test * forward_seconds(min(figures.mean_len, shape.max_length),
+                                                    figures)
+        load_s = max(0.0, figures.load_s - figures.encode_total_s)
+    else:
+        tokens = 0.0
+        step_s, one_eval, load_s = figures.head_step_s, figures.head_eval_s, figures.load_s
     train_s = steps * step_s
-    eval_s = shape.epochs * figures.eval_s * length_ratio
+    eval_s = shape.epochs * one_eval
     interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
                                restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
                                mtbi_s=mtbi_s).interval_s
     checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
     checkpoint_s = checkpoints * figures.save_stall_s
-    total = figures.load_s + train_s + eval_s + checkpoint_s + figures.output_s
+    total = load_s + train_s + eval_s + checkpoint_s + figures.output_s
     return {"steps": steps, "tokens_per_batch": tokens, "step_s": step_s, "train_s": train_s,
-            "eval_s": eval_s, "interval_s": interval, "checkpoints": checkpoints, "checkpoint_s": checkpoint_s,
-            "load_s": figures.load_s, "output_s": figures.output_s, "total_s": total}
+            "eval_s": eval_s, "interval_s": interval, "checkpoints": checkpoints,
+            "checkpoint_s": checkpoint_s, "load_s": load_s, "output_s": figures.output_s,
+            "total_s": total}
 
 
 def cut_steps(runs: list[tuple[str, str]], *, done: set[str] = frozenset()) -> list[list[str]]:
@@ -204,6 +232,34 @@ def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]
                 f"{option['total_price']} {option['currency']}")
     return Decision("stop", [], f"{_hours_line(full, 'does not fit')} even with only the "
                                 f"essential runs; {tail}", option)
+
+
+def replan_from_options(plan: dict[str, Any], run_names: set[str]
+                        ) -> Callable[[list[str]], dict[str, Any]]:
+    """``replan(dropped)`` for :func:`choose`, read off one plan JSON (``plan --json``).
+
+    ``[]`` gives the plan itself. A cut gives the planner's reduced protocol: the option of
+    the chosen rental (same offer, package_days, flights) whose dropped runs are exactly
+    ``dropped`` (it may also drop stages only they needed). The planner adds reduced
+    options only while the full plan does not fit and stops at the first that fits; a
+    cut it did not compute counts as not fitting.
+    """
+    rental = (plan.get("offer"), plan.get("package_days"), plan.get("flights"))
+
+    def replan(dropped: list[str]) -> dict[str, Any]:
+        if not dropped:
+            return plan
+        for option in plan.get("options", []):
+            same = (option.get("offer"), option.get("package_days"), option.get("flights"))
+            runs_dropped = set(option.get("dropped") or []) & run_names
+            if same == rental and option.get("dropped") and runs_dropped == set(dropped):
+                return {"fits": bool(option.get("fits")),
+                        "reserved_hours": option.get("reserved_hours") or 0.0,
+                        "window_hours": plan.get("window_hours", 0.0)}
+        return {"fits": False, "reserved_hours": plan.get("reserved_hours", 0.0),
+                "window_hours": plan.get("window_hours", 0.0)}
+
+    return replan
 
 
 def _hours_line(plan: dict[str, Any], verdict: str) -> str:

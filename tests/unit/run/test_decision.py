@@ -5,59 +5,74 @@ from __future__ import annotations
 import pytest
 
 from flightplan.run.decision import (PilotFigures, RunShape, choose, cut_steps,
-                                     estimate_run_seconds, step_seconds)
+                                     estimate_run_seconds, forward_seconds,
+                                     replan_from_options)
 
-FIGURES = PilotFigures(max_length=128, batch_size=16, n_train=600, load_s=5.0,
-                       mean_tokens=2048.0, short_tokens=1024.0, short_step_s=0.5,
-                       long_tokens=2048.0, long_step_s=0.9, eval_s=10.0, save_stall_s=0.2,
-                       persist_s=1.0, restore_s=2.0, output_s=3.0)
+# slope of the forward line: (0.8 − 0.2) / (4096 − 1024) = 1.953125e-4 s per token
+FIGURES = PilotFigures(n_train=600, n_test=300, load_s=20.0, encode_total_s=12.0,
+                       short_tokens=1024.0, short_fwd_s=0.2, long_tokens=4096.0,
+                       long_fwd_s=0.8, head_step_s=0.01, head_eval_s=0.5, mean_len=150.0,
+                       save_stall_s=0.2, persist_s=1.0, restore_s=2.0, output_s=3.0)
+CONTROL = RunShape("control", "essential", 128, 16, 3, trains_encoder=False)
+LORA = RunShape("lora-r8", "essential", 128, 16, 3, trains_encoder=True)
+LORA_256 = RunShape("lora-r8-len256", "useful", 256, 16, 3, trains_encoder=True)
 
 
-def test_step_time_is_the_line_through_short_and_long_batches():
-    assert step_seconds(1024, FIGURES) == pytest.approx(0.5)
-    assert step_seconds(4096, FIGURES) == pytest.approx(1.7)     # 0.5 + 3072 · 0.4/1024
-    flat = PilotFigures(**{**FIGURES.to_json(), "long_tokens": 1024.0, "long_step_s": 0.5})
-    assert step_seconds(2048, flat) == pytest.approx(1.0)        # proportional: 0.5 · 2
+def test_forward_time_is_the_line_through_short_and_long_batches():
+    assert forward_seconds(1024, FIGURES) == pytest.approx(0.2)
+    assert forward_seconds(4096, FIGURES) == pytest.approx(0.8)
+    assert forward_seconds(7168, FIGURES) == pytest.approx(1.4)        # extrapolated
+    flat = PilotFigures(**{**FIGURES.to_json(), "long_tokens": 1024.0, "long_fwd_s": 0.2})
+    assert forward_seconds(2048, flat) == pytest.approx(0.4)           # proportional
 
 
 def test_control_re_estimate_by_hand():
-    est = estimate_run_seconds(RunShape("control", "essential", 128, 16, 3), FIGURES,
-                               tolerated_loss_s=60)
-    # steps = ceil(600/16) · 3 = 38 · 3 = 114; step 0.9 s; train 102.6 s
-    assert est["steps"] == 114 and est["tokens_per_batch"] == 2048.0
-    assert est["train_s"] == pytest.approx(102.6)
-    # evals 3 · 10 s; interval L − D − R = 60 − 1 − 2 = 57 s;
-    # saves 1 + floor(102.6 / 57) = 2 → 0.4 s
-    assert est["eval_s"] == pytest.approx(30.0) and est["interval_s"] == 57.0
-    assert est["checkpoints"] == 2
-    # 5 + 102.6 + 30 + 0.4 + 3
-    assert est["total_s"] == pytest.approx(141.0)
+    est = estimate_run_seconds(CONTROL, FIGURES, tolerated_loss_s=60)
+    # steps ceil(600/16) · 3 = 38 · 3 = 114 head steps of 0.01 s; 3 evals of 0.5 s
+    assert est["steps"] == 114 and est["train_s"] == pytest.approx(1.14)
+    assert est["eval_s"] == pytest.approx(1.5)
+    # interval L − D − R = 60 − 1 − 2 = 57 s; saves 1 + floor(1.14 / 57) = 1
+    assert est["interval_s"] == 57.0 and est["checkpoints"] == 1
+    # 20 + 1.14 + 1.5 + 0.2 + 3
+    assert est["total_s"] == pytest.approx(25.84)
 
 
-def test_mean_time_between_interruptions_shortens_the_interval():
-    est = estimate_run_seconds(RunShape("control", "essential", 128, 16, 3), FIGURES,
-                               tolerated_loss_s=60, mtbi_s=1000)
-    # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(102.6 / 20) = 6 → 1.2 s
-    assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 6
-    assert est["total_s"] == pytest.approx(5 + 102.6 + 30 + 1.2 + 3)
+def test_adapter_re_estimate_by_hand():
+    est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60)
+    # 16 · 128 = 2048 tokens → forward 0.4 s → step 3 · 0.4 = 1.2 s; train 114 · 1.2
+    assert est["tokens_per_batch"] == 2048.0 and est["step_s"] == pytest.approx(1.2)
+    assert est["train_s"] == pytest.approx(136.8)
+    # one eval: 300 · fwd(min(150, 128)) = 300 · (0.2 − 896 · 1.953125e-4) = 7.5; × 3
+    assert est["eval_s"] == pytest.approx(22.5)
+    # load without the embedding pass: 20 − 12; saves 1 + floor(136.8 / 57) = 3
+    assert est["load_s"] == pytest.approx(8.0) and est["checkpoints"] == 3
+    assert est["total_s"] == pytest.approx(8 + 136.8 + 22.5 + 0.6 + 3)
 
 
 def test_long_inputs_cost_more_tokens_steps_and_evaluation():
-    est = estimate_run_seconds(RunShape("len256", "useful", 256, 16, 3), FIGURES,
-                               tolerated_loss_s=60)
-    # tokens 2048 · 2 = 4096 → 1.7 s/step; train 114 · 1.7 = 193.8; eval 3 · 10 · 2 = 60
-    assert est["tokens_per_batch"] == 4096.0 and est["step_s"] == pytest.approx(1.7)
-    assert est["checkpoints"] == 4                             # 1 + floor(193.8 / 57)
-    assert est["total_s"] == pytest.approx(5 + 193.8 + 60 + 0.8 + 3)
+    est = estimate_run_seconds(LORA_256, FIGURES, tolerated_loss_s=60)
+    # 4096 tokens → 0.8 s forward → 2.4 s/step; train 273.6 s
+    assert est["step_s"] == pytest.approx(2.4) and est["train_s"] == pytest.approx(273.6)
+    # eval at min(150, 256) = 150 tokens: 300 · (0.2 − 874 · 1.953125e-4) = 8.7890625; × 3
+    assert est["eval_s"] == pytest.approx(26.3671875)
+    assert est["checkpoints"] == 5                                 # 1 + floor(273.6 / 57)
+    assert est["total_s"] == pytest.approx(8 + 273.6 + 26.3671875 + 1.0 + 3)
+
+
+def test_mean_time_between_interruptions_shortens_the_interval():
+    est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, mtbi_s=1000)
+    # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(136.8 / 20) = 7 → 1.4 s
+    assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 7
+    assert est["total_s"] == pytest.approx(8 + 136.8 + 22.5 + 1.4 + 3)
 
 
 def test_batch_size_changes_steps_and_tokens():
-    est = estimate_run_seconds(RunShape("b32", "useful", 128, 32, 1), FIGURES,
+    est = estimate_run_seconds(RunShape("b32", "useful", 128, 32, 1, True), FIGURES,
                                tolerated_loss_s=60)
-    # steps ceil(600/32) = 19; tokens 4096 → 1.7 s; train 32.3 s; only the first save
-    assert est["steps"] == 19 and est["train_s"] == pytest.approx(32.3)
+    # steps ceil(600/32) = 19; 4096 tokens → 2.4 s; train 45.6 s; only the first save
+    assert est["steps"] == 19 and est["train_s"] == pytest.approx(45.6)
     assert est["checkpoints"] == 1
-    assert est["total_s"] == pytest.approx(5 + 32.3 + 10 + 0.2 + 3)
+    assert est["total_s"] == pytest.approx(8 + 45.6 + 7.5 + 0.2 + 3)
 
 
 RUNS = [("control", "essential"), ("lora", "essential"), ("len256", "useful"),
@@ -109,3 +124,22 @@ def test_stop_names_the_cheapest_package_that_fits_the_full_campaign():
     assert decision.decision == "stop" and decision.fitting_option == options[2]
     assert decision.reason.endswith("the cheapest package that fits is RTX 4090 7-day × 1: "
                                     "110.00 USD")
+
+
+def test_cut_read_off_the_planners_reduced_protocol():
+    def option(days, price, fits, reserved, dropped=()):
+        return {"offer": "RTX 4090", "package_days": days, "flights": 1, "total_price": price,
+                "currency": "USD", "fits": fits, "reserved_hours": reserved,
+                "dropped": list(dropped)}
+    plan = {"offer": "RTX 4090", "package_days": 3, "flights": 1, "fits": False,
+            "reserved_hours": 80.0, "window_hours": 72.0,
+            "options": [option(7, "110.00", True, 80.0),
+                        option(3, "47.14", True, 60.0, ["len256", "wild", "wilder", "review"]),
+                        option(3, "47.14", False, 80.0),
+                        option(3, "47.14", False, 75.0, ["wild", "wilder"])]}
+    replan = replan_from_options(plan, {name for name, _ in RUNS})
+    decision = choose(cut_steps(RUNS), replan)
+    # the stage "review" that only the dropped runs needed is not a run: it does not count
+    assert decision.decision == "cut" and decision.dropped == ["wild", "wilder", "len256"]
+    assert decision.reason == ("80.00 h of 72.00 h does not fit; without wild, wilder, len256 "
+                               "60.00 h of 72.00 h fits")
