@@ -179,12 +179,14 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
     spec_path.write_text(SPEC_TEMPLATE.format(accept=accept, train_sha=hashes["train.tsv"],
                                               test_sha=hashes["test.tsv"]))
     spec = load_spec(spec_path)
+    def slot(name, kind, start_s, seconds):
+        return {"name": name, "kind": kind, "tier": "essential", "start_hours": start_s / 3600,
+                "end_hours": (start_s + seconds) / 3600, "duration_hours": seconds / 3600,
+                "uses": ["gpu"], "flight": 1, "gpus": 1, "gpu_ids": [0], "each_flight": False}
+
     plan = {"campaign": "fixture", "reserved_hours": 50 / 3600, "window_hours": 72.0,
-            "items": [{"name": "data-check", "kind": "stage", "start_h": 0.0, "end_h": 10 / 3600},
-                      {"name": "control", "kind": "run", "start_h": 10 / 3600,
-                       "end_h": 30 / 3600},
-                      {"name": "variant", "kind": "run", "start_h": 30 / 3600,
-                       "end_h": 50 / 3600}]}
+            "stages": [slot("data-check", "stage", 0, 10), slot("control", "run", 10, 20),
+                       slot("variant", "run", 30, 20)]}
     run_rows, stage_rows = [], [{"name": "data-check", "kind": "stage", "started_at": T0,
                                  "ended_at": T0 + 12}]
     for index, run in enumerate(spec.runs):

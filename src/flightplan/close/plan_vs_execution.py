@@ -1,0 +1,192 @@
+"""Plan versus execution: the original plan, exactly as frozen, next to what happened.
+
+Planned durations come from the original plan's ``stages`` (``duration_hours``, summed
+over the copies of a stage that repeats on every flight); observed durations from the
+ledger's ``stage_times`` (summed over executions: a resumed run counts every attempt),
+or a run's ``started_at``/``ended_at`` when the runner recorded no stage time.
+Deviation = observed − planned (hours) and observed / planned − 1. Explanations are
+the notes recorded with ``flightplan note NAME "text"``. Decisions are the pilot's
+decision point, the runs cut and the runs stopped by a rule. Totals: the plan's
+``reserved_hours`` against the observed span from the first start to the last end.
+
+The original plan is read, never rewritten; ``plan_intact`` says whether it still hashes
+to the sha256 frozen with it.
+
+Usage::
+
+    record = plan_vs_execution(ledger)
+    markdown = plan_vs_execution_markdown(record)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flightplan.run.ledger import plan_sha256
+
+__all__ = ["plan_vs_execution", "plan_vs_execution_markdown"]
+
+_HOUR_S = 3600.0
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _planned(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """name → {kind, tier, planned_hours, planned_start_hours} from the plan's stages."""
+    planned: dict[str, dict[str, Any]] = {}
+    for slot in plan.get("stages") or []:
+        entry = planned.setdefault(slot["name"], {
+            "kind": slot.get("kind"), "tier": slot.get("tier"), "planned_hours": 0.0,
+            "planned_start_hours": slot.get("start_hours")})
+        entry["planned_hours"] += float(slot.get("duration_hours") or 0.0)
+        start = slot.get("start_hours")
+        if start is not None and (entry["planned_start_hours"] is None
+                                  or start < entry["planned_start_hours"]):
+            entry["planned_start_hours"] = start
+    return planned
+
+
+def _observed(ledger: Any) -> tuple[dict[str, list[tuple[float, float]]], dict[str, dict]]:
+    """name → [(start_s, end_s)] executions, and run name → its latest ledger row."""
+    runs = ledger.runs()
+    name_of = {r["run_id"]: r["name"] for r in runs}
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for row in ledger.stage_times():
+        name = name_of.get(row["name"], row["name"])
+        spans.setdefault(name, []).append((float(row["started_at"]), float(row["ended_at"])))
+    latest: dict[str, dict] = {}
+    for run in runs:
+        if run["status"] != "superseded" or run["name"] not in latest:
+            latest[run["name"]] = run
+        if run["name"] not in spans and run.get("started_at") and run.get("ended_at"):
+            spans[run["name"]] = [(float(run["started_at"]), float(run["ended_at"]))]
+    return spans, latest
+
+
+def plan_vs_execution(ledger: Any) -> dict[str, Any]:
+    """The ``plan_vs_execution.json`` object.
+
+    Args:
+        ledger: an object with the read API of :class:`flightplan.run.ledger.Ledger`.
+
+    Returns:
+        ``{original_plan: {version, plan_sha256, created_at, file, reserved_hours,
+        window_hours}, plan_intact, re_estimates: [...], items: [{name, kind, tier,
+        status, planned_hours, planned_start_hours, observed_hours, observed_start_hours,
+        executions, deviation_hours, deviation_fraction, explanation: [str]}],
+        decisions: [...], totals: {reserved_hours, observed_hours, busy_hours,
+        deviation_hours}}``; hours from the campaign's first observed start.
+    """
+    original = ledger.original_plan() or {"plan": {}, "plan_sha256": None, "version": None,
+                                          "created_at": None}
+    plan = original["plan"]
+    planned = _planned(plan)
+    spans, latest = _observed(ledger)
+    starts = [s for executions in spans.values() for s, _ in executions]
+    ends = [e for executions in spans.values() for _, e in executions]
+    origin = min(starts) if starts else 0.0
+    notes: dict[str, list[str]] = {}
+    for note in ledger.notes():
+        notes.setdefault(note["name"], []).append(note["text"])
+    items = []
+    for name in list(planned) + [n for n in spans if n not in planned]:
+        plan_entry = planned.get(name, {})
+        executions = spans.get(name, [])
+        observed = sum(e - s for s, e in executions) / _HOUR_S if executions else None
+        planned_hours = plan_entry.get("planned_hours")
+        run = latest.get(name)
+        deviation = None if observed is None or planned_hours is None else observed - planned_hours
+        items.append({
+            "name": name, "kind": plan_entry.get("kind") or ("run" if run else "stage"),
+            "tier": plan_entry.get("tier") or (run or {}).get("tier"),
+            "status": run["status"] if run else ("done" if executions else "not run"),
+            "planned_hours": _r(planned_hours),
+            "planned_start_hours": _r(plan_entry.get("planned_start_hours")),
+            "observed_hours": _r(observed),
+            "observed_start_hours": _r((min(s for s, _ in executions) - origin) / _HOUR_S)
+            if executions else None,
+            "executions": len(executions),
+            "deviation_hours": _r(deviation),
+            "deviation_fraction": _r(deviation / planned_hours)
+            if deviation is not None and planned_hours else None,
+            "explanation": notes.get(name, []),
+        })
+    decisions = [{"kind": "pilot", "at": d["at"], "decision": d["decision"],
+                  "computed": d["computed"], "overridden": d["overridden"],
+                  "dropped": d["dropped"], "figures": d["figures"]} for d in ledger.decisions()]
+    for run in ledger.runs():
+        if run["status"] == "cut":
+            decisions.append({"kind": "cut", "at": run.get("ended_at"), "run_id": run["run_id"],
+                              "name": run["name"], "decision": "cut"})
+        if run["status"] == "stopped" and run.get("stop"):
+            decisions.append({"kind": "stop", "at": run["stop"].get("time"),
+                              "run_id": run["run_id"], "name": run["name"], "decision": "stop",
+                              "rule": run["stop"].get("rule"),
+                              "message": run["stop"].get("message")})
+    reserved = plan.get("reserved_hours")
+    observed_span = (max(ends) - origin) / _HOUR_S if ends else None
+    busy = sum(e - s for ex in spans.values() for s, e in ex) / _HOUR_S if spans else None
+    return {
+        "original_plan": {"version": original.get("version"),
+                          "plan_sha256": original.get("plan_sha256"),
+                          "created_at": original.get("created_at"), "file": "plan.json",
+                          "reserved_hours": reserved, "window_hours": plan.get("window_hours")},
+        "plan_intact": bool(plan) and plan_sha256(plan) == original.get("plan_sha256"),
+        "re_estimates": [{"version": v["version"], "created_at": v["created_at"],
+                          "reason": v["reason"],
+                          "reserved_hours": v["plan"].get("reserved_hours")}
+                         for v in ledger.plan_versions() if v["kind"] != "original"],
+        "items": items,
+        "decisions": decisions,
+        "totals": {"reserved_hours": reserved, "observed_hours": _r(observed_span),
+                   "busy_hours": _r(busy),
+                   "deviation_hours": _r(observed_span - reserved)
+                   if observed_span is not None and reserved is not None else None},
+    }
+
+
+def _h(value: float | None) -> str:
+    """Hours for a table: ``–`` when unknown, else with enough places for seconds."""
+    if value is None:
+        return "–"
+    return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
+    """``plan_vs_execution.md``: the same comparison as tables."""
+    original = record["original_plan"]
+    lines = ["# Plan versus execution", "",
+             f"Original plan: version {original['version']}, sha256 `{original['plan_sha256']}`"
+             f" ({'intact' if record['plan_intact'] else 'DOES NOT MATCH its frozen hash'}); "
+             f"the plan itself is `plan.json`, never rewritten.", "",
+             "| stage / run | kind | tier | status | planned (h) | observed (h) | deviation (h) "
+             "| runs | explanation |", "|---|---|---|---|---|---|---|---|---|"]
+    for item in record["items"]:
+        explanation = " / ".join(item["explanation"]).replace("|", "\\|") or "–"
+        lines.append(f"| {item['name']} | {item['kind']} | {item['tier'] or '–'} | "
+                     f"{item['status']} | {_h(item['planned_hours'])} | "
+                     f"{_h(item['observed_hours'])} | {_h(item['deviation_hours'])} | "
+                     f"{item['executions']} | {explanation} |")
+    totals = record["totals"]
+    lines += ["", f"Reserved {_h(totals['reserved_hours'])} h; observed "
+              f"{_h(totals['observed_hours'])} h from first start to last end "
+              f"({_h(totals['busy_hours'])} h of stage and run time); deviation "
+              f"{_h(totals['deviation_hours'])} h.", "", "## Decisions", ""]
+    if not record["decisions"]:
+        lines.append("No decision was recorded.")
+    for d in record["decisions"]:
+        if d["kind"] == "pilot":
+            extra = " (overridden; computed: " + d["computed"] + ")" if d["overridden"] else ""
+            dropped = f"; dropped {', '.join(map(str, d['dropped']))}" if d["dropped"] else ""
+            lines.append(f"- decision point after the pilot: **{d['decision']}**{extra}{dropped}")
+        elif d["kind"] == "cut":
+            lines.append(f"- cut: {d['name']} (`{d['run_id']}`)")
+        else:
+            lines.append(f"- stopped: {d['name']} (`{d['run_id']}`) by rule {d['rule']}: "
+                         f"{d['message']}")
+    for version in record["re_estimates"]:
+        lines.append(f"- re-estimated plan (version {version['version']}): reserved "
+                     f"{_h(version['reserved_hours'])} h; {version['reason'] or 'no reason given'}")
+    return "\n".join(lines) + "\n"
