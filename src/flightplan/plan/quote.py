@@ -120,12 +120,16 @@ def _order(options: list[Option], currency: str) -> tuple[Option, ...]:
 def reduce_tasks(tasks: list[Task], tiers: tuple[str, ...]) -> tuple[list[Task], tuple[str, ...]]:
     """Drop the tasks of ``tiers`` (never essential ones) and the stages only they needed.
 
-    A stage is "only needed by" dropped work when it has dependents and all of them are
-    dropped. A kept task that waited for a dropped one now waits for what that one waited
-    for, so the order among kept tasks is unchanged.
+    A stage is kept when it has no dependents, when a kept task depends on it directly,
+    or when a kept run depends on it through any chain (its set-up); otherwise only
+    dropped work needed it and it goes too. A kept task that waited for a dropped one
+    now waits for what that one waited for, so the order among kept tasks is unchanged.
 
     Returns:
         (kept tasks in the given order, dropped names in the given order).
+
+    Raises:
+        ValueError: ``tiers`` includes ``"essential"``.
     """
     if "essential" in tiers:
         raise ValueError("essential work is never dropped")
@@ -134,10 +138,19 @@ def reduce_tasks(tasks: list[Task], tiers: tuple[str, ...]) -> tuple[list[Task],
     for task in tasks:
         for dep in task.after:
             children[dep].append(task.name)
-    dropped = {t.name for t in tasks if t.tier in tiers}
-    for name in reversed(topological_order(by_name)):      # dependents before what they need
-        kids = children[name]
-        if by_name[name].kind == "stage" and kids and all(k in dropped for k in kids):
+    order = topological_order(by_name)
+    setup_of_kept_runs: set[str] = set()
+    for name in order[::-1]:
+        task = by_name[name]
+        if (task.kind == "run" and task.tier not in tiers) or name in setup_of_kept_runs:
+            setup_of_kept_runs.update(task.after)
+    dropped: set[str] = set()
+    for name in order[::-1]:                    # dependents before what they need
+        task = by_name[name]
+        if task.tier in tiers:
+            dropped.add(name)
+        elif task.kind == "stage" and children[name] and name not in setup_of_kept_runs \
+                and all(c in dropped for c in children[name]):
             dropped.add(name)
     memo: dict[str, set[str]] = {}
 
