@@ -26,7 +26,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 __all__ = ["BrokenSpec", "BASE_SPEC_PATH", "base_spec", "dump_toml", "FAMILIES",
-           "broken_spec", "catalog_fault", "raw_fault", "RAW_KINDS", "renamed_spec"]
+           "broken_spec", "catalog_fault", "raw_fault", "RAW_KINDS", "extreme_spec", "renamed_spec"]
 
 BASE_SPEC_PATH = Path(__file__).resolve().parents[2] / "examples" / "illustration" / "campaign.toml"
 
@@ -400,3 +400,19 @@ def renamed_spec(draw: st.DrawFn) -> tuple[str, list[str]]:
         if "reference" in entry:
             entry["reference"] = mapping[entry["reference"]]
     return dump_toml(renamed), names
+
+
+@st.composite
+def extreme_spec(draw: st.DrawFn) -> str:
+    """A file the spec accepts, with extreme but legal values: durations from one second
+    to far beyond any rental (``"99999999999999999999d"``), up to 64 flights and people.
+    ``flightplan plan`` must answer it (exit 0, or 2 naming the field), never crash."""
+    doc = base_spec()
+    for table, i in _entry_names(doc):
+        if draw(st.booleans()):
+            number = draw(st.one_of(st.integers(1, 10**6), st.integers(10**12, 10**30),
+                                    st.decimals(min_value="0.5", max_value=10**6, places=3)))
+            doc[table][i]["duration"] = f"{number}{draw(_units)}"
+    doc["rental"]["flights"] = draw(st.integers(1, 64))
+    doc["rental"]["people"] = draw(st.integers(1, 64))
+    return dump_toml(doc)

@@ -20,7 +20,7 @@ from flightplan.errors import SpecError
 from flightplan.spec import load_spec, parse_spec
 
 from .broken_specs import (BrokenSpec, base_spec, broken_spec, catalog_fault, dump_toml,
-                           raw_fault, renamed_spec)
+                           extreme_spec, raw_fault, renamed_spec)
 from .cli_harness import assert_clean_input_error, run_inprocess, run_subprocess, snapshot
 
 CI = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -104,6 +104,19 @@ def test_unicode_names_of_any_length_up_to_200_plan_cleanly(case: tuple[str, lis
         outcome = run_inprocess(["plan", str(path), "--json"])
     assert outcome.code == 0, outcome.stderr
     assert "Traceback" not in outcome.stderr
+
+
+@settings(CI, max_examples=30)
+@given(extreme_spec())
+def test_plan_answers_extreme_but_legal_values_without_crashing(text: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "campaign.toml"
+        path.write_text(text, encoding="utf-8")
+        outcome = run_inprocess(["plan", str(path), "--json"])
+    assert "Traceback" not in outcome.stderr, outcome.stderr[-600:]
+    assert outcome.code in (0, 2), (outcome.code, outcome.stderr)
+    if outcome.code == 2:
+        assert_clean_input_error(outcome, names=None)
 
 
 # Real subprocesses: the console script, the verbs that write (run), a kept folder.
