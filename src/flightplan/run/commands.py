@@ -25,3 +25,175 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
         for finding in report["findings"]:
             print(f"{directory}: {finding['check']}: {finding['path']}: {finding['message']}")
     return 0 if report["verified"] else 1
+
+
+# -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
+
+def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
+    """``flightplan run SPEC [--decide continue|cut|stop] [--json]``.
+
+    Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
+    the summary table (run, tier, status, metric, wall time, stop reason) or, with
+    ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
+    data_check, pilot, decision, runs, statuses, wall_s}``. A campaign stop is also
+    written to stderr as one line.
+
+    Returns:
+        0 when the runs ended (a run stopped by its own rule included); 1 when the
+        campaign was stopped (data check, pilot resume check, decision) or a run crashed.
+    """
+    import sys
+
+    from rich.console import Console
+
+    from flightplan.run.campaign import run_campaign
+    from flightplan.run.progress import summary_table
+    from flightplan.spec import load_spec
+
+    spec = load_spec(spec_path)
+    console = Console()
+    outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
+    if as_json:
+        print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
+    else:
+        console.print(summary_table(outcome.runs, metric=spec.campaign.metric))
+        console.print(outcome.message, highlight=False)
+    if outcome.stopped_by:
+        print(f"campaign stopped: {outcome.message}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def status_command(spec_path: Path, *, as_json: bool) -> int:
+    """``flightplan status [SPEC] [--json]``: the ledger as rich tables or one JSON object
+    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
+    lock, or null; runs left ``running`` by a runner that is gone show as
+    ``interrupted``).
+
+    Raises:
+        SpecError: the campaign file is missing or invalid.
+        ArgumentError: the campaign has no ledger yet (it was never run).
+    """
+    from flightplan.errors import ArgumentError
+    from flightplan.run.ledger import LEDGER_FILE, Ledger
+    from flightplan.run.lock import lock_holder
+    from flightplan.spec import load_spec
+
+    spec = load_spec(spec_path)
+    try:
+        ledger = Ledger.open(spec.campaign_dir, create=False)
+    except FileNotFoundError:
+        raise ArgumentError(f"{spec.campaign_dir / LEDGER_FILE}: no ledger yet; run "
+                            f"`flightplan run {spec_path}` first") from None
+    with ledger:
+        snapshot = ledger.snapshot()
+    holder = lock_holder(spec.campaign_dir)
+    snapshot["runner"] = holder
+    if holder is None:
+        for run in snapshot["runs"]:
+            if run["status"] == "running":
+                run["status"] = "interrupted"
+    if as_json:
+        print(json.dumps(snapshot, indent=2, default=str))
+        return 0
+    _print_status(snapshot)
+    return 0
+
+
+def _when(at: float | None) -> str:
+    import time
+    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def _print_status(snapshot: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from flightplan.run.progress import format_stop
+
+    console = Console()
+    campaign = snapshot["campaign"] or {}
+    runner = snapshot.get("runner")
+    console.print(f"campaign [bold]{campaign.get('name', '?')}[/bold] "
+                  f"({campaign.get('spec_path', '?')}, created {_when(campaign.get('created_at'))}); "
+                  + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
+                  highlight=False)
+    plans = Table(title="plan versions")
+    for header in ("VERSION", "KIND", "RESERVED (h)", "WINDOW (h)", "FITS", "SHA256", "REASON"):
+        plans.add_column(header)
+    for v in snapshot["plan_versions"]:
+        plans.add_row(str(v["version"]), v["kind"], f"{v.get('reserved_hours') or 0:.2f}",
+                      f"{v.get('window_hours') or 0:.0f}", str(v.get("fits")),
+                      v["plan_sha256"][:12], v.get("reason") or "")
+    console.print(plans)
+    runs = Table(title="runs")
+    for header in ("RUN", "TIER", "STATUS", "METRIC", "WALL (s)", "STARTED", "STOP / NOTE"):
+        runs.add_column(header)
+    for r in snapshot["runs"]:
+        extra = format_stop(r["stop"]) or (f"superseded by {r['superseded_by']}"
+                                           if r.get("superseded_by") else "")
+        runs.add_row(f"{r['name']}\n[dim]{r['run_id']}[/dim]", r["tier"], r["status"],
+                     "-" if r["metric"] is None else f"{r['metric']:.4f}",
+                     f"{r['wall_s']:.1f}", _when(r["started_at"]), extra)
+    console.print(runs)
+    if snapshot["decisions"]:
+        decisions = Table(title="decisions")
+        for header in ("AT", "DECISION", "COMPUTED", "DROPPED", "REASON"):
+            decisions.add_column(header)
+        for d in snapshot["decisions"]:
+            decisions.add_row(_when(d["at"]), d["decision"], d["computed"],
+                              ", ".join(d["dropped"]) or "-", d["figures"].get("reason", ""))
+        console.print(decisions)
+    expenses = Table(title="expenses")
+    for header in ("KIND", "LABEL", "AMOUNT"):
+        expenses.add_column(header)
+    for e in snapshot["expenses"]:
+        expenses.add_row(e["kind"], e["label"], f"{e['amount']} {e['currency']}")
+    console.print(expenses)
+    if snapshot["notes"]:
+        notes = Table(title="notes")
+        for header in ("AT", "NAME", "TEXT"):
+            notes.add_column(header)
+        for n in snapshot["notes"]:
+            notes.add_row(_when(n["at"]), n["name"], n["text"])
+        console.print(notes)
+    events = Table(title="last events")
+    for header in ("AT", "RUN", "KIND"):
+        events.add_column(header)
+    for e in snapshot["events"][-12:]:
+        events.add_row(_when(e["at"]), e["run_id"] or "-", e["kind"])
+    console.print(events)
+
+
+def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int:
+    """``flightplan note NAME TEXT [--spec SPEC] [--json]``: record in the ledger why a
+    stage or run deviated from the plan. ``NAME`` is a stage or run of the campaign file
+    (or one of the run ids in the ledger).
+
+    Raises:
+        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"), or
+            ``TEXT`` is empty.
+        SpecError: the campaign file is missing or invalid.
+    """
+    import difflib
+
+    from flightplan.errors import ArgumentError
+    from flightplan.run.ledger import Ledger
+    from flightplan.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if not text.strip():
+        raise ArgumentError("the note is empty; say why the stage or run deviated")
+    with Ledger.open(spec.campaign_dir) as ledger:
+        known = [e.name for e in (*spec.stages, *spec.runs)] + \
+                [r["run_id"] for r in ledger.runs()]
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else \
+                f"; known: {', '.join(sorted(set(e.name for e in (*spec.stages, *spec.runs))))}"
+            raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
+        note = ledger.add_note(name, text.strip())
+    if as_json:
+        print(json.dumps(note))
+    else:
+        print(f"noted for {name}: {note['text']}")
+    return 0

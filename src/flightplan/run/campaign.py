@@ -1,0 +1,430 @@
+"""Carry out a campaign: data check, pilot, decision point, then the runs in tier order.
+
+Running it again continues where it stopped: finished and stopped runs are skipped, an
+interrupted run resumes from its checkpoints, a run whose configuration changed gets a
+new id (the old id stays in the ledger as ``superseded``). The pilot and the decision
+are kept in the ledger and not redone unless the control changed or ``--decide`` is
+given. Everything is written under the campaign directory.
+
+Exit code of :func:`run_campaign` (in :class:`CampaignOutcome`): 0 when every run that
+was not cut ended, finished or stopped by its own rule; 1 when the campaign was stopped
+(corpus mismatch, ``no_usable_resume`` in the pilot, the decision ``stop``) or a run's
+process crashed (running again retries it).
+
+Usage::
+
+    outcome = run_campaign(load_spec("campaign.toml"), decide=None, console=Console())
+    outcome.exit_code, outcome.to_json()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from flightplan.close.manifest import write_json_atomic
+from flightplan.close.results import publish_data_check, publish_plan, publish_run
+from flightplan.corpus import corpus_root
+from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
+from flightplan.plan.campaign_plan import plan_campaign
+from flightplan.plan.catalog import catalog_for_spec
+from flightplan.run.data_check import run_data_check
+from flightplan.run.decision import (DECISIONS, RunShape, choose, cut_steps,
+                                     estimate_run_seconds, replan_from_options)
+from flightplan.run.executor import Executor, Job, JobResult, LocalExecutor
+from flightplan.run.ids import config_hash, run_config, slug
+from flightplan.run.ledger import Ledger
+from flightplan.run.lock import CampaignLock
+from flightplan.run.pilot import PilotResult, run_pilot
+from flightplan.run.progress import ProgressBoard, format_stop
+from flightplan.run.records import RunRecorder
+from flightplan.spec import CampaignSpec, Run
+from flightplan.units import Duration
+
+__all__ = ["PlannedRun", "CampaignOutcome", "plan_runs", "trial_document", "expense_rows",
+           "run_campaign", "TIER_ORDER", "DATA_CHECK_STAGE", "PILOT_STAGE"]
+
+TIER_ORDER = {"essential": 0, "useful": 1, "exploratory": 2}
+DATA_CHECK_STAGE = "data-check"
+PILOT_STAGE = "pilot"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run of the spec with its id: ``run_id = slug(name)-hash[:10]`` (run/ids.py)."""
+
+    run: Run
+    run_id: str
+    config_hash: str
+    run_dir: Path
+
+
+@dataclass
+class CampaignOutcome:
+    """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``, ``"pilot"``
+    or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
+    wall_s, stop, reason}``."""
+
+    campaign: str
+    exit_code: int
+    message: str
+    stopped_by: str | None = None
+    decision: dict[str, Any] | None = None
+    pilot: dict[str, Any] | None = None
+    data_check: dict[str, Any] | None = None
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``flightplan run --json`` object."""
+        return {"campaign": self.campaign, "exit_code": self.exit_code,
+                "status": "stopped" if self.stopped_by else "completed",
+                "stopped_by": self.stopped_by, "message": self.message,
+                "data_check": self.data_check, "pilot": self.pilot, "decision": self.decision,
+                "runs": self.runs, "statuses": {r["name"]: r["status"] for r in self.runs},
+                "wall_s": self.wall_s}
+
+
+def _task_module(run: Run, spec: CampaignSpec) -> Any:
+    """The task module ``flightplan.tasks.<task>`` (what the worker imports).
+
+    Raises:
+        SpecError: no such task (names the run's ``task`` field).
+    """
+    try:
+        return importlib.import_module(f"flightplan.tasks.{run.task}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in (f"flightplan.tasks.{run.task}", "flightplan.tasks"):
+            raise
+        index = spec.runs.index(run)
+        raise SpecError(f"no task {run.task!r} in flightplan.tasks; use a built-in task "
+                        f"such as \"textclf\"", file=spec.source, field=f"run[{index}].task",
+                        value=run.task) from None
+
+
+def _base_revision(task: Any, spec: CampaignSpec, params: dict[str, Any]) -> Any:
+    """The base model revision that goes into the run id.
+
+    A task may define ``base_revision(base_model_section, params)``; ``textclf`` keeps
+    it in its model module (``init_seed`` = params ``seed`` for random encoders).
+    """
+    from flightplan.spec import BaseModelSection
+
+    section = spec.base_model or BaseModelSection()
+    if callable(getattr(task, "base_revision", None)):
+        return task.base_revision(section, params)
+    if task.__name__ == "flightplan.tasks.textclf":
+        from flightplan.tasks.textclf.model import base_revision
+        return base_revision(section, init_seed=int(params.get("seed", 0)))
+    return None
+
+
+def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
+    """Every run of the spec with its id, in tier order (essential, useful,
+    exploratory; file order within a tier)."""
+    corpus = dict(spec.corpus.sha256) if spec.corpus else {}
+    planned = []
+    for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
+        task = _task_module(run, spec)
+        config = run_config(run.task, run.params, corpus, _base_revision(task, spec, run.params),
+                            str(getattr(task, "CODE_VERSION", "0")))
+        digest = config_hash(config)
+        run_id = f"{slug(run.name)}-{digest[:10]}"
+        planned.append(PlannedRun(run, run_id, digest,
+                                  spec.campaign_dir / "runs" / run_id))
+    return planned
+
+
+def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> dict[str, Any]:
+    """The run's ``trial.json`` (keys in docs/internals.md)."""
+    corpus = None
+    if spec.corpus is not None:
+        corpus = dict(spec.corpus.model_dump(mode="json"),
+                      root=corpus_root(spec.corpus, spec.campaign_dir))
+    return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
+            "task": planned.run.task, "params": planned.run.params, "planned_steps": None,
+            "stop": spec.stop.model_dump(mode="json"),
+            "checkpoint": spec.checkpoint.model_dump(mode="json"), "corpus": corpus,
+            "base_model": None if spec.base_model is None
+            else spec.base_model.model_dump(mode="json"),
+            "campaign_dir": str(spec.campaign_dir), "resume": resume,
+            "config_hash": planned.config_hash, "max_steps": None}
+
+
+def expense_rows(spec: CampaignSpec) -> list[dict[str, Any]]:
+    """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog
+    (amount = flights × package price) and each ``[[expense]]``."""
+    rental = spec.rental
+    offer = catalog_for_spec(spec).offer(rental.offer, source=spec.source, field_name="rental.offer")
+    price = offer.packages[rental.package_days] * rental.flights
+    rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
+             "flights": rental.flights, "amount": str(price), "currency": price.currency,
+             "label": f"{offer.name} {rental.package_days}-day package × {rental.flights}"
+                      + (f" (order {rental.order})" if rental.order else "")}]
+    for expense in spec.expenses:
+        rows.append({"kind": "external", "label": expense.label, "offer": None,
+                     "package_days": None, "flights": None, "amount": str(expense.money),
+                     "currency": expense.currency})
+    return rows
+
+
+def _has_checkpoint(run_dir: Path) -> bool:
+    folder = run_dir / "checkpoints"
+    return folder.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp")
+                                   for p in folder.glob("step-*"))
+
+
+class _Campaign:
+    """One invocation of ``flightplan run`` under the lock (see :func:`run_campaign`)."""
+
+    def __init__(self, spec: CampaignSpec, ledger: Ledger, *, decide: str | None,
+                 executor: Executor, console: Console, board: ProgressBoard, quiet: bool) -> None:
+        self.spec, self.ledger, self.decide = spec, ledger, decide
+        self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
+        self.dir = spec.campaign_dir
+        self.recorder = RunRecorder(ledger, self.dir, metric=spec.campaign.metric)
+        self.started = time.time()
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.board.enabled:
+            self.board.note(text)
+        else:
+            self.console.print(text, highlight=False)
+
+    def outcome(self, message: str, *, code: int, stopped_by: str | None = None,
+                **parts: Any) -> CampaignOutcome:
+        rows = self.recorder.summary(self.planned)
+        return CampaignOutcome(self.spec.campaign.name, code, message, stopped_by,
+                               runs=rows, wall_s=time.time() - self.started, **parts)
+
+    # -- the steps --------------------------------------------------------------------
+    def prepare(self) -> None:
+        spec, ledger = self.spec, self.ledger
+        source = Path(spec.source).resolve()
+        ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
+                               spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
+        plan = plan_campaign(spec).to_json()
+        original, written = ledger.freeze_original(plan)
+        publish_plan(self.dir, original["plan"])
+        if written:
+            self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
+                     f"(sha256 {original['plan_sha256'][:12]})")
+        ledger.sync_expenses(expense_rows(spec))
+        for run_id in ledger.reset_interrupted():
+            self.say(f"{run_id} was interrupted; it resumes from its last checkpoint")
+        self.planned = plan_runs(spec)
+        for planned in self.planned:
+            ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
+                              tier=planned.run.tier, config_hash=planned.config_hash)
+
+    def data_check(self) -> dict[str, Any] | CampaignOutcome:
+        started = time.time()
+        out = self.dir / ".flightplan" / "data_check.json"
+        try:
+            report = run_data_check(self.spec, out=out)
+        except CorpusMismatch as exc:
+            report = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {
+                "status": "corpus_mismatch", "message": str(exc)}
+            self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
+                                     event="data_check", data=_check_summary(report))
+            publish_data_check(self.dir, report)
+            return self.outcome(f"data check: {exc}", code=1, stopped_by="data_check",
+                                data_check=_check_summary(report))
+        self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
+                                 event="data_check", data=_check_summary(report))
+        publish_data_check(self.dir, report)
+        cut = ", ".join(f"{t['fraction']:.0%} cut at {t['max_length']}"
+                        for t in report.get("truncation", []))
+        dups = len(report.get("cross_split_duplicates", []))
+        self.say(f"data check ok: corpus hashes match; {cut}; {dups} text(s) in both train "
+                 f"and test")
+        return report
+
+    def pilot(self, report: dict[str, Any]) -> dict[str, Any] | CampaignOutcome:
+        control = next(p for p in self.planned if p.run.name == self.spec.control.name)
+        for event in reversed(self.ledger.events(kind="pilot")):
+            data = event["data"] or {}
+            if data.get("control_id") == control.run_id and data.get("ok"):
+                self.say(f"pilot: kept from {time.strftime('%H:%M:%S', time.localtime(event['at']))}"
+                         f" ({data.get('message')})")
+                return data
+            break
+        self.say(f"pilot of {control.run.name}: short run, early checkpoint, resume in a "
+                 f"new process")
+        result: PilotResult = run_pilot(
+            trial_document(self.spec, control, resume=False), self.dir, report,
+            executor=self.executor, on_start=self._bar, on_progress=self._progress)
+        data = dict(result.to_json(), control_id=control.run_id)
+        self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
+                                 ended_at=result.ended_at, event="pilot", data=data)
+        if not result.ok:
+            rule = "no_usable_resume" if self.spec.stop.require_resume else None
+            self.say(f"pilot failed: {result.message}")
+            if rule:
+                return self.outcome(f"campaign stopped by rule {rule}: {result.message}",
+                                    code=1, stopped_by="pilot", pilot=data)
+        else:
+            self.say(f"pilot ok: {result.message}")
+        return data
+
+    def decision(self, pilot: dict[str, Any]) -> dict[str, Any]:
+        previous = self.ledger.decisions()
+        if previous and self.decide is None:
+            last = previous[-1]
+            return {k: last[k] for k in ("decision", "computed", "overridden", "dropped")} | {
+                "reason": last["figures"].get("reason", ""), "kept_from_earlier_run": True}
+        durations, estimates = self._re_estimates(pilot)
+        plan = plan_campaign(self.spec, durations=durations).to_json()
+        version = self.ledger.add_plan_version(plan, reason="re-estimated from the pilot")
+        done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
+        steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
+        computed = choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs}))
+        chosen, dropped = computed.decision, computed.dropped
+        if self.decide is not None and self.decide != computed.decision:
+            chosen = self.decide
+            dropped = (computed.dropped or next((s for s in steps[1:]), [])) \
+                if chosen == "cut" else []
+        figures = {"pilot": pilot.get("figures"), "estimates": estimates,
+                   "plan_version": version, "reserved_hours": plan["reserved_hours"],
+                   "window_hours": plan["window_hours"], "fits": plan["fits"],
+                   "reason": computed.reason, "fitting_option": computed.fitting_option}
+        self.ledger.add_decision(decision=chosen, computed=computed.decision, figures=figures,
+                                 dropped=dropped)
+        verb = chosen + (f" (computed: {computed.decision})" if chosen != computed.decision else "")
+        self.say(f"decision: {verb}: {computed.reason}"
+                 + (f"; dropping {', '.join(dropped)}" if dropped else ""))
+        return {"decision": chosen, "computed": computed.decision,
+                "overridden": chosen != computed.decision, "dropped": dropped,
+                "reason": computed.reason, "plan_version": version,
+                "fitting_option": computed.fitting_option}
+
+    def _re_estimates(self, pilot: dict[str, Any]) -> tuple[dict[str, Duration], dict[str, Any]]:
+        from flightplan.run.decision import PilotFigures
+        durations: dict[str, Duration] = {}
+        estimates: dict[str, Any] = {}
+        names = {s.name for s in self.spec.stages}
+        for stage in self.ledger.stage_times():
+            if stage["kind"] == "stage" and stage["name"] in names:
+                durations[stage["name"]] = Duration(max(1, round(stage["ended_at"] - stage["started_at"])))
+        if not pilot.get("figures"):
+            return durations, estimates
+        figures = PilotFigures(**pilot["figures"])
+        policy = self.spec.checkpoint
+        mtbi = policy.mean_time_between_interruptions
+        for run in self.spec.runs:
+            params = run.params
+            adapter = params.get("adapter") or {}
+            shape = RunShape(run.name, run.tier, int(params.get("max_length", 128)),
+                             int(params.get("batch_size", 16)), int(params.get("epochs", 3)),
+                             trains_encoder=adapter.get("kind", "none") != "none")
+            estimate = estimate_run_seconds(shape, figures,
+                                            tolerated_loss_s=policy.tolerated_loss.seconds,
+                                            mtbi_s=mtbi.seconds if mtbi else None)
+            estimates[run.name] = estimate
+            durations[run.name] = Duration(max(1, round(estimate["total_s"])))
+        return durations, estimates
+
+    def runs(self, dropped: list[str]) -> None:
+        jobs: list[Job] = []
+        for planned in self.planned:
+            status = self.recorder.settle(planned)
+            if status in ("finished", "stopped"):
+                continue
+            if planned.run.name in dropped:
+                self.recorder.cut(planned)
+                continue
+            resume = _has_checkpoint(planned.run_dir)
+            planned.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(planned.run_dir / "trial.json",
+                              trial_document(self.spec, planned, resume=resume))
+            jobs.append(Job(planned.run_id, planned.run_dir))
+        by_id = {p.run_id: p for p in self.planned}
+
+        def start(job: Job) -> None:
+            self._bar(job)
+            self.recorder.start(by_id[job.run_id])
+
+        def done(result: JobResult) -> None:
+            row = self.recorder.end(by_id[result.run_id], result)
+            self.say(f"{row['name']} ({result.run_id}): {row['status']}"
+                     + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
+                        if row.get("metric") is not None else "")
+                     + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
+                     + (f"; {row['reason']}" if row.get("reason") else ""))
+
+        self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress)
+
+    def _bar(self, job: Job) -> None:
+        self.board.add(str(job.run_dir), job.run_id if job.run_dir.name != "resume"
+                       else f"{job.run_id} (resumed)")
+
+    def _progress(self, job: Job, progress: Any) -> None:
+        self.board.update(str(job.run_dir), progress)
+
+
+def _check_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The data check's outcome as stored in the ledger (the full report is in results/)."""
+    return {"status": report.get("status"), "message": report.get("message"),
+            "files": {name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
+                      for name, f in (report.get("files") or {}).items()},
+            "truncation": report.get("truncation"),
+            "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}
+
+
+def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
+                 executor: Executor | None = None, console: Console | None = None,
+                 quiet: bool = False) -> CampaignOutcome:
+    """Carry out the campaign (see the module docstring) under its lock.
+
+    Args:
+        spec: the loaded campaign.
+        decide: ``continue``, ``cut`` or ``stop`` to override the computed decision.
+        executor: where runs execute (default :class:`LocalExecutor`).
+        console: where messages, bars and tables go (default stdout).
+        quiet: print nothing (``--json``).
+
+    Raises:
+        ArgumentError: ``decide`` is not one of continue, cut, stop.
+        LockHeld: another ``flightplan run`` holds the campaign.
+        SpecError, CatalogError: the campaign does not plan.
+    """
+    if decide is not None and decide not in DECISIONS:
+        raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
+    console = console or Console()
+    with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
+            ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
+        campaign = _Campaign(spec, ledger, decide=decide, executor=executor or LocalExecutor(),
+                             console=console, board=board, quiet=quiet)
+        campaign.prepare()
+        report = campaign.data_check()
+        if isinstance(report, CampaignOutcome):
+            return report
+        pilot = campaign.pilot(report)
+        if isinstance(pilot, CampaignOutcome):
+            return pilot
+        decision = campaign.decision(pilot)
+        check = _check_summary(report)
+        if decision["decision"] == "stop":
+            return campaign.outcome(f"campaign stopped at the decision point: "
+                                    f"{decision['reason']}", code=1, stopped_by="decision",
+                                    decision=decision, pilot=pilot, data_check=check)
+        campaign.runs(decision["dropped"] if decision["decision"] == "cut" else [])
+        outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
+        failed = [r for r in outcome.runs if r["status"] == "failed"]
+        stopped = [r for r in outcome.runs if r["status"] == "stopped"]
+        outcome.exit_code = 1 if failed else 0
+        outcome.message = (f"{sum(r['status'] == 'finished' for r in outcome.runs)} finished, "
+                           f"{len(stopped)} stopped by a rule, "
+                           f"{sum(r['status'] == 'cut' for r in outcome.runs)} cut, "
+                           f"{len(failed)} failed"
+                           + ("; run again to retry the failed runs" if failed else ""))
+        return outcome

@@ -1,0 +1,193 @@
+"""Run bookkeeping for the runner: what each run's directory says, put into the ledger.
+
+The run directory is the truth about a run (``done.json``: finished; ``stop.json``:
+stopped by a rule; checkpoints: resumable); the ledger records it, with the events read
+from the run's measurements (checkpoint saves, restores that verified a checkpoint,
+rejected checkpoints), and ``results/`` receives the run through ``publish_run`` as soon
+as it ends. A runner killed between a worker's end and the ledger's update is caught up
+by :meth:`RunRecorder.settle` on the next invocation.
+
+Usage::
+
+    recorder = RunRecorder(ledger, campaign_dir, metric="macro_f1")
+    recorder.settle(planned)            # "finished", "stopped", or the ledger's status
+    recorder.start(planned); ...; row = recorder.end(planned, job_result)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flightplan.close.results import publish_run
+from flightplan.run.executor import JobResult
+from flightplan.run.ledger import Ledger
+
+if TYPE_CHECKING:
+    from flightplan.run.campaign import PlannedRun
+
+__all__ = ["RunRecorder", "run_dir_status", "EVENT_KINDS"]
+
+EVENT_KINDS = {"checkpoint": "checkpoint_saved", "checkpoint_rejected": "checkpoint_rejected",
+               "checkpoint_failed": "checkpoint_failed"}
+"""Measurement row ``event`` → ledger event kind. A ``restore`` row with a ``source``
+becomes ``checkpoint_verified`` (restore checks every hash before loading)."""
+
+_LOG_TAIL_LINES = 5
+
+
+def run_dir_status(run_dir: Path) -> str | None:
+    """``"stopped"`` (stop.json), ``"finished"`` (done.json) or None."""
+    if (run_dir / "stop.json").is_file():
+        return "stopped"
+    if (run_dir / "done.json").is_file():
+        return "finished"
+    return None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _log_tail(run_dir: Path) -> str:
+    try:
+        lines = (run_dir / "log.txt").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+class RunRecorder:
+    """Records runs of one campaign in its ledger and publishes them to ``results/``.
+
+    Args:
+        ledger: the open ledger.   campaign_dir: the campaign directory.
+        metric: the campaign's decision metric (read from ``metrics.json``).
+    """
+
+    def __init__(self, ledger: Ledger, campaign_dir: Path, *, metric: str) -> None:
+        self.ledger = ledger
+        self.dir = Path(campaign_dir)
+        self.metric = metric
+        self._offsets: dict[str, int] = {}
+
+    def _metric(self, run_dir: Path) -> float | None:
+        metrics = _read_json(run_dir / "metrics.json") or {}
+        value = metrics.get(self.metric)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def settle(self, planned: "PlannedRun") -> str:
+        """Bring the ledger up to the run directory (a finished or stopped run that the
+        ledger does not know as such is recorded and published now). Returns the status."""
+        entry = self.ledger.run(planned.run_id) or {}
+        on_disk = run_dir_status(planned.run_dir)
+        if on_disk is None or entry.get("status") == on_disk:
+            return on_disk or entry.get("status", "pending")
+        stop = _read_json(planned.run_dir / "stop.json") if on_disk == "stopped" else None
+        done = _read_json(planned.run_dir / "done.json") or {}
+        ended = (stop or {}).get("time") or _iso_to_unix(done.get("finished_at"))
+        ended = float(ended) if ended else planned.run_dir.stat().st_mtime
+        started = entry.get("started_at") or ended - float(done.get("wall_s") or 0.0)
+        self.ledger.record_run_end(planned.run_id, status=on_disk, started_at=started,
+                                   ended_at=ended, stop=stop,
+                                   metric=self._metric(planned.run_dir),
+                                   data={"recorded_late": True})
+        publish_run(self.dir, planned.run_id)
+        return on_disk
+
+    def cut(self, planned: "PlannedRun") -> None:
+        """Mark a run ``cut`` by the decision point (it is not executed)."""
+        self.ledger.set_run_status(planned.run_id, "cut", event="cut")
+
+    def start(self, planned: "PlannedRun") -> None:
+        """Mark the run running (``started`` or ``resumed``); remember where its
+        measurements end, so that only this execution's rows become events."""
+        path = planned.run_dir / "measurements.jsonl"
+        self._offsets[planned.run_id] = path.stat().st_size if path.is_file() else 0
+        trial = _read_json(planned.run_dir / "trial.json") or {}
+        self.ledger.record_run_start(planned.run_id, resumed=bool(trial.get("resume")))
+
+    def _events(self, planned: "PlannedRun") -> list[dict[str, Any]]:
+        path = planned.run_dir / "measurements.jsonl"
+        if not path.is_file():
+            return []
+        with open(path, "rb") as handle:
+            handle.seek(self._offsets.get(planned.run_id, 0))
+            data = handle.read()
+        events = []
+        for line in data.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            kind = row.get("event")
+            if kind == "restore" and row.get("source"):
+                kind = "checkpoint_verified"
+            else:
+                kind = EVENT_KINDS.get(kind)
+            if kind:
+                events.append({"kind": kind, "at": row.get("time"),
+                               "data": {k: v for k, v in row.items() if k not in ("event", "time")}})
+        return events
+
+    def end(self, planned: "PlannedRun", result: JobResult) -> dict[str, Any]:
+        """Record how one execution ended and publish the run; returns its summary row.
+
+        Exit 0 with ``done.json``: finished; exit 1 with ``stop.json``: stopped (its record
+        kept); anything else: failed (exit code and the log's last lines in the event).
+        """
+        on_disk = run_dir_status(planned.run_dir)
+        if result.exit_code == 0 and on_disk == "finished":
+            status = "finished"
+        elif result.exit_code == 1 and on_disk == "stopped":
+            status = "stopped"
+        else:
+            status = "failed"
+        stop = _read_json(planned.run_dir / "stop.json") if status == "stopped" else None
+        data = {"exit_code": result.exit_code, "wall_s": result.wall_s}
+        if status == "failed":
+            data["log_tail"] = _log_tail(planned.run_dir)
+        self.ledger.record_run_end(planned.run_id, status=status, started_at=result.started_at,
+                                   ended_at=result.ended_at, stop=stop,
+                                   metric=self._metric(planned.run_dir), data=data,
+                                   extra_events=self._events(planned))
+        if (planned.run_dir / "trial.json").is_file():
+            publish_run(self.dir, planned.run_id)
+        return self.row(planned, exit_code=result.exit_code)
+
+    def row(self, planned: "PlannedRun", *, exit_code: int | None = None) -> dict[str, Any]:
+        """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason}``."""
+        entry = self.ledger.run(planned.run_id) or {}
+        status = entry.get("status", "pending")
+        reason = ""
+        if status == "failed":
+            code = exit_code if exit_code is not None else self._last_exit(planned.run_id)
+            reason = (f"process exited with code {code}; see "
+                      f"{(planned.run_dir / 'log.txt').relative_to(self.dir)}")
+        elif status == "cut":
+            reason = "cut at the decision point"
+        return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
+                "status": status, "metric": entry.get("metric"), "wall_s": entry.get("wall_s"),
+                "stop": entry.get("stop"), "reason": reason}
+
+    def _last_exit(self, run_id: str) -> Any:
+        failed = self.ledger.events(run_id, kind="failed")
+        return (failed[-1]["data"] or {}).get("exit_code") if failed else None
+
+    def summary(self, planned: list["PlannedRun"]) -> list[dict[str, Any]]:
+        """Summary rows of the current runs, in tier order."""
+        return [self.row(p) for p in planned]
+
+
+def _iso_to_unix(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
