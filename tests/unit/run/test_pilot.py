@@ -1,0 +1,134 @@
+"""The pilot: figures from measurement rows, bitwise loss comparison, and the two-process
+procedure driven through a fake executor that writes what a worker would."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from flightplan.run.executor import Executor, JobResult
+from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
+
+DATA_CHECK = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
+              "lengths": {"mean": 131.5}}
+
+ROWS = [
+    {"step": 0, "event": "truncation", "fraction": 0.2},
+    {"step": 0, "encode_s": 0.30, "tokens": 32 * 40, "seq_len": 40},
+    {"step": 0, "encode_s": 0.10, "tokens": 32 * 10, "seq_len": 10},
+    {"step": 0, "encode_s": 0.50, "tokens": 32 * 64, "seq_len": 64},
+    {"step": 0, "encode_s": 0.20, "tokens": 32 * 20, "seq_len": 20},
+    {"step": 0, "load_s": 2.5, "planned_steps": 30},
+    {"step": 0, "loss": 1.25, "step_s": 0.9},
+    {"step": 1, "event": "checkpoint", "name": "step-000001", "stall_s": 0.02, "persist_s": 0.3},
+    {"step": 1, "loss": 1.0, "step_s": 0.01},
+    {"step": 2, "loss": 0.75, "step_s": 0.03},
+    {"step": 2, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.4},
+    {"step": 2, "output_s": 0.6},
+]
+RESUMED = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.7},
+           {"step": 1, "loss": 1.0, "step_s": 0.02}, {"step": 2, "loss": 0.75, "step_s": 0.02}]
+
+
+def test_figures_by_hand():
+    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK)
+    # encode batches sorted by tokens: 320, 640 | 1280, 2048
+    assert (figures.short_tokens, figures.short_fwd_s) == (480.0, pytest.approx(0.15))
+    assert (figures.long_tokens, figures.long_fwd_s) == (1664.0, pytest.approx(0.4))
+    assert figures.encode_total_s == pytest.approx(1.1)
+    # steady steps leave out step 0: (0.01 + 0.03) / 2
+    assert figures.head_step_s == pytest.approx(0.02)
+    assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
+    assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)
+    assert (figures.n_train, figures.n_test, figures.mean_len) == (240, 80, 131.5)
+
+
+def test_a_missing_figure_is_named():
+    with pytest.raises(ValueError, match="no restore_s"):
+        figures_from_rows(ROWS, [], DATA_CHECK)
+
+
+def test_losses_compare_bit_for_bit():
+    assert compare_losses(ROWS, RESUMED) == ([1, 2], [])
+    off_by_one_ulp = math.nextafter(0.75, 1.0)
+    resumed = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": off_by_one_ulp}, {"step": 7, "loss": 0.1}]
+    steps, mismatches = compare_losses(ROWS, resumed)
+    assert steps == [1, 2, 7]
+    assert mismatches == [{"step": 2, "uninterrupted": 0.75, "resumed": off_by_one_ulp},
+                          {"step": 7, "uninterrupted": None, "resumed": 0.1}]
+    # a stop-rule "nan" string equals itself
+    assert compare_losses([{"step": 3, "loss": "nan"}], [{"step": 3, "loss": "nan"}]) == ([3], [])
+
+
+class FakeWorkers(Executor):
+    """Writes what the control's worker would: rows, an early checkpoint, a restore."""
+
+    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False):
+        self.drift_at, self.save, self.crash = drift_at, save, crash
+        self.trials: list[dict] = []
+
+    def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
+        results = []
+        for job in jobs:
+            trial = json.loads(job.trial_json.read_text())
+            self.trials.append(trial)
+            rows = []
+            if not trial["resume"]:
+                rows = [r for r in ROWS if r.get("step", 0) < trial["max_steps"]]
+                if self.save:
+                    (job.run_dir / "checkpoints" / "step-000001").mkdir(parents=True)
+                    (job.run_dir / "checkpoints" / "step-000001" / "manifest.json").write_text("{}")
+                    (job.run_dir / "checkpoints" / "step-000003").mkdir(parents=True)
+                    (job.run_dir / "checkpoints" / "step-000003" / "manifest.json").write_text("{}")
+            else:
+                assert sorted(p.name for p in (job.run_dir / "checkpoints").iterdir()) == \
+                    ["step-000001"]
+                rows = [dict(r) for r in RESUMED]
+                if self.drift_at is not None:
+                    rows[self.drift_at]["loss"] = math.nextafter(rows[self.drift_at]["loss"], 9)
+            with open(job.run_dir / "measurements.jsonl", "w") as out:
+                out.writelines(json.dumps(r) + "\n" for r in rows)
+            now = time.time()
+            results.append(JobResult(job.run_id, job.run_dir, 3 if self.crash else 0, now, now))
+        return results
+
+
+CONTROL = {"run_id": "control-0123456789", "name": "control", "params": {"epochs": 2},
+           "resume": False, "max_steps": None, "config_hash": "ab" * 32}
+
+
+def test_pilot_resumes_from_the_earliest_checkpoint_in_a_second_process(tmp_path):
+    workers = FakeWorkers()
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, executor=workers, steps=3)
+    assert result.ok, result.message
+    assert result.compared_steps == [1, 2] and result.mismatches == []
+    assert result.resumed_from == "runs/pilot-control-0123456789/checkpoints/step-000001"
+    first, second = workers.trials
+    assert first["run_id"] == second["run_id"] == pilot_id("control-0123456789")
+    assert (first["resume"], second["resume"]) == (False, True)
+    assert first["max_steps"] == second["max_steps"] == 3
+    assert first["config_hash"] == CONTROL["config_hash"]
+    assert result.figures.restore_s == 0.7
+    assert result.message.startswith("resumed from step-000001 in a new process: 2 losses")
+
+
+def test_a_loss_one_ulp_off_is_no_usable_resume(tmp_path):
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, executor=FakeWorkers(drift_at=2), steps=3)
+    assert not result.ok
+    assert result.mismatches[0]["step"] == 2
+    assert "1 of 2 losses differ (first at step 2" in result.message
+    assert result.message.endswith("no usable resume")
+
+
+def test_no_checkpoint_or_a_crash_fails_the_pilot(tmp_path):
+    result = run_pilot(CONTROL, tmp_path / "a", DATA_CHECK, executor=FakeWorkers(save=False),
+                       steps=3)
+    assert not result.ok and "saved no checkpoint" in result.message
+    result = run_pilot(CONTROL, tmp_path / "b", DATA_CHECK, executor=FakeWorkers(crash=True),
+                       steps=3)
+    assert not result.ok and "exited with code 3" in result.message
+    assert str(Path("runs") / "pilot-control-0123456789" / "log.txt") in result.message
