@@ -139,13 +139,15 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
 
 def main() -> None:
     """Console-script entry point."""
+    # typer 0.29 vendors its own click: catch both families of exceptions
     try:
-        app(standalone_mode=False)
-    except click.exceptions.Exit as exc:
+        # without standalone mode the app returns a verb's exit code instead of exiting
+        sys.exit(app(standalone_mode=False) or 0)
+    except (click.exceptions.Exit, typer.Exit) as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         print("error: aborted", file=sys.stderr)
         sys.exit(130)
-    except click.ClickException as exc:
+    except (click.ClickException, typer.TyperException) as exc:
         print(f"error: {exc.format_message()}", file=sys.stderr)
         sys.exit(2)
