@@ -58,7 +58,7 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         try:
             write_atomic(Path(gantt), png)
         except OSError as exc:
-            raise ArgumentError(f"--gantt {gantt}: cannot write it ({exc.strerror}); "
+            raise ArgumentError(f"--gantt {gantt}: cannot write it ({exc.strerror or exc}); "
                                 f"give a path in a writable folder") from None
     if as_json:
         print(json.dumps(result.to_json()))

@@ -38,7 +38,7 @@ def where(slot: Slot) -> str:
 def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
     """A rich table: name, where, start/end (h) and a bar of ``width`` characters.
 
-    Each character stands for ``max(makespan, window) / width`` seconds; ``│`` marks the
+    Each character stands for ``max(makespan, window) / width`` seconds; ``¦`` marks the
     end of the window.
     """
     span = max(schedule.makespan_s, window_s, 1)
@@ -47,7 +47,7 @@ def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
     for header in ("NAME", "WHERE", "START (h)", "END (h)"):
         table.add_column(header, justify="right" if "(h)" in header else "left", no_wrap=True)
     table.columns[0].overflow = "fold"
-    table.add_column(f"0 … {span / 3600:g} h (│ = end of window)", no_wrap=True)
+    table.add_column(f"0 … {span / 3600:g} h (¦ = end of window)", no_wrap=True)
     for slot in schedule.slots:
         first = int(slot.start_s / span * width)
         last = max(first + 1, round(slot.end_s / span * width))
@@ -56,7 +56,7 @@ def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
         for col in range(width):
             inside = first <= col < last
             over = inside and col >= window_col and slot.end_s > window_s
-            char = "█" if inside else ("│" if col == window_col else " ")
+            char = "█" if inside else ("¦" if col == window_col else " ")
             bar.append(char, style=_OVER_STYLE if over else (style if inside else "dim"))
         table.add_row(slot.task.name, where(slot), f"{slot.start_s / 3600:.1f}",
                       f"{slot.end_s / 3600:.1f}", bar)

@@ -1,0 +1,152 @@
+"""`flightplan plan` and `flightplan quote` through the CLI: JSON, tables, exit codes.
+
+Every bad input the issue lists exits 2 with one line naming the field and the fix.
+The cases edit the illustration campaign's text (line numbers in its comments).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from flightplan.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+ILLUSTRATION = (ROOT / "examples" / "illustration" / "campaign.toml").read_text(encoding="utf-8")
+CONTROL = 'name = "control"\ntier = "essential"\nparams = { max_length = 128 }\nduration = "10h"\n'
+EXPENSE = '\n[[expense]]\nlabel = "dataset licence"\ncurrency = "USD"\namount = '
+
+
+def _invoke(args: list[str]):
+    return CliRunner().invoke(app, args)
+
+
+def _write(tmp_path: Path, text: str, name: str = "campaign.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_plan_json_of_the_illustration(tmp_path: Path) -> None:
+    result = _invoke(["plan", str(_write(tmp_path, ILLUSTRATION)), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["reserved_hours"], data["uncommitted_hours"], data["fits"]) == (48.0, 24.0, True)
+    assert data["recommendation"]["total_price"] == "47.14"
+
+
+def test_plan_extend_does_not_fit_but_exits_0_and_says_so(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    gantt = tmp_path / "gantt.png"
+    result = _invoke(["plan", str(path), "--extend", "lora-r8=+30h", "--gantt", str(gantt)])
+    assert result.exit_code == 0, result.stderr
+    assert "does not fit: 6.0 h over" in result.stdout
+    assert "recommendation: RTX 4090, 2 × 3-day = 94.28 USD" in result.stdout
+    assert "PRICE (USD)" in result.stdout and "START (h)" in result.stdout
+    assert gantt.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["campaign.toml", "gantt.png"]
+    data = json.loads(_invoke(["plan", str(path), "--json", "--extend", "lora-r8=+20h",
+                               "--extend", "lora-r8=+10h"]).stdout)
+    assert (data["reserved_hours"], data["uncommitted_hours"], data["fits"]) == (78.0, -6.0, False)
+    assert data["recommendation"]["total_price"] == "94.28"
+
+
+BAD_SPECS = {
+    "after names an unknown stage": ('after = ["install"]', 'after = ["instal"]',
+                                     "stage[1].after: 'instal' is not a stage or run; did you mean 'install'?"),
+    "dependency cycle": ('uses = ["gpu", "person"]\n', 'uses = ["gpu", "person"]\nafter = ["report"]\n',
+                         "dependency cycle"),
+    "duplicate names": ('name = "lora-r8"\n', 'name = "control"\n', "run[1].name: duplicate name 'control'"),
+    "zero duration": ('duration = "14h"', 'duration = "0h"', "run[2].duration"),
+    "negative duration": ('duration = "14h"', 'duration = "-3h"', "run[2].duration"),
+    "unparsable duration": ('duration = "14h"', 'duration = "14 hours"', "run[2].duration"),
+    "unknown offer": ('offer = "RTX 4090"', 'offer = "RTX 4080"',
+                      "rental.offer: 'RTX 4080' is not an offer in the catalog; did you mean 'RTX 4090'?"),
+    "unknown package length": ("package_days = 3", "package_days = 5",
+                               "rental.package_days: 'RTX 4090' has no 5-day package; choose one of 3, 7, 30 days"),
+    "more GPUs than a flight": (CONTROL, CONTROL + "gpus = 2\n", "run[0].gpus: 'control' needs 2 GPUs"),
+    "more memory than a GPU": (CONTROL, CONTROL + "gpu_memory_gb = 48\n",
+                               "run[0].gpu_memory_gb: 'control' needs 48 GB per GPU but a RTX 4090 GPU has 24 GB"),
+    "money with three decimals": ("", EXPENSE + '"12.345"\n', "expense[0].amount"),
+    "negative money": ("", EXPENSE + '"-5.00"\n', "expense[0].amount"),
+    "unknown reference": ('reference = "lora-r8"', 'reference = "lora-r9"',
+                          "run[2].reference: 'lora-r9' is not a run; did you mean 'lora-r8'?"),
+    "unknown key": ("package_days = 3", "package_days = 3\nflight = 2", "did you mean 'flights'?"),
+}
+
+
+@pytest.mark.parametrize("label", sorted(BAD_SPECS))
+def test_every_bad_input_exits_2_with_one_line(tmp_path: Path, label: str) -> None:
+    old, new, expected = BAD_SPECS[label]
+    text = ILLUSTRATION.replace(old, new, 1) if old else ILLUSTRATION + new
+    assert text != ILLUSTRATION
+    result = _invoke(["plan", str(_write(tmp_path, text))])
+    assert result.exit_code == 2, result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr
+    assert expected in lines[0]
+    assert str(tmp_path / "campaign.toml") in lines[0]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--extend", "lora-r9=+30h"], "--extend lora-r9: 'lora-r9' is not a stage or run"),
+    (["--extend", "lora-r8=30h"], "--extend: 'lora-r8=30h' is not an extension; write NAME=+DURATION"),
+    (["--extend", "lora-r8=+0h"], "is zero"),
+    (["--gantt", "{tmp}/campaign.toml/g.png"], "--gantt {tmp}/campaign.toml/g.png: cannot write it"),
+])
+def test_bad_arguments_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    expected = expected.replace("{tmp}", str(tmp_path))
+    result = _invoke(["plan", str(_write(tmp_path, ILLUSTRATION)), *args])
+    assert result.exit_code == 2
+    assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_user_catalog_exits_2(tmp_path: Path) -> None:
+    _write(tmp_path, '[[offer]]\nname = "B200"\ncurrency = "USD"\n[[offer.package]]\ndays = 7\n'
+                     'price = 99.5\n', "offers.toml")
+    text = ILLUSTRATION.replace("package_days = 3", 'package_days = 3\ncatalog = "offers.toml"')
+    result = _invoke(["plan", str(_write(tmp_path, text))])
+    assert result.exit_code == 2
+    assert "offers.toml: offer[0].package[0].price: 99.5 is a number" in result.stderr
+
+
+def test_quote_json_for_78_hours() -> None:
+    result = _invoke(["quote", "--offer", "RTX 4090", "--hours", "78", "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["recommendation"]["package_days"] == 7 and data["recommendation"]["total_price"] == "110.00"
+    assert [o["total_price"] for o in data["options"]] == ["110.00", "390.00", "47.14"]
+
+
+def test_quote_with_a_user_catalog_prices_a_two_gpu_flight_once(tmp_path: Path) -> None:
+    catalog = _write(tmp_path, '[[offer]]\nname = "B200"\ncurrency = "USD"\n'
+                               '[[offer.package]]\ndays = 3\nprice = "500.00"\n', "offers.toml")
+    result = _invoke(["quote", "--offer", "B200", "--hours", "60", "--gpus", "2",
+                      "--catalog", str(catalog)])
+    assert result.exit_code == 0, result.stderr
+    assert "B200, 1 × 3-day = 500.00 USD" in result.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--offer", "RTX 4009", "--hours", "5"], "--offer: 'RTX 4009' is not an offer in the catalog; did you mean 'RTX 4090'?"),
+    (["--offer", "B200", "--hours", "5"], "no package prices for 'B200'"),
+    (["--offer", "RTX 4090", "--hours", "0"], "--hours 0: a job length must be more than 0 hours"),
+    (["--offer", "RTX 4090", "--hours", "5", "--gpus", "0"], "--gpus 0"),
+])
+def test_quote_bad_input_exits_2(args: list[str], expected: str) -> None:
+    result = _invoke(["quote", *args])
+    assert result.exit_code == 2
+    assert expected in result.stderr
+
+
+def test_console_script_exit_code(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("flightplan")
+    bad = _write(tmp_path, ILLUSTRATION.replace("package_days = 3", "package_days = 4"))
+    proc = subprocess.run([str(script), "plan", str(bad)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "choose one of 3, 7, 30 days" in proc.stderr
