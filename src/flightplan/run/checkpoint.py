@@ -205,6 +205,13 @@ def apply_state(name: str, obj: Any, files: CheckpointFiles) -> None:
                 if key in files.state.get("generators", {}):
                     generator.set_state(files.state["generators"][key])
         obj.load_state_dict(saved)
+        if name == "loader":
+            # StatefulDataLoader draws its base seed from the global torch RNG (unless it has
+            # its own generator) when it builds an iterator. The run that saved this state
+            # drew it at the start of the epoch; building the iterator now, before the RNGs
+            # are restored, keeps that extra draw from shifting the restored RNG. The next
+            # ``iter(loader)`` reuses this iterator.
+            obj.state_dict()
     except (RuntimeError, KeyError, ValueError, TypeError) as exc:
         raise CheckpointError(f"the checkpoint's {name} state does not fit the registered "
                               f"{type(obj).__name__}: {exc}") from None

@@ -397,6 +397,14 @@ class Trial:
         self.checkpoint(step, epoch=epoch, micro_step=micro_step)
         return True
 
+    def wait_for_checkpoint(self) -> None:
+        """Block until the save in flight is durable (e.g. before an evaluation that may crash).
+
+        Raises:
+            CheckpointError: that save failed.
+        """
+        self._writer.wait()
+
     def _saved(self, result: SaveResult) -> None:
         self._row(result.steps_done, event="checkpoint", name=result.path.name, bytes=result.bytes,
                   stall_s=result.stall_s, persist_s=result.persist_s)
