@@ -62,6 +62,7 @@ RELOAD_TIMEOUT_S = 900
 _TEMP_DIRS = ("/tmp", "/var/tmp", "/var/folders", "/private/tmp", "/private/var/folders")
 _SNIFF_BYTES = 8192
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def finding(check: str, path: str, message: str) -> dict[str, str]:
@@ -75,18 +76,39 @@ def predict_argv(task: str, artifact_dir: str, out: str, *, limit: int | None = 
 
     ``task`` is a built-in task name (``textclf`` → ``flightplan.tasks.textclf.predict``) or
     a dotted package of a user task (``mypkg.task`` → ``mypkg.task.predict``).
+    ``-P`` keeps the working directory off ``sys.path``, so a package planted in a results
+    directory is never imported in place of the installed one.
+
+    Raises:
+        ValueError: ``task`` is not a dotted Python name.
     """
+    if not _TASK_NAME.fullmatch(task):
+        raise ValueError(f"task {task!r} is not a Python module name")
     module = (task if "." in task else f"flightplan.tasks.{task}") + ".predict"
-    argv = [python or sys.executable, "-m", module, artifact_dir, "--out", out]
+    argv = [python or sys.executable, "-P", "-m", module, artifact_dir, "--out", out]
     return argv + (["--limit", str(limit)] if limit is not None else [])
 
 
 def _inside(results: Path, rel: str) -> bool:
     """True when ``rel`` is a relative path that stays inside ``results`` (links resolved)."""
-    if not rel or rel.startswith("/") or "\\" in rel or ".." in Path(rel).parts:
+    if not rel or rel.startswith("/") or "\\" in rel or "\0" in rel or ".." in Path(rel).parts:
         return False
-    target = (results / rel).resolve()
+    try:
+        target = (results / rel).resolve()
+    except (OSError, RuntimeError):  # a link loop, a name too long
+        return False
     return target == results or results in target.parents
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """Why a manifest ``files`` entry is malformed, or None."""
+    if not isinstance(entry, dict):
+        return f"the manifest entry {entry!r:.60} is not an object with path, size_bytes, sha256"
+    if not isinstance(entry.get("path"), str) or not entry["path"]:
+        return "a manifest entry has no path"
+    if not isinstance(entry.get("size_bytes"), int) or not isinstance(entry.get("sha256"), str):
+        return "the manifest entry lacks an integer size_bytes or a sha256 string"
+    return None
 
 
 def _is_text(path: Path) -> bool:
@@ -126,17 +148,30 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str
     listed: set[str] = set()
     present: set[str] = set()
     for entry in manifest["files"]:
-        rel = str(entry.get("path", ""))
+        problem = _entry_problem(entry)
+        if problem:
+            rel = str(entry.get("path", "")) if isinstance(entry, dict) else ""
+            findings.append(finding("checksum", rel or MANIFEST_NAME, problem))
+            if not (rel and isinstance(entry.get("path"), str)):
+                continue
+        rel = entry["path"]
         listed.add(rel)
         if not _inside(results, rel):
             findings.append(finding("path_traversal", rel, "the manifest path leaves the results "
-                                    "directory; paths must be relative and stay inside it"))
+                                    "directory or is not a valid relative path; paths must be "
+                                    "relative and stay inside it"))
             continue
         path = results / rel
-        if not path.is_file():
-            findings.append(finding("missing_file", rel, "listed in the manifest but not present"))
+        try:
+            if not path.is_file():
+                findings.append(finding("missing_file", rel, "listed in the manifest but not "
+                                        "present"))
+                continue
+            size, digest = hash_file(path)
+        except OSError as exc:
+            findings.append(finding("missing_file", rel, f"listed but cannot be read: "
+                                    f"{exc.strerror or exc}"))
             continue
-        size, digest = hash_file(path)
         if size != entry.get("size_bytes") or digest != entry.get("sha256"):
             findings.append(finding("checksum", rel, f"{size} bytes, sha256 {digest[:12]}…; the "
                                     f"manifest says {entry.get('size_bytes')} bytes, sha256 "
@@ -163,8 +198,13 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str
 def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[dict[str, str]]:
     """missing_run and base_revision."""
     findings = []
-    runs = manifest.get("runs") or {}
-    for run_id in manifest.get("expected_run_ids") or []:
+    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    expected = manifest.get("expected_run_ids") or []
+    if not isinstance(expected, list) or not all(isinstance(i, str) and i for i in expected):
+        findings.append(finding("missing_run", MANIFEST_NAME, "expected_run_ids is not a list of "
+                                "run ids; re-run `flightplan close`"))
+        expected = []
+    for run_id in expected:
         needed = [f"params/{run_id}.json", f"measurements/{run_id}.jsonl"]
         if (runs.get(run_id) or {}).get("status") != "stopped":
             needed += [f"predictions/{run_id}.csv", f"artifacts/{run_id}/artifact.json"]
@@ -215,9 +255,8 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                   ) -> list[dict[str, str]]:
     """Reload ``artifacts/<run_id>`` in a fresh process and compare its predictions.
 
-    The command is :func:`predict_argv` run with the results directory as working
-    directory (exactly what README.md tells a reader to run), writing into a temporary
-    folder outside results/.
+    The command is :func:`predict_argv` (what README.md tells a reader to run), started in
+    a temporary folder outside results/ that also receives its output.
 
     Args:
         results_dir: the results directory.
@@ -237,9 +276,12 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
         out = Path(scratch) / f"{run_id}.csv"
-        argv = predict_argv(str(task), artifact_rel, str(out), limit=limit)
         try:
-            done = subprocess.run(argv, cwd=results, env=env, capture_output=True, text=True,
+            argv = predict_argv(str(task), str(results / artifact_rel), str(out), limit=limit)
+        except ValueError as exc:
+            return [finding("reload", artifact_rel, f"artifact.json: {exc}")]
+        try:
+            done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
                                   timeout=RELOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return [finding("reload", artifact_rel, f"reloading took over {RELOAD_TIMEOUT_S} s")]
@@ -281,9 +323,14 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
     except VerificationFailed as exc:
         return {"verified": False, "findings": exc.findings}
     findings, present = _check_files(results, manifest)
-    writer = manifest.get("writer") or {}
-    temp = _path_pattern(list(_TEMP_DIRS) + list(writer.get("tmpdirs") or []))
-    absolute = _path_pattern(list(writer.get("absolute_roots") or []))
+    writer = manifest.get("writer") if isinstance(manifest.get("writer"), dict) else {}
+
+    def strings(key: str) -> list[str]:
+        value = writer.get(key)
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    temp = _path_pattern(list(_TEMP_DIRS) + strings("tmpdirs"))
+    absolute = _path_pattern(strings("absolute_roots"))
     for rel in sorted(present):
         if _is_text(results / rel):
             findings += _scan_text(results, rel, temp, absolute)

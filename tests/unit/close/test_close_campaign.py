@@ -74,14 +74,14 @@ def test_readme_command_reproduces_predictions_in_a_fresh_process(closed, fake_t
     _, outcome = closed
     results = Path(outcome["results_dir"])
     readme = (results / "README.md").read_text()
-    commands = [line for line in readme.splitlines() if line.startswith("python -m ")]
+    commands = [line for line in readme.splitlines() if line.startswith("python -P -m ")]
     assert len(commands) == 2
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     for line in commands:
         argv = shlex.split(line)
         argv[0] = sys.executable  # the README says `python`: the one flightplan is installed in
         subprocess.run(argv, cwd=results, env=env, check=True)
-        run_id = argv[3].split("/")[1]
+        run_id = argv[4].split("/")[1]
         assert (results.parent / f"reproduced-{run_id}.csv").read_bytes() == \
             (results / "predictions" / f"{run_id}.csv").read_bytes()
 
