@@ -119,8 +119,9 @@ def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
                   ) -> tuple[list[Package], list[ExternalExpense]]:
     """Committed packages and external expenses, from the ledger or else the spec.
 
-    Ledger rows (``Ledger.expenses()``) of kind ``package`` give ``amount`` as the price of
-    one flight's package and ``flights``; rows of kind ``external`` are other expenses.
+    Ledger rows (``Ledger.expenses()``) of kind ``package`` give ``amount`` as the whole
+    price of the rental (``flights`` × the package price, as the runner records it), so the
+    price of one flight is ``amount / flights``; rows of kind ``external`` are other expenses.
     Without package rows, the package is ``[rental]`` priced from the catalog; without
     external rows, the ``[[expense]]`` entries.
 
@@ -137,9 +138,10 @@ def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
             raise SpecError(f"ledger expense {row.get('label')!r}: {exc}", field="expense.amount",
                             value=row.get("amount")) from None
         if row["kind"] == "package":
+            flights = int(row.get("flights") or 1)
             packages.append(Package(str(row.get("offer") or row["label"]),
-                                    int(row.get("package_days") or 0),
-                                    int(row.get("flights") or 1), amount))
+                                    int(row.get("package_days") or 0), flights,
+                                    amount.per(flights)))
         else:
             external.append(ExternalExpense(str(row["label"]), amount))
     if not packages:

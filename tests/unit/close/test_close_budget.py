@@ -71,3 +71,22 @@ def test_an_expense_in_another_currency_is_refused():
         build_budget(packages=[RTX_3D], external=[ExternalExpense(
             "licence", Money.parse("1.00", "EUR"))], accepted_products=1, rejections=[],
             stopped_runs=[])
+
+
+def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
+    # the runner records amount = flights × package price (run/campaign.py expense_rows)
+    from close_fixture import make_campaign
+
+    from flightplan.close.budget import budget_inputs
+    spec, _ = make_campaign(tmp_path, publish=False)
+    rows = [{"kind": "package", "label": "RTX 4090 3-day package × 2", "offer": "RTX 4090",
+             "package_days": 3, "flights": 2, "amount": "94.28", "currency": "USD"}]
+    packages, external = budget_inputs(spec, rows)
+    assert packages == [Package("RTX 4090", 3, 2, Money.parse("47.14", USD))]
+    # no external row in the ledger: the spec's [[expense]] entries
+    assert external == [ExternalExpense("dataset licence", Money.parse("12.50", USD))]
+    budget = build_budget(packages=packages, external=external, accepted_products=4,
+                          rejections=[], stopped_runs=[])
+    assert (budget["committed_total"], budget["rental_per_accepted"]) == ("94.28", "23.57")
+    # without ledger rows: [rental] priced from the built-in catalog
+    assert budget_inputs(spec, [])[0] == [Package("RTX 4090", 3, 1, Money.parse("47.14", USD))]
