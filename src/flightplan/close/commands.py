@@ -29,7 +29,7 @@ from flightplan.close.conclusion import conclude
 from flightplan.close.manifest import update_manifest, write_atomic, write_json_atomic
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
-from flightplan.close.results import publish_plan, publish_run, results_dir_of
+from flightplan.close.results import portable, publish_plan, publish_run, results_dir_of
 from flightplan.close.verify import DEFAULT_SAMPLE, predict_argv, verify_results
 from flightplan.errors import ArgumentError
 from flightplan.spec import CampaignSpec, load_spec
@@ -141,9 +141,10 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
                           rejections=[{"run_id": v["run_id"], "reasons": v["reasons"]}
                                       for v in verdicts if not v["accepted"]],
                           stopped_runs=stopped)
+    budget = portable(budget, campaign_dir)
     _write_json(results, "budget.json", budget, written)
 
-    pve = plan_vs_execution(ledger)
+    pve = portable(plan_vs_execution(ledger), campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
 

@@ -6,7 +6,8 @@ ledger's ``stage_times`` (summed over executions: a resumed run counts every att
 or a run's ``started_at``/``ended_at`` when the runner recorded no stage time.
 Deviation = observed − planned (hours) and observed / planned − 1. Explanations are
 the notes recorded with ``flightplan note NAME "text"``. Decisions are the pilot's
-decision point, the runs cut and the runs stopped by a rule. Totals: the plan's
+decision point (and the pilot's resume check), the runs cut, the runs stopped by a
+rule and a campaign stop, in time order. Totals: the plan's
 ``reserved_hours`` against the observed span from the first start to the last end.
 
 The original plan is read, never rewritten; ``plan_intact`` says whether it still hashes
@@ -91,7 +92,9 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
     for note in ledger.notes():
         notes.setdefault(note["name"], []).append(note["text"])
     items = []
-    for name in list(planned) + [n for n in spans if n not in planned]:
+    order = sorted(planned, key=lambda n: (planned[n]["planned_start_hours"] or 0.0, n))
+    order += sorted((n for n in spans if n not in planned), key=lambda n: min(spans[n]))
+    for name in order:
         plan_entry = planned.get(name, {})
         executions = spans.get(name, [])
         observed = sum(e - s for s, e in executions) / _HOUR_S if executions else None
@@ -116,6 +119,15 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
     decisions = [{"kind": "pilot", "at": d["at"], "decision": d["decision"],
                   "computed": d["computed"], "overridden": d["overridden"],
                   "dropped": d["dropped"], "figures": d["figures"]} for d in ledger.decisions()]
+    for event in ledger.events():
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        if event["kind"] == "pilot":
+            decisions.append({"kind": "pilot_check", "at": event["at"], "ok": data.get("ok"),
+                              "decision": "resume verified" if data.get("ok") else "failed",
+                              "message": data.get("message")})
+        elif event["kind"] == "stopped" and event.get("run_id") is None:
+            decisions.append({"kind": "campaign_stop", "at": event["at"], "decision": "stop",
+                              "message": data.get("message") or data.get("reason")})
     for run in ledger.runs():
         if run["status"] == "cut":
             decisions.append({"kind": "cut", "at": run.get("ended_at"), "run_id": run["run_id"],
@@ -125,6 +137,7 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
                               "run_id": run["run_id"], "name": run["name"], "decision": "stop",
                               "rule": run["stop"].get("rule"),
                               "message": run["stop"].get("message")})
+    decisions.sort(key=lambda d: (d["at"] is None, d["at"] or 0.0))
     reserved = plan.get("reserved_hours")
     observed_span = (max(ends) - origin) / _HOUR_S if ends else None
     busy = sum(e - s for ex in spans.values() for s, e in ex) / _HOUR_S if spans else None
@@ -181,6 +194,12 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
             extra = " (overridden; computed: " + d["computed"] + ")" if d["overridden"] else ""
             dropped = f"; dropped {', '.join(map(str, d['dropped']))}" if d["dropped"] else ""
             lines.append(f"- decision point after the pilot: **{d['decision']}**{extra}{dropped}")
+        elif d["kind"] == "pilot_check":
+            lines.append(f"- pilot (short run, checkpoint, resume in a new process): "
+                         f"{'passed' if d['ok'] else 'FAILED'}"
+                         + (f": {d['message']}" if d["message"] else ""))
+        elif d["kind"] == "campaign_stop":
+            lines.append(f"- campaign stopped: {d['message']}")
         elif d["kind"] == "cut":
             lines.append(f"- cut: {d['name']} (`{d['run_id']}`)")
         else:

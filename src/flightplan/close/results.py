@@ -25,6 +25,7 @@ Usage (from the runner)::
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,17 +58,18 @@ def results_dir_of(campaign_dir: Path) -> Path:
 def portable(value: Any, campaign_dir: Path) -> Any:
     """``value`` with machine paths removed, for writing into results.
 
-    Keys ``campaign_dir`` and ``root`` are dropped; strings that start with the resolved
-    campaign directory become paths relative to ``results/`` (``../runs/x``).
+    Keys ``campaign_dir`` and ``root`` are dropped; inside every string, a path under the
+    resolved campaign directory becomes a path relative to ``results/``
+    (``"see /home/me/camp/runs/x/log.txt"`` → ``"see ../runs/x/log.txt"``).
     """
     base = str(Path(campaign_dir).resolve())
     if isinstance(value, dict):
         return {k: portable(v, campaign_dir) for k, v in value.items() if k not in _MACHINE_KEYS}
     if isinstance(value, list):
         return [portable(v, campaign_dir) for v in value]
-    if isinstance(value, str) and (value == base or value.startswith(base + "/")):
-        rest = value[len(base):].lstrip("/")
-        return "../" + rest if rest else ".."
+    if isinstance(value, str) and base in value:
+        return re.sub(re.escape(base) + r"(?:/|(?=[\s\"',;:)\]}]|$))",
+                      lambda m: "../" if m.group(0).endswith("/") else "..", value)
     return value
 
 
@@ -130,7 +132,7 @@ def _publish_stop(results: Path, record: dict[str, Any] | None, run_id: str) -> 
     stops = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     stops = [s for s in stops if s.get("run_id") != run_id]
     if record is not None:
-        stops.append(record)
+        stops.append(portable(record, results.parent))
     write_json_atomic(path, sorted(stops, key=lambda s: str(s.get("run_id"))))
 
 

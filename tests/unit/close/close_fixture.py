@@ -83,6 +83,7 @@ class FakeLedger:
     expense_rows: list[dict[str, Any]]
     note_rows: list[dict[str, Any]] = field(default_factory=list)
     decision_rows: list[dict[str, Any]] = field(default_factory=list)
+    event_rows: list[dict[str, Any]] = field(default_factory=list)
 
     def campaign(self):
         return self.info
@@ -99,7 +100,8 @@ class FakeLedger:
         return self.run_rows
 
     def events(self, run_id=None, *, kind=None):
-        return []
+        return [e for e in self.event_rows if (run_id is None or e["run_id"] == run_id)
+                and (kind is None or e["kind"] == kind)]
 
     def decisions(self):
         return self.decision_rows
@@ -151,7 +153,7 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
     if stopped:
         (run_dir / "stop.json").write_text(json.dumps({
             "run_id": run_id, "rule": "non_finite_loss", "step": 3, "value": "nan",
-            "threshold": None, "message": "loss is nan at step 3", "time": T0 + 3}))
+            "threshold": None, "message": "loss is nan at step 3", "time": T0 + 40}))
         return
     table = rows(params["shift"], params["max_length"])
     write_csv(run_dir / "predictions.csv", table)
@@ -213,6 +215,8 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
                        "package_days": None, "flights": None, "amount": "12.50",
                        "currency": "USD"}],
         note_rows=[{"name": "variant", "text": "ran 10 s late: the disk was slow", "at": T0}],
+        event_rows=[{"id": 1, "run_id": None, "kind": "pilot", "at": T0 + 11, "data": {
+            "ok": True, "message": f"resumed; log in {campaign_dir / 'runs' / 'pilot' / 'log.txt'}"}}],
         decision_rows=[{"at": T0 + 12, "decision": "continue", "computed": "continue",
                         "overridden": False, "figures": {}, "dropped": []}])
     if publish:

@@ -27,12 +27,14 @@ def test_planned_observed_deviation_and_decisions(tmp_path):
                                 "busy_hours": 0.02, "deviation_hours": round(22 / 3600, 6)}
     assert record["plan_intact"] is True
     assert record["original_plan"]["plan_sha256"] == ledger.original_plan()["plan_sha256"]
-    assert [(d["kind"], d["decision"]) for d in record["decisions"]] == [("pilot", "continue"),
-                                                                          ("stop", "stop")]
-    assert record["decisions"][1]["rule"] == "non_finite_loss"
+    assert [(d["kind"], d["decision"]) for d in record["decisions"]] == [
+        ("pilot_check", "resume verified"), ("pilot", "continue"), ("stop", "stop")]
+    assert record["decisions"][2]["rule"] == "non_finite_loss"
     markdown = plan_vs_execution_markdown(record)
     assert "| control | run | essential | finished | 0.0056 | 0.0083 | 0.0028 | 1 | – |" in markdown
     assert "- stopped: variant (`variant-0000000001`) by rule non_finite_loss" in markdown
+    assert "- pilot (short run, checkpoint, resume in a new process): passed: resumed; log in" \
+        in markdown
 
 
 def test_a_tampered_original_plan_is_reported(tmp_path):

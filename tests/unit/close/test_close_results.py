@@ -63,3 +63,14 @@ def test_republishing_a_run_replaces_its_artifact_files(tmp_path):
     assert "artifacts/control-0000000000/model.json" not in paths
     assert "artifacts/control-0000000000/weights.json" in paths
     assert not (results / "artifacts/control-0000000000/model.json").exists()
+
+
+def test_portable_turns_campaign_paths_relative(tmp_path):
+    from flightplan.close.results import portable
+    camp = (tmp_path / "camp").resolve()
+    value = {"campaign_dir": str(camp), "corpus": {"root": "/x", "path": "corpus"},
+             "message": f"see {camp}/runs/a/log.txt; dir {camp}, other {camp}2/x",
+             "list": [str(camp)]}
+    assert portable(value, camp) == {"corpus": {"path": "corpus"},
+                                     "message": f"see ../runs/a/log.txt; dir .., other {camp}2/x",
+                                     "list": [".."]}
