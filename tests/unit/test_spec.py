@@ -1,0 +1,88 @@
+"""The campaign file: the examples load; each bad input is one SpecError naming its field."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flightplan.errors import SpecError
+from flightplan.spec import load_spec, parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = tomllib.loads((ROOT / "examples" / "illustration" / "campaign.toml").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("example", ["illustration", "drug-reviews", "tiny"])
+def test_examples_load(example: str) -> None:
+    spec = load_spec(ROOT / "examples" / example / "campaign.toml")
+    assert spec.control.name == "control"
+    assert spec.campaign_dir == (ROOT / "examples" / example).resolve()
+
+
+def test_defaults_of_the_illustration() -> None:
+    spec = parse_spec(BASE)
+    assert (spec.rental.flights, spec.rental.people) == (1, 1)
+    install = spec.item("install")
+    assert install.each_flight and install.gpus == 1 and install.tier == "essential"
+    assert spec.item("lora-r8").params["adapter"] == {"kind": "lora", "rank": 8, "alpha": 16}
+
+
+def _edit(path: tuple, value: Any) -> dict[str, Any]:
+    doc = copy.deepcopy(BASE)
+    holder = doc
+    for part in path[:-1]:
+        holder = holder[part]
+    holder[path[-1]] = value
+    return doc
+
+
+CASES = [
+    (("stage", 1, "after"), ["instal"], r"stage\[1\]\.after: 'instal' is not a stage or run; did you mean 'install'\?"),
+    (("stage", 0, "after"), ["report"], r"after: dependency cycle (install|report|data-check).* -> "),
+    (("run", 1, "name"), "control", r"run\[1\]\.name: duplicate name 'control'"),
+    (("run", 0, "duration"), "0h", r"run\[0\]\.duration: '0h' is zero"),
+    (("run", 0, "duration"), "-2h", r"run\[0\]\.duration: '-2h' is negative"),
+    (("run", 0, "duration"), "ten hours", r"run\[0\]\.duration: 'ten hours' is not a duration"),
+    (("run", 0, "duration"), 10, r"run\[0\]\.duration: 10 is not a duration string"),
+    (("run", 2, "reference"), "lora-r9", r"run\[2\]\.reference: 'lora-r9' is not a run; did you mean 'lora-r8'\?"),
+    (("expense",), [{"label": "x", "amount": "1.005", "currency": "USD"}], r"expense\[0\]\.amount: .*more than two decimals"),
+    (("expense",), [{"label": "x", "amount": "-1.00", "currency": "USD"}], r"expense\[0\]\.amount: .*negative"),
+    (("expense",), [{"label": "x", "amount": 12.5, "currency": "USD"}], r"expense\[0\]\.amount: .*decimal string"),
+    (("rental", "flight"), 2, r"rental\.flight: unknown key 'flight'; did you mean 'flights'\?"),
+    (("rental", "package_days"), True, r"rental\.package_days: true is a boolean"),
+    (("campaign", "min_gain"), float("inf"), r"campaign\.min_gain"),
+    (("stage", 0, "uses"), ["gpu", "cpu"], r"stage\[0\]\.uses\[1\]: 'cpu' is not allowed"),
+    (("run", 0, "tier"), "vital", r"run\[0\]\.tier: 'vital' is not allowed"),
+    (("campaign_dir",), "/etc", r"unknown key 'campaign_dir'"),
+]
+
+
+@pytest.mark.parametrize("path, value, pattern", CASES, ids=[c[2][:30] for c in CASES])
+def test_bad_input_is_one_line_naming_the_field(path: tuple, value: Any, pattern: str) -> None:
+    with pytest.raises(SpecError, match=pattern) as caught:
+        parse_spec(_edit(path, value), source="campaign.toml")
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("campaign.toml: ")
+
+
+def test_no_control_is_an_error() -> None:
+    doc = copy.deepcopy(BASE)
+    doc["run"][0]["reference"] = "lora-r8"
+    with pytest.raises(SpecError, match="no run is a control"):
+        parse_spec(doc)
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no such file"):
+        load_spec(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[campaign\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="not valid TOML"):
+        load_spec(bad)
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="nested too deeply"):
+        load_spec(deep)
