@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -55,6 +56,7 @@ __all__ = [
 
 MANIFEST_NAME = "MANIFEST.json"
 FORMAT = "flightplan-results/1"
+_SHARED_PREFIXES = ("/usr", "/usr/local", "/")
 CHUNK_BYTES = 1 << 20  # 1 MiB reads: close to hashlib's own throughput on large files
 
 
@@ -113,14 +115,17 @@ def writer_facts(campaign_dir: Path) -> dict[str, list[str]]:
 
     Returns:
         ``{"tmpdirs": [...], "absolute_roots": [...]}``: the writer's ``$TMPDIR`` and
-        ``tempfile.gettempdir()``; its campaign directory, home and working directory
-        (each resolved; ``/`` itself is left out).
+        ``tempfile.gettempdir()``; its campaign directory, home, working directory and
+        Python environment (``sys.prefix`` unless it is a system-wide ``/usr`` or
+        ``/usr/local``), each resolved; ``/`` itself is left out.
     """
     tmpdirs = {tempfile.gettempdir()}
     if os.environ.get("TMPDIR"):
         tmpdirs.add(os.environ["TMPDIR"])
     tmpdirs = {str(Path(t).resolve()) for t in tmpdirs} | tmpdirs
     roots = {str(campaign_dir.resolve()), str(Path.home().resolve()), str(Path.cwd().resolve())}
+    if sys.prefix not in _SHARED_PREFIXES:  # a virtual environment of this machine
+        roots.add(str(Path(sys.prefix).resolve()))
     return {key: sorted(i.rstrip("/") for i in items if i and i != "/")
             for key, items in (("tmpdirs", tmpdirs), ("absolute_roots", roots))}
 
