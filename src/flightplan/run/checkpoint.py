@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from flightplan.errors import CheckpointError, UnsafeFileError
-from flightplan.run.checkpoint_io import (CheckpointFiles, load_checkpoint, step_dir_name,
+from flightplan.run.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint, step_dir_name,
                                           tensor_digests, write_checkpoint)
 
 __all__ = ["Components", "Captured", "Snapshot", "SaveResult", "BackgroundWriter",
@@ -357,14 +357,15 @@ class Rejection:
         return f"{self.name}: {self.message} (renamed to {self.renamed_to})"
 
 
+_REASONS = {"no_manifest": "no-manifest", "manifest": "bad-manifest", "missing": "missing-file",
+            "unlisted": "unlisted-file", "load": "unreadable", "tensor_digest": "tensor-digest"}
+
+
 def _reason(exc: Exception) -> str:
-    text = str(exc)
-    for needle, slug in (("no manifest", "no-manifest"), ("manifest", "bad-manifest"),
-                         ("absent", "missing-file"), ("bytes, the manifest", "size"),
-                         ("sha256", "sha256"), ("not in the manifest", "unlisted-file"),
-                         ("tensors differ", "tensor-digest")):
-        if needle in text:
-            return slug
+    """The slug for ``.corrupt-<reason>``: the first finding's check, or ``unsafe``/``unreadable``."""
+    if isinstance(exc, BadCheckpoint):
+        check = exc.findings[0].check
+        return _REASONS.get(check, check)
     return "unsafe" if isinstance(exc, UnsafeFileError) else "unreadable"
 
 

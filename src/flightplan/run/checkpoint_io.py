@@ -40,7 +40,7 @@ import torch
 
 from flightplan.errors import CheckpointError, UnsafeFileError
 
-__all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "CheckpointFiles",
+__all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint", "CheckpointFiles",
            "FileRecord", "Finding", "write_checkpoint", "read_manifest", "load_checkpoint",
            "check_checkpoint", "verify_checkpoint", "tensor_digests", "fsync_dir", "step_dir_name"]
 
@@ -257,24 +257,33 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
     return final, sum(r.size for r in files.values())
 
 
+class BadCheckpoint(CheckpointError):
+    """A checkpoint failed a check; ``findings`` names each fault (:class:`Finding`)."""
+
+    def __init__(self, directory: Path, findings: list[Finding]) -> None:
+        self.directory = directory
+        self.findings = findings
+        super().__init__(f"{directory}: " + "; ".join(f"{f.path}: {f.message}" for f in findings))
+
+
 def read_manifest(directory: Path) -> dict[str, Any]:
     """The manifest of a checkpoint directory.
 
     Raises:
-        CheckpointError: no manifest (a save that never finished) or one that is not a
-            flightplan manifest; the message names the directory.
+        BadCheckpoint: no manifest (check ``no_manifest``: a save that never finished) or
+            one that is not a flightplan manifest (check ``manifest``).
     """
     path = directory / MANIFEST
     if not path.is_file():
-        raise CheckpointError(f"{directory}: no {MANIFEST} (the save never finished); "
-                              f"it cannot be used")
+        raise BadCheckpoint(directory, [Finding("no_manifest", MANIFEST, f"no {MANIFEST} (the save "
+                                                "never finished); it cannot be used")])
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc}); the checkpoint cannot be used") from None
+        raise BadCheckpoint(directory, [Finding("manifest", MANIFEST, f"not valid JSON ({exc})")]) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
             or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("tensors"), dict):
-        raise CheckpointError(f"{path}: not a {FORMAT} manifest; the checkpoint cannot be used")
+        raise BadCheckpoint(directory, [Finding("manifest", MANIFEST, f"not a {FORMAT} manifest")])
     return manifest
 
 
@@ -314,26 +323,32 @@ def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
 
 
 def _load_torch_file(path: Path) -> Any:
-    """``torch.load(weights_only=True)`` of a torch zip archive; anything else is refused."""
+    """``torch.load(weights_only=True)`` of a torch zip archive; anything else is refused.
+
+    Raises:
+        UnsafeFileError: not a torch zip archive, or the safe unpickler refuses its content.
+        BadCheckpoint: the archive is damaged (check ``load``).
+    """
     if not zipfile.is_zipfile(path):
-        raise UnsafeFileError(f"{path}: not a torch zip archive (a raw pickle?); refused without "
-                              f"loading it")
+        raise UnsafeFileError(f"{path.name}: not a torch zip archive (a raw pickle?); refused "
+                              f"without loading it")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise UnsafeFileError(f"{path}: refused by the safe loader (it holds objects other than "
-                              f"tensors and plain data: {first})") from None
+        raise UnsafeFileError(f"{path.name}: refused by the safe loader (it holds objects other "
+                              f"than tensors and plain data: {first})") from None
     except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+        raise BadCheckpoint(path.parent, [Finding("load", path.name, f"cannot be read "
+                                                  f"({type(exc).__name__}: {exc})")]) from None
 
 
 def load_checkpoint(directory: Path) -> CheckpointFiles:
     """Check and load a checkpoint directory without running any pickled code.
 
     Raises:
-        CheckpointError: no manifest, a file missing/resized/re-hashed/unlisted/unreadable,
-            or a tensor whose crc32 differs from the save-time digest (message lists all).
+        BadCheckpoint: no manifest, a file missing/resized/re-hashed/unlisted/unreadable, or
+            tensors whose crc32 differ from the save-time digests (every fault in ``findings``).
         UnsafeFileError: a ``.pt`` file that is not a torch archive or holds code objects.
     """
     from safetensors import SafetensorError
@@ -342,52 +357,48 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
     manifest = read_manifest(directory)
     findings = _check_files(directory, manifest)
     if findings:
-        raise CheckpointError(f"{directory}: " + "; ".join(f"{f.path}: {f.message}" for f in findings))
+        raise BadCheckpoint(directory, findings)
     try:
         model = load_file(directory / MODEL_FILE, device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{directory / MODEL_FILE}: cannot be read ({exc})") from None
+        raise BadCheckpoint(directory, [Finding("load", MODEL_FILE, f"cannot be read ({exc})")]) from None
     optimizer = _load_torch_file(directory / OPTIMIZER_FILE) if OPTIMIZER_FILE in manifest["files"] else None
     state = _load_torch_file(directory / STATE_FILE)
     loaded = tensor_digests(model, optimizer, state)
     expected = manifest["tensors"]
-    bad = [f"{p}: crc32 {loaded[p]['crc32']} ≠ {expected[p].get('crc32')} saved"
-           for p in expected if p in loaded and loaded[p] != expected[p]]
-    bad += [f"{p}: saved but not in the files" for p in expected if p not in loaded]
-    bad += [f"{p}: in the files but has no save-time digest" for p in loaded if p not in expected]
-    if bad:
-        raise CheckpointError(f"{directory}: tensors differ from what was saved: " + "; ".join(bad[:5])
-                              + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""))
+    findings = [Finding("tensor_digest", p, f"reloads with crc32 {loaded[p]['crc32']}, saved "
+                        f"{expected[p].get('crc32')} (dtype {loaded[p]['dtype']}, shape {loaded[p]['shape']})")
+                for p in expected if p in loaded and loaded[p] != expected[p]]
+    findings += [Finding("tensor_digest", p, "saved but not in the files") for p in expected if p not in loaded]
+    findings += [Finding("tensor_digest", p, "in the files but has no save-time digest")
+                 for p in loaded if p not in expected]
+    if findings:
+        raise BadCheckpoint(directory, findings)
     return CheckpointFiles(model=model, optimizer=optimizer, state=state, manifest=manifest)
 
 
 def check_checkpoint(directory: Path) -> dict[str, Any]:
     """Verify ``directory`` in this process: ``{"verified": bool, "findings": [...], ...}``.
 
-    Findings name each fault (``check``: manifest, missing, size, sha256, unlisted, unsafe,
-    load, tensor_digest). Also reports ``step``, ``run_id``, ``files`` and ``tensors`` counts.
+    Findings name each fault (``check``: no_manifest, manifest, missing, size, sha256,
+    unlisted, unsafe, load, tensor_digest). Also reports ``step``, ``run_id`` and the
+    ``files`` and ``tensors`` counts of the manifest.
     """
     directory = Path(directory)
     report: dict[str, Any] = {"directory": str(directory), "verified": False, "findings": []}
     if not directory.is_dir():
-        report["findings"].append(Finding("manifest", str(directory), "not a directory").as_dict())
+        report["findings"].append(Finding("no_manifest", str(directory), "not a directory").as_dict())
         return report
+    findings: list[Finding] = []
     try:
         manifest = read_manifest(directory)
-    except CheckpointError as exc:
-        report["findings"].append(Finding("manifest", MANIFEST, str(exc)).as_dict())
-        return report
-    report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
-                  files=len(manifest["files"]), tensors=len(manifest["tensors"]))
-    findings = _check_files(directory, manifest)
-    if not findings:
-        try:
-            load_checkpoint(directory)
-        except UnsafeFileError as exc:
-            findings.append(Finding("unsafe", directory.name, str(exc)))
-        except CheckpointError as exc:
-            check = "tensor_digest" if "tensors differ" in str(exc) else "load"
-            findings.append(Finding(check, directory.name, str(exc)))
+        report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
+                      files=len(manifest["files"]), tensors=len(manifest["tensors"]))
+        load_checkpoint(directory)
+    except BadCheckpoint as exc:
+        findings = exc.findings
+    except UnsafeFileError as exc:
+        findings = [Finding("unsafe", str(exc).partition(":")[0], str(exc).partition(": ")[2])]
     report["findings"] = [f.as_dict() for f in findings]
     report["verified"] = not findings
     return report
