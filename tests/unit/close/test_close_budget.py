@@ -90,3 +90,15 @@ def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
     assert (budget["committed_total"], budget["rental_per_accepted"]) == ("94.28", "23.57")
     # without ledger rows: [rental] priced from the built-in catalog
     assert budget_inputs(spec, [])[0] == [Package("RTX 4090", 3, 1, Money.parse("47.14", USD))]
+
+
+def test_timing_repeats_of_one_configuration_are_one_product():
+    from flightplan.close.acceptance import accepted_product_count
+    verdicts = [{"run_id": "control-aaaaaaaaaa", "config_hash": "a" * 64, "accepted": True},
+                {"run_id": "control-again-aaaaaaaaaa", "config_hash": "a" * 64, "accepted": True},
+                {"run_id": "lora-bbbbbbbbbb", "config_hash": "b" * 64, "accepted": True},
+                {"run_id": "len-cccccccccc", "config_hash": "c" * 64, "accepted": False}]
+    assert accepted_product_count(verdicts) == 2
+    budget = build_budget(packages=[RTX_3D], external=[], accepted_products=2, rejections=[],
+                          stopped_runs=[])
+    assert budget["rental_per_accepted"] == "23.57"
