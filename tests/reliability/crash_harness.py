@@ -33,7 +33,8 @@ from pathlib import Path
 
 from .cli_harness import child_env
 
-__all__ = ["SHIM_DIR", "CrashPoint", "Attempt", "count_calls", "draw_points", "run_with_crash",
+__all__ = ["SHIM_DIR", "CrashPoint", "Attempt", "CampaignCrashReport", "crash_campaign",
+           "count_calls", "draw_points", "run_with_crash",
            "fingerprint", "ledger_findings", "event_order_ok", "WATCHED"]
 
 SHIM_DIR = Path(__file__).resolve().with_name("faultshim")
@@ -226,3 +227,69 @@ def ledger_findings(campaign_dir: Path, *, finished: bool = True) -> list[str]:
         return findings
     finally:
         db.close()
+
+
+@dataclass
+class CampaignCrashReport:
+    """What :func:`crash_campaign` saw.
+
+    Attributes:
+        attempts: (crash point label or ``"clean"``, the attempt) in order.
+        fired: crash points that fired (the process really died there).
+        differences: product paths whose sha256 differs from the reference (or missing/extra).
+        ledger: :func:`ledger_findings` after the campaign finished.
+        verify_code: exit code of ``flightplan verify results``.
+        rejected: checkpoints set aside at restore (``*.corrupt-*``): a save was not atomic.
+        finished: whether a clean ``run`` and ``close`` ended with exit 0.
+    """
+
+    attempts: list[tuple[str, Attempt]]
+    fired: int
+    differences: list[str]
+    ledger: list[str]
+    verify_code: int
+    rejected: list[str]
+    finished: bool
+
+    @property
+    def identical(self) -> bool:
+        """Finished, same products bit for bit, ledger whole, results verified."""
+        return self.finished and not self.differences and not self.ledger and self.verify_code == 0
+
+
+def crash_campaign(spec: Path, *, run_points: list[CrashPoint], close_points: list[CrashPoint],
+                   reference: dict[str, str], clean_tries: int = 3,
+                   timeout_s: float = 900) -> CampaignCrashReport:
+    """Run ``flightplan run`` once per crash point of ``run_points`` (stopping early if
+    one does not fire and the campaign finishes), then clean until it exits 0; the same
+    with ``flightplan close`` and ``close_points``; then verify and compare with
+    ``reference`` (a :func:`fingerprint` of an uninterrupted campaign)."""
+    from .cli_harness import FLIGHTPLAN
+
+    folder = spec.parent
+    marker = folder.parent / f".{folder.name}-fired"
+    attempts: list[tuple[str, Attempt]] = []
+    finished = True
+    for verb, points in (("run", run_points), ("close", close_points)):
+        argv = FLIGHTPLAN + [verb, str(spec)]
+        for point in points:
+            attempt = run_with_crash(argv, cwd=folder, point=point, marker=marker, timeout_s=timeout_s)
+            attempts.append((f"{verb}: {point.label()}", attempt))
+            if not attempt.fired and attempt.code == 0:
+                break
+        for _ in range(clean_tries):
+            attempt = run_with_crash(argv, cwd=folder, point=None, marker=marker, timeout_s=timeout_s)
+            attempts.append((f"{verb}: clean", attempt))
+            if attempt.code == 0:
+                break
+        finished = finished and attempts[-1][1].code == 0
+    verify = run_with_crash(FLIGHTPLAN + ["verify", str(folder / "results")], cwd=folder,
+                            point=None, marker=marker, timeout_s=timeout_s)
+    products = fingerprint(folder) if (folder / "runs").is_dir() else {}
+    differences = sorted(k for k in set(reference) | set(products) if reference.get(k) != products.get(k))
+    rejected = sorted(p.relative_to(folder).as_posix() for p in folder.glob("runs/*/checkpoints/*.corrupt-*"))
+    return CampaignCrashReport(attempts=attempts, fired=sum(a.fired for _, a in attempts),
+                               differences=differences,
+                               ledger=ledger_findings(folder) if (folder / ".flightplan").is_dir()
+                               else ["no ledger"],
+                               verify_code=verify.code, rejected=rejected, finished=finished)
