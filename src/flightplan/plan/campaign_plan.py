@@ -26,8 +26,8 @@ from flightplan.units import Duration, Money
 __all__ = ["PlanResult", "plan_campaign", "tasks_for_spec", "slot_json"]
 
 #: wall-clock limits (s) of the CP-SAT solves: the chosen rental, then all other options
-MAIN_SOLVE_S = 1.5
-OPTIONS_BUDGET_S = 2.0
+MAIN_SOLVE_S = 1.0
+OPTIONS_BUDGET_S = 1.5
 OPTION_SOLVE_S = 0.5
 
 

@@ -9,9 +9,11 @@ independent work in parallel — they never shorten a single run nor pool GPUs o
 Which options are listed (:func:`quote_options`):
 
 - every package length of every offer that has packages (the chosen one included),
-  with 1, 2, … flights: the count grows up to the number of runs (independent runs are
-  the only thing extra flights can spread), and stops as soon as one more flight no
-  longer shortens the schedule (or at the chosen flight count, if larger);
+  with 1, 2, … N flights, N = min(number of runs, 8): runs are the only thing extra
+  flights can spread, and each count costs one more solve. The count stops growing as
+  soon as one more flight no longer shortens the schedule, or once (from 2 flights on)
+  the work fits the offer's shortest package — more flights would then only cost more.
+  The chosen flight count is always listed;
 - an offer on which some run cannot be placed (more GPUs than a flight has, more memory
   than its GPU has) is listed once per package with ``fits = false`` and the reason in
   ``notes``;
@@ -36,9 +38,11 @@ from flightplan.plan.schedule import Schedule, Task, schedule, topological_order
 from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 
-__all__ = ["Option", "Quote", "quote_options", "quote_for_job", "reduce_tasks", "hours"]
+__all__ = ["Option", "Quote", "quote_options", "quote_for_job", "reduce_tasks", "hours", "MAX_FLIGHTS"]
 
 _DROP_ORDER = (("exploratory",), ("exploratory", "useful"))
+#: most flights an option lists (each count is one more schedule to solve)
+MAX_FLIGHTS = 8
 
 
 def hours(seconds: int) -> float:
@@ -201,7 +205,7 @@ def quote_options(spec: CampaignSpec, tasks: list[Task], catalog: Catalog, *,
     chosen_offer = catalog.offers[rental.offer]
     solve = _Solver(rental.people, budget_s, per_solve_s)
     solve.cache[(chosen_offer.gpus_per_flight, rental.flights, ())] = chosen
-    flight_cap = max(rental.flights, len(spec.runs))
+    flight_cap = min(len(spec.runs), MAX_FLIGHTS)
     options: list[Option] = []
     unquoted = tuple(o.name for o in catalog.offers.values() if not o.packages)
     for offer in catalog.offers.values():
@@ -212,13 +216,19 @@ def quote_options(spec: CampaignSpec, tasks: list[Task], catalog: Catalog, *,
             options.extend(Option(offer.name, days, 1, price, days * 86400, None, (), tuple(problems))
                            for days, price in sorted(offer.packages.items()))
             continue
+        shortest_s = min(offer.packages) * 86400
         previous = None
         for flights in range(1, flight_cap + 1):
             result = solve(tasks, offer.gpus_per_flight, flights)
-            if previous is not None and result.makespan_s >= previous and flights > rental.flights:
+            if previous is not None and result.makespan_s >= previous:
                 break
-            previous = result.makespan_s
             options.extend(_priced(offer, flights, result))
+            if flights >= 2 and result.makespan_s <= shortest_s:
+                break        # it fits the shortest package: more flights only cost more
+            previous = result.makespan_s
+        if offer is chosen_offer and not any(o.flights == rental.flights for o in options
+                                             if o.offer == offer.name):
+            options.extend(_priced(offer, rental.flights, chosen))
     chosen_option = next(o for o in options if o.offer == rental.offer and o.flights == rental.flights
                          and o.package_days == rental.package_days)
     if not chosen_option.fits:

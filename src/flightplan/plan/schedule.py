@@ -105,24 +105,40 @@ class Schedule:
 
 @dataclass
 class _Timeline:
-    """Busy intervals of one unary resource, sorted and disjoint."""
+    """Busy blocks of one unary resource: sorted, disjoint, touching blocks merged (so a
+    resource packed back to back is one block, and a search skips it in one step)."""
 
     starts: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
 
-    def blocker(self, start: int, end: int) -> int | None:
-        """End of the first busy interval overlapping [start, end), or None if free."""
-        i = bisect.bisect_right(self.starts, start) - 1
-        if i >= 0 and self.ends[i] > start:
-            return self.ends[i]
-        if i + 1 < len(self.starts) and self.starts[i + 1] < end:
-            return self.ends[i + 1]
-        return None
+    def first_fit(self, t: int, length: int) -> int:
+        """The earliest s >= t with [s, s + length) free."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(starts, t) - 1
+        if i >= 0 and ends[i] > t:
+            t = ends[i]
+        i += 1
+        while i < len(starts) and starts[i] < t + length:
+            t = ends[i]
+            i += 1
+        return t
 
     def add(self, start: int, end: int) -> None:
-        i = bisect.bisect_left(self.starts, start)
-        self.starts.insert(i, start)
-        self.ends.insert(i, end)
+        """Mark [start, end) busy (it must be free)."""
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_left(starts, start)
+        joins_left = i > 0 and ends[i - 1] == start
+        joins_right = i < len(starts) and starts[i] == end
+        if joins_left and joins_right:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif joins_left:
+            ends[i - 1] = end
+        elif joins_right:
+            starts[i] = start
+        else:
+            starts.insert(i, start)
+            ends.insert(i, end)
 
 
 class _Problem:
@@ -196,6 +212,8 @@ class _Greedy:
                     for _ in range(problem.flights)]
         self.person = [_Timeline() for _ in range(problem.people)]
         self.placed: dict[tuple[str, int | None], Slot] = {}   # (name, flight of a copy)
+        self.copies: dict[str, list[Slot]] = {}                # each_flight name -> copies
+        self.flights_used: set[int] = set()
 
     def run(self) -> list[Slot]:
         p = self.p
@@ -215,12 +233,9 @@ class _Greedy:
                 if waiting[child] == 0:
                     heapq.heappush(ready, (-p.tail[child], index[child], child))
         for name in p.topo:      # each_flight tasks nothing on a flight needed: one copy
-            if p.tasks[name].each_flight and not self._copies(name):
+            if p.tasks[name].each_flight and not self.copies.get(name):
                 self._ensure_copy(name, 0)
         return list(self.placed.values())
-
-    def _copies(self, name: str) -> list[Slot]:
-        return [s for (n, _), s in self.placed.items() if n == name]
 
     def _ready_time(self, name: str, flight: int | None) -> int:
         """Earliest start allowed by ``after`` (and the flight's each_flight copies)."""
@@ -229,41 +244,34 @@ class _Greedy:
             if not p.tasks[dep].each_flight:
                 t = max(t, self.placed[(dep, None)].end_s)
             elif flight is None:
-                t = max(t, min(s.end_s for s in self._copies(dep)))
+                t = max(t, min(s.end_s for s in self.copies[dep]))
         if flight is not None:
             for setup in p.setups[name]:
                 t = max(t, self.placed[(setup, flight)].end_s)
         return t
 
     def _earliest(self, task: Task, flight: int | None, t: int) -> tuple[int, list[int], int | None]:
-        """First start >= t with ``task.gpus`` free GPUs on ``flight`` and a free person."""
+        """First start >= t with ``task.gpus`` free GPUs on ``flight`` and a free person.
+
+        Returns (start, GPU indices, person index or None).
+        """
         while True:
-            nxt = []
             gpu_ids: list[int] = []
             if task.gpus:
-                blocked = []
-                for k, line in enumerate(self.gpu[flight]):
-                    end = line.blocker(t, t + task.seconds)
-                    if end is None:
-                        gpu_ids.append(k)
-                    else:
-                        blocked.append(end)
-                if len(gpu_ids) < task.gpus:
-                    nxt.append(min(blocked))
+                fits = sorted((line.first_fit(t, task.seconds), k)
+                              for k, line in enumerate(self.gpu[flight]))
+                if fits[task.gpus - 1][0] > t:
+                    t = fits[task.gpus - 1][0]
+                    continue
+                gpu_ids = sorted(k for _, k in fits[:task.gpus])
             person = None
             if task.person:
-                ends = []
-                for j, line in enumerate(self.person):
-                    end = line.blocker(t, t + task.seconds)
-                    if end is None:
-                        person = j
-                        break
-                    ends.append(end)
-                if person is None:
-                    nxt.append(min(ends))
-            if not nxt:
-                return t, gpu_ids[:task.gpus], person
-            t = max(nxt)
+                fit, person = min((line.first_fit(t, task.seconds), j)
+                                  for j, line in enumerate(self.person))
+                if fit > t:
+                    t = fit
+                    continue
+            return t, gpu_ids, person
 
     def _commit(self, task: Task, flight: int | None, t: int) -> Slot:
         start, gpu_ids, person = self._earliest(task, flight, t)
@@ -274,6 +282,10 @@ class _Greedy:
             self.person[person].add(start, end)
         slot = Slot(task, start, end, None if flight is None else flight + 1, tuple(gpu_ids))
         self.placed[(task.name, flight if task.each_flight else None)] = slot
+        if task.each_flight:
+            self.copies.setdefault(task.name, []).append(slot)
+        if flight is not None:
+            self.flights_used.add(flight)
         return slot
 
     def _ensure_copy(self, name: str, flight: int) -> None:
@@ -284,24 +296,50 @@ class _Greedy:
         self._commit(self.p.tasks[name], flight, self._ready_time(name, flight))
 
     def _place_on_best_flight(self, name: str) -> None:
-        best = None
+        """Try each flight (empty flights are alike: only the first is tried); keep the one
+        where the task ends first, set-up copies it would need included."""
+        task = self.p.tasks[name]
+        best: tuple[int, int, _Greedy | None] | None = None
+        tried_empty = False
         for flight in range(self.p.flights):
-            trial = _Greedy.__new__(_Greedy)
-            trial.p = self.p
-            trial.gpu = [[_Timeline(list(l.starts), list(l.ends)) for l in f] for f in self.gpu]
-            trial.person = [_Timeline(list(l.starts), list(l.ends)) for l in self.person]
-            trial.placed = dict(self.placed)
-            for setup in self.p.setups[name]:
-                trial._ensure_copy(setup, flight)
-            end = trial._commit(self.p.tasks[name], flight, trial._ready_time(name, flight)).end_s
+            empty = flight not in self.flights_used
+            if empty and tried_empty:
+                continue
+            tried_empty |= empty
+            missing = [s for s in self.p.setups[name] if (s, flight) not in self.placed]
+            trial = None
+            if missing:
+                trial = self._fork(flight)
+                for setup in missing:
+                    trial._ensure_copy(setup, flight)
+                end = trial._commit(task, flight, trial._ready_time(name, flight)).end_s
+            else:
+                end = self._earliest(task, flight, self._ready_time(name, flight))[0] + task.seconds
             if best is None or end < best[0]:
-                best = (end, trial)
-        chosen = best[1]
-        self.gpu, self.person, self.placed = chosen.gpu, chosen.person, chosen.placed
+                best = (end, flight, trial)
+        assert best is not None
+        _, flight, trial = best
+        if trial is None:
+            self._commit(task, flight, self._ready_time(name, flight))
+        else:
+            self.gpu, self.person, self.placed, self.copies, self.flights_used = \
+                trial.gpu, trial.person, trial.placed, trial.copies, trial.flights_used
+
+    def _fork(self, flight: int) -> "_Greedy":
+        """A copy that may place work on ``flight`` (and persons) without touching this one."""
+        trial = _Greedy.__new__(_Greedy)
+        trial.p = self.p
+        trial.gpu = list(self.gpu)
+        trial.gpu[flight] = [_Timeline(list(l.starts), list(l.ends)) for l in self.gpu[flight]]
+        trial.person = [_Timeline(list(l.starts), list(l.ends)) for l in self.person]
+        trial.placed = dict(self.placed)
+        trial.copies = {k: list(v) for k, v in self.copies.items()}
+        trial.flights_used = set(self.flights_used)
+        return trial
 
     def _place_unbound(self, name: str) -> None:
         for dep in self.p.tasks[name].after:
-            if self.p.tasks[dep].each_flight and not self._copies(dep):
+            if self.p.tasks[dep].each_flight and not self.copies.get(dep):
                 self._ensure_copy(dep, 0)
         self._commit(self.p.tasks[name], None, self._ready_time(name, None))
 
