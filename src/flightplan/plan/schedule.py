@@ -33,9 +33,9 @@ import bisect
 import heapq
 from dataclasses import dataclass, field, replace
 
-from ortools.sat.python import cp_model
+from flightplan.plan.cpsat import solve_exact
 
-__all__ = ["Task", "Slot", "Schedule", "schedule", "topological_order"]
+__all__ = ["Task", "Slot", "Schedule", "Problem", "schedule", "topological_order"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class _Timeline:
             ends.insert(i, end)
 
 
-class _Problem:
+class Problem:
     """Tasks with their graph facts: predecessors, each_flight ancestors, priorities."""
 
     def __init__(self, tasks: list[Task], flights: int, gpus_per_flight: int, people: int):
@@ -206,7 +206,7 @@ def topological_order(tasks: dict[str, Task]) -> list[str]:
 class _Greedy:
     """Serial list scheduling: each task, by priority, at its earliest feasible start."""
 
-    def __init__(self, problem: _Problem):
+    def __init__(self, problem: Problem):
         self.p = problem
         self.gpu = [[_Timeline() for _ in range(problem.gpus_per_flight)]
                     for _ in range(problem.flights)]
@@ -362,15 +362,18 @@ def schedule(tasks: list[Task], *, flights: int = 1, gpus_per_flight: int = 1, p
     for task in tasks:
         if task.gpus > gpus_per_flight:
             raise ValueError(f"{task.name} needs {task.gpus} GPUs; a flight has {gpus_per_flight}")
-    problem = _Problem(tasks, flights, gpus_per_flight, people)
+    problem = Problem(tasks, flights, gpus_per_flight, people)
     slots = _Greedy(problem).run()
     makespan = max((s.end_s for s in slots), default=0)
     bound = problem.lower_bound()
     optimal = makespan <= bound
     if not optimal and time_limit_s > 0:
-        solved = _solve(problem, slots, makespan, time_limit_s)
+        solved = solve_exact(problem, slots, makespan, time_limit_s)
         if solved is not None:
-            slots, optimal = solved
+            placements, optimal = solved
+            slots = [Slot(problem.tasks[name], start, start + problem.tasks[name].seconds,
+                          None if flight is None else flight + 1, gpu_ids)
+                     for name, flight, start, gpu_ids in placements]
             makespan = max(s.end_s for s in slots)
     return Schedule(_in_order(slots), makespan, optimal, bound, flights, gpus_per_flight, people)
 
@@ -386,158 +389,3 @@ def _in_order(slots: list[Slot]) -> tuple[Slot, ...]:
     number = {old: new for new, (_, old) in enumerate(sorted(first.values()), start=1)}
     renumbered = [replace(s, flight=number[s.flight]) if s.flight is not None else s for s in slots]
     return tuple(sorted(renumbered, key=lambda s: (s.start_s, s.flight or 0, s.task.name)))
-
-
-def _solve(problem: _Problem, hint: list[Slot], horizon: int,
-           time_limit_s: float) -> tuple[list[Slot], bool] | None:
-    """CP-SAT on ``problem`` with ``hint`` (a feasible schedule of makespan ``horizon``).
-
-    Returns the improved slots and whether they are proven optimal, or None when the
-    solver found nothing within the limit (the caller keeps the hint).
-    """
-    p = problem
-    flights, per_flight = range(p.flights), range(p.gpus_per_flight)
-    model = cp_model.CpModel()
-    gpu_intervals: list[list[list]] = [[[] for _ in per_flight] for _ in flights]
-    person_intervals, person_demands = [], []
-    # instances: (name, flight or None) -> (start var, end var, presence literal)
-    inst: dict[tuple[str, int | None], tuple] = {}
-    on_flight: dict[str, list] = {}       # name -> per flight literal (placed there)
-    on_gpu: dict[tuple[str, int | None], list] = {}
-
-    def add_instance(name: str, flight: int | None, present) -> None:
-        task = p.tasks[name]
-        start = model.new_int_var(0, horizon - task.seconds, f"s[{name},{flight}]")
-        end = start + task.seconds
-        inst[(name, flight)] = (start, end, present)
-        if task.person:
-            person_intervals.append(
-                model.new_fixed_size_interval_var(start, task.seconds, f"p[{name}]")
-                if present is None else model.new_optional_fixed_size_interval_var(
-                    start, task.seconds, present, f"p[{name},{flight}]"))
-            person_demands.append(1)
-        if not task.gpus:
-            return
-        hosts = [flight] if flight is not None else list(flights)
-        picks = {}
-        for f in hosts:
-            here = present if flight is not None else on_flight[name][f]
-            for k in per_flight:
-                if p.gpus_per_flight == task.gpus:
-                    lit = here
-                else:
-                    lit = picks[(f, k)] = model.new_bool_var(f"g[{name},{f},{k}]")
-                gpu_intervals[f][k].append(model.new_optional_fixed_size_interval_var(
-                    start, task.seconds, lit, f"i[{name},{f},{k}]"))
-            if picks:
-                model.add(sum(picks[(f, k)] for k in per_flight) == task.gpus * here)
-        on_gpu[(name, flight)] = picks
-
-    for name in p.topo:
-        task = p.tasks[name]
-        if task.each_flight:
-            for f in flights:
-                add_instance(name, f, model.new_bool_var(f"u[{name},{f}]"))
-        else:
-            if task.gpus:
-                on_flight[name] = [model.new_bool_var(f"x[{name},{f}]") for f in flights]
-                model.add_exactly_one(on_flight[name])
-            add_instance(name, None, None)
-
-    # which copies of each each_flight task exist: those its flight-bound descendants need
-    needs: dict[tuple[str, int], list] = {}
-    for name, task in p.tasks.items():
-        for setup in p.setups[name]:
-            for f in flights:
-                lit = inst[(name, f)][2] if task.each_flight else on_flight.get(name, [None] * p.flights)[f]
-                if lit is not None:
-                    needs.setdefault((setup, f), []).append(lit)
-    for name, task in p.tasks.items():
-        if not task.each_flight:
-            continue
-        if not any((name, f) in needs for f in flights):
-            for f in flights:
-                model.add(inst[(name, f)][2] == (1 if f == 0 else 0))
-            continue
-        for f in flights:
-            model.add_max_equality(inst[(name, f)][2], needs.get((name, f), [model.new_constant(0)]))
-
-    # precedence
-    for name, task in p.tasks.items():
-        copies = [(f, *inst[(name, f)]) for f in flights] if task.each_flight \
-            else [(None, *inst[(name, None)])]
-        for f, start, _, present in copies:
-            for dep in task.after:
-                if not p.tasks[dep].each_flight:
-                    model.add(start >= inst[(dep, None)][1])
-                elif f is None and not task.gpus:
-                    chosen = [model.new_bool_var(f"c[{name},{dep},{g}]") for g in flights]
-                    model.add_bool_or(chosen)
-                    for g in flights:
-                        model.add_implication(chosen[g], inst[(dep, g)][2])
-                        model.add(start >= inst[(dep, g)][1]).only_enforce_if(chosen[g])
-            for setup in (p.setups[name] if p.bound(name) else ()):
-                for g in ([f] if f is not None else flights):
-                    lit = present if f is not None else on_flight[name][g]
-                    model.add(start >= inst[(setup, g)][1]).only_enforce_if(lit)
-
-    for f in flights:
-        for k in per_flight:
-            if len(gpu_intervals[f][k]) > 1:
-                model.add_no_overlap(gpu_intervals[f][k])
-    if len(person_intervals) > 1:
-        if p.people == 1:
-            model.add_no_overlap(person_intervals)
-        else:
-            model.add_cumulative(person_intervals, person_demands, p.people)
-    makespan = model.new_int_var(p.lower_bound(), horizon, "makespan")
-    for (name, f), (_, end, present) in inst.items():
-        if present is None:
-            model.add(makespan >= end)
-        else:
-            model.add(makespan >= end).only_enforce_if(present)
-    model.minimize(makespan)
-
-    _hint(model, p, hint, inst, on_flight, on_gpu)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.max_deterministic_time = time_limit_s
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    slots = []
-    for (name, f), (start, _, present) in inst.items():
-        if present is not None and not solver.boolean_value(present):
-            continue
-        task = p.tasks[name]
-        begin = solver.value(start)
-        flight = f
-        if task.gpus and f is None:
-            flight = next(g for g in flights if solver.boolean_value(on_flight[name][g]))
-        picks = on_gpu.get((name, f), {})
-        gpu_ids = tuple(k for k in per_flight if task.gpus and
-                        (not picks or solver.boolean_value(picks[(flight, k)])))
-        slots.append(Slot(task, begin, begin + task.seconds,
-                          None if flight is None else flight + 1, gpu_ids))
-    return slots, status == cp_model.OPTIMAL
-
-
-def _hint(model: cp_model.CpModel, p: _Problem, slots: list[Slot], inst: dict,
-          on_flight: dict, on_gpu: dict) -> None:
-    """Give CP-SAT the greedy schedule as a complete starting solution."""
-    placed = {(s.task.name, s.flight - 1 if s.task.each_flight else None): s for s in slots}
-    for (name, f), (start, _, present) in inst.items():
-        slot = placed.get((name, f))
-        model.add_hint(start, slot.start_s if slot else 0)
-        if f is not None:
-            model.add_hint(present, slot is not None)
-        task = p.tasks[name]
-        if task.gpus:
-            flight = (slot.flight - 1) if slot else None
-            if f is None:
-                for g, lit in enumerate(on_flight[name]):
-                    model.add_hint(lit, g == flight)
-            for (g, k), lit in on_gpu[(name, f)].items():
-                model.add_hint(lit, slot is not None and g == flight and k in slot.gpu_ids)

@@ -127,3 +127,32 @@ def test_quote_refuses_unknown_or_unpriced_offers() -> None:
         quote_for_job("RTX 4009", 10, 1, builtin_catalog())
     with pytest.raises(CatalogError, match="no package prices for 'B200'"):
         quote_for_job("B200", 10, 1, builtin_catalog())
+
+
+def test_another_offer_from_a_user_catalog_is_quoted(illustration_doc, tmp_path) -> None:
+    from flightplan.spec import parse_spec
+
+    (tmp_path / "offers.toml").write_text(B200, encoding="utf-8")
+    illustration_doc["rental"]["catalog"] = "offers.toml"
+    spec = parse_spec(illustration_doc, source=str(tmp_path / "campaign.toml"), campaign_dir=tmp_path)
+    data = plan_campaign(spec).to_json()
+    assert data["unquoted_offers"] == []
+    b200 = [o for o in data["options"] if o["offer"] == "B200"]
+    # one B200 flight, two GPUs: control then lora-r8 on one GPU (4-24), len256 on the
+    # other (4-18), error-analysis 14-24, report 24-34; priced once for both GPUs.
+    assert [(o["flights"], o["total_price"], o["reserved_hours"]) for o in b200] == [(1, "500.00", 34.0)]
+
+
+def test_the_chosen_flight_count_is_always_listed(make_spec) -> None:
+    runs = [{"name": "control", "tier": "essential", "duration": "10h"}]
+    data = plan_campaign(make_spec(runs=runs, flights=3)).to_json()
+    assert (data["flights"], data["total_price"], data["reserved_hours"]) == (3, "141.42", 10.0)
+    three = [o for o in data["options"] if o["flights"] == 3]
+    assert [o["total_price"] for o in three] == ["141.42", "330.00", "1170.00"]
+    assert data["recommendation"]["flights"] == 1      # one run: extra flights only cost more
+
+
+def test_planning_twice_gives_the_same_plan(illustration) -> None:
+    extend = {"lora-r8": Duration.parse("30h")}
+    assert plan_campaign(illustration, extend=extend).to_json() == \
+        plan_campaign(illustration, extend=extend).to_json()

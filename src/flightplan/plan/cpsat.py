@@ -1,0 +1,185 @@
+"""The exact model of the schedule for OR-Tools CP-SAT (the problem is stated in
+:mod:`flightplan.plan.schedule`).
+
+Variables, in seconds: a start per task instance; for a GPU task a literal per flight
+(``x[i,f]``, exactly one) and, when it holds fewer GPUs than a flight has, a literal per
+GPU (``g[i,f,k]``, ``sum_k g = gpus × x``); for an ``each_flight`` task a presence
+literal per flight (``u[E,f]``, the max of the literals of the flight-bound tasks that
+descend from it, or flight 0 alone when none does). Each GPU is a NoOverlap over the
+optional intervals that may use it; persons are a NoOverlap (one person) or a
+Cumulative of capacity ``people``. The list-scheduling solution is the hint and its
+makespan the horizon, so the solver only ever improves on it.
+
+Usage::
+
+    solved = solve_exact(problem, greedy_slots, greedy_makespan, time_limit_s=1.0)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ortools.sat.python import cp_model
+
+if TYPE_CHECKING:
+    from flightplan.plan.schedule import Problem, Slot
+
+__all__ = ["solve_exact", "Placement"]
+
+#: (task name, flight index 0-based or None for person-only work, start_s, GPU indices)
+Placement = tuple[str, "int | None", int, tuple[int, ...]]
+
+
+def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
+                time_limit_s: float) -> tuple[list[Placement], bool] | None:
+    """CP-SAT on ``problem`` with ``hint`` (a feasible schedule of makespan ``horizon``).
+
+    Returns the placements ``(name, flight index (0-based) or None, start_s, GPU ids)``
+    and whether they are proven optimal, or None when the solver found nothing within
+    the limit (the caller keeps the hint).
+    """
+    p = problem
+    flights, per_flight = range(p.flights), range(p.gpus_per_flight)
+    model = cp_model.CpModel()
+    gpu_intervals: list[list[list]] = [[[] for _ in per_flight] for _ in flights]
+    person_intervals, person_demands = [], []
+    # instances: (name, flight or None) -> (start var, end var, presence literal)
+    inst: dict[tuple[str, int | None], tuple] = {}
+    on_flight: dict[str, list] = {}       # name -> per flight literal (placed there)
+    on_gpu: dict[tuple[str, int | None], list] = {}
+
+    def add_instance(name: str, flight: int | None, present) -> None:
+        task = p.tasks[name]
+        start = model.new_int_var(0, horizon - task.seconds, f"s[{name},{flight}]")
+        end = start + task.seconds
+        inst[(name, flight)] = (start, end, present)
+        if task.person:
+            person_intervals.append(
+                model.new_fixed_size_interval_var(start, task.seconds, f"p[{name}]")
+                if present is None else model.new_optional_fixed_size_interval_var(
+                    start, task.seconds, present, f"p[{name},{flight}]"))
+            person_demands.append(1)
+        if not task.gpus:
+            return
+        hosts = [flight] if flight is not None else list(flights)
+        picks = {}
+        for f in hosts:
+            here = present if flight is not None else on_flight[name][f]
+            for k in per_flight:
+                if p.gpus_per_flight == task.gpus:
+                    lit = here
+                else:
+                    lit = picks[(f, k)] = model.new_bool_var(f"g[{name},{f},{k}]")
+                gpu_intervals[f][k].append(model.new_optional_fixed_size_interval_var(
+                    start, task.seconds, lit, f"i[{name},{f},{k}]"))
+            if picks:
+                model.add(sum(picks[(f, k)] for k in per_flight) == task.gpus * here)
+        on_gpu[(name, flight)] = picks
+
+    for name in p.topo:
+        task = p.tasks[name]
+        if task.each_flight:
+            for f in flights:
+                add_instance(name, f, model.new_bool_var(f"u[{name},{f}]"))
+        else:
+            if task.gpus:
+                on_flight[name] = [model.new_bool_var(f"x[{name},{f}]") for f in flights]
+                model.add_exactly_one(on_flight[name])
+            add_instance(name, None, None)
+
+    # which copies of each each_flight task exist: those its flight-bound descendants need
+    needs: dict[tuple[str, int], list] = {}
+    for name, task in p.tasks.items():
+        for setup in p.setups[name]:
+            for f in flights:
+                lit = inst[(name, f)][2] if task.each_flight else on_flight.get(name, [None] * p.flights)[f]
+                if lit is not None:
+                    needs.setdefault((setup, f), []).append(lit)
+    for name, task in p.tasks.items():
+        if not task.each_flight:
+            continue
+        if not any((name, f) in needs for f in flights):
+            for f in flights:
+                model.add(inst[(name, f)][2] == (1 if f == 0 else 0))
+            continue
+        for f in flights:
+            model.add_max_equality(inst[(name, f)][2], needs.get((name, f), [model.new_constant(0)]))
+
+    # precedence
+    for name, task in p.tasks.items():
+        copies = [(f, *inst[(name, f)]) for f in flights] if task.each_flight \
+            else [(None, *inst[(name, None)])]
+        for f, start, _, present in copies:
+            for dep in task.after:
+                if not p.tasks[dep].each_flight:
+                    model.add(start >= inst[(dep, None)][1])
+                elif f is None and not task.gpus:
+                    chosen = [model.new_bool_var(f"c[{name},{dep},{g}]") for g in flights]
+                    model.add_bool_or(chosen)
+                    for g in flights:
+                        model.add_implication(chosen[g], inst[(dep, g)][2])
+                        model.add(start >= inst[(dep, g)][1]).only_enforce_if(chosen[g])
+            for setup in (p.setups[name] if p.bound(name) else ()):
+                for g in ([f] if f is not None else flights):
+                    lit = present if f is not None else on_flight[name][g]
+                    model.add(start >= inst[(setup, g)][1]).only_enforce_if(lit)
+
+    for f in flights:
+        for k in per_flight:
+            if len(gpu_intervals[f][k]) > 1:
+                model.add_no_overlap(gpu_intervals[f][k])
+    if len(person_intervals) > 1:
+        if p.people == 1:
+            model.add_no_overlap(person_intervals)
+        else:
+            model.add_cumulative(person_intervals, person_demands, p.people)
+    makespan = model.new_int_var(p.lower_bound(), horizon, "makespan")
+    for (name, f), (_, end, present) in inst.items():
+        if present is None:
+            model.add(makespan >= end)
+        else:
+            model.add(makespan >= end).only_enforce_if(present)
+    model.minimize(makespan)
+
+    _hint(model, p, hint, inst, on_flight, on_gpu)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_deterministic_time = time_limit_s
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    placements: list[Placement] = []
+    for (name, f), (start, _, present) in inst.items():
+        if present is not None and not solver.boolean_value(present):
+            continue
+        task = p.tasks[name]
+        begin = solver.value(start)
+        flight = f
+        if task.gpus and f is None:
+            flight = next(g for g in flights if solver.boolean_value(on_flight[name][g]))
+        picks = on_gpu.get((name, f), {})
+        gpu_ids = tuple(k for k in per_flight if task.gpus and
+                        (not picks or solver.boolean_value(picks[(flight, k)])))
+        placements.append((name, flight, begin, gpu_ids))
+    return placements, status == cp_model.OPTIMAL
+
+
+def _hint(model: cp_model.CpModel, p: Problem, slots: list[Slot], inst: dict,
+          on_flight: dict, on_gpu: dict) -> None:
+    """Give CP-SAT the greedy schedule as a complete starting solution."""
+    placed = {(s.task.name, s.flight - 1 if s.task.each_flight else None): s for s in slots}
+    for (name, f), (start, _, present) in inst.items():
+        slot = placed.get((name, f))
+        model.add_hint(start, slot.start_s if slot else 0)
+        if f is not None:
+            model.add_hint(present, slot is not None)
+        task = p.tasks[name]
+        if task.gpus:
+            flight = (slot.flight - 1) if slot else None
+            if f is None:
+                for g, lit in enumerate(on_flight[name]):
+                    model.add_hint(lit, g == flight)
+            for (g, k), lit in on_gpu[(name, f)].items():
+                model.add_hint(lit, slot is not None and g == flight and k in slot.gpu_ids)
