@@ -8,7 +8,10 @@ literal per flight (``u[E,f]``, the max of the literals of the flight-bound task
 descend from it, or flight 0 alone when none does). Each GPU is a NoOverlap over the
 optional intervals that may use it; persons are a NoOverlap (one person) or a
 Cumulative of capacity ``people``. The list-scheduling solution is the hint and its
-makespan the horizon, so the solver only ever improves on it.
+makespan the horizon, so the solver only ever improves on it. When the makespan is
+proven minimal within the limit, a second pass keeps it and moves work earlier by tier
+(minimise Σ weight × start, weights essential 100, useful 10, exploratory 1), so a
+campaign cut short has its essential results first.
 
 Usage::
 
@@ -25,6 +28,9 @@ if TYPE_CHECKING:
     from flightplan.plan.schedule import Problem, Slot
 
 __all__ = ["solve_exact", "Placement"]
+
+#: weight of a task's start in the second pass (earlier essential work survives a cut)
+_TIER_WEIGHT = {"essential": 100, "useful": 10, "exploratory": 1}
 
 #: (task name, flight index 0-based or None for person-only work, start_s, GPU indices)
 Placement = tuple[str, "int | None", int, tuple[int, ...]]
@@ -142,14 +148,25 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
     model.minimize(makespan)
 
     _hint(model, p, hint, inst, on_flight, on_gpu)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.max_deterministic_time = time_limit_s
+    solver = _solver(time_limit_s)
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
+    left = time_limit_s - solver.deterministic_time
+    if status == cp_model.OPTIMAL and left > 0.01:
+        # second pass, makespan kept: essential work as early as possible, then useful
+        best = solver.value(makespan)
+        values = [solver.value(model.get_int_var_from_proto_index(i))
+                  for i in range(len(model.proto.variables))]
+        model.clear_hints()
+        for i, value in enumerate(values):
+            model.add_hint(model.get_int_var_from_proto_index(i), value)
+        model.add(makespan <= best)
+        model.minimize(sum(_TIER_WEIGHT[p.tasks[name].tier] * start
+                           for (name, _), (start, _, _) in inst.items()))
+        second = _solver(left)
+        if second.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            solver = second
     placements: list[Placement] = []
     for (name, f), (start, _, present) in inst.items():
         if present is not None and not solver.boolean_value(present):
@@ -164,6 +181,16 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
                         (not picks or solver.boolean_value(picks[(flight, k)])))
         placements.append((name, flight, begin, gpu_ids))
     return placements, status == cp_model.OPTIMAL
+
+
+def _solver(limit_s: float) -> cp_model.CpSolver:
+    """One worker, fixed seed, the same wall and deterministic limit (repeatable plans)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = limit_s
+    solver.parameters.max_deterministic_time = limit_s
+    return solver
 
 
 def _hint(model: cp_model.CpModel, p: Problem, slots: list[Slot], inst: dict,

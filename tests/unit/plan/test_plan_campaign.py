@@ -75,4 +75,4 @@ def test_gantt_views(illustration) -> None:
     text = console.export_text()
     assert "0 … 78 h" in text and "START (h)" in text and "F1 G0 +person" in text
     assert [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")][:3] == \
-        ["install", "data-check", "lora-r8"]
+        ["install", "data-check", "control"]

@@ -29,6 +29,14 @@ def test_illustration_is_48_hours_on_one_gpu_and_one_person(illustration) -> Non
     assert analysis.start_s >= by_name["control"].end_s and analysis.end_s <= 38 * H
 
 
+def test_essential_runs_come_first_when_the_makespan_allows(illustration) -> None:
+    result = schedule(tasks_for_spec(illustration), flights=1)
+    order = [s.task.name for s in result.slots if s.task.kind == "run"]
+    assert order[-1] == "lora-r8-len256"            # the useful run last, still 48 h
+    starts = {s.task.name: s.start_s for s in result.slots}
+    assert starts["control"] == 4 * H and starts["error-analysis"] == 14 * H
+
+
 def test_48_hours_lies_between_side_by_side_and_the_naive_sum(illustration) -> None:
     tasks = tasks_for_spec(illustration)
     naive = sum(t.seconds for t in tasks)
