@@ -156,16 +156,12 @@ def reduce_tasks(tasks: list[Task], tiers: tuple[str, ...]) -> tuple[list[Task],
         elif task.kind == "stage" and children[name] and name not in setup_of_kept_runs \
                 and all(c in dropped for c in children[name]):
             dropped.add(name)
-    memo: dict[str, set[str]] = {}
-
-    def inherited(name: str) -> set[str]:
-        if name not in memo:
-            memo[name] = set()
-            for dep in by_name[name].after:
-                memo[name] |= inherited(dep) if dep in dropped else {dep}
-        return memo[name]
-
-    kept = [replace(t, after=tuple(sorted(inherited(t.name)))) for t in tasks if t.name not in dropped]
+    waits_for: dict[str, set[str]] = {}         # kept tasks each one must wait for
+    for name in order:
+        waits_for[name] = set()
+        for dep in by_name[name].after:
+            waits_for[name] |= waits_for[dep] if dep in dropped else {dep}
+    kept = [replace(t, after=tuple(sorted(waits_for[t.name]))) for t in tasks if t.name not in dropped]
     return kept, tuple(t.name for t in tasks if t.name in dropped)
 
 

@@ -101,7 +101,7 @@ def campaigns(draw) -> tuple[list[Task], int, int, int]:
         after = tuple(draw(st.sets(st.sampled_from([t.name for t in tasks]), max_size=2))) if tasks else ()
         gpus = draw(st.integers(0, per_flight))
         person = draw(st.booleans()) if gpus else True
-        each = gpus > 0 and draw(st.integers(0, 4)) == 0
+        each = draw(st.integers(0, 4)) == 0
         tasks.append(Task(f"t{i}", "stage" if each or not gpus else "run", "essential",
                           draw(st.integers(1, 12)) * 1800, gpus=gpus, person=person,
                           after=tuple(sorted(after)), each_flight=each))
