@@ -71,9 +71,9 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
 
 
 def _console() -> Console:
-    """A console at least 120 columns wide when the output is not a terminal (a pipe)."""
+    """The terminal's console, or 120 columns when the output is a pipe or a file."""
     console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, 120))
+    return console if console.is_terminal else Console(width=120)
 
 
 def fit_line(reserved_s: int, window_s: int) -> str:

@@ -234,7 +234,7 @@ def quote_options(spec: CampaignSpec, tasks: list[Task], catalog: Catalog, *,
                 continue
             result = solve(kept, chosen_offer.gpus_per_flight, rental.flights, dropped)
             option = replace(chosen_option, reserved_s=result.makespan_s, dropped=dropped,
-                             schedule=result, notes=(f"reduced protocol: without {' or '.join(tiers)} work",))
+                             schedule=result, notes=(f"reduced: no {'/'.join(tiers)} work",))
             options.append(option)
             if option.fits:
                 break

@@ -76,3 +76,25 @@ def test_gantt_views(illustration) -> None:
     assert "0 … 78 h" in text and "START (h)" in text and "F1 G0 +person" in text
     assert [line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│")][:3] == \
         ["install", "data-check", "control"]
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("args, golden", [
+    (["plan", str(ROOT / "examples" / "illustration" / "campaign.toml"), "--extend", "lora-r8=+30h"],
+     "illustration_extend_30h.txt"),
+    (["quote", "--offer", "RTX 4090", "--hours", "78"], "quote_78h.txt"),
+])
+def test_human_output_matches_its_golden_file(monkeypatch, args: list[str], golden: str) -> None:
+    """The tables a person reads (120 columns, no colour when piped). After an intended
+    change, rewrite the file with: .venv/bin/flightplan ARGS > tests/unit/plan/golden/FILE"""
+    from typer.testing import CliRunner
+
+    from flightplan.cli import app
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (GOLDEN / golden).read_text(encoding="utf-8")
