@@ -1,0 +1,510 @@
+"""Fault injection at scale: crashes, corruption, full disks, hostile input, bad specs.
+
+Runs the faults of the reliability suite (``tests/reliability/``) at a larger N and prints
+one table — faults tried, and how many were handled as promised — then every failure.
+
+======================  ==========================================================  ======
+family                  handled means                                               N
+======================  ==========================================================  ======
+bad campaign files      ``load_spec``: one-line SpecError naming the field          --specs
+bad files via the CLI   ``flightplan plan``: exit 2, one line naming the field, no  --specs/10
+                        traceback, campaign folder byte-identical
+corrupt checkpoints     at restore: detected, named, set aside, previous one used,  12 kinds × --seeds
+                        training ends bitwise identical
+hostile files           checkpoints (code pickles, huge/malformed safetensors       7 × --seeds + 18
+                        headers) refused at restore with no code run; results dirs
+                        (traversal, links, malformed manifests, planted code)
+full disk               RLIMIT_FSIZE (and a small tmpfs when root can mount one):   --disk
+                        clear error, previous checkpoint intact, resumed bitwise
+concurrent runs         the second ``flightplan run`` refuses (lock), ledger whole  --concurrent
+crash points (script)   SIGKILL around checkpoint writes of a trial-API script,     --script-points
+                        resumed bitwise
+crash points (campaign) SIGKILL in runner, trials and close of examples/tiny, run   --crash-points
+                        again: products bitwise identical to an uninterrupted
+                        campaign, ledger integrity_check ok and events in order,
+                        ``flightplan verify`` ok, no checkpoint set aside
+======================  ==========================================================  ======
+
+Usage::
+
+    .venv/bin/python bench/faults.py                  # full run: 50 campaign crash points (~1 h on 2 busy cores)
+    .venv/bin/python bench/faults.py --quick          # a few of each (a few minutes)
+    .venv/bin/python bench/faults.py --only specs,corruption,hostile
+
+Exit status 0 when every fault was handled, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from reliability import broken_specs, checkpoint_faults, crash_harness, results_faults  # noqa: E402
+from reliability import trial_script  # noqa: E402
+from reliability.cli_harness import (FLIGHTPLAN, child_env, run_inprocess,  # noqa: E402
+                                     run_subprocess, snapshot)
+
+TINY = ROOT / "examples" / "tiny" / "campaign.toml"
+FAMILIES = ("specs", "corruption", "hostile", "disk", "concurrent", "script", "campaign")
+
+
+@dataclass
+class Row:
+    """One line of the table: ``handled`` of ``tried``, and what went wrong otherwise."""
+
+    family: str
+    handled_means: str
+    tried: int = 0
+    handled: int = 0
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, ok: bool, what: str) -> None:
+        """Count one fault; keep ``what`` when it was not handled."""
+        self.tried += 1
+        self.handled += bool(ok)
+        if not ok:
+            self.failures.append(what)
+
+
+# --- bad campaign files ------------------------------------------------------------------
+
+def _spec_case(case: broken_specs.BrokenSpec, folder: Path) -> tuple[bool, str]:
+    from flightplan.errors import SpecError
+    from flightplan.spec import load_spec
+
+    path = folder / "campaign.toml"
+    path.write_bytes(case.text if isinstance(case.text, bytes) else case.text.encode("utf-8"))
+    try:
+        load_spec(path)
+    except SpecError as exc:
+        message = str(exc)
+        ok = "\n" not in message and message.startswith(f"{path}: ") and \
+            (case.field is None or (exc.field or "").startswith(case.field)) and case.words in message
+        return ok, f"{case.family}: {message[:160]!r} (expected field {case.field})"
+    except Exception as exc:  # noqa: BLE001 - a crash is what the bench counts
+        return False, f"{case.family}: {type(exc).__name__}: {exc}"[:200]
+    return False, f"{case.family}: accepted (expected an error on {case.field})"
+
+
+def _cli_case(case: broken_specs.BrokenSpec, folder: Path) -> tuple[bool, str]:
+    path = folder / "campaign.toml"
+    path.write_bytes(case.text if isinstance(case.text, bytes) else case.text.encode("utf-8"))
+    before = snapshot(folder)
+    outcome = run_inprocess(["plan", str(path)])
+    lines = outcome.stderr.strip().splitlines()
+    ok = outcome.code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and \
+        "Traceback" not in outcome.stderr and (case.field is None or case.field in lines[0]) and \
+        snapshot(folder) == before
+    return ok, f"{case.family}: exit {outcome.code}: {outcome.stderr.strip()[-160:]!r}"
+
+
+def _draw(strategy, n: int, seed: int) -> list:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    drawn: list = []
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def collect(value) -> None:
+        drawn.append(value)
+
+    collect()
+    return drawn
+
+
+def bench_specs(n: int, seed: int, work: Path) -> list[Row]:
+    """Generated broken files through ``load_spec``, and a tenth of them through the CLI."""
+    from hypothesis import strategies as st
+
+    direct = Row("bad campaign files (load_spec)", "one-line SpecError naming the field")
+    cli = Row("bad campaign files (flightplan plan)", "exit 2, one line, field named, nothing written")
+    start = time.monotonic()
+    cases = _draw(broken_specs.broken_spec(), n, seed)
+    cases += _draw(broken_specs.raw_fault(), max(1, n // 10), seed)
+    for i, case in enumerate(cases):
+        folder = work / f"spec-{i}"
+        folder.mkdir()
+        direct.add(*_spec_case(case, folder))
+    direct.seconds = time.monotonic() - start
+    start = time.monotonic()
+    both = st.one_of(broken_specs.broken_spec(), broken_specs.catalog_fault(), broken_specs.raw_fault())
+    for i, case in enumerate(_draw(both, max(1, n // 10), seed + 1)):
+        folder = work / f"cli-{i}"
+        folder.mkdir()
+        cli.add(*_cli_case(case, folder))
+    cli.seconds = time.monotonic() - start
+    return [direct, cli]
+
+
+# --- checkpoints: corruption and hostile files, at restore --------------------------------
+
+def _history(work: Path) -> dict:
+    base = work / "history"
+    trial_script.train(base / "run", steps=6, checkpoint_at={1, 3, 5})
+    _, after4 = trial_script.train(base / "four", steps=4, checkpoint_at=set())
+    _, after6 = trial_script.train(base / "six", steps=6, checkpoint_at=set())
+    trial_script.train(base / "other", steps=8, checkpoint_at={7}, run_id="mlp-other00000")
+    return {"run": base / "run", "after4": trial_script.parameters(after4),
+            "after6": trial_script.parameters(after6),
+            "other": base / "other" / "checkpoints" / "step-000008"}
+
+
+def _restore(run: Path) -> tuple[int, dict[str, bytes], list[dict]]:
+    from flightplan.run.trial import Trial
+
+    model, optimizer = trial_script.build()
+    trial = Trial.local(run, name="mlp", run_id=trial_script.RUN_ID, params={"lr": 1e-2})
+    trial.register(model=model, optimizer=optimizer)
+    with contextlib.redirect_stderr(io.StringIO()):  # the rejection lines; the rows hold them
+        start = trial.restore()
+    rows = [json.loads(line) for line in (run / "measurements.jsonl").read_text().splitlines()]
+    return start, trial_script.parameters(model), [r for r in rows if r.get("event") == "checkpoint_rejected"]
+
+
+def _previous_used(history: dict, run: Path, name: str = "step-000006", start_at: int = 4) -> tuple[bool, str]:
+    try:
+        start, params, rejected = _restore(run)
+    except Exception as exc:  # noqa: BLE001
+        return False, f"restore raised {type(exc).__name__}: {exc}"[:200]
+    aside = [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(f"{name}.corrupt-")]
+    expected = history["after4"] if start_at == 4 else history["after6"]
+    ok = start == start_at and params == expected and len(aside) == 1 and \
+        [r["name"] for r in rejected] == [name]
+    if ok:
+        _, model = trial_script.train(run, steps=6, checkpoint_at=set())
+        ok = trial_script.parameters(model) == history["after6"]
+    return ok, f"restored {start} steps, set aside {aside}, rejected {[r['name'] for r in rejected]}"
+
+
+def bench_checkpoints(seeds: int, work: Path, *, hostile: bool) -> list[Row]:
+    """Every corruption (or hostile file) × ``seeds`` applied to the newest checkpoint."""
+    history = _history(work)
+    if not hostile:
+        row = Row("corrupt checkpoints (at restore)", "named, set aside, previous used, bitwise")
+        start = time.monotonic()
+        for name, corrupt in sorted(checkpoint_faults.CORRUPTIONS.items()):
+            for seed in range(seeds):
+                run = work / f"corrupt-{row.tried}"
+                shutil.copytree(history["run"], run)
+                corrupt(run / "checkpoints" / "step-000006", random.Random(seed))
+                ok, what = _previous_used(history, run)
+                row.add(ok, f"{name} (seed {seed}): {what}")
+        run = work / "other-run"
+        shutil.copytree(history["run"], run)
+        shutil.copytree(history["other"], run / "checkpoints" / "step-000008")
+        ok, what = _previous_used(history, run, name="step-000008", start_at=6)
+        row.add(ok, f"newer checkpoint of another run: {what}")
+        row.seconds = time.monotonic() - start
+        return [row]
+    row = Row("hostile files", "refused, no code ran, nothing read outside")
+    start = time.monotonic()
+    for name, build in sorted(checkpoint_faults.HOSTILE.items()):
+        for seed in range(seeds):
+            run = work / f"hostile-{row.tried}"
+            shutil.copytree(history["run"], run)
+            marker = work / f"hostile-{row.tried}.ran"
+            build(run / "checkpoints" / "step-000006", random.Random(seed), marker)
+            ok, what = _previous_used(history, run)
+            row.add(ok and not marker.exists(), f"checkpoint: {name} (seed {seed}): {what}"
+                    + ("; CODE RAN" if marker.exists() else ""))
+    _hostile_results(row, work)
+    row.seconds = time.monotonic() - start
+    return [row]
+
+
+def _hostile_results(row: Row, work: Path) -> None:
+    from flightplan.close.verify import verify_results
+
+    for i, (name, apply) in enumerate(sorted(results_faults.TRAVERSALS.items())):
+        results = results_faults.make_results(work / f"results-t{i}")
+        expected = apply(results)
+        try:
+            report = verify_results(results, reload=False)
+            found = {(f["check"], f["path"]) for f in report["findings"]}
+            row.add(expected in found, f"results: {name}: findings {sorted(found)}")
+        except Exception as exc:  # noqa: BLE001
+            row.add(False, f"results: {name}: {type(exc).__name__}: {exc}"[:200])
+    for i, (name, change) in enumerate(sorted(results_faults.MALFORMED.items())):
+        results = results_faults.make_results(work / f"results-m{i}")
+        results_faults.edit_manifest(results, change)
+        try:
+            report = verify_results(results, reload=False)
+            row.add(not report["verified"], f"results: {name}: verified anyway")
+        except Exception as exc:  # noqa: BLE001
+            row.add(False, f"results: {name}: {type(exc).__name__}: {exc}"[:200])
+    for i, name in enumerate(sorted(results_faults.PLANTED)):
+        results = results_faults.make_results(work / f"results-p{i}")
+        marker = work / f"results-p{i}.ran"
+        results_faults.plant(results, name, marker)
+        report = verify_results(results, reload=True, sample=1)
+        row.add(not report["verified"] and not marker.exists(),
+                f"results: {name}: verified={report['verified']}, code ran={marker.exists()}")
+
+
+# --- full disk -------------------------------------------------------------------------------
+
+def _script_run(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "reliability" / "trial_script.py"),
+                           str(run_dir), "--steps", "6", "--checkpoint-at", "1,3,5", *extra],
+                          capture_output=True, text=True, timeout=300, env=child_env())
+
+
+def _disk_outcome(run: Path, full: subprocess.CompletedProcess, reference: str,
+                  kept: list[str], resume: Callable[[], subprocess.CompletedProcess]) -> tuple[bool, str]:
+    from flightplan.run.checkpoint_io import check_checkpoint
+
+    errors = [line for line in full.stderr.splitlines() if line.startswith("error: ")]
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    ok = full.returncode == 3 and len(errors) == 1 and "previous checkpoint is intact" in errors[0] \
+        and "Traceback" not in full.stderr and names == kept \
+        and all(check_checkpoint(run / "checkpoints" / name)["verified"] for name in kept)
+    again = resume()
+    ok = ok and again.returncode == 0 and again.stdout.strip() == reference
+    return ok, f"exit {full.returncode}, {errors[:1]}, left {names}, resumed exit {again.returncode}"
+
+
+def bench_disk(tries: int, work: Path) -> list[Row]:
+    """Saves that run out of room: RLIMIT_FSIZE at several limits; a full tmpfs when root."""
+    row = Row("full disk", "clear error, previous checkpoint intact, resumed bitwise")
+    start = time.monotonic()
+    reference = _script_run(work / "disk-reference").stdout.strip()
+    for i in range(tries):
+        after = 1 if i % 2 == 0 else 3
+        limit_bytes = (4096, 8192, 16384)[i % 3]
+        run = work / f"fsize-{i}"
+        full = _script_run(run, "--fsize-after", str(after), "--fsize-bytes", str(limit_bytes))
+        kept = [f"step-{s + 1:06d}" for s in (1, 3) if s <= after]  # keep_last = 2
+        ok, what = _disk_outcome(run, full, reference, kept, lambda: _script_run(run))
+        row.add(ok, f"RLIMIT_FSIZE {limit_bytes} B after step {after}: {what}")
+    if os.geteuid() == 0:
+        _tmpfs(row, work, reference)
+    row.seconds = time.monotonic() - start
+    return [row]
+
+
+def _tmpfs(row: Row, work: Path, reference: str) -> None:
+    mount = work / "small-disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        return
+    try:
+        run = mount / "run"
+        full = _script_run(run)
+
+        def grow() -> subprocess.CompletedProcess:
+            subprocess.run(["mount", "-o", "remount,size=4m", str(mount)], check=True)
+            return _script_run(run)
+
+        ok, what = _disk_outcome(run, full, reference, ["step-000002"], grow)
+        row.add(ok, f"tmpfs of 128 KiB (ENOSPC): {what}")
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+# --- concurrency -------------------------------------------------------------------------------
+
+def bench_concurrent(tries: int, work: Path) -> list[Row]:
+    """Two ``flightplan run`` started at once on a copy of the tiny campaign."""
+    import signal
+
+    from flightplan.run.lock import lock_holder
+
+    row = Row("concurrent runs", "second refused naming the holder, ledger whole")
+    start = time.monotonic()
+    for i in range(tries):
+        folder = work / f"concurrent-{i}"
+        folder.mkdir()
+        spec = folder / "campaign.toml"
+        shutil.copy(TINY, spec)
+        procs = [subprocess.Popen(FLIGHTPLAN + ["run", str(spec)], cwd=folder, env=child_env(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True) for _ in range(2)]
+        try:
+            holder = None
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not (holder and holder.get("pid")):
+                holder = lock_holder(folder)
+                time.sleep(0.1)
+            pid = (holder or {}).get("pid")
+            loser = next((p for p in procs if p.pid != pid), procs[1])
+            _, err = loser.communicate(timeout=120)
+            lines = err.strip().splitlines()
+            ok = loser.returncode == 1 and len(lines) == 1 and f"process {pid}" in lines[0]
+        finally:
+            for proc in procs:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.communicate()
+        ledger = crash_harness.ledger_findings(folder, finished=False)
+        row.add(ok and not ledger, f"try {i}: loser exit {loser.returncode}: {err.strip()[-160:]!r}; "
+                f"ledger {ledger}")
+    row.seconds = time.monotonic() - start
+    return [row]
+
+
+# --- crash points ----------------------------------------------------------------------------
+
+def bench_script_crashes(n: int, seed: int, work: Path) -> list[Row]:
+    """SIGKILL a trial-API script at ``n`` seeded calls around its checkpoint writes."""
+    row = Row("crash points (trial script)", "resumed bitwise, no checkpoint rejected")
+    start = time.monotonic()
+    argv = lambda run: [sys.executable, str(ROOT / "tests" / "reliability" / "trial_script.py"),  # noqa: E731
+                        str(run), "--steps", "6", "--checkpoint-at", "1,3,5"]
+    code, counts = crash_harness.count_calls(argv(work / "script-reference"), cwd=work)
+    reference = _script_run(work / "script-again").stdout.strip()
+    kinds = [("runner", "fsync", "checkpoints"), ("runner", "replace", "checkpoints"),
+             ("runner", "replace", "")]
+    for i, point in enumerate(crash_harness.draw_points(counts, n=n, seed=seed, kinds=kinds)):
+        point = crash_harness.CrashPoint("any", point.point, point.nth, point.after, point.contains)
+        run = work / f"script-crash-{i}"
+        crashed = crash_harness.run_with_crash(argv(run), cwd=work, point=point, marker=work / "fired")
+        again = crash_harness.run_with_crash(argv(run), cwd=work, point=None, marker=work / "fired")
+        rows = [json.loads(x) for x in (run / "measurements.jsonl").read_text().splitlines()]
+        rejected = [r for r in rows if r.get("event") == "checkpoint_rejected"]
+        row.add(crashed.fired and again.code == 0 and again.stdout.strip() == reference and not rejected,
+                f"{point.label()}: fired={crashed.fired}, exit {again.code}, rejected {len(rejected)}")
+    row.seconds = time.monotonic() - start
+    return [row]
+
+
+CAMPAIGN_KINDS = [
+    ("runner", "commit", ""), ("runner", "insert", ""), ("runner", "replace", "results"),
+    ("runner", "replace", ""), ("trial", "fsync", "checkpoints"), ("trial", "replace", "checkpoints"),
+    ("trial", "replace", ""),
+]
+CLOSE_KINDS = [("runner", "replace", "results"), ("runner", "fsync", ""), ("runner", "commit", "")]
+
+
+def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log) -> list[Row]:
+    """Kill the tiny campaign at ``n`` fired crash points (``per_campaign`` in a row on one
+    copy, plus one in ``close``), run it again each time, compare with a clean campaign."""
+    row = Row("crash points (tiny campaign)",
+              "bitwise identical, ledger ok, events in order, verify ok, none set aside")
+    start = time.monotonic()
+    reference_dir = work / "campaign-reference"
+    reference_dir.mkdir()
+    shutil.copy(TINY, reference_dir / "campaign.toml")
+    spec = reference_dir / "campaign.toml"
+    t0 = time.monotonic()
+    code, counts = crash_harness.count_calls(FLIGHTPLAN + ["run", str(spec)], cwd=reference_dir)
+    run_s = time.monotonic() - t0
+    close_code, close_counts = crash_harness.count_calls(FLIGHTPLAN + ["close", str(spec)],
+                                                         cwd=reference_dir)
+    if code != 0 or close_code != 0:
+        row.add(False, f"the uninterrupted campaign itself failed: run exit {code}, close exit {close_code}")
+        return [row]
+    reference = crash_harness.fingerprint(reference_dir)
+    log(f"  reference campaign: run {run_s:.0f} s, {len(reference)} products")
+    campaign = 0
+    while row.tried < n:
+        folder = work / f"campaign-{campaign}"
+        folder.mkdir()
+        shutil.copy(TINY, folder / "campaign.toml")
+        rng_seed = seed * 1000 + campaign
+        run_points = crash_harness.draw_points(counts, n=per_campaign, seed=rng_seed, kinds=CAMPAIGN_KINDS,
+                                               timer_max_s=run_s)
+        close_points = crash_harness.draw_points(close_counts, n=1, seed=rng_seed, kinds=CLOSE_KINDS)
+        report = crash_harness.crash_campaign(folder / "campaign.toml", run_points=run_points,
+                                              close_points=close_points, reference=reference)
+        fired = [label for label, a in report.attempts if a.fired]
+        ok = report.identical and not report.rejected
+        for label in fired:
+            row.add(ok, f"campaign {campaign}: {label}: differences {report.differences[:3]}, ledger "
+                    f"{report.ledger[:2]}, verify exit {report.verify_code}, set aside {report.rejected}")
+        log(f"  campaign {campaign}: {len(fired)} fired, {'identical' if ok else 'NOT identical'}"
+            f" ({row.tried}/{n})")
+        campaign += 1
+        if not fired and campaign > 3 * n:
+            break
+    row.seconds = time.monotonic() - start
+    return [row]
+
+
+# --- main -------------------------------------------------------------------------------------
+
+def print_table(rows: list[Row]) -> None:
+    """The summary table, then every failure."""
+    width = max(len(r.family) for r in rows)
+    print(f"\n| {'fault family':<{width}} | tried | handled | handled means | time (s) |")
+    print(f"|{'-' * (width + 2)}|------:|--------:|---------------|---------:|")
+    for r in rows:
+        print(f"| {r.family:<{width}} | {r.tried:5d} | {r.handled:7d} | {r.handled_means} | {r.seconds:8.0f} |")
+    lost = sum(r.tried - r.handled for r in rows)
+    print(f"\nnothing lost: {'yes' if lost == 0 else f'NO ({lost} not handled)'}")
+    for r in rows:
+        for failure in r.failures[:20]:
+            print(f"  {r.family}: {failure}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a few of each family")
+    parser.add_argument("--only", default=",".join(FAMILIES), help=f"comma-separated: {', '.join(FAMILIES)}")
+    parser.add_argument("--seed", type=int, default=20261129)
+    parser.add_argument("--specs", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per corruption / hostile kind")
+    parser.add_argument("--disk", type=int, default=6)
+    parser.add_argument("--concurrent", type=int, default=3)
+    parser.add_argument("--script-points", type=int, default=30)
+    parser.add_argument("--crash-points", type=int, default=50)
+    parser.add_argument("--per-campaign", type=int, default=4, help="crash points in a row on one copy")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.specs, args.seeds, args.disk, args.concurrent = 100, 2, 2, 1
+        args.script_points, args.crash_points = 3, 3
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    only = set(args.only.split(","))
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="flightplan-faults-") as scratch:
+        work = Path(scratch)
+        steps = [("specs", lambda w: bench_specs(args.specs, args.seed, w)),
+                 ("corruption", lambda w: bench_checkpoints(args.seeds, w, hostile=False)),
+                 ("hostile", lambda w: bench_checkpoints(args.seeds, w, hostile=True)),
+                 ("disk", lambda w: bench_disk(args.disk, w)),
+                 ("concurrent", lambda w: bench_concurrent(args.concurrent, w)),
+                 ("script", lambda w: bench_script_crashes(args.script_points, args.seed, w)),
+                 ("campaign", lambda w: bench_campaign_crashes(args.crash_points, args.seed,
+                                                               args.per_campaign, w, log))]
+        for name, step in steps:
+            if name not in only:
+                continue
+            log(f"{name} ...")
+            folder = work / name
+            folder.mkdir()
+            for row in step(folder):
+                rows.append(row)
+                log(f"  {row.family}: {row.handled}/{row.tried} handled in {row.seconds:.0f} s")
+    print_table(rows)
+    return 0 if all(r.tried == r.handled for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
