@@ -56,10 +56,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from reliability import broken_specs, checkpoint_faults, crash_harness, results_faults  # noqa: E402
 from reliability import trial_script  # noqa: E402
-from reliability.cli_harness import (FLIGHTPLAN, child_env, run_inprocess,  # noqa: E402
-                                     run_subprocess, snapshot)
-
-TINY = ROOT / "examples" / "tiny" / "campaign.toml"
+from reliability.cli_harness import FLIGHTPLAN, TINY, child_env, run_inprocess, snapshot  # noqa: E402
 FAMILIES = ("specs", "corruption", "hostile", "disk", "concurrent", "script", "campaign")
 
 

@@ -16,11 +16,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ROOT", "FLIGHTPLAN", "CliOutcome", "run_inprocess", "run_subprocess", "snapshot",
+__all__ = ["ROOT", "FLIGHTPLAN", "TINY", "CliOutcome", "run_inprocess", "run_subprocess", "snapshot",
            "assert_clean_input_error", "child_env"]
 
 ROOT = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = [str(Path(sys.executable).with_name("flightplan"))]  # the venv's console script
+TINY = ROOT / "examples" / "tiny" / "campaign.toml"
 
 
 @dataclass(frozen=True)

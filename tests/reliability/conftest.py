@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .cli_harness import ROOT
-
-TINY = ROOT / "examples" / "tiny" / "campaign.toml"
+from .cli_harness import TINY
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ draws 50 and more from the same harness.
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import sys
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from .crash_harness import CrashPoint, count_calls, draw_points, run_with_crash
+from .cli_harness import FLIGHTPLAN, TINY
+from .crash_harness import (CrashPoint, count_calls, crash_campaign, draw_points, fingerprint,
+                            ledger_findings, run_with_crash)
 
 SCRIPT = Path(__file__).with_name("trial_script.py")
 SEED = 20261129
@@ -69,3 +72,54 @@ def test_a_script_killed_around_a_checkpoint_write_resumes_bitwise(
     restored = [r for r in rows if r.get("event") == "restore"][-1]
     assert restored["source"] is None or restored["source"].startswith("step-")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000004", "step-000006"]
+
+
+# --- the tiny campaign: runner, trial processes and close ------------------------------------
+
+@pytest.fixture(scope="module")
+def campaign_reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The tiny campaign run and closed without faults, counting calls: its products'
+    sha256 and the call counts that crash points are drawn from."""
+    folder = tmp_path_factory.mktemp("campaign-reference") / "tiny"
+    folder.mkdir()
+    spec = folder / "campaign.toml"
+    shutil.copy(TINY, spec)
+    code, counts = count_calls(FLIGHTPLAN + ["run", str(spec)], cwd=folder)
+    assert code == 0
+    close_code, close_counts = count_calls(FLIGHTPLAN + ["close", str(spec)], cwd=folder)
+    assert close_code == 0
+    assert ledger_findings(folder) == []
+    return {"fingerprint": fingerprint(folder), "counts": counts, "close_counts": close_counts}
+
+
+def test_the_reference_campaign_has_products_and_counted_calls(campaign_reference: dict) -> None:
+    products = campaign_reference["fingerprint"]
+    assert any(k.endswith("artifact/model.safetensors") for k in products)
+    assert any(k.startswith("results/predictions/") for k in products)
+    counts = campaign_reference["counts"]
+    assert counts[("trial", "fsync", "checkpoints")] > 0 and counts[("runner", "commit", "")] > 0
+    assert campaign_reference["close_counts"][("runner", "replace", "results")] > 0
+
+
+def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_identical(
+        campaign_reference: dict, tiny_campaign: Path) -> None:
+    rng = random.Random(SEED)
+    counts, close_counts = campaign_reference["counts"], campaign_reference["close_counts"]
+    run_points = [
+        # a trial process dies while writing a checkpoint (the runner lives on: run failed)
+        CrashPoint("trial", "fsync", nth=rng.randint(1, counts[("trial", "fsync", "checkpoints")]),
+                   after=rng.random() < 0.5, contains="checkpoints", group=False),
+        # the machine dies around a ledger commit early in the next invocation
+        CrashPoint("runner", "commit", nth=rng.randint(1, 4), after=rng.random() < 0.5),
+    ]
+    close_points = [CrashPoint("runner", "replace", contains="results", after=rng.random() < 0.5,
+                               nth=rng.randint(1, close_counts[("runner", "replace", "results")]))]
+    report = crash_campaign(tiny_campaign, run_points=run_points, close_points=close_points,
+                            reference=campaign_reference["fingerprint"])
+    trace = [(label, a.code, a.fired, a.stderr_tail[-200:]) for label, a in report.attempts]
+    assert report.fired == 3, trace
+    assert report.finished, trace
+    assert report.differences == [], trace
+    assert report.ledger == []
+    assert report.verify_code == 0
+    assert report.rejected == []  # every kill left a complete checkpoint or a .tmp, never a bad one
