@@ -127,8 +127,9 @@ def load_catalog(path: str | Path) -> Catalog:
     """Read a user catalog file (offers only; merge it with :func:`builtin_catalog`).
 
     Raises:
-        CatalogError: missing file, bad TOML, unknown key, or a bad value (one line naming
-            the file and field, e.g. ``offer[0].package[1].price``).
+        CatalogError: missing file, bad TOML, unknown key, a bad value, or a new offer
+            (not built in) without ``gpus_per_flight`` (one line naming the file and
+            field, e.g. ``offer[0].package[1].price``).
     """
     path = Path(path)
     source = str(path)
@@ -170,6 +171,9 @@ def _parse_offer(entry: Any, where: str, source: str) -> Offer:
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
         raise bad("name", "is required; give the offer's name as a string, like \"B200\"")
+    if "gpus_per_flight" not in entry and name.strip() not in builtin_catalog().offers:
+        raise bad("gpus_per_flight", f"is required for the new offer {name.strip()!r}; "
+                                     f"give the number of GPUs in one flight")
     gpus = entry.get("gpus_per_flight", 0)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0 or \
             ("gpus_per_flight" in entry and gpus == 0):

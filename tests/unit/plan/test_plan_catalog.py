@@ -69,6 +69,8 @@ def test_user_catalog_overrides_one_package_price(tmp_path: Path) -> None:
     ('[[offer]]\nname = "X"\ngpus_per_flight = 1\ncurrency = "USD"\n'
      '[[offer.package]]\ndays = 0\nprice = "1.00"\n', r"package\[0\]\.days", "days >= 1"),
     ("offer = 3\n", "offer", "no \\[\\[offer\\]\\]"),
+    ('[[offer]]\nname = "H100"\ncurrency = "USD"\n', "offer[0].gpus_per_flight",
+     "required for the new offer 'H100'"),
     ("[[offer]\n", None, "not valid"),
 ])
 def test_bad_user_catalog_is_one_line_naming_the_field(tmp_path: Path, text: str, field: str | None,
