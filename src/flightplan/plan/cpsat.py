@@ -152,7 +152,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
     status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    left = time_limit_s - solver.deterministic_time
+    left = time_limit_s - max(solver.wall_time, solver.deterministic_time)
     if status == cp_model.OPTIMAL and left > 0.01:
         # second pass, makespan kept: essential work as early as possible, then useful
         best = solver.value(makespan)
