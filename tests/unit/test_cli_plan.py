@@ -150,3 +150,14 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     bad = _write(tmp_path, ILLUSTRATION.replace("package_days = 3", "package_days = 4"))
     proc = subprocess.run([str(script), "plan", str(bad)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "choose one of 3, 7, 30 days" in proc.stderr
+
+
+def test_names_that_look_like_markup_or_tex_print_as_written(tmp_path: Path) -> None:
+    text = ILLUSTRATION.replace('name = "illustration"', 'name = "$\\\\foo{$ [bold]"') \
+        .replace('"lora-r8"', '"[red]lora-r8[/]"')
+    gantt = tmp_path / "g.png"
+    result = _invoke(["plan", str(_write(tmp_path, text)), "--gantt", str(gantt)])
+    assert result.exit_code == 0, result.stderr
+    assert "$\\foo{$ [bold]: Does a LoRA" in result.stdout
+    assert "│ [red]lora-r8[/]" in result.stdout
+    assert gantt.read_bytes().startswith(b"\x89PNG")

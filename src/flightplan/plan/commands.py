@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flightplan.close.manifest import write_atomic
@@ -66,7 +67,7 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     console = _console()
     _print_plan(console, result)
     if gantt is not None:
-        console.print(f"Gantt chart written to {gantt}")
+        console.print(f"Gantt chart written to {escape(str(gantt))}")
     return 0
 
 
@@ -85,12 +86,12 @@ def fit_line(reserved_s: int, window_s: int) -> str:
 def _print_plan(console: Console, result: PlanResult) -> None:
     spec, rental, schedule = result.spec, result.spec.rental, result.schedule
     flights = f"{rental.flights} flight" + ("s" if rental.flights > 1 else "")
-    console.print(f"[bold]{spec.campaign.name}[/bold]: {spec.campaign.question}")
-    console.print(f"rental: {result.offer.name}, {flights} × {rental.package_days}-day package "
+    console.print(f"[bold]{escape(spec.campaign.name)}[/bold]: {escape(spec.campaign.question)}")
+    console.print(f"rental: {escape(result.offer.name)}, {flights} × {rental.package_days}-day package "
                   f"= {result.price.display()}; {rental.people} "
                   f"{'person' if rental.people == 1 else 'people'}")
     for name, amount in result.extend.items():
-        console.print(f"what-if: {name} extended by {amount.hours:g} h")
+        console.print(f"what-if: {escape(name)} extended by {amount.hours:g} h")
     console.print(gantt_table(schedule, window_s=result.window_s))
     verdict = fit_line(schedule.makespan_s, result.window_s)
     style = "green" if result.fits else "bold red"
@@ -102,14 +103,14 @@ def _print_plan(console: Console, result: PlanResult) -> None:
     _print_options(console, result.quote, title="Options (→ recommended, * your rental)",
                    chosen=(rental.offer, rental.package_days, rental.flights))
     for name in result.quote.unquoted:
-        console.print(f"{name}: no package prices in the catalog, not quoted "
+        console.print(f"{escape(name)}: no package prices in the catalog, not quoted "
                       f"(give them in a user catalog: \\[rental] catalog = \"offers.toml\")")
     if result.warnings:
         table = Table(title="Variant warnings", title_justify="left")
         for header in ("CODE", "SUBJECT", "MESSAGE"):
             table.add_column(header)
         for warning in result.warnings:
-            table.add_row(warning.code, warning.subject, warning.message)
+            table.add_row(warning.code, escape(warning.subject), escape(warning.message))
         console.print(table)
     else:
         console.print("variants: no warnings")
@@ -132,21 +133,21 @@ def _print_options(console: Console, quote: Quote, *, title: str,
         table.add_row(
             ("→" if option is best else "")
             + ("*" if (option.offer, option.package_days, option.flights) == chosen
-               and not option.dropped else ""), option.offer, str(option.package_days),
+               and not option.dropped else ""), escape(option.offer), str(option.package_days),
             str(option.flights),
             str(option.total_price) if one_currency else option.total_price.display(),
             "-" if reserved is None else f"{reserved / 3600:.1f}",
             "-" if reserved is None else f"{(option.window_s - reserved) / 3600:.1f}",
             "yes" if option.fits else "[red]no[/red]",
-            "; ".join(([f"drops {', '.join(option.dropped)}"] if option.dropped else [])
-                      + list(option.notes)))
+            escape("; ".join(([f"drops {', '.join(option.dropped)}"] if option.dropped else [])
+                             + list(option.notes))))
     console.print(table)
     if best is None:
         console.print("[bold red]no option fits[/bold red]")
     else:
-        console.print(f"recommendation: {best.offer}, {best.flights} × {best.package_days}-day "
+        console.print(f"recommendation: {escape(best.offer)}, {best.flights} × {best.package_days}-day "
                       f"= {best.total_price.display()}"
-                      + (f", dropping {', '.join(best.dropped)}" if best.dropped else ""))
+                      + (f", dropping {escape(', '.join(best.dropped))}" if best.dropped else ""))
 
 
 def quote_command(*, offer: str, hours: float, gpus: int, catalog: Path | None, as_json: bool) -> int:
@@ -169,5 +170,5 @@ def quote_command(*, offer: str, hours: float, gpus: int, catalog: Path | None, 
         return 0
     console = _console()
     console.print(f"one continuous job of {hours:g} h on {gpus} GPU{'s' if gpus > 1 else ''}")
-    _print_options(console, quote, title=f"{offer} packages (cheapest fitting first)")
+    _print_options(console, quote, title=f"{escape(offer)} packages (cheapest fitting first)")
     return 0

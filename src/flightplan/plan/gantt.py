@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -58,9 +59,14 @@ def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
             over = inside and col >= window_col and slot.end_s > window_s
             char = "█" if inside else ("¦" if col == window_col else " ")
             bar.append(char, style=_OVER_STYLE if over else (style if inside else "dim"))
-        table.add_row(slot.task.name, where(slot), f"{slot.start_s / 3600:.1f}",
+        table.add_row(escape(slot.task.name), where(slot), f"{slot.start_s / 3600:.1f}",
                       f"{slot.end_s / 3600:.1f}", bar)
     return table
+
+
+def _plain(text: str) -> str:
+    """``text`` with ``$`` escaped, so matplotlib does not read it as TeX math."""
+    return text.replace("$", r"\$")
 
 
 def gantt_png(schedule: Schedule, *, window_s: int, title: str) -> bytes:
@@ -88,11 +94,11 @@ def gantt_png(schedule: Schedule, *, window_s: int, title: str) -> bytes:
                   va="center", fontsize=7)
     axes.axvline(window_s / 3600, color="black", linestyle="--", linewidth=1)
     axes.text(window_s / 3600, -0.9, " end of window", fontsize=8, va="bottom")
-    axes.set_yticks(range(len(slots)), [s.task.name for s in slots], fontsize=8)
+    axes.set_yticks(range(len(slots)), [_plain(s.task.name) for s in slots], fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel("time from the first start (h)")
     axes.set_xlim(0, max(schedule.makespan_s, window_s) / 3600 * 1.02)
-    axes.set_title(f"{title}: {schedule.makespan_s / 3600:g} h reserved of a "
+    axes.set_title(f"{_plain(title)}: {schedule.makespan_s / 3600:g} h reserved of a "
                    f"{window_s / 3600:g} h window")
     axes.grid(axis="x", alpha=0.3)
     figure.tight_layout()
