@@ -16,8 +16,9 @@ Every GPU is its own unary resource with optional intervals (an item's GPU indic
 reported); flights never pool GPUs, so a task never spans two of them. A serial
 list-scheduling pass (priority: longest remaining path) gives a feasible schedule; when
 it already meets the lower bound max(critical path, GPU work / GPUs, person work /
-people) it is optimal and CP-SAT is skipped, otherwise CP-SAT starts from it as a hint
-under a time limit (Kolisch 1996 for the serial scheme; Laborie et al. 2018 for
+people) it is optimal and CP-SAT is skipped, otherwise CP-SAT (:mod:`.cpsat`) starts
+from it as a hint under a time limit and, once the makespan is proven minimal, moves
+essential work first (Kolisch 1996 for the serial scheme; Laborie et al. 2018 for
 interval-based CP scheduling).
 
 Usage::
