@@ -2,7 +2,7 @@
 
 Control: the frozen encoder (the packaged all-MiniLM-L6-v2, or a small random one for
 tests) with a trained linear head on mean-pooled embeddings. Variants: peft LoRA
-adapters plus the head. See :mod:`.model` for the params, :mod:`.train` for the loop,
+adapters plus the head. See :mod:`.model` for the params, :mod:`.loop` for the training loop,
 :mod:`.artifact` for what a run leaves behind and how it reloads.
 
 Task contract (``docs/internals.md``)::
@@ -27,7 +27,7 @@ CODE_VERSION = "1"
 
 def __getattr__(name: str) -> Any:
     if name == "train":
-        from flightplan.tasks.textclf.train import train
+        from flightplan.tasks.textclf.loop import train
         return train
     if name == "load_artifact":
         from flightplan.tasks.textclf.artifact import load_artifact

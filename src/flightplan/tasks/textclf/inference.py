@@ -1,0 +1,167 @@
+"""Tokenised splits, per-example prediction, the predictions file and the metrics.
+
+Predictions are computed one example at a time, unpadded, in eval mode: a text's
+probabilities then depend only on the text and the weights, never on which other texts
+share its batch, so a reload in a fresh process (or ``--limit N``) reproduces them bit
+for bit on the same CPU with the same thread count. On this machine that costs about
+1.3× a length-sorted batched pass (32 vs 24 ms per review for MiniLM at 128 tokens).
+
+Usage::
+
+    split = encode_split(tokenizer, corpus.test, labels, max_length=128)
+    probs = predict_probabilities(model, split)                 # (N, C) float32
+    rows = prediction_rows(split, probs, labels)
+    write_predictions(run_dir / "predictions.csv", rows, labels)
+    metrics = classification_metrics(split.gold, probs.argmax(1).tolist(), labels)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from flightplan.close.manifest import write_atomic
+from flightplan.corpus import Example
+
+__all__ = ["EncodedSplit", "encode_split", "collate", "example_embeddings",
+           "predict_probabilities", "prediction_rows", "write_predictions",
+           "classification_metrics", "PREDICTION_COLUMNS"]
+
+PREDICTION_COLUMNS: tuple[str, ...] = ("example_id", "gold", "predicted", "n_tokens", "truncated")
+
+
+@dataclass(frozen=True)
+class EncodedSplit:
+    """A tokenised split. ``input_ids[i]`` is cut at ``max_length`` (specials included);
+    ``n_tokens[i]`` is the untruncated length; ``gold[i]`` the label index (-1 when the
+    label is not one of the model's labels)."""
+
+    ids: list[str]
+    gold: list[int]
+    input_ids: list[list[int]]
+    n_tokens: list[int]
+    max_length: int
+    pad_id: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def truncated(self) -> list[bool]:
+        """Whether each input was cut at ``max_length``."""
+        return [n > self.max_length for n in self.n_tokens]
+
+    def truncated_fraction(self) -> float:
+        """Fraction (0–1) of inputs longer than ``max_length`` (0.0 for an empty split)."""
+        return sum(self.truncated) / len(self) if len(self) else 0.0
+
+
+def encode_split(tokenizer: Any, examples: Sequence[Example], labels: Sequence[str],
+                 max_length: int) -> EncodedSplit:
+    """Tokenise ``examples`` twice in one batch each: untruncated (lengths) and cut at
+    ``max_length`` (model inputs), so truncation is exactly the tokenizer's own."""
+    texts = [e.text for e in examples]
+    index = {label: i for i, label in enumerate(labels)}
+    if texts:
+        full = tokenizer(texts, truncation=False, verbose=False)["input_ids"]
+        cut = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    else:
+        full, cut = [], []
+    return EncodedSplit(ids=[e.id for e in examples], gold=[index.get(e.label, -1) for e in examples],
+                        input_ids=[list(ids) for ids in cut], n_tokens=[len(ids) for ids in full],
+                        max_length=max_length, pad_id=int(tokenizer.pad_token_id or 0))
+
+
+def collate(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token id lists to the longest: ``(input_ids (B, T) int64, attention_mask (B, T))``."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return input_ids, mask
+
+
+@torch.no_grad()
+def example_embeddings(model: Any, split: EncodedSplit) -> list[torch.Tensor]:
+    """Pooled embeddings one example at a time (no padding): N tensors of shape (1, H)."""
+    out = []
+    for ids in split.input_ids:
+        input_ids = torch.tensor([ids], dtype=torch.long)           # (1, T)
+        out.append(model.embed(input_ids, torch.ones_like(input_ids)))
+    return out
+
+
+@torch.no_grad()
+def predict_probabilities(model: Any, split: EncodedSplit,
+                          embeddings: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+    """Softmax probabilities (N, C) float32, one example at a time, in eval mode.
+
+    ``embeddings`` (from :func:`example_embeddings` on the same model) skips the
+    encoder; the result is identical because the head sees the same (1, H) input.
+    The model is left in eval mode.
+    """
+    model.eval()
+    if embeddings is None:
+        embeddings = example_embeddings(model, split)
+    if not embeddings:
+        return torch.zeros((0, model.head.out_features))
+    logits = torch.cat([model.classify(e) for e in embeddings])      # (N, C)
+    return torch.softmax(logits, dim=-1)
+
+
+def prediction_rows(split: EncodedSplit, probs: torch.Tensor,
+                    labels: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per example: ``example_id, gold, predicted, n_tokens, truncated,
+    prob_<label>...``; probabilities as Python floats (exact float32 values)."""
+    predicted = probs.argmax(dim=1).tolist() if len(split) else []
+    rows = []
+    for i in range(len(split)):
+        row: dict[str, Any] = {"example_id": split.ids[i],
+                               "gold": labels[split.gold[i]] if split.gold[i] >= 0 else "",
+                               "predicted": labels[predicted[i]], "n_tokens": split.n_tokens[i],
+                               "truncated": split.n_tokens[i] > split.max_length}
+        for j, label in enumerate(labels):
+            row[f"prob_{label}"] = float(probs[i, j])
+        rows.append(row)
+    return rows
+
+
+def write_predictions(path: Path, rows: Sequence[dict[str, Any]], labels: Sequence[str]) -> None:
+    """Write the predictions CSV atomically; floats as ``repr`` (round-trips exactly),
+    booleans as ``true``/``false``."""
+    columns = [*PREDICTION_COLUMNS, *(f"prob_{label}" for label in labels)]
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([("true" if row[c] else "false") if isinstance(row[c], bool)
+                         else repr(row[c]) if isinstance(row[c], float) else row[c]
+                         for c in columns])
+    write_atomic(Path(path), buffer.getvalue().encode("utf-8"))
+
+
+def classification_metrics(gold: Sequence[int], predicted: Sequence[int],
+                           labels: Sequence[str]) -> dict[str, Any]:
+    """``{accuracy, macro_f1, per_class: {label: {precision, recall, f1, support}},
+    labels, n_test}`` by scikit-learn (zero_division=0: a class never predicted has
+    precision 0). Macro-F1 is the unweighted mean of the per-class F1 over ``labels``."""
+    from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+
+    indices = list(range(len(labels)))
+    if not gold:
+        return {"accuracy": 0.0, "macro_f1": 0.0, "per_class": {}, "labels": list(labels), "n_test": 0}
+    precision, recall, f1, support = precision_recall_fscore_support(
+        gold, predicted, labels=indices, zero_division=0)
+    return {"accuracy": float(accuracy_score(gold, predicted)),
+            "macro_f1": float(sum(f1) / len(f1)),
+            "per_class": {label: {"precision": float(precision[i]), "recall": float(recall[i]),
+                                  "f1": float(f1[i]), "support": int(support[i])}
+                          for i, label in enumerate(labels)},
+            "labels": list(labels), "n_test": len(gold)}

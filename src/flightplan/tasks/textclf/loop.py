@@ -1,0 +1,199 @@
+"""The training loop of ``textclf``: ``train(trial)``, read top to bottom.
+
+1. Read the corpus (hashes checked again), tokenise train and test, ask the trial to
+   apply ``max_truncated_fraction`` to the essential inputs (train + test).
+2. Build the classifier from ``params.seed``. Control (no adapter): the frozen encoder's
+   embeddings of the training set are computed once (no grad, length-sorted batches)
+   and only the head trains on them; the checkpoint still holds everything a resume
+   needs (head, optimizer, scheduler, loader position, RNGs) because the embeddings are
+   a pure function of corpus and base weights. LoRA: the adapters and head train
+   through the encoder, batches padded to their longest input.
+3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
+   ``StatefulDataLoader`` with its own seeded generator. Every step logs ``loss``,
+   ``step_s`` (forward + backward + optimizer, seconds), ``seq_len`` (padded tokens per
+   input), ``tokens`` (batch × seq_len) and ``lr``; the trial may checkpoint after it.
+4. At the end of every epoch: the test set, one example at a time (bitwise
+   reproducible), logged with ``eval_s`` through ``trial.evaluate``.
+5. At the end (or at ``trial.max_steps``, the pilot's cap): ``predictions.csv``,
+   ``metrics.json``, ``artifact/``, then ``trial.finish()``.
+
+Measurement rows besides the steps: ``load_s`` (corpus, tokenizer, model), ``encode_s``
+per embedding batch of the control (with ``seq_len``, ``tokens``), ``planned_steps``,
+``output_s``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from flightplan.close.manifest import write_json_atomic
+from flightplan.corpus import load_corpus, verify_hashes
+from flightplan.spec import BaseModelSection, CorpusSection
+from flightplan.tasks.textclf.artifact import save_artifact
+from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics, collate,
+                                                encode_split, example_embeddings,
+                                                predict_probabilities, prediction_rows,
+                                                write_predictions)
+from flightplan.tasks.textclf.model import (TORCH_THREADS, TaskParams, TextClassifier,
+                                            TrainableParameters, base_revision,
+                                            build_classifier, load_tokenizer)
+
+__all__ = ["train", "lr_factor", "ENCODE_BATCH"]
+
+ENCODE_BATCH = 32          # inputs per no-grad batch when the control embeds the train set
+
+
+def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
+    """Multiplier of the peak lr before optimizer step ``step`` (0-based).
+
+    Linear warm-up over ``warmup`` steps ((step + 1) / warmup), then decay to 0 at
+    ``total``: linear ``(total − step) / (total − warmup)`` or cosine
+    ``0.5 · (1 + cos(π · progress))`` (Loshchilov & Hutter 2017, without restarts).
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return max(0.0, 1.0 - progress)
+
+
+def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
+    corpus = {k: v for k, v in dict(trial.corpus).items() if k != "root"}
+    return (CorpusSection.model_validate(corpus),
+            BaseModelSection.model_validate(dict(trial.base_model or {})),
+            Path(trial.campaign_dir))
+
+
+@torch.no_grad()
+def _train_embeddings(trial: Any, step: int, model: TextClassifier,
+                      split: EncodedSplit) -> torch.Tensor:
+    """Pooled embeddings (N, H) of the training set in length-sorted no-grad batches
+    (fixed order, so every process computes the same tensor); logs ``encode_s`` rows."""
+    model.eval()
+    order = sorted(range(len(split)), key=lambda i: (len(split.input_ids[i]), i))
+    out = torch.empty((len(split), model.head.in_features))
+    for start in range(0, len(order), ENCODE_BATCH):
+        chunk = order[start:start + ENCODE_BATCH]
+        began = time.perf_counter()
+        input_ids, mask = collate([split.input_ids[i] for i in chunk], split.pad_id)
+        out[chunk] = model.embed(input_ids, mask)
+        trial.log(step, encode_s=time.perf_counter() - began, seq_len=int(input_ids.shape[1]),
+                  tokens=int(input_ids.numel()), batch_size=len(chunk))
+    return out
+
+
+def _evaluate(trial: Any, model: TextClassifier, step: int, test: EncodedSplit, labels: list[str],
+              test_embeddings: list[torch.Tensor] | None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Probabilities (N, C) and metrics on the test set; logs them with ``eval_s``."""
+    began = time.perf_counter()
+    probs = predict_probabilities(model, test, test_embeddings)
+    metrics = classification_metrics(test.gold, probs.argmax(dim=1).tolist(), labels)
+    model.train()
+    trial.evaluate(step, macro_f1=metrics["macro_f1"], accuracy=metrics["accuracy"],
+                   eval_s=time.perf_counter() - began, n_test=len(test))
+    return probs, metrics
+
+
+def train(trial: Any) -> None:
+    """Train one run of ``textclf`` under ``trial`` and write its outputs.
+
+    Reads ``trial.params`` (:class:`TaskParams`), ``trial.corpus``, ``trial.base_model``,
+    ``trial.campaign_dir``, ``trial.run_dir``, ``trial.max_steps``. Writes
+    ``predictions.csv``, ``metrics.json`` and ``artifact/`` into the run directory.
+
+    Raises:
+        SpecError: invalid params or sections.
+        CorpusMismatch: the corpus no longer matches the frozen hashes.
+        TrialStopped: a stop rule fired (raised by the trial; outputs are not written).
+    """
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from flightplan.tasks.textclf import CODE_VERSION
+
+    began = time.perf_counter()
+    torch.set_num_threads(TORCH_THREADS)
+    params = TaskParams.from_params(dict(trial.params))
+    corpus_section, base_section, campaign_dir = _sections(trial)
+    corpus = load_corpus(corpus_section, campaign_dir)
+    verify_hashes(corpus, dict(corpus_section.sha256))
+    labels = corpus.labels
+    tokenizer = load_tokenizer(base_section)
+    train_split = encode_split(tokenizer, corpus.train, labels, params.max_length)
+    test_split = encode_split(tokenizer, corpus.test, labels, params.max_length)
+    n_inputs = len(train_split) + len(test_split)
+    trial.check_truncation((sum(train_split.truncated) + sum(test_split.truncated)) / max(1, n_inputs))
+
+    model = build_classifier(base_section, params, n_labels=len(labels))
+    revision = base_revision(base_section, init_seed=params.seed)
+    steps_per_epoch = math.ceil(len(train_split) / params.batch_size)
+    total = params.epochs * steps_per_epoch
+    last = total if trial.max_steps is None else min(total, int(trial.max_steps))
+    trial.planned_steps = total
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=params.lr, weight_decay=params.weight_decay)
+    warmup = int(params.warmup_fraction * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
+    generator = torch.Generator().manual_seed(params.seed)
+    loader = StatefulDataLoader(list(range(len(train_split))), batch_size=params.batch_size,
+                                shuffle=True, generator=generator, num_workers=0)
+    trial.register(model=TrainableParameters(model), optimizer=optimizer, scheduler=scheduler,
+                   loader=loader)
+    step = trial.restore()
+
+    gold = torch.tensor(train_split.gold, dtype=torch.long)               # (N,)
+    train_embeddings = test_embeddings = None
+    if params.is_control:
+        train_embeddings = _train_embeddings(trial, step, model, train_split)  # (N, H)
+        test_embeddings = example_embeddings(model, test_split)                 # N × (1, H)
+    trial.log(step, load_s=time.perf_counter() - began, planned_steps=total,
+              steps_per_epoch=steps_per_epoch)
+    loss_fn = nn.CrossEntropyLoss()
+    probs = metrics = None
+    model.train()
+    while step < last:
+        for indices in loader:                                            # (B,) int64
+            t0 = time.perf_counter()
+            if train_embeddings is not None:
+                seq_len = params.max_length
+                logits = model.classify(train_embeddings[indices])            # (B, C)
+            else:
+                input_ids, mask = collate([train_split.input_ids[i] for i in indices.tolist()],
+                                          train_split.pad_id)                  # (B, T)
+                seq_len = int(input_ids.shape[1])
+                logits = model(input_ids, mask)                                # (B, C)
+            loss = loss_fn(logits, gold[indices])
+            if params.inject_nan_at_step == step:
+                loss = loss * float("nan")
+            lr = optimizer.param_groups[0]["lr"]
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            trial.log(step, loss=loss.item(), step_s=time.perf_counter() - t0, seq_len=seq_len,
+                      tokens=seq_len * len(indices), batch_size=len(indices), lr=lr)
+            trial.maybe_checkpoint(step, epoch=step // steps_per_epoch)
+            step += 1
+            if step % steps_per_epoch == 0 or step == last:
+                probs, metrics = _evaluate(trial, model, step - 1, test_split, labels, test_embeddings)
+            if step >= last:
+                break
+    if probs is None:   # resumed after the last step: outputs were not written yet
+        probs, metrics = _evaluate(trial, model, max(0, step - 1), test_split, labels, test_embeddings)
+
+    began = time.perf_counter()
+    run_dir = Path(trial.run_dir)
+    write_predictions(run_dir / "predictions.csv", prediction_rows(test_split, probs, labels), labels)
+    write_json_atomic(run_dir / "metrics.json", metrics)
+    save_artifact(run_dir / "artifact", model, params=dict(trial.params), labels=labels,
+                  max_length=params.max_length, base_model=base_section, revision=revision,
+                  corpus=corpus_section.model_dump(), code_version=CODE_VERSION)
+    trial.log(max(0, step - 1), output_s=time.perf_counter() - began)
+    trial.finish()
