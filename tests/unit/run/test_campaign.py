@@ -1,0 +1,168 @@
+"""The runner's orchestration with fake workers (no training): decision overrides, cut
+runs, a run stopped by its rule, a crashed run, a changed config that gets a new id.
+
+The fake executor writes what a worker writes (measurement rows, an early checkpoint,
+done.json or stop.json, metrics); the data check, planning, ledger and results are real.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from flightplan.run.campaign import run_campaign
+from flightplan.run.executor import Executor, JobResult
+from flightplan.run.ledger import Ledger
+from flightplan.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[3]
+CRASH_RUN = """
+[[run]]
+name = "wild"
+tier = "exploratory"
+reference = "control"
+params = { max_length = 64, lr = 1e-1, epochs = 2, batch_size = 16, seed = 0, fake = "crash" }
+duration = "15s"
+after = ["pilot"]
+"""
+
+
+class FakeExecutor(Executor):
+    """Runs nothing: writes a worker's files. ``params.fake``: ``"stop"`` (non_finite_loss
+    at step 2, exit 1) or ``"crash"`` (exit 3); otherwise 8 steps, finished, macro_f1 0.5."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
+        results = []
+        for job in jobs:
+            if on_start:
+                on_start(job)
+            self.started.append(job.run_id)
+            trial = json.loads(job.trial_json.read_text())
+            began = time.time()
+            code = self._work(job.run_dir, trial)
+            results.append(JobResult(job.run_id, job.run_dir, code, began, time.time()))
+            if on_done:
+                on_done(results[-1])
+        return results
+
+    @staticmethod
+    def _work(run_dir: Path, trial: dict) -> int:
+        fake = trial["params"].get("fake")
+        (run_dir / "log.txt").write_text("fake worker\n")
+        steps = trial["max_steps"] or 8
+        start = 1 if trial["resume"] else 0
+        rows = [{"step": 0, "encode_s": 0.1, "tokens": 320}, {"step": 0, "encode_s": 0.3, "tokens": 960},
+                {"step": 0, "load_s": 1.0, "planned_steps": 8}]
+        if trial["resume"]:
+            rows.append({"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.2})
+        for step in range(start, steps):
+            rows.append({"step": step, "loss": 1 / (step + 1), "step_s": 0.01})
+            if step == 0:
+                rows.append({"step": 1, "event": "checkpoint", "name": "step-000001",
+                             "stall_s": 0.01, "persist_s": 0.05})
+                (run_dir / "checkpoints" / "step-000001").mkdir(parents=True, exist_ok=True)
+                (run_dir / "checkpoints" / "step-000001" / "manifest.json").write_text("{}")
+            if fake == "stop" and step == 2:
+                (run_dir / "stop.json").write_text(json.dumps({
+                    "run_id": trial["run_id"], "rule": "non_finite_loss", "step": 2,
+                    "value": "nan", "threshold": None, "message": "loss is nan at step 2",
+                    "time": time.time()}))
+                break
+        rows += [{"step": steps - 1, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.1},
+                 {"step": steps - 1, "output_s": 0.05}]
+        with open(run_dir / "measurements.jsonl", "a") as out:
+            out.writelines(json.dumps(r) + "\n" for r in rows)
+        if fake == "stop":
+            return 1
+        if fake == "crash":
+            return 3
+        (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": 0.5, "accuracy": 0.6}))
+        (run_dir / "predictions.csv").write_text("example_id,gold,predicted\n1,a,a\n")
+        (run_dir / "done.json").write_text(json.dumps({"run_id": trial["run_id"], "steps": steps,
+                                                       "finished_at": "2026-11-29T17:00:00+00:00",
+                                                       "wall_s": 0.1}))
+        return 0
+
+
+def _spec(folder: Path, *, lr_len128: str = "1e-2") -> Path:
+    text = (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8")
+    text = text.replace('name = "lora-r4"\ntier = "essential"\nreference = "control"\n'
+                        'params = { max_length = 64,',
+                        'name = "lora-r4"\ntier = "essential"\nreference = "control"\n'
+                        'params = { fake = "stop", max_length = 64,')
+    assert 'fake = "stop"' in text
+    last = text.rindex("[[run]]")
+    text = text[:last] + text[last:].replace("lr = 1e-2", f"lr = {lr_len128}")
+    (folder / "campaign.toml").write_text(text + CRASH_RUN, encoding="utf-8")
+    return folder / "campaign.toml"
+
+
+def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
+    fake = FakeExecutor()
+    spec = load_spec(_spec(tmp_path))
+
+    # 1. --decide cut where the plan fits: the exploratory run is cut; lora-r4 stops by its
+    #    rule, the others go on; the campaign exits 0
+    outcome = run_campaign(spec, decide="cut", executor=fake, quiet=True)
+    assert outcome.exit_code == 0 and outcome.stopped_by is None
+    assert outcome.decision["decision"] == "cut" and outcome.decision["computed"] == "continue"
+    assert outcome.decision["dropped"] == ["wild"]
+    assert outcome.to_json()["statuses"] == {"control": "finished", "lora-r4": "stopped",
+                                             "lora-r4-len128": "finished", "wild": "cut"}
+    rows = {r["name"]: r for r in outcome.runs}
+    assert rows["lora-r4"]["stop"]["rule"] == "non_finite_loss"
+    assert rows["lora-r4"]["stop"]["run_id"] == rows["lora-r4"]["run_id"]
+    assert rows["control"]["metric"] == 0.5
+    assert outcome.message == "2 finished, 1 stopped by a rule, 1 cut, 0 failed"
+    pilot_runs = [r for r in fake.started if r.startswith("pilot-")]
+    assert len(pilot_runs) == 2 and outcome.pilot["ok"] is True
+    assert outcome.pilot["figures"]["restore_s"] == 0.2
+    with Ledger.open(tmp_path, create=False) as ledger:
+        decision = ledger.decisions()[-1]
+        assert decision["overridden"] is True and decision["dropped"] == ["wild"]
+        assert set(decision["figures"]["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
+                                                         "wild"}
+        assert [v["kind"] for v in ledger.plan_versions()] == ["original", "re-estimate"]
+        control_id = rows["control"]["run_id"]
+        assert [e["kind"] for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
+                                                                  "finished"]
+    stops = json.loads((tmp_path / "results" / "stops.json").read_text())
+    assert [s["run_id"] for s in stops] == [rows["lora-r4"]["run_id"]]
+
+    # 2. --decide continue: only the cut run executes now; it crashes: exit 1, the reason
+    #    names its log; the stopped run is not retried
+    fake.started.clear()
+    outcome = run_campaign(spec, decide="continue", executor=fake, quiet=True)
+    wild = next(r for r in outcome.runs if r["name"] == "wild")
+    assert fake.started == [wild["run_id"]]
+    assert outcome.exit_code == 1 and wild["status"] == "failed"
+    assert wild["reason"] == f"process exited with code 3; see runs/{wild['run_id']}/log.txt"
+    assert outcome.message.endswith("1 failed; run again to retry the failed runs")
+
+    # 3. a changed config gets a new id, the old one is superseded; --decide stop stops the
+    #    campaign before any run (exit 1)
+    old_id = rows["lora-r4-len128"]["run_id"]
+    spec = load_spec(_spec(tmp_path, lr_len128="2e-2"))
+    fake.started.clear()
+    outcome = run_campaign(spec, decide="stop", executor=fake, quiet=True)
+    assert outcome.exit_code == 1 and outcome.stopped_by == "decision"
+    assert fake.started == []
+    new = next(r for r in outcome.runs if r["name"] == "lora-r4-len128")
+    assert new["run_id"] != old_id and new["status"] == "pending"
+    with Ledger.open(tmp_path, create=False) as ledger:
+        old = ledger.run(old_id)
+        assert old["status"] == "superseded" and old["superseded_by"] == new["run_id"]
+        assert ledger.integrity_check() == "ok" and ledger.verify_original()
+
+
+def test_a_bad_decide_value_is_refused(tmp_path):
+    from flightplan.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="--decide maybe: not a decision; give continue"):
+        run_campaign(load_spec(_spec(tmp_path)), decide="maybe", executor=FakeExecutor())
