@@ -31,7 +31,8 @@ NAN_RUN = """
 name = "control-nan"
 tier = "exploratory"
 reference = "control"
-params = { max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = 0, inject_nan_at_step = 3 }
+params = { max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = 0, \
+inject_nan_at_step = 3 }
 duration = "15s"
 after = ["pilot"]
 """

@@ -162,7 +162,8 @@ def expense_rows(spec: CampaignSpec) -> list[dict[str, Any]]:
     """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog
     (amount = flights × package price) and each ``[[expense]]``."""
     rental = spec.rental
-    offer = catalog_for_spec(spec).offer(rental.offer, source=spec.source, field_name="rental.offer")
+    offer = catalog_for_spec(spec).offer(rental.offer, source=spec.source,
+                                         field_name="rental.offer")
     price = offer.packages[rental.package_days] * rental.flights
     rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
              "flights": rental.flights, "amount": str(price), "currency": price.currency,
@@ -254,8 +255,8 @@ class _Campaign:
         for event in reversed(self.ledger.events(kind="pilot")):
             data = event["data"] or {}
             if data.get("control_id") == control.run_id and data.get("ok"):
-                self.say(f"pilot: kept from {time.strftime('%H:%M:%S', time.localtime(event['at']))}"
-                         f" ({data.get('message')})")
+                when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+                self.say(f"pilot: kept from {when} ({data.get('message')})")
                 return data
             break
         self.say(f"pilot of {control.run.name}: short run, early checkpoint, resume in a "
@@ -314,7 +315,8 @@ class _Campaign:
         names = {s.name for s in self.spec.stages}
         for stage in self.ledger.stage_times():
             if stage["kind"] == "stage" and stage["name"] in names:
-                durations[stage["name"]] = Duration(max(1, round(stage["ended_at"] - stage["started_at"])))
+                seconds = round(stage["ended_at"] - stage["started_at"])
+                durations[stage["name"]] = Duration(max(1, seconds))
         if not pilot.get("figures"):
             return durations, estimates
         figures = PilotFigures(**pilot["figures"])

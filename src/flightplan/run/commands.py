@@ -113,8 +113,9 @@ def _print_status(snapshot: dict) -> None:
     console = Console()
     campaign = snapshot["campaign"] or {}
     runner = snapshot.get("runner")
+    created = _when(campaign.get("created_at"))
     console.print(f"campaign [bold]{campaign.get('name', '?')}[/bold] "
-                  f"({campaign.get('spec_path', '?')}, created {_when(campaign.get('created_at'))}); "
+                  f"({campaign.get('spec_path', '?')}, created {created}); "
                   + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
                   highlight=False)
     plans = Table(title="plan versions")

@@ -201,13 +201,14 @@ class LocalExecutor(Executor):
                    PYTHONUNBUFFERED="1")
         if self._gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(device)
+        preexec = _die_with_parent if sys.platform == "linux" else None
         with open(job.run_dir / "log.txt", "ab") as log:
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
                       f"(device {device if self._gpus else 'cpu'}) ---\n".encode())
             return subprocess.Popen(self._argv(job.trial_json), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     cwd=str(job.run_dir),
-                                    preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+                                    preexec_fn=preexec)
 
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
             on_done: Callable[[JobResult], None] | None = None,

@@ -80,7 +80,7 @@ CREATE TABLE IF NOT EXISTS stage_times (
 
 
 def plan_sha256(plan: dict[str, Any]) -> str:
-    """sha256 (hex) of the plan's canonical JSON bytes (:func:`flightplan.run.ids.canonical_json`)."""
+    """sha256 (hex) of the plan's canonical JSON bytes (``run.ids.canonical_json``)."""
     return hashlib.sha256(canonical_json(plan)).hexdigest()
 
 
@@ -192,8 +192,8 @@ class Ledger:
             if last is None:
                 raise ValueError("no original plan in the ledger; freeze the original first")
             tx.execute("INSERT INTO plan_versions VALUES (?, 're-estimate', ?, ?, ?, ?)",
-                       (last + 1, plan_sha256(plan), canonical_json(plan).decode("utf-8"), time.time(),
-                        reason))
+                       (last + 1, plan_sha256(plan), canonical_json(plan).decode("utf-8"),
+                        time.time(), reason))
         return last + 1
 
     def sync_expenses(self, rows: list[dict[str, Any]]) -> None:

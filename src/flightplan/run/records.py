@@ -131,8 +131,8 @@ class RunRecorder:
             else:
                 kind = EVENT_KINDS.get(kind)
             if kind:
-                events.append({"kind": kind, "at": row.get("time"),
-                               "data": {k: v for k, v in row.items() if k not in ("event", "time")}})
+                data = {k: v for k, v in row.items() if k not in ("event", "time")}
+                events.append({"kind": kind, "at": row.get("time"), "data": data})
         return events
 
     def end(self, planned: "PlannedRun", result: JobResult) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def test_a_missing_figure_is_named():
 def test_losses_compare_bit_for_bit():
     assert compare_losses(ROWS, RESUMED) == ([1, 2], [])
     off_by_one_ulp = math.nextafter(0.75, 1.0)
-    resumed = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": off_by_one_ulp}, {"step": 7, "loss": 0.1}]
+    resumed = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": off_by_one_ulp},
+               {"step": 7, "loss": 0.1}]
     steps, mismatches = compare_losses(ROWS, resumed)
     assert steps == [1, 2, 7]
     assert mismatches == [{"step": 2, "uninterrupted": 0.75, "resumed": off_by_one_ulp},
