@@ -2,15 +2,17 @@
 
 A checkpoint is a directory ``checkpoints/step-NNNNNN/`` (N = optimizer steps done)::
 
-    model.safetensors   model parameters and buffers (safetensors format)
-    optimizer.pt        optimizer state_dict            (torch.save; loads with weights_only=True)
-    state.pt            scheduler, scaler, loader, extra, RNG states, counters (same)
+    model.safetensors      model parameters and buffers (safetensors format)
+    optimizer.safetensors  the optimizer state_dict's tensors, named by path (``state/0/exp_avg``)
+    state.pt               the optimizer state_dict's structure (tensors replaced by their
+                           names), scheduler, scaler, loader, extra, RNG states, counters
+                           (torch.save; loads with ``weights_only=True``)
     manifest.json       written last: format, run_id, config_hash, counters, and for every
                         file its size (bytes) and sha256, for every tensor its crc32, dtype, shape
 
 Writing (:func:`write_checkpoint`): everything goes into ``step-NNNNNN.tmp/``; each file is
-hashed while it is written (one pass over memory) and fsync'd; the manifest is written and
-fsync'd last; the directory is fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd.
+hashed while it is written (one pass over memory) and fsync'd in a second thread while the
+next one is written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd.
 A directory without a manifest, or any ``.tmp``, is never loaded.
 
 Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files
@@ -32,12 +34,14 @@ import subprocess
 import sys
 import zipfile
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
+from flightplan.close.manifest import hash_file
 from flightplan.errors import CheckpointError, UnsafeFileError
 
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint", "CheckpointFiles",
@@ -47,8 +51,10 @@ __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
 MODEL_FILE = "model.safetensors"
-OPTIMIZER_FILE = "optimizer.pt"
+OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "state.pt"
+_REF = "__safetensors__"  # stands for a tensor of optimizer.safetensors inside state.pt
+_OPTIMIZER_KEY = "optimizer"  # the optimizer state_dict's structure, inside state.pt
 _CHUNK_BYTES = 4 << 20  # written and hashed in 4 MiB pieces, so hashing reads from cache
 
 _SAFETENSORS_DTYPES = {
@@ -124,15 +130,21 @@ class _HashingFile:
     def flush(self) -> None:
         """Nothing is buffered in user space."""
 
-    def close(self) -> FileRecord:
-        """fsync and close; the file's record."""
-        os.fsync(self.fd)
-        os.close(self.fd)
+    def record(self) -> FileRecord:
+        """Size and sha256 of what was written."""
         return FileRecord(self.size, self.sha.hexdigest())
 
+    def sync_close(self) -> None:
+        """fsync and close (run in a thread, so the next file is written meanwhile)."""
+        try:
+            os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
 
-def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str]) -> FileRecord:
-    """Write ``tensors`` (contiguous CPU tensors) in the safetensors format, hashing as it goes.
+
+def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str]) -> _HashingFile:
+    """Write ``tensors`` (contiguous CPU tensors) in the safetensors format, hashing as it goes;
+    the file is left open for :meth:`_HashingFile.sync_close`.
 
     Format (https://github.com/huggingface/safetensors): u64 little-endian header length,
     JSON header ``{name: {dtype, shape, data_offsets}, "__metadata__": {...}}`` padded with
@@ -159,18 +171,49 @@ def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping
     except BaseException:
         os.close(out.fd)
         raise
-    return out.close()
+    return out
 
 
-def _write_torch(path: Path, value: Any) -> FileRecord:
-    """``torch.save(value)`` into ``path``, hashing as it writes."""
+def _write_torch(path: Path, value: Any) -> _HashingFile:
+    """``torch.save(value)`` into ``path``, hashing as it writes; left open for ``sync_close``."""
     out = _HashingFile(path)
     try:
         torch.save(value, out)
     except BaseException:
         os.close(out.fd)
         raise
-    return out.close()
+    return out
+
+
+def _split(value: Any, path: str, tensors: dict[str, Any]) -> Any:
+    """``value`` with every tensor replaced by ``{"__safetensors__": path}`` (put in ``tensors``)."""
+    if isinstance(value, torch.Tensor):
+        tensors[path] = value
+        return {_REF: path}
+    if isinstance(value, Mapping):
+        return {key: _split(item, f"{path}/{key}" if path else str(key), tensors)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_split(item, f"{path}/{index}" if path else str(index), tensors)
+                 for index, item in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def _join(value: Any, tensors: Mapping[str, Any]) -> Any:
+    """Undo :func:`_split`.
+
+    Raises:
+        KeyError: a reference to a tensor the safetensors file does not hold.
+    """
+    if isinstance(value, dict):
+        if value.keys() == {_REF}:
+            return tensors[value[_REF]]
+        return {key: _join(item, tensors) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_join(item, tensors) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
 
 
 def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
@@ -235,26 +278,48 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
     tmp = parent / f"{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    syncs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flightplan-fsync")
+    files: dict[str, FileRecord] = {}
     try:
-        files = {MODEL_FILE: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"})}
-        if optimizer is not None:
-            files[OPTIMIZER_FILE] = _write_torch(tmp / OPTIMIZER_FILE, optimizer)
-        files[STATE_FILE] = _write_torch(tmp / STATE_FILE, dict(state))
+        pending = []
+        for name, write in _file_writers(tmp, model, optimizer, state):
+            out = write()
+            files[name] = out.record()
+            pending.append(syncs.submit(out.sync_close))
+        for done in pending:
+            done.result()
         manifest = {"format": FORMAT, "step": steps_done, **meta,
                     "files": {name: {"size": r.size, "sha256": r.sha256} for name, r in files.items()},
                     "tensors": dict(digests())}
         out = _HashingFile(tmp / MANIFEST)
         out.write(json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
-        out.close()
+        out.sync_close()
         fsync_dir(tmp)
         if final.exists():  # the same step saved again after a resume: same run, same state
             shutil.rmtree(final)
         os.rename(tmp, final)
         fsync_dir(parent)
     except BaseException:
+        syncs.shutdown(wait=True)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    syncs.shutdown(wait=True)
     return final, sum(r.size for r in files.values())
+
+
+def _file_writers(tmp: Path, model: Mapping[str, Any], optimizer: Any,
+                  state: Mapping[str, Any]) -> list[tuple[str, Callable[[], _HashingFile]]]:
+    """(file name, writer) in write order: model, optimizer tensors, the rest."""
+    writers: list[tuple[str, Callable[[], _HashingFile]]] = [
+        (MODEL_FILE, lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}))]
+    structure = None
+    if optimizer is not None:
+        tensors: dict[str, Any] = {}
+        structure = _split(optimizer, "", tensors)
+        writers.append((OPTIMIZER_FILE, lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {})))
+    rest = {**state, _OPTIMIZER_KEY: structure}
+    writers.append((STATE_FILE, lambda: _write_torch(tmp / STATE_FILE, rest)))
+    return writers
 
 
 class BadCheckpoint(CheckpointError):
@@ -287,16 +352,6 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-def _sha256_file(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb", buffering=0) as handle:
-        while chunk := handle.read(_CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
 def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
     """Every listed file exists inside ``directory`` with its size and sha256; no unlisted file."""
     findings = []
@@ -310,7 +365,7 @@ def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
         if not path.is_file():
             findings.append(Finding("missing", name, "listed in the manifest but absent"))
             continue
-        size, sha = _sha256_file(path)
+        size, sha = hash_file(path)
         if size != record.get("size"):
             findings.append(Finding("size", name, f"{size} bytes, the manifest says {record.get('size')}"))
         elif sha != record.get("sha256"):
@@ -362,8 +417,15 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
         model = load_file(directory / MODEL_FILE, device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
         raise BadCheckpoint(directory, [Finding("load", MODEL_FILE, f"cannot be read ({exc})")]) from None
-    optimizer = _load_torch_file(directory / OPTIMIZER_FILE) if OPTIMIZER_FILE in manifest["files"] else None
     state = _load_torch_file(directory / STATE_FILE)
+    structure = state.pop(_OPTIMIZER_KEY, None) if isinstance(state, dict) else None
+    optimizer = None
+    if structure is not None:
+        try:
+            optimizer = _join(structure, load_file(directory / OPTIMIZER_FILE, device="cpu"))
+        except (SafetensorError, OSError, ValueError, KeyError) as exc:
+            raise BadCheckpoint(directory, [Finding("load", OPTIMIZER_FILE, f"cannot be read "
+                                                    f"({type(exc).__name__}: {exc})")]) from None
     loaded = tensor_digests(model, optimizer, state)
     expected = manifest["tensors"]
     findings = [Finding("tensor_digest", p, f"reloads with crc32 {loaded[p]['crc32']}, saved "

@@ -79,6 +79,8 @@ class TrialFile(BaseModel):
 
 def _item(value: Any) -> Any:
     """Tensors and numpy scalars as Python numbers (``.item()``); anything else unchanged."""
+    if isinstance(value, (float, int, str)) or value is None:
+        return value
     return value.item() if callable(getattr(value, "item", None)) else value
 
 
@@ -115,7 +117,7 @@ class Trial:
         self._writer = BackgroundWriter(self.run_dir / "checkpoints", config.checkpoint.keep_last,
                                         self._saved, self._save_failed)
         self._lock = threading.Lock()
-        self._log_file: Any = None
+        self._log_fd: int | None = None
         self._restored: CheckpointFiles | None = None
         self._pending: set[str] = set()
         self._loop_started = False
@@ -296,12 +298,12 @@ class Trial:
     def _row(self, step: int, **values: Any) -> None:
         row = {"step": step, "time": time.time(), **{k: json_number(_item(v)) for k, v in values.items()}}
         line = json.dumps(row, allow_nan=False, ensure_ascii=False) + "\n"
-        with self._lock:
-            if self._log_file is None:
+        with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
+            if self._log_fd is None:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
-                self._log_file = open(self.run_dir / MEASUREMENTS, "a", encoding="utf-8")
-            self._log_file.write(line)
-            self._log_file.flush()
+                self._log_fd = os.open(self.run_dir / MEASUREMENTS,
+                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._log_fd, line.encode("utf-8"))
 
     def _stop(self, stop: Stop) -> None:
         """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
@@ -433,7 +435,7 @@ class Trial:
             "wall_s": round(time.monotonic() - self._started_s, 3)})
         self._row(self._steps_done, event="finished")
         with self._lock:
-            if self._log_file is not None:
-                self._log_file.close()
-                self._log_file = None
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
         self.finished = True

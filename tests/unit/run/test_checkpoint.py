@@ -69,7 +69,7 @@ def test_numpy_rng_state_is_refused_by_the_safe_loader_but_ours_loads():
 def test_files_manifest_and_safetensors_content(tmp_path):
     model, optimizer, step_dir = _saved(tmp_path)
     assert sorted(p.name for p in step_dir.iterdir()) == \
-        ["manifest.json", "model.safetensors", "optimizer.pt", "state.pt"]
+        ["manifest.json", "model.safetensors", "optimizer.safetensors", "state.pt"]
     assert [p.name for p in step_dir.parent.iterdir()] == ["step-000005"]  # no .tmp left
     manifest = json.loads((step_dir / "manifest.json").read_text())
     assert (manifest["step"], manifest["epoch"], manifest["micro_step"]) == (5, 0, 0)
@@ -94,12 +94,12 @@ def test_verify_command_in_a_fresh_process(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["verified"] is True and report["findings"] == [] and report["step"] == 5
 
-    data = bytearray((step_dir / "optimizer.pt").read_bytes())
+    data = bytearray((step_dir / "optimizer.safetensors").read_bytes())
     data[-300] ^= 0x01
-    (step_dir / "optimizer.pt").write_bytes(bytes(data))
+    (step_dir / "optimizer.safetensors").write_bytes(bytes(data))
     assert checkpoint_verify_command(step_dir, as_json=False) == 1
     out = capsys.readouterr().out
-    assert f"{step_dir}: sha256: optimizer.pt: sha256 " in out
+    assert f"{step_dir}: sha256: optimizer.safetensors: sha256 " in out
 
 
 class Payload:
