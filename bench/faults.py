@@ -56,7 +56,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from reliability import broken_specs, checkpoint_faults, crash_harness, results_faults  # noqa: E402
 from reliability import trial_script  # noqa: E402
-from reliability.cli_harness import FLIGHTPLAN, TINY, child_env, run_inprocess, snapshot  # noqa: E402
+from reliability.cli_harness import (FLIGHTPLAN, TINY, child_env, run_inprocess,  # noqa: E402
+                                     small_tiny, snapshot)
 FAMILIES = ("specs", "corruption", "hostile", "disk", "concurrent", "script", "campaign")
 
 
@@ -394,16 +395,24 @@ CAMPAIGN_KINDS = [
 CLOSE_KINDS = [("runner", "replace", "results"), ("runner", "fsync", ""), ("runner", "commit", "")]
 
 
-def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log) -> list[Row]:
+def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log,
+                           *, full_tiny: bool) -> list[Row]:
     """Kill the tiny campaign at ``n`` fired crash points (``per_campaign`` in a row on one
-    copy, plus one in ``close``), run it again each time, compare with a clean campaign."""
+    copy, plus one in ``close``), run it again each time, compare with a clean campaign.
+    The campaign is ``small_tiny`` (64/16 reviews, no useful run) unless ``full_tiny``."""
     row = Row("crash points (tiny campaign)",
               "bitwise identical, ledger ok, events in order, verify ok, none set aside")
     start = time.monotonic()
+
+    def copy(folder: Path) -> Path:
+        if full_tiny:
+            folder.mkdir(parents=True)
+            shutil.copy(TINY, folder / "campaign.toml")
+            return folder / "campaign.toml"
+        return small_tiny(folder)
+
     reference_dir = work / "campaign-reference"
-    reference_dir.mkdir()
-    shutil.copy(TINY, reference_dir / "campaign.toml")
-    spec = reference_dir / "campaign.toml"
+    spec = copy(reference_dir)
     t0 = time.monotonic()
     code, counts = crash_harness.count_calls(FLIGHTPLAN + ["run", str(spec)], cwd=reference_dir)
     run_s = time.monotonic() - t0
@@ -417,13 +426,12 @@ def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log
     campaign = 0
     while row.tried < n:
         folder = work / f"campaign-{campaign}"
-        folder.mkdir()
-        shutil.copy(TINY, folder / "campaign.toml")
+        spec = copy(folder)
         rng_seed = seed * 1000 + campaign
         run_points = crash_harness.draw_points(counts, n=per_campaign, seed=rng_seed, kinds=CAMPAIGN_KINDS,
                                                timer_max_s=run_s)
         close_points = crash_harness.draw_points(close_counts, n=1, seed=rng_seed, kinds=CLOSE_KINDS)
-        report = crash_harness.crash_campaign(folder / "campaign.toml", run_points=run_points,
+        report = crash_harness.crash_campaign(spec, run_points=run_points,
                                               close_points=close_points, reference=reference)
         fired = [label for label, a in report.attempts if a.fired]
         ok = report.identical and not report.rejected
@@ -468,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script-points", type=int, default=30)
     parser.add_argument("--crash-points", type=int, default=50)
     parser.add_argument("--per-campaign", type=int, default=4, help="crash points in a row on one copy")
+    parser.add_argument("--full-tiny", action="store_true",
+                        help="crash the unmodified tiny campaign (240/80 reviews, 3 runs; slower)")
     args = parser.parse_args(argv)
     if args.quick:
         args.specs, args.seeds, args.disk, args.concurrent = 100, 2, 2, 1
@@ -489,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                  ("concurrent", lambda w: bench_concurrent(args.concurrent, w)),
                  ("script", lambda w: bench_script_crashes(args.script_points, args.seed, w)),
                  ("campaign", lambda w: bench_campaign_crashes(args.crash_points, args.seed,
-                                                               args.per_campaign, w, log))]
+                                                               args.per_campaign, w, log,
+                                                               full_tiny=args.full_tiny))]
         for name, step in steps:
             if name not in only:
                 continue

@@ -2,9 +2,10 @@
 that was never interrupted, no corrupt checkpoint is ever loaded, and the ledger holds.
 
 Two levels. A training script on the trial API (seconds per process) is killed before,
-during and after its checkpoint writes. The tiny campaign (``examples/tiny``) is killed
-in the runner and in its trial processes — during checkpoint writes, ledger commits and
-``close`` — and run again until it finishes. CI runs a few points; ``bench/faults.py``
+during and after its checkpoint writes. The tiny campaign (``examples/tiny`` cut to 64
+train / 16 test reviews, control and LoRA run: ``small_tiny``) is killed in the runner
+and in its trial processes — during checkpoint writes, ledger commits and ``close`` — and
+run again until it finishes. CI runs a few points; ``bench/faults.py``
 draws 50 and more from the same harness.
 """
 
@@ -12,14 +13,13 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import signal
 import sys
 from pathlib import Path
 
 import pytest
 
-from .cli_harness import FLIGHTPLAN, TINY
+from .cli_harness import FLIGHTPLAN, small_tiny
 from .crash_harness import (CrashPoint, count_calls, crash_campaign, draw_points, fingerprint,
                             ledger_findings, run_with_crash)
 
@@ -78,12 +78,10 @@ def test_a_script_killed_around_a_checkpoint_write_resumes_bitwise(
 
 @pytest.fixture(scope="module")
 def campaign_reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The tiny campaign run and closed without faults, counting calls: its products'
-    sha256 and the call counts that crash points are drawn from."""
+    """The (small) tiny campaign run and closed without faults, counting calls: its
+    products' sha256 and the call counts that crash points are drawn from."""
     folder = tmp_path_factory.mktemp("campaign-reference") / "tiny"
-    folder.mkdir()
-    spec = folder / "campaign.toml"
-    shutil.copy(TINY, spec)
+    spec = small_tiny(folder)
     code, counts = count_calls(FLIGHTPLAN + ["run", str(spec)], cwd=folder)
     assert code == 0
     close_code, close_counts = count_calls(FLIGHTPLAN + ["close", str(spec)], cwd=folder)
@@ -102,7 +100,8 @@ def test_the_reference_campaign_has_products_and_counted_calls(campaign_referenc
 
 
 def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_identical(
-        campaign_reference: dict, tiny_campaign: Path) -> None:
+        campaign_reference: dict, tmp_path: Path) -> None:
+    spec = small_tiny(tmp_path / "tiny")
     rng = random.Random(SEED)
     counts, close_counts = campaign_reference["counts"], campaign_reference["close_counts"]
     run_points = [
@@ -114,7 +113,7 @@ def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_
     ]
     close_points = [CrashPoint("runner", "replace", contains="results", after=rng.random() < 0.5,
                                nth=rng.randint(1, close_counts[("runner", "replace", "results")]))]
-    report = crash_campaign(tiny_campaign, run_points=run_points, close_points=close_points,
+    report = crash_campaign(spec, run_points=run_points, close_points=close_points,
                             reference=campaign_reference["fingerprint"])
     trace = [(label, a.code, a.fired, a.stderr_tail[-200:]) for label, a in report.attempts]
     assert report.fired == 3, trace
