@@ -54,15 +54,17 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         expected_ids: the test example ids every product must cover (None: not checked).
 
     Returns:
-        One ``{run_id, name, tier, status, config_hash, metric_value, accepted, reasons}``
-        per run, in the given order; ``reasons`` says why a run was not accepted.
+        One ``{run_id, name, tier, status, config_hash, metric_value, accepted, reasons,
+        reload_findings}`` per run, in the given order; ``reasons`` says why a run was not
+        accepted; ``reload_findings`` are the findings of the full reload (``[]`` when it
+        reproduced every prediction; None when no reload was attempted).
     """
     section = spec.campaign
     verdicts = []
     for run in runs:
         run_id, reasons = run["run_id"], []
         predictions = _load(results, run_id)
-        value = None
+        value, reproduced = None, None
         if run["status"] != "finished" or run.get("stop"):
             rule = (run.get("stop") or {}).get("rule")
             reasons.append(f"stopped by rule {rule}" if rule else f"status {run['status']}, "
@@ -89,7 +91,8 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         verdicts.append({"run_id": run_id, "name": run["name"], "tier": run.get("tier"),
                          "status": run["status"], "config_hash": run.get("config_hash"),
                          "metric_value": None if value is None else round(value, 6),
-                         "accepted": not reasons, "reasons": reasons})
+                         "accepted": not reasons, "reasons": reasons,
+                         "reload_findings": reproduced})
     return verdicts
 
 

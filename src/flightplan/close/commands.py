@@ -87,7 +87,8 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
     Args:
         spec: the campaign.
         ledger: an object with the read API of :class:`flightplan.run.ledger.Ledger`.
-        sample: test examples re-predicted per artifact by the final verification.
+        sample: test examples re-predicted per artifact by the final verification, for
+            artifacts the acceptance step did not already reload in full.
 
     Returns:
         ``{verified, findings, results_dir, accepted (run ids), budget, conclusion}``.
@@ -168,7 +169,8 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
         "accepted_run_ids": accepted},
         runs={v["run_id"]: {"accepted": v["accepted"], "reasons": v["reasons"],
                             "metric_value": v["metric_value"]} for v in verdicts})
-    report = verify_results(results, sample=sample)
+    report = verify_results(results, sample=sample, reproduced={
+        v["run_id"]: v["reload_findings"] for v in verdicts if v["reload_findings"] is not None})
     return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
                      "conclusion": conclusion}
 
