@@ -396,11 +396,16 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop.
+        SpecError: the campaign has no ``[corpus]``.
         LockHeld: another ``flightplan run`` holds the campaign.
         SpecError, CatalogError: the campaign does not plan.
     """
     if decide is not None and decide not in DECISIONS:
         raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
+    if spec.corpus is None:
+        raise SpecError("the campaign has no [corpus], so it has nothing to train on; add "
+                        "[corpus] with package or path and sha256 (plan works without it)",
+                        file=spec.source, field="corpus")
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:

@@ -4,14 +4,15 @@ Pure functions (no I/O, no torch): the runner (:mod:`flightplan.run.campaign`) f
 the pilot's figures and the plans it computes, and records what they return.
 
 The pilot is a short run of the control (``textclf``: a frozen encoder whose embeddings
-of the training set are computed once, then a linear head). It measures the encoder's
-forward time on length-sorted batches (``encode_s`` rows: short and long inputs), the
-head's step time, evaluation, checkpoint costs and output writing. A run is re-estimated
-as (seconds)::
+of the training set are computed once in batches and of the test set one example at a
+time, then a linear head). It measures the encoder's forward time on length-sorted
+batches (``encode_s`` rows: short and long inputs), the load, the head's step time, an
+evaluation, checkpoint costs and output writing. A run is re-estimated as (seconds)::
 
-    fwd_s(T)   = f1 + (T − t1) · (f2 − f1) / (t2 − t1)    forward time of a batch of T
+    fwd_s(T)   = f1 + (T − t1) · (f2 − f1) / (t2 − t1)    forward time of a batch of T ≥ t1
                  padded tokens: the line through the pilot's short (t1, f1) and long
-                 (t2, f2) encoder batches (slope ≥ 0; f1 · T / t1 when t1 = t2)
+                 (t2, f2) encoder batches; f1 · T / t1 below t1; T · (f1 + f2) / (t1 + t2)
+                 when the line does not rise (t2 = t1, or noise)
     steps      = ceil(n_train / B) · epochs
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
                  C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M)
@@ -24,13 +25,16 @@ as (seconds)::
         train_s = steps · 3 · fwd_s(B · L)              forward + backward ≈ 3 forwards
                                                       (2N vs 6N FLOPs per token, Kaplan
                                                       et al. 2020)
-        eval_s  = n_test · fwd_s(min(mean_len, L))      one example at a time
+        eval_s  = base_load_s · min(mean_len, L) / min(mean_len, L0)
         total_s = base_load_s + train_s + epochs · eval_s + saves · C + output_s
 
 ``B · L`` assumes batches padded to ``max_length`` (an upper bound; near exact when most
 batches hold one input longer than L, as with the drug reviews at 128 and 256).
-``base_load_s`` is the pilot's load time without its embedding pass (Σ encode_s).
-``mean_len`` is the corpus's mean untruncated length from the data check.
+``base_load_s`` is the pilot's load time without the training set's embedding pass
+(load_s − Σ encode_s): reading, tokenising, building the model, and embedding the test
+set one example at a time at the control's ``L0`` — the work of one evaluation of a
+variant, and more than a variant's load (both are upper bounds). ``mean_len`` is the
+corpus's mean untruncated length from the data check.
 
 The decision: re-plan with the re-estimates; ``continue`` when it fits the window; else
 ``cut`` — drop the exploratory runs, then also the useful ones, re-planning each time —
@@ -67,6 +71,7 @@ class PilotFigures:
     """What the pilot of the control measured (seconds, tokens).
 
     Attributes:
+        max_length: the control's max_length ``L0`` (tokens).
         n_train, n_test: examples in the training and test sets.
         load_s: corpus, tokenizer and model load, with the control's embedding pass.
         encode_total_s: the embedding pass alone (Σ ``encode_s``).
@@ -82,6 +87,7 @@ class PilotFigures:
         output_s: writing predictions, metrics and the artifact.
     """
 
+    max_length: int
     n_train: int
     n_test: int
     load_s: float
@@ -140,15 +146,16 @@ per token against 2N for the forward alone; Kaplan et al. 2020)."""
 
 
 def forward_seconds(tokens: float, figures: PilotFigures) -> float:
-    """Forward time (s) of a batch of ``tokens`` padded tokens: the line through the
-    pilot's short and long encoder batches (slope clamped at ≥ 0), or proportional when
-    they coincide."""
+    """Forward time (s) of a batch of ``tokens`` padded tokens (module docstring): the line
+    through the pilot's short and long encoder batches from ``t1`` up, proportional below
+    it, and proportional to the pooled seconds per token when the line does not rise."""
     t1, f1, t2, f2 = (figures.short_tokens, figures.short_fwd_s,
                       figures.long_tokens, figures.long_fwd_s)
-    if t2 <= t1:
-        return f1 * tokens / t1 if t1 > 0 else f1
-    slope = max(0.0, (f2 - f1) / (t2 - t1))
-    return max(0.0, f1 + (tokens - t1) * slope)
+    if t2 > t1 and f2 > f1:
+        if tokens < t1:
+            return f1 * tokens / t1
+        return f1 + (tokens - t1) * (f2 - f1) / (t2 - t1)
+    return tokens * (f1 + f2) / (t1 + t2) if t1 + t2 > 0 else f1
 
 
 def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_loss_s: float,
@@ -164,9 +171,10 @@ def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_lo
     if shape.trains_encoder:
         tokens = float(shape.batch_size * shape.max_length)
         step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
-        one_eval = figures.n_test * forward_seconds(min(figures.mean_len, shape.max_length),
-                                                    figures)
         load_s = max(0.0, figures.load_s - figures.encode_total_s)
+        reference = min(figures.mean_len, figures.max_length)
+        one_eval = load_s * (min(figures.mean_len, shape.max_length) / reference
+                             if reference > 0 else 1.0)
     else:
         tokens = 0.0
         step_s, one_eval, load_s = figures.head_step_s, figures.head_eval_s, figures.load_s

@@ -121,11 +121,12 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
                       data_check: dict[str, Any]) -> PilotFigures:
     """The pilot's figures from its measurement rows (see :class:`PilotFigures`).
 
-    Short and long inputs: the ``encode_s`` batches sorted by ``tokens``, the shorter half
-    and the longer half (the middle batch of an odd count goes to the longer half).
-    Steady step time: the mean ``step_s`` without the first step. C and D: means over
-    the ``checkpoint`` rows; R: the resumed process's ``restore`` row. ``n_train``,
-    ``n_test`` and ``mean_len`` come from the data check.
+    Short and long inputs: the ``encode_s`` batches but the first one logged (warm-up),
+    sorted by ``tokens``, the shorter half and the longer half (the middle batch of an odd
+    count goes to the longer half). Steady step time: the mean ``step_s`` without the
+    first step; ``max_length``: the steps' ``seq_len`` (the control pads to it). C and D:
+    means over the ``checkpoint`` rows; R: the resumed process's ``restore`` row.
+    ``n_train``, ``n_test`` and ``mean_len`` come from the data check.
 
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
@@ -136,8 +137,8 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
                              f"(see docs/internals.md)")
         return values
 
-    encode = sorted(((r["tokens"], r["encode_s"]) for r in rows if "encode_s" in r),
-                    key=lambda pair: pair[0])
+    logged = [(r["tokens"], r["encode_s"]) for r in rows if "encode_s" in r]
+    encode = sorted(logged[1:] or logged, key=lambda pair: pair[0])
     half = len(encode) // 2
     short, long = (encode[:half] or encode), encode[half:]
     steps = sorted(((r["step"], r["step_s"]) for r in rows
@@ -148,10 +149,12 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
                 if r.get("event") == "restore" and r.get("restore_s") is not None]
     splits = data_check.get("splits", {})
     return PilotFigures(
+        max_length=int(needed("seq_len", [r["seq_len"] for r in rows
+                                          if "step_s" in r and "seq_len" in r])[0]),
         n_train=int(splits.get("train", {}).get("rows", 0)),
         n_test=int(splits.get("test", {}).get("rows", 0)),
         load_s=needed("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
-        encode_total_s=sum(e for _, e in encode),
+        encode_total_s=sum(e for _, e in logged),
         short_tokens=_mean([t for t, _ in short]), short_fwd_s=_mean([e for _, e in short]),
         long_tokens=_mean([t for t, _ in long]), long_fwd_s=_mean([e for _, e in long]),
         head_step_s=_mean(needed("step_s", steady)),

@@ -62,7 +62,7 @@ class FakeExecutor(Executor):
         if trial["resume"]:
             rows.append({"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.2})
         for step in range(start, steps):
-            rows.append({"step": step, "loss": 1 / (step + 1), "step_s": 0.01})
+            rows.append({"step": step, "loss": 1 / (step + 1), "step_s": 0.01, "seq_len": 64})
             if step == 0:
                 rows.append({"step": 1, "event": "checkpoint", "name": "step-000001",
                              "stall_s": 0.01, "persist_s": 0.05})

@@ -9,7 +9,7 @@ from flightplan.run.decision import (PilotFigures, RunShape, choose, cut_steps,
                                      replan_from_options)
 
 # slope of the forward line: (0.8 − 0.2) / (4096 − 1024) = 1.953125e-4 s per token
-FIGURES = PilotFigures(n_train=600, n_test=300, load_s=20.0, encode_total_s=12.0,
+FIGURES = PilotFigures(max_length=128, n_train=600, n_test=300, load_s=20.0, encode_total_s=12.0,
                        short_tokens=1024.0, short_fwd_s=0.2, long_tokens=4096.0,
                        long_fwd_s=0.8, head_step_s=0.01, head_eval_s=0.5, mean_len=150.0,
                        save_stall_s=0.2, persist_s=1.0, restore_s=2.0, output_s=3.0)
@@ -22,8 +22,12 @@ def test_forward_time_is_the_line_through_short_and_long_batches():
     assert forward_seconds(1024, FIGURES) == pytest.approx(0.2)
     assert forward_seconds(4096, FIGURES) == pytest.approx(0.8)
     assert forward_seconds(7168, FIGURES) == pytest.approx(1.4)        # extrapolated
+    assert forward_seconds(512, FIGURES) == pytest.approx(0.1)         # 0.2 · 512 / 1024
     flat = PilotFigures(**{**FIGURES.to_json(), "long_tokens": 1024.0, "long_fwd_s": 0.2})
     assert forward_seconds(2048, flat) == pytest.approx(0.4)           # proportional
+    # noise: the long batches ran faster; pooled 1.0 s per 5120 tokens
+    noisy = PilotFigures(**{**FIGURES.to_json(), "short_fwd_s": 0.6, "long_fwd_s": 0.4})
+    assert forward_seconds(1024, noisy) == pytest.approx(0.2)
 
 
 def test_control_re_estimate_by_hand():
@@ -42,28 +46,28 @@ def test_adapter_re_estimate_by_hand():
     # 16 · 128 = 2048 tokens → forward 0.4 s → step 3 · 0.4 = 1.2 s; train 114 · 1.2
     assert est["tokens_per_batch"] == 2048.0 and est["step_s"] == pytest.approx(1.2)
     assert est["train_s"] == pytest.approx(136.8)
-    # one eval: 300 · fwd(min(150, 128)) = 300 · (0.2 − 896 · 1.953125e-4) = 7.5; × 3
-    assert est["eval_s"] == pytest.approx(22.5)
-    # load without the embedding pass: 20 − 12; saves 1 + floor(136.8 / 57) = 3
-    assert est["load_s"] == pytest.approx(8.0) and est["checkpoints"] == 3
-    assert est["total_s"] == pytest.approx(8 + 136.8 + 22.5 + 0.6 + 3)
+    # load without the embedding pass: 20 − 12 = 8 s; one eval: 8 · 128 / 128; × 3
+    assert est["load_s"] == pytest.approx(8.0) and est["eval_s"] == pytest.approx(24.0)
+    # saves 1 + floor(136.8 / 57) = 3
+    assert est["checkpoints"] == 3
+    assert est["total_s"] == pytest.approx(8 + 136.8 + 24 + 0.6 + 3)
 
 
 def test_long_inputs_cost_more_tokens_steps_and_evaluation():
     est = estimate_run_seconds(LORA_256, FIGURES, tolerated_loss_s=60)
     # 4096 tokens → 0.8 s forward → 2.4 s/step; train 273.6 s
     assert est["step_s"] == pytest.approx(2.4) and est["train_s"] == pytest.approx(273.6)
-    # eval at min(150, 256) = 150 tokens: 300 · (0.2 − 874 · 1.953125e-4) = 8.7890625; × 3
-    assert est["eval_s"] == pytest.approx(26.3671875)
+    # eval: 8 · min(150, 256) / min(150, 128) = 9.375 s; × 3
+    assert est["eval_s"] == pytest.approx(28.125)
     assert est["checkpoints"] == 5                                 # 1 + floor(273.6 / 57)
-    assert est["total_s"] == pytest.approx(8 + 273.6 + 26.3671875 + 1.0 + 3)
+    assert est["total_s"] == pytest.approx(8 + 273.6 + 28.125 + 1.0 + 3)
 
 
 def test_mean_time_between_interruptions_shortens_the_interval():
     est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, mtbi_s=1000)
     # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(136.8 / 20) = 7 → 1.4 s
     assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 7
-    assert est["total_s"] == pytest.approx(8 + 136.8 + 22.5 + 1.4 + 3)
+    assert est["total_s"] == pytest.approx(8 + 136.8 + 24 + 1.4 + 3)
 
 
 def test_batch_size_changes_steps_and_tokens():
@@ -72,7 +76,7 @@ def test_batch_size_changes_steps_and_tokens():
     # steps ceil(600/32) = 19; 4096 tokens → 2.4 s; train 45.6 s; only the first save
     assert est["steps"] == 19 and est["train_s"] == pytest.approx(45.6)
     assert est["checkpoints"] == 1
-    assert est["total_s"] == pytest.approx(8 + 45.6 + 7.5 + 0.2 + 3)
+    assert est["total_s"] == pytest.approx(8 + 45.6 + 8 + 0.2 + 3)
 
 
 RUNS = [("control", "essential"), ("lora", "essential"), ("len256", "useful"),

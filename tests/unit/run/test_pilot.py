@@ -23,10 +23,10 @@ ROWS = [
     {"step": 0, "encode_s": 0.50, "tokens": 32 * 64, "seq_len": 64},
     {"step": 0, "encode_s": 0.20, "tokens": 32 * 20, "seq_len": 20},
     {"step": 0, "load_s": 2.5, "planned_steps": 30},
-    {"step": 0, "loss": 1.25, "step_s": 0.9},
+    {"step": 0, "loss": 1.25, "step_s": 0.9, "seq_len": 64},
     {"step": 1, "event": "checkpoint", "name": "step-000001", "stall_s": 0.02, "persist_s": 0.3},
-    {"step": 1, "loss": 1.0, "step_s": 0.01},
-    {"step": 2, "loss": 0.75, "step_s": 0.03},
+    {"step": 1, "loss": 1.0, "step_s": 0.01, "seq_len": 64},
+    {"step": 2, "loss": 0.75, "step_s": 0.03, "seq_len": 64},
     {"step": 2, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.4},
     {"step": 2, "output_s": 0.6},
 ]
@@ -36,10 +36,12 @@ RESUMED = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s":
 
 def test_figures_by_hand():
     figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK)
-    # encode batches sorted by tokens: 320, 640 | 1280, 2048
-    assert (figures.short_tokens, figures.short_fwd_s) == (480.0, pytest.approx(0.15))
-    assert (figures.long_tokens, figures.long_fwd_s) == (1664.0, pytest.approx(0.4))
-    assert figures.encode_total_s == pytest.approx(1.1)
+    # encode batches without the first logged (1280 tokens, warm-up), sorted by tokens:
+    # 320 | 640, 2048
+    assert (figures.short_tokens, figures.short_fwd_s) == (320.0, pytest.approx(0.1))
+    assert (figures.long_tokens, figures.long_fwd_s) == (1344.0, pytest.approx(0.35))
+    assert figures.encode_total_s == pytest.approx(1.1)         # the pass, warm-up included
+    assert figures.max_length == 64
     # steady steps leave out step 0: (0.01 + 0.03) / 2
     assert figures.head_step_s == pytest.approx(0.02)
     assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
