@@ -21,7 +21,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flightplan.close.results import publish_run
+from flightplan.close.manifest import read_manifest
+from flightplan.close.results import RESULTS_DIRNAME, publish_run
+from flightplan.errors import VerificationFailed
 from flightplan.run.executor import JobResult
 from flightplan.run.ledger import Ledger
 
@@ -81,13 +83,27 @@ class RunRecorder:
         value = metrics.get(self.metric)
         return float(value) if isinstance(value, (int, float)) else None
 
+    def _published(self, run_id: str, status: str) -> bool:
+        """Whether ``results/MANIFEST.json`` holds the run with this status (the manifest
+        is the last thing ``publish_run`` rewrites)."""
+        try:
+            manifest = read_manifest(self.dir / RESULTS_DIRNAME)
+        except VerificationFailed:
+            return False
+        return (manifest.get("runs") or {}).get(run_id, {}).get("status") == status
+
     def settle(self, planned: "PlannedRun") -> str:
-        """Bring the ledger up to the run directory (a finished or stopped run that the
-        ledger does not know as such is recorded and published now). Returns the status."""
+        """Bring the ledger and ``results/`` up to the run directory: a finished or stopped
+        run that the ledger does not know as such is recorded now, and published if the
+        manifest lacks it (a runner killed in between). Returns the status."""
         entry = self.ledger.run(planned.run_id) or {}
         on_disk = run_dir_status(planned.run_dir)
-        if on_disk is None or entry.get("status") == on_disk:
-            return on_disk or entry.get("status", "pending")
+        if on_disk is None:
+            return entry.get("status", "pending")
+        if entry.get("status") == on_disk:
+            if not self._published(planned.run_id, on_disk):
+                publish_run(self.dir, planned.run_id)
+            return on_disk
         stop = _read_json(planned.run_dir / "stop.json") if on_disk == "stopped" else None
         done = _read_json(planned.run_dir / "done.json") or {}
         ended = (stop or {}).get("time") or _iso_to_unix(done.get("finished_at"))

@@ -8,6 +8,7 @@ done.json or stop.json, metrics); the data check, planning, ledger and results a
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -136,7 +137,9 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert [s["run_id"] for s in stops] == [rows["lora-r4"]["run_id"]]
 
     # 2. --decide continue: only the cut run executes now; it crashes: exit 1, the reason
-    #    names its log; the stopped run is not retried
+    #    names its log; the stopped run is not retried. results/ lost meanwhile (as if the
+    #    runner died before publishing) is published again from the run directories.
+    shutil.rmtree(tmp_path / "results")
     fake.started.clear()
     outcome = run_campaign(spec, decide="continue", executor=fake, quiet=True)
     wild = next(r for r in outcome.runs if r["name"] == "wild")
@@ -144,6 +147,9 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert outcome.exit_code == 1 and wild["status"] == "failed"
     assert wild["reason"] == f"process exited with code 3; see runs/{wild['run_id']}/log.txt"
     assert outcome.message.endswith("1 failed; run again to retry the failed runs")
+    for name in ("control", "lora-r4", "lora-r4-len128"):
+        assert (tmp_path / "results" / "params" / f"{rows[name]['run_id']}.json").is_file()
+    assert (tmp_path / "results" / "plan.json").is_file()
 
     # 3. a changed config gets a new id, the old one is superseded; --decide stop stops the
     #    campaign before any run (exit 1)
