@@ -94,7 +94,7 @@ def _flip_byte(ckpt: Path, rng: random.Random) -> set[str]:
 
 def _missing_manifest(ckpt: Path, rng: random.Random) -> set[str]:
     (ckpt / MANIFEST).unlink()
-    return {"manifest"}
+    return {"no_manifest", "manifest"}
 
 
 def _truncated_manifest(ckpt: Path, rng: random.Random) -> set[str]:
@@ -106,7 +106,7 @@ def _truncated_manifest(ckpt: Path, rng: random.Random) -> set[str]:
 def _empty_directory(ckpt: Path, rng: random.Random) -> set[str]:
     for path in ckpt.iterdir():
         path.unlink()
-    return {"manifest"}
+    return {"no_manifest", "manifest"}
 
 
 def _missing_file(ckpt: Path, rng: random.Random) -> set[str]:
@@ -199,7 +199,7 @@ def _raw_pickle(ckpt: Path, rng: random.Random, marker: Path) -> set[str]:
     name = rng.choice([OPTIMIZER_FILE, STATE_FILE])
     (ckpt / name).write_bytes(pickle.dumps({"state": Payload(marker)}, protocol=rng.choice([2, 4, 5])))
     rewrite_record(ckpt, name)
-    return {"unsafe"}
+    return {"unsafe", "load"}  # "load": the optimizer file is safetensors, which refuses it
 
 
 def _pickle_in_torch_zip(ckpt: Path, rng: random.Random, marker: Path) -> set[str]:
@@ -207,7 +207,7 @@ def _pickle_in_torch_zip(ckpt: Path, rng: random.Random, marker: Path) -> set[st
     (ckpt / name).unlink()
     torch.save({"state": Payload(marker), "counters": {"steps_done": 1}}, ckpt / name)
     rewrite_record(ckpt, name)
-    return {"unsafe"}
+    return {"unsafe", "load"}
 
 
 def _pickle_as_safetensors(ckpt: Path, rng: random.Random, marker: Path) -> set[str]:
