@@ -37,7 +37,6 @@ __all__ = ["run_data_check", "token_lengths", "truncation_summary", "PERCENTILES
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 PREVIEW_CHARS = 80
-DEFAULT_MAX_LENGTH = 128   # the textclf task's default params.max_length
 
 
 def token_lengths(tokenizer: Any, texts: Sequence[str]) -> list[int]:
@@ -100,9 +99,12 @@ def _cross_split(corpus: Corpus) -> list[dict[str, Any]]:
 
 def _max_lengths(spec: CampaignSpec) -> dict[int, list[str]]:
     """``{max_length: [run names]}`` over the spec's runs (the task default when unset)."""
+    from flightplan.tasks.textclf.model import TaskParams
+
+    default = TaskParams().max_length
     out: dict[int, list[str]] = defaultdict(list)
     for index, run in enumerate(spec.runs):
-        value = run.params.get("max_length", DEFAULT_MAX_LENGTH)
+        value = run.params.get("max_length", default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 3:
             raise SpecError(f"{value!r} is not a token count; give an integer of at least 3",
                             file=spec.source, field=f"run[{index}].params.max_length", value=value)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -233,7 +232,6 @@ class TrainableParameters(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        self.names = [name for name, p in model.named_parameters() if p.requires_grad]
         self.params = nn.ParameterDict({name.replace(".", "__"): p
                                         for name, p in model.named_parameters() if p.requires_grad})
 
