@@ -123,7 +123,8 @@ def _path_pattern(prefixes: list[str]) -> re.Pattern[str] | None:
     if not prefixes:
         return None
     alternatives = "|".join(re.escape(p) for p in prefixes)
-    return re.compile(rf"(?<![\w.~/+=-])(?:{alternatives})(?=[/\\\"'\s,;:)\]}}<>]|$)")
+    return re.compile(rf"(?:(?<=file://)|(?<![\w.~/+=-]))(?:{alternatives})"
+                      rf"(?=[/\\\"'\s,;:)\]}}<>]|$)")
 
 
 def _scan_text(results: Path, rel: str, temp: re.Pattern[str] | None,

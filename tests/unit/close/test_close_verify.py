@@ -86,6 +86,11 @@ def test_temp_path(copy):
     assert checks(copy, reload=False) == [("temp_path", "data_check.json")]
 
 
+def test_temp_path_in_a_file_url(copy):
+    edit_json(copy, "data_check.json", lambda v: v.update(url="file:///tmp/report.html"))
+    assert checks(copy, reload=False) == [("temp_path", "data_check.json")]
+
+
 def test_temp_path_of_the_writers_tmpdir(copy):
     update_manifest(copy, meta={"writer": {"tmpdirs": ["/scratch/alice/tmp"],
                                            "absolute_roots": []}})
