@@ -210,18 +210,17 @@ def apply_state(name: str, obj: Any, files: CheckpointFiles) -> None:
         raise CheckpointError(f"{files.manifest.get('step')}: the checkpoint holds no {name} state; "
                               f"register the same components as the run that saved it")
     try:
+        obj.load_state_dict(saved)
         if name == "loader":
+            # StatefulDataLoader draws a base seed from its generator (the global torch RNG
+            # when it has none) each time it builds an iterator. The run that saved this
+            # state drew it at the start of the epoch; building the iterator now (the next
+            # ``iter(loader)`` reuses it), before the loader's generators and the global RNG
+            # are set back, keeps that extra draw from shifting any of them.
+            obj.state_dict()
             for key, generator in _loader_generators(obj).items():
                 if key in files.state.get("generators", {}):
                     generator.set_state(files.state["generators"][key])
-        obj.load_state_dict(saved)
-        if name == "loader":
-            # StatefulDataLoader draws its base seed from the global torch RNG (unless it has
-            # its own generator) when it builds an iterator. The run that saved this state
-            # drew it at the start of the epoch; building the iterator now, before the RNGs
-            # are restored, keeps that extra draw from shifting the restored RNG. The next
-            # ``iter(loader)`` reuses this iterator.
-            obj.state_dict()
     except (RuntimeError, KeyError, ValueError, TypeError) as exc:
         raise CheckpointError(f"the checkpoint's {name} state does not fit the registered "
                               f"{type(obj).__name__}: {exc}") from None

@@ -143,3 +143,42 @@ def test_a_pickle_that_runs_code_is_refused_and_never_runs(kind, tmp_path):
     assert trial.restore() == 0
     assert (tmp_path / "run" / "checkpoints" / "step-000005.corrupt-unsafe").is_dir()
     assert not marker.exists()
+
+
+def test_loader_with_its_own_generators_resumes_mid_epoch(tmp_path):
+    """The textclf set-up: the sampler and the loader each own a seeded generator."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import RandomSampler
+
+    def build():
+        model = torch.nn.Linear(1, 1)
+        sampler = RandomSampler(range(10), generator=torch.Generator().manual_seed(5))
+        loader = StatefulDataLoader(list(range(10)), batch_size=3, sampler=sampler,
+                                    generator=torch.Generator().manual_seed(6))
+        trial = Trial.local(tmp_path, name="loader", params={})
+        trial.register(model, loader=loader)
+        return trial, loader
+
+    def batches(loader, count, trial=None, save_after=None):
+        seen = []
+        while len(seen) < count:
+            for batch in loader:
+                seen.append(batch.tolist())
+                if len(seen) == save_after:
+                    trial.checkpoint(len(seen) - 1)
+                    trial.wait_for_checkpoint()
+                if len(seen) == count:
+                    break
+        return seen
+
+    trial, loader = build()
+    trial.restore()
+    straight = batches(loader, 14, trial, save_after=6)  # 4 batches per epoch: mid epoch 2
+    straight_state = loader.generator.get_state()
+    trial.finish()
+
+    trial, loader = build()
+    assert trial.restore() == 6
+    resumed = batches(loader, 8)
+    assert resumed == straight[6:]
+    assert torch.equal(loader.generator.get_state(), straight_state)
