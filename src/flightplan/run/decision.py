@@ -3,38 +3,40 @@
 Pure functions (no I/O, no torch): the runner (:mod:`flightplan.run.campaign`) feeds them
 the pilot's figures and the plans it computes, and records what they return.
 
-The pilot is a short run of the control (``textclf``: a frozen encoder whose embeddings
-of the training set are computed once in batches and of the test set one example at a
-time, then a linear head). It measures the encoder's forward time on length-sorted
-batches (``encode_s`` rows: short and long inputs), the load, the head's step time, an
-evaluation, checkpoint costs and output writing. A run is re-estimated as (seconds)::
+The pilot is a short run of the control on the first examples of the corpus
+(``textclf``: a frozen encoder embeds the pilot's ``n'_train`` training examples in
+batches and its ``n'_test`` test examples one at a time, then a linear head trains). It
+measures the encoder's forward time on length-sorted batches (``encode_s`` rows: short
+and long inputs), the load, the head's step time, an evaluation, checkpoint costs and
+output writing. A run on the whole corpus is re-estimated as (seconds)::
 
     fwd_s(T)   = f1 + (T − t1) · (f2 − f1) / (t2 − t1)    forward time of a batch of T ≥ t1
                  padded tokens: the line through the pilot's short (t1, f1) and long
                  (t2, f2) encoder batches; f1 · T / t1 below t1; T · (f1 + f2) / (t1 + t2)
                  when the line does not rise (t2 = t1, or noise)
+    one_s      = (load_s − Σ encode_s − setup_s) / n'_test   one test example embedded alone
     steps      = ceil(n_train / B) · epochs
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
                  C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M)
                  (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − R, ≥ D)
 
     frozen encoder (control):
+        load_s  = setup_s + Σ encode_s · n_train / n'_train + n_test · one_s
         train_s = steps · head_step_s
-        total_s = load_s + train_s + epochs · head_eval_s + saves · C + output_s
+        eval_s  = epochs · head_eval_s · n_test / n'_test
     trained encoder (adapter):
+        load_s  = setup_s
         train_s = steps · 3 · fwd_s(B · L)              forward + backward ≈ 3 forwards
                                                       (2N vs 6N FLOPs per token, Kaplan
                                                       et al. 2020)
-        eval_s  = base_load_s · min(mean_len, L) / min(mean_len, L0)
-        total_s = base_load_s + train_s + epochs · eval_s + saves · C + output_s
+        eval_s  = epochs · n_test · one_s · min(mean_len, L) / min(mean_len, L0)
+    total_s = load_s + train_s + eval_s + saves · C + output_s
 
-``B · L`` assumes batches padded to ``max_length`` (an upper bound; near exact when most
-batches hold one input longer than L, as with the drug reviews at 128 and 256).
-``base_load_s`` is the pilot's load time without the training set's embedding pass
-(load_s − Σ encode_s): reading, tokenising, building the model, and embedding the test
-set one example at a time at the control's ``L0`` — the work of one evaluation of a
-variant, and more than a variant's load (both are upper bounds). ``mean_len`` is the
-corpus's mean untruncated length from the data check.
+``setup_s`` (reading, hashing and tokenising the corpus, loading the tokenizer) is the
+data check's wall time: the same work a run does before it builds its model. ``B · L``
+assumes batches padded to ``max_length`` (an upper bound; near exact when most batches
+hold one input longer than L, as with the drug reviews at 128 and 256). ``L0`` is the
+control's max_length; ``mean_len`` the corpus's mean untruncated length (data check).
 
 The decision: re-plan with the re-estimates; ``continue`` when it fits the window; else
 ``cut`` — drop the exploratory runs, then also the useful ones, re-planning each time —
@@ -68,18 +70,20 @@ DECISIONS = ("continue", "cut", "stop")
 
 @dataclass(frozen=True)
 class PilotFigures:
-    """What the pilot of the control measured (seconds, tokens).
+    """What the pilot of the control measured (seconds, tokens, examples).
 
     Attributes:
         max_length: the control's max_length ``L0`` (tokens).
-        n_train, n_test: examples in the training and test sets.
-        load_s: corpus, tokenizer and model load, with the control's embedding pass.
-        encode_total_s: the embedding pass alone (Σ ``encode_s``).
+        n_train, n_test: examples in the campaign's training and test sets.
+        pilot_n_train, pilot_n_test: the pilot's (the first examples of each).
+        setup_s: the data check's wall time (corpus and tokenizer work of a run's start).
+        load_s: the pilot's load: setup, model, both embedding passes.
+        encode_total_s: the training set's embedding pass alone (Σ ``encode_s``).
         short_tokens, short_fwd_s: mean padded tokens and forward time of the shorter
             half of the encoder batches.
         long_tokens, long_fwd_s: the same for the longer half.
         head_step_s: the control's steady step time (first step left out).
-        head_eval_s: one evaluation of the control.
+        head_eval_s: one evaluation of the control on the pilot's test examples.
         mean_len: mean untruncated input length (tokens) from the data check.
         save_stall_s: ``C``, the loop's stall per checkpoint.
         persist_s: ``D``, until a checkpoint is durable.
@@ -90,6 +94,9 @@ class PilotFigures:
     max_length: int
     n_train: int
     n_test: int
+    pilot_n_train: int
+    pilot_n_test: int
+    setup_s: float
     load_s: float
     encode_total_s: float
     short_tokens: float
@@ -103,6 +110,12 @@ class PilotFigures:
     persist_s: float
     restore_s: float
     output_s: float
+
+    @property
+    def one_example_s(self) -> float:
+        """``one_s``: embedding one test example alone (s), from the pilot's load."""
+        rest = self.load_s - self.encode_total_s - self.setup_s
+        return max(0.0, rest) / self.pilot_n_test if self.pilot_n_test else 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a JSON object (keys as the attribute names)."""
@@ -168,16 +181,20 @@ def estimate_run_seconds(shape: RunShape, figures: PilotFigures, *, tolerated_lo
         ``eval_s`` is the sum over the run's evaluations.
     """
     steps = math.ceil(figures.n_train / shape.batch_size) * shape.epochs
+    one_s = figures.one_example_s
     if shape.trains_encoder:
         tokens = float(shape.batch_size * shape.max_length)
         step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
-        load_s = max(0.0, figures.load_s - figures.encode_total_s)
         reference = min(figures.mean_len, figures.max_length)
-        one_eval = load_s * (min(figures.mean_len, shape.max_length) / reference
-                             if reference > 0 else 1.0)
+        length_ratio = min(figures.mean_len, shape.max_length) / reference if reference else 1.0
+        load_s = figures.setup_s
+        one_eval = figures.n_test * one_s * length_ratio
     else:
         tokens = 0.0
-        step_s, one_eval, load_s = figures.head_step_s, figures.head_eval_s, figures.load_s
+        step_s = figures.head_step_s
+        load_s = (figures.setup_s + figures.n_test * one_s + figures.encode_total_s
+                  * figures.n_train / max(1, figures.pilot_n_train))
+        one_eval = figures.head_eval_s * figures.n_test / max(1, figures.pilot_n_test)
     train_s = steps * step_s
     eval_s = shape.epochs * one_eval
     interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,

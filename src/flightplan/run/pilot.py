@@ -1,6 +1,8 @@
 """The pilot: a short run of the control that measures the campaign and proves resume.
 
-Two processes in ``runs/pilot-<control_id>/``:
+Two processes in ``runs/pilot-<control_id>/``, on the first examples of the corpus (the
+training examples of :data:`PILOT_STEPS` batches, :data:`PILOT_TEST` test examples: the
+pilot measures rates, and the decision point scales them to the whole corpus):
 
 1. the uninterrupted pilot: the control's ``trial.json`` with ``max_steps`` capped at
    :data:`PILOT_STEPS`; the trial runtime saves its first checkpoint right after step 0
@@ -32,11 +34,17 @@ from flightplan.close.manifest import write_json_atomic
 from flightplan.run.decision import PilotFigures
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
 
-__all__ = ["PILOT_STEPS", "PilotResult", "pilot_id", "read_rows", "compare_losses",
-           "figures_from_rows", "run_pilot"]
+__all__ = ["PILOT_STEPS", "PILOT_TEST", "PilotResult", "pilot_id", "pilot_limits",
+           "read_rows", "compare_losses", "figures_from_rows", "run_pilot"]
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
+
+PILOT_TEST = 32
+"""Test examples the pilot embeds and evaluates (the whole test set when smaller)."""
+
+DEFAULT_BATCH_SIZE = 16
+"""``textclf``'s batch size when a run's params give none."""
 
 
 def pilot_id(control_id: str) -> str:
@@ -117,8 +125,20 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def pilot_limits(control_trial: dict[str, Any], data_check: dict[str, Any], *,
+                 steps: int = PILOT_STEPS) -> tuple[int, int]:
+    """``(train, test)`` examples of the pilot: ``steps`` batches of the control's batch
+    size and :data:`PILOT_TEST`, each at most what the campaign has (data check rows)."""
+    splits = data_check.get("splits", {})
+    batch = int(control_trial.get("params", {}).get("batch_size", DEFAULT_BATCH_SIZE))
+    n_train = int(splits.get("train", {}).get("rows", 0))
+    n_test = int(splits.get("test", {}).get("rows", 0))
+    return min(n_train, steps * batch), min(n_test, PILOT_TEST)
+
+
 def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any]],
-                      data_check: dict[str, Any]) -> PilotFigures:
+                      data_check: dict[str, Any], *, pilot_n_train: int,
+                      pilot_n_test: int) -> PilotFigures:
     """The pilot's figures from its measurement rows (see :class:`PilotFigures`).
 
     Short and long inputs: the ``encode_s`` batches but the first one logged (warm-up),
@@ -126,7 +146,8 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
     count goes to the longer half). Steady step time: the mean ``step_s`` without the
     first step; ``max_length``: the steps' ``seq_len`` (the control pads to it). C and D:
     means over the ``checkpoint`` rows; R: the resumed process's ``restore`` row.
-    ``n_train``, ``n_test`` and ``mean_len`` come from the data check.
+    ``n_train``, ``n_test``, ``mean_len`` and ``setup_s`` (its wall time) come from the
+    data check; ``pilot_n_train``/``pilot_n_test`` are the pilot's corpus limits.
 
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
@@ -153,6 +174,8 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
                                           if "step_s" in r and "seq_len" in r])[0]),
         n_train=int(splits.get("train", {}).get("rows", 0)),
         n_test=int(splits.get("test", {}).get("rows", 0)),
+        pilot_n_train=pilot_n_train, pilot_n_test=pilot_n_test,
+        setup_s=float(data_check.get("wall_s", 0.0)),
         load_s=needed("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
         encode_total_s=sum(e for _, e in logged),
         short_tokens=_mean([t for t, _ in short]), short_fwd_s=_mean([e for _, e in short]),
@@ -199,7 +222,10 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
         shutil.rmtree(pilot_dir)
     resume_dir = pilot_dir / "resume"
     resume_dir.mkdir(parents=True)
-    trial = dict(control_trial, run_id=run_id, name="pilot", resume=False, max_steps=steps)
+    n_train, n_test = pilot_limits(control_trial, data_check, steps=steps)
+    corpus = dict(control_trial.get("corpus") or {}, train_limit=n_train, test_limit=n_test)
+    trial = dict(control_trial, run_id=run_id, name="pilot", resume=False, max_steps=steps,
+                 corpus=corpus)
     write_json_atomic(pilot_dir / "trial.json", trial)
 
     def fail(message: str, **extra: Any) -> PilotResult:
@@ -232,7 +258,8 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
                     f"uninterrupted vs {worst['resumed']!r} resumed); no usable resume",
                     compared_steps=compared, mismatches=mismatches, resumed_from=resumed_from)
     try:
-        figures = figures_from_rows(rows, resumed_rows, data_check)
+        figures = figures_from_rows(rows, resumed_rows, data_check, pilot_n_train=n_train,
+                                    pilot_n_test=n_test)
     except ValueError as exc:
         return fail(str(exc), compared_steps=compared, resumed_from=resumed_from)
     return PilotResult(True, f"resumed from {early.name} in a new process: {len(compared)} "

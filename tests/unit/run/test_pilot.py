@@ -14,7 +14,7 @@ from flightplan.run.executor import Executor, JobResult
 from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
 
 DATA_CHECK = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
-              "lengths": {"mean": 131.5}}
+              "lengths": {"mean": 131.5}, "wall_s": 0.5}
 
 ROWS = [
     {"step": 0, "event": "truncation", "fraction": 0.2},
@@ -35,7 +35,7 @@ RESUMED = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s":
 
 
 def test_figures_by_hand():
-    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK)
+    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8)
     # encode batches without the first logged (1280 tokens, warm-up), sorted by tokens:
     # 320 | 640, 2048
     assert (figures.short_tokens, figures.short_fwd_s) == (320.0, pytest.approx(0.1))
@@ -47,11 +47,14 @@ def test_figures_by_hand():
     assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
     assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)
     assert (figures.n_train, figures.n_test, figures.mean_len) == (240, 80, 131.5)
+    assert (figures.pilot_n_train, figures.pilot_n_test, figures.setup_s) == (48, 8, 0.5)
+    # one test example alone: (2.5 − 1.1 − 0.5) / 8
+    assert figures.one_example_s == pytest.approx(0.1125)
 
 
 def test_a_missing_figure_is_named():
     with pytest.raises(ValueError, match="no restore_s"):
-        figures_from_rows(ROWS, [], DATA_CHECK)
+        figures_from_rows(ROWS, [], DATA_CHECK, pilot_n_train=48, pilot_n_test=8)
 
 
 def test_losses_compare_bit_for_bit():
@@ -101,7 +104,8 @@ class FakeWorkers(Executor):
 
 
 CONTROL = {"run_id": "control-0123456789", "name": "control", "params": {"epochs": 2},
-           "resume": False, "max_steps": None, "config_hash": "ab" * 32}
+           "resume": False, "max_steps": None, "config_hash": "ab" * 32,
+           "corpus": {"package": "p", "sha256": {"a.tsv": "0" * 64}, "train_limit": 240}}
 
 
 def test_pilot_resumes_from_the_earliest_checkpoint_in_a_second_process(tmp_path):
@@ -115,6 +119,10 @@ def test_pilot_resumes_from_the_earliest_checkpoint_in_a_second_process(tmp_path
     assert (first["resume"], second["resume"]) == (False, True)
     assert first["max_steps"] == second["max_steps"] == 3
     assert first["config_hash"] == CONTROL["config_hash"]
+    # the first 3 batches of 16 training examples and 32 test examples, in both processes
+    assert first["corpus"] == second["corpus"] == dict(CONTROL["corpus"], train_limit=48,
+                                                       test_limit=32)
+    assert (result.figures.pilot_n_train, result.figures.pilot_n_test) == (48, 32)
     assert result.figures.restore_s == 0.7
     assert result.message.startswith("resumed from step-000001 in a new process: 2 losses")
 
