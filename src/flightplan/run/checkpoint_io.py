@@ -11,15 +11,15 @@ A checkpoint is a directory ``checkpoints/step-NNNNNN/`` (N = optimizer steps do
                         file its size (bytes) and sha256, for every tensor its crc32, dtype, shape
 
 Writing (:func:`write_checkpoint`): everything goes into ``step-NNNNNN.tmp/``; each file is
-hashed while it is written (one pass over memory) and fsync'd in a second thread while the
-next one is written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd.
+hashed while it is written (one pass over memory; for the tensor files in a thread of its
+own, a piece behind the writes) and fsync'd in another thread while the next one is written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd.
 A directory without a manifest, or any ``.tmp``, is never loaded.
 
 Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files
 the manifest does not list, opens ``.pt`` files only if they are torch zip archives and only
 with ``torch.load(weights_only=True)`` (no pickled code runs), loads every tensor and compares
-its crc32 with the digest recorded at save time. :func:`verify_checkpoint` does the same in a
-fresh Python process (``python -m flightplan.run.checkpoint_io DIR``).
+its crc32 with the digest recorded at save time. :mod:`flightplan.run.checkpoint_verify` does
+the same in a fresh Python process and reports each fault.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ import os
 import pickle
 import shutil
 import struct
-import subprocess
-import sys
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +44,7 @@ from flightplan.errors import CheckpointError, UnsafeFileError
 
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint", "CheckpointFiles",
            "FileRecord", "Finding", "write_checkpoint", "read_manifest", "load_checkpoint",
-           "check_checkpoint", "verify_checkpoint", "tensor_digests", "fsync_dir", "step_dir_name"]
+           "tensor_digests", "fsync_dir", "step_dir_name"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -109,12 +107,19 @@ def _raw_bytes(tensor: Any) -> memoryview:
 
 
 class _HashingFile:
-    """A write-only file that feeds every byte to sha256 as it writes it (``torch.save`` target)."""
+    """A write-only file that feeds every byte to sha256 as it writes it (``torch.save`` target).
 
-    def __init__(self, path: Path) -> None:
+    With ``hasher`` (a one-thread executor), hashing runs in that thread while the next
+    piece is written; only for data whose owner outlives the write (the snapshot buffers),
+    since ``torch.save`` hands over views of temporary buffers.
+    """
+
+    def __init__(self, path: Path, hasher: ThreadPoolExecutor | None = None) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.sha = hashlib.sha256()
         self.size = 0
+        self._hasher = hasher
+        self._hashed: Any = None
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
@@ -123,7 +128,10 @@ class _HashingFile:
             done = 0
             while done < piece.nbytes:
                 done += os.write(self.fd, piece[done:])
-            self.sha.update(piece)
+            if self._hasher is None:
+                self.sha.update(piece)
+            else:  # one worker: pieces are hashed in order
+                self._hashed = self._hasher.submit(self.sha.update, piece)
         self.size += view.nbytes
         return view.nbytes
 
@@ -131,7 +139,9 @@ class _HashingFile:
         """Nothing is buffered in user space."""
 
     def record(self) -> FileRecord:
-        """Size and sha256 of what was written."""
+        """Size and sha256 of what was written (waits for the hashing thread)."""
+        if self._hashed is not None:
+            self._hashed.result()
         return FileRecord(self.size, self.sha.hexdigest())
 
     def sync_close(self) -> None:
@@ -142,7 +152,8 @@ class _HashingFile:
             os.close(self.fd)
 
 
-def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str]) -> _HashingFile:
+def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str],
+                       hasher: ThreadPoolExecutor | None = None) -> _HashingFile:
     """Write ``tensors`` (contiguous CPU tensors) in the safetensors format, hashing as it goes;
     the file is left open for :meth:`_HashingFile.sync_close`.
 
@@ -163,7 +174,7 @@ def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping
         offset += size
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    out = _HashingFile(path)
+    out = _HashingFile(path, hasher)
     try:
         out.write(struct.pack("<Q", len(text)) + text)
         for tensor in tensors.values():
@@ -279,10 +290,11 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     syncs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flightplan-fsync")
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flightplan-sha256")
     files: dict[str, FileRecord] = {}
     try:
         pending = []
-        for name, write in _file_writers(tmp, model, optimizer, state):
+        for name, write in _file_writers(tmp, model, optimizer, state, hasher):
             out = write()
             files[name] = out.record()
             pending.append(syncs.submit(out.sync_close))
@@ -301,22 +313,25 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
         fsync_dir(parent)
     except BaseException:
         syncs.shutdown(wait=True)
+        hasher.shutdown(wait=True)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     syncs.shutdown(wait=True)
+    hasher.shutdown(wait=True)
     return final, sum(r.size for r in files.values())
 
 
-def _file_writers(tmp: Path, model: Mapping[str, Any], optimizer: Any,
-                  state: Mapping[str, Any]) -> list[tuple[str, Callable[[], _HashingFile]]]:
+def _file_writers(tmp: Path, model: Mapping[str, Any], optimizer: Any, state: Mapping[str, Any],
+                  hasher: ThreadPoolExecutor) -> list[tuple[str, Callable[[], _HashingFile]]]:
     """(file name, writer) in write order: model, optimizer tensors, the rest."""
     writers: list[tuple[str, Callable[[], _HashingFile]]] = [
-        (MODEL_FILE, lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}))]
+        (MODEL_FILE, lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}, hasher))]
     structure = None
     if optimizer is not None:
         tensors: dict[str, Any] = {}
         structure = _split(optimizer, "", tensors)
-        writers.append((OPTIMIZER_FILE, lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {})))
+        writers.append((OPTIMIZER_FILE, lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {},
+                                                                   hasher)))
     rest = {**state, _OPTIMIZER_KEY: structure}
     writers.append((STATE_FILE, lambda: _write_torch(tmp / STATE_FILE, rest)))
     return writers
@@ -437,61 +452,3 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
     if findings:
         raise BadCheckpoint(directory, findings)
     return CheckpointFiles(model=model, optimizer=optimizer, state=state, manifest=manifest)
-
-
-def check_checkpoint(directory: Path) -> dict[str, Any]:
-    """Verify ``directory`` in this process: ``{"verified": bool, "findings": [...], ...}``.
-
-    Findings name each fault (``check``: no_manifest, manifest, missing, size, sha256,
-    unlisted, unsafe, load, tensor_digest). Also reports ``step``, ``run_id`` and the
-    ``files`` and ``tensors`` counts of the manifest.
-    """
-    directory = Path(directory)
-    report: dict[str, Any] = {"directory": str(directory), "verified": False, "findings": []}
-    if not directory.is_dir():
-        report["findings"].append(Finding("no_manifest", str(directory), "not a directory").as_dict())
-        return report
-    findings: list[Finding] = []
-    try:
-        manifest = read_manifest(directory)
-        report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
-                      files=len(manifest["files"]), tensors=len(manifest["tensors"]))
-        load_checkpoint(directory)
-    except BadCheckpoint as exc:
-        findings = exc.findings
-    except UnsafeFileError as exc:
-        findings = [Finding("unsafe", str(exc).partition(":")[0], str(exc).partition(": ")[2])]
-    report["findings"] = [f.as_dict() for f in findings]
-    report["verified"] = not findings
-    return report
-
-
-def verify_checkpoint(directory: Path | str, *, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Verify a checkpoint in a fresh Python process (``python -m flightplan.run.checkpoint_io``).
-
-    Returns:
-        ``{"verified": bool, "findings": [{check, path, message}], "directory", "step",
-        "run_id", "files", "tensors"}``; a child that crashes or times out is a finding
-        (check ``process``).
-    """
-    directory = Path(directory).resolve()
-    try:
-        child = subprocess.run([sys.executable, "-m", "flightplan.run.checkpoint_io", str(directory)],
-                               capture_output=True, text=True, timeout=timeout_s)
-        return json.loads(child.stdout)
-    except subprocess.TimeoutExpired:
-        message = f"the verifying process ran past {timeout_s:.0f} s"
-    except json.JSONDecodeError:
-        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
-        message = f"the verifying process exited {child.returncode} without a report: {tail}"
-    return {"directory": str(directory), "verified": False,
-            "findings": [Finding("process", str(directory), message).as_dict()]}
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python -m flightplan.run.checkpoint_io CHECKPOINT_DIR", file=sys.stderr)
-        sys.exit(2)
-    result = check_checkpoint(Path(sys.argv[1]))
-    print(json.dumps(result))
-    sys.exit(0 if result["verified"] else 1)
