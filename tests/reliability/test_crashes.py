@@ -57,10 +57,10 @@ def test_the_script_counts_what_a_checkpoint_does(script_reference: dict) -> Non
     assert len(script_reference["digest"]) == 64
 
 
-@pytest.mark.parametrize("index", range(3))
+@pytest.mark.parametrize("index", range(2))
 def test_a_script_killed_around_a_checkpoint_write_resumes_bitwise(
         script_reference: dict, tmp_path: Path, index: int) -> None:
-    point = _script_points(script_reference["counts"], 3, SEED)[index]
+    point = _script_points(script_reference["counts"], 2, SEED)[index]
     run_dir = tmp_path / "run"
     crashed = run_with_crash(_script_argv(run_dir), cwd=tmp_path, point=point, marker=tmp_path / "fired")
     assert crashed.fired and crashed.code == -signal.SIGKILL, (point.label(), crashed)
@@ -78,16 +78,15 @@ def test_a_script_killed_around_a_checkpoint_write_resumes_bitwise(
 
 @pytest.fixture(scope="module")
 def campaign_reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The (small) tiny campaign run and closed without faults, counting calls: its
-    products' sha256 and the call counts that crash points are drawn from."""
+    """The (small) tiny campaign run without faults, counting calls: its products' sha256
+    (everything ``run`` publishes; ``close`` adds only reports) and the call counts that
+    crash points are drawn from."""
     folder = tmp_path_factory.mktemp("campaign-reference") / "tiny"
     spec = small_tiny(folder)
     code, counts = count_calls(FLIGHTPLAN + ["run", str(spec)], cwd=folder)
     assert code == 0
-    close_code, close_counts = count_calls(FLIGHTPLAN + ["close", str(spec)], cwd=folder)
-    assert close_code == 0
     assert ledger_findings(folder) == []
-    return {"fingerprint": fingerprint(folder), "counts": counts, "close_counts": close_counts}
+    return {"fingerprint": fingerprint(folder), "counts": counts}
 
 
 def test_the_reference_campaign_has_products_and_counted_calls(campaign_reference: dict) -> None:
@@ -96,14 +95,13 @@ def test_the_reference_campaign_has_products_and_counted_calls(campaign_referenc
     assert any(k.startswith("results/predictions/") for k in products)
     counts = campaign_reference["counts"]
     assert counts[("trial", "fsync", "checkpoints")] > 0 and counts[("runner", "commit", "")] > 0
-    assert campaign_reference["close_counts"][("runner", "replace", "results")] > 0
 
 
 def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_identical(
         campaign_reference: dict, tmp_path: Path) -> None:
     spec = small_tiny(tmp_path / "tiny")
     rng = random.Random(SEED)
-    counts, close_counts = campaign_reference["counts"], campaign_reference["close_counts"]
+    counts = campaign_reference["counts"]
     run_points = [
         # a trial process dies while writing a checkpoint (the runner lives on: run failed)
         CrashPoint("trial", "fsync", nth=rng.randint(1, counts[("trial", "fsync", "checkpoints")]),
@@ -111,8 +109,9 @@ def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_
         # the machine dies around a ledger commit early in the next invocation
         CrashPoint("runner", "commit", nth=rng.randint(1, 4), after=rng.random() < 0.5),
     ]
+    # close rewrites results/MANIFEST.json once per file it adds: the first few are certain
     close_points = [CrashPoint("runner", "replace", contains="results", after=rng.random() < 0.5,
-                               nth=rng.randint(1, close_counts[("runner", "replace", "results")]))]
+                               nth=rng.randint(1, 4))]
     report = crash_campaign(spec, run_points=run_points, close_points=close_points,
                             reference=campaign_reference["fingerprint"])
     trace = [(label, a.code, a.fired, a.stderr_tail[-200:]) for label, a in report.attempts]
