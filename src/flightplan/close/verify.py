@@ -13,7 +13,8 @@ empty_file           a file has zero bytes
 temp_path            a text file holds a path into /tmp, /var/tmp, /var/folders or the
                      writer's $TMPDIR (recorded in the manifest)
 absolute_path        a text file holds an absolute path of the writing machine (its
-                     campaign directory, home or working directory, recorded in the manifest)
+                     campaign directory, home, working directory or Python environment,
+                     recorded in the manifest) or any /home/<user>, /Users/<user> path
 missing_run          an expected run id lacks its files (params and measurements; plus
                      predictions and artifact unless the run stopped)
 base_revision        an artifact does not record the exact base model revision
@@ -60,6 +61,9 @@ DEFAULT_SAMPLE = 32          # test examples re-predicted per artifact by `verif
 PROB_TOLERANCE = 1e-5        # absolute difference allowed between stored and re-created probabilities
 RELOAD_TIMEOUT_S = 900
 _TEMP_DIRS = ("/tmp", "/var/tmp", "/var/folders", "/private/tmp", "/private/var/folders")
+# any user's home directory is a path of one machine, recorded roots or not (a Windows
+# path may appear with its backslashes escaped, as JSON writes them)
+_HOME_DIRS = (r"/home/[\w.-]+", r"/Users/[\w.-]+", r"[A-Za-z]:(?:\\){1,2}Users(?:\\){1,2}[\w.-]+")
 _SNIFF_BYTES = 8192
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -116,13 +120,14 @@ def _is_text(path: Path) -> bool:
         return b"\0" not in handle.read(_SNIFF_BYTES)
 
 
-def _path_pattern(prefixes: list[str]) -> re.Pattern[str] | None:
-    """A regex matching any of ``prefixes`` as the start of a path (not inside a longer one)."""
+def _path_pattern(prefixes: list[str], *, extra: tuple[str, ...] = ()) -> re.Pattern[str] | None:
+    """A regex matching any of ``prefixes`` (literal) or ``extra`` (regexes) as the start
+    of a path, not inside a longer one."""
     prefixes = sorted({p.rstrip("/") for p in prefixes if p and p.rstrip("/")}, key=len,
                       reverse=True)
-    if not prefixes:
+    if not prefixes and not extra:
         return None
-    alternatives = "|".join(re.escape(p) for p in prefixes)
+    alternatives = "|".join([re.escape(p) for p in prefixes] + list(extra))
     return re.compile(rf"(?:(?<=file://)|(?<![\w.~/+=-]))(?:{alternatives})"
                       rf"(?=[/\\\"'\s,;:)\]}}<>]|$)")
 
@@ -336,7 +341,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
     temp = _path_pattern(list(_TEMP_DIRS) + strings("tmpdirs"))
-    absolute = _path_pattern(strings("absolute_roots"))
+    absolute = _path_pattern(strings("absolute_roots"), extra=_HOME_DIRS)
     for rel in sorted(present):
         if _is_text(results / rel):
             findings += _scan_text(results, rel, temp, absolute)

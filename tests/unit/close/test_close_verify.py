@@ -110,8 +110,16 @@ def test_absolute_path(copy, good):
                                           ("temp_path", "data_check.json")]
 
 
+def test_absolute_path_of_any_user_home(copy):
+    edit_json(copy, "data_check.json", lambda v: v.update(a="/home/alice/camp/runs/x"))
+    edit_json(copy, f"params/{CONTROL}.json", lambda v: v.update(a="C:\\Users\\bob\\x"))
+    assert checks(copy, reload=False) == [("absolute_path", "data_check.json"),
+                                          ("absolute_path", f"params/{CONTROL}.json")]
+
+
 def test_relative_paths_that_mention_tmp_are_not_findings(copy):
-    edit_json(copy, "data_check.json", lambda v: v.update(a="runs/tmp/x", b="my/var/tmp"))
+    edit_json(copy, "data_check.json", lambda v: v.update(a="runs/tmp/x", b="my/var/tmp",
+                                                          c="the/home/alice/x", d="/homework"))
     assert checks(copy, reload=False) == []
 
 
