@@ -3,23 +3,25 @@
 A checkpoint is a directory ``checkpoints/step-NNNNNN/`` (N = optimizer steps done)::
 
     model.safetensors      model parameters and buffers (safetensors format)
-    optimizer.safetensors  the optimizer state_dict's tensors, named by path (``state/0/exp_avg``)
+    optimizer.safetensors  the optimizer state_dict's tensors by path (``state/0/exp_avg``)
     state.pt               the optimizer state_dict's structure (tensors replaced by their
                            names), scheduler, scaler, loader, extra, RNG states, counters
                            (torch.save; loads with ``weights_only=True``)
-    manifest.json       written last: format, run_id, config_hash, counters, and for every
-                        file its size (bytes) and sha256, for every tensor its crc32, dtype, shape
+    manifest.json          written last: format, run_id, config_hash, counters; each file's
+                           size (bytes) and sha256; each tensor's crc32, dtype, shape
 
 Writing (:func:`write_checkpoint`): everything goes into ``step-NNNNNN.tmp/``; each file is
 hashed while it is written (one pass over memory; for the tensor files in a thread of its
-own, a piece behind the writes) and fsync'd in another thread while the next one is written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd.
-A directory without a manifest, or any ``.tmp``, is never loaded.
+own, a piece behind the writes) and fsync'd in another thread while the next one is
+written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to
+``step-NNNNNN/`` and the parent fsync'd. A directory without a manifest, or any ``.tmp``,
+is never loaded.
 
 Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files
 the manifest does not list, opens ``.pt`` files only if they are torch zip archives and only
 with ``torch.load(weights_only=True)`` (no pickled code runs), loads every tensor and compares
-its crc32 with the digest recorded at save time. :mod:`flightplan.run.checkpoint_verify` does
-the same in a fresh Python process and reports each fault.
+its crc32 with the digest recorded at save time. :func:`verify_checkpoint` does the same in a
+fresh Python process (``python -m flightplan.run.checkpoint_io DIR``) and names each fault.
 """
 
 from __future__ import annotations
@@ -30,21 +32,24 @@ import os
 import pickle
 import shutil
 import struct
+import subprocess
+import sys
 import zipfile
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
 from flightplan.close.manifest import hash_file
 from flightplan.errors import CheckpointError, UnsafeFileError
 
-__all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint", "CheckpointFiles",
-           "FileRecord", "Finding", "write_checkpoint", "read_manifest", "load_checkpoint",
-           "tensor_digests", "fsync_dir", "step_dir_name"]
+__all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
+           "CheckpointFiles", "FileRecord", "Finding", "write_checkpoint", "read_manifest",
+           "load_checkpoint", "check_checkpoint", "verify_checkpoint", "tensor_digests",
+           "fsync_dir", "step_dir_name"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -55,11 +60,9 @@ _REF = "__safetensors__"  # stands for a tensor of optimizer.safetensors inside 
 _OPTIMIZER_KEY = "optimizer"  # the optimizer state_dict's structure, inside state.pt
 _CHUNK_BYTES = 4 << 20  # written and hashed in 4 MiB pieces, so hashing reads from cache
 
-_SAFETENSORS_DTYPES = {
-    "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
-    "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
-    "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
-}
+_SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+                       "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+                       "bool": "BOOL", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
 
 
 def step_dir_name(steps_done: int) -> str:
@@ -70,7 +73,6 @@ def step_dir_name(steps_done: int) -> str:
 @dataclass(frozen=True)
 class FileRecord:
     """One file of a checkpoint: ``size`` in bytes and ``sha256`` hex."""
-
     size: int
     sha256: str
 
@@ -78,7 +80,6 @@ class FileRecord:
 @dataclass(frozen=True)
 class Finding:
     """One fault found in a checkpoint: which ``check`` failed, on which ``path``, and why."""
-
     check: str
     path: str
     message: str
@@ -91,7 +92,6 @@ class Finding:
 @dataclass
 class CheckpointFiles:
     """What a checkpoint holds once loaded: model tensors, optimizer state, the rest, manifest."""
-
     model: dict[str, Any]
     optimizer: dict[str, Any] | None
     state: dict[str, Any]
@@ -101,9 +101,7 @@ class CheckpointFiles:
 def _raw_bytes(tensor: Any) -> memoryview:
     """The bytes of a contiguous CPU tensor, without a copy."""
     flat = tensor.detach().reshape(-1)
-    if flat.numel() == 0:
-        return memoryview(b"")
-    return memoryview(flat.view(dtype=torch.uint8).numpy()).cast("B")
+    return memoryview(flat.view(dtype=torch.uint8).numpy() if flat.numel() else b"").cast("B")
 
 
 class _HashingFile:
@@ -135,8 +133,8 @@ class _HashingFile:
         self.size += view.nbytes
         return view.nbytes
 
-    def flush(self) -> None:
-        """Nothing is buffered in user space."""
+    def flush(self) -> None:  # nothing is buffered in user space
+        pass
 
     def record(self) -> FileRecord:
         """Size and sha256 of what was written (waits for the hashing thread)."""
@@ -197,7 +195,7 @@ def _write_torch(path: Path, value: Any) -> _HashingFile:
 
 
 def _split(value: Any, path: str, tensors: dict[str, Any]) -> Any:
-    """``value`` with every tensor replaced by ``{"__safetensors__": path}`` (put in ``tensors``)."""
+    """``value`` with each tensor replaced by ``{"__safetensors__": path}`` (put in ``tensors``)."""
     if isinstance(value, torch.Tensor):
         tensors[path] = value
         return {_REF: path}
@@ -227,19 +225,8 @@ def _join(value: Any, tensors: Mapping[str, Any]) -> Any:
     return value
 
 
-def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-    """(path, tensor) for every tensor nested in dicts/lists/tuples under ``prefix``."""
-    if isinstance(value, torch.Tensor):
-        yield prefix, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _flatten(item, f"{prefix}/{key}")
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            yield from _flatten(item, f"{prefix}/{index}")
-
-
-def tensor_digests(model: Mapping[str, Any], optimizer: Any, state: Any) -> dict[str, dict[str, Any]]:
+def tensor_digests(model: Mapping[str, Any], optimizer: Any,
+                   state: Any) -> dict[str, dict[str, Any]]:
     """``{path: {crc32, dtype, shape}}`` for every tensor of a checkpoint's three parts.
 
     Paths are ``model/<name>``, ``optimizer/state/0/exp_avg``, ``state/rng/torch_cpu`` …;
@@ -247,7 +234,9 @@ def tensor_digests(model: Mapping[str, Any], optimizer: Any, state: Any) -> dict
     """
     digests = {}
     for part, value in (("model", model), ("optimizer", optimizer), ("state", state)):
-        for path, tensor in _flatten(value, part):
+        tensors: dict[str, Any] = {}
+        _split(value, part, tensors)
+        for path, tensor in tensors.items():
             digests[path] = {"crc32": f"{zlib.crc32(_raw_bytes(tensor.contiguous())):08x}",
                              "dtype": str(tensor.dtype).removeprefix("torch."),
                              "shape": list(tensor.shape)}
@@ -289,19 +278,19 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
     tmp = parent / f"{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    syncs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flightplan-fsync")
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flightplan-sha256")
     files: dict[str, FileRecord] = {}
     try:
-        pending = []
-        for name, write in _file_writers(tmp, model, optimizer, state, hasher):
-            out = write()
-            files[name] = out.record()
-            pending.append(syncs.submit(out.sync_close))
-        for done in pending:
-            done.result()
+        with ThreadPoolExecutor(1, thread_name_prefix="flightplan-fsync") as syncs, \
+                ThreadPoolExecutor(1, thread_name_prefix="flightplan-sha256") as hasher:
+            pending = []
+            for name, write in _file_writers(tmp, model, optimizer, state, hasher):
+                out = write()
+                files[name] = out.record()
+                pending.append(syncs.submit(out.sync_close))
+            for done in pending:
+                done.result()
         manifest = {"format": FORMAT, "step": steps_done, **meta,
-                    "files": {name: {"size": r.size, "sha256": r.sha256} for name, r in files.items()},
+                    "files": {n: {"size": r.size, "sha256": r.sha256} for n, r in files.items()},
                     "tensors": dict(digests())}
         out = _HashingFile(tmp / MANIFEST)
         out.write(json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
@@ -312,12 +301,8 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
         os.rename(tmp, final)
         fsync_dir(parent)
     except BaseException:
-        syncs.shutdown(wait=True)
-        hasher.shutdown(wait=True)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    syncs.shutdown(wait=True)
-    hasher.shutdown(wait=True)
     return final, sum(r.size for r in files.values())
 
 
@@ -325,13 +310,14 @@ def _file_writers(tmp: Path, model: Mapping[str, Any], optimizer: Any, state: Ma
                   hasher: ThreadPoolExecutor) -> list[tuple[str, Callable[[], _HashingFile]]]:
     """(file name, writer) in write order: model, optimizer tensors, the rest."""
     writers: list[tuple[str, Callable[[], _HashingFile]]] = [
-        (MODEL_FILE, lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}, hasher))]
+        (MODEL_FILE,
+         lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}, hasher))]
     structure = None
     if optimizer is not None:
         tensors: dict[str, Any] = {}
         structure = _split(optimizer, "", tensors)
-        writers.append((OPTIMIZER_FILE, lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {},
-                                                                   hasher)))
+        writers.append((OPTIMIZER_FILE,
+                        lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {}, hasher)))
     rest = {**state, _OPTIMIZER_KEY: structure}
     writers.append((STATE_FILE, lambda: _write_torch(tmp / STATE_FILE, rest)))
     return writers
@@ -360,9 +346,11 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadCheckpoint(directory, [Finding("manifest", MANIFEST, f"not valid JSON ({exc})")]) from None
+        raise BadCheckpoint(directory, [Finding("manifest", MANIFEST,
+                                                f"not valid JSON ({exc})")]) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
-            or not isinstance(manifest.get("files"), dict) or not isinstance(manifest.get("tensors"), dict):
+            or not isinstance(manifest.get("files"), dict) \
+            or not isinstance(manifest.get("tensors"), dict):
         raise BadCheckpoint(directory, [Finding("manifest", MANIFEST, f"not a {FORMAT} manifest")])
     return manifest
 
@@ -382,13 +370,15 @@ def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
             continue
         size, sha = hash_file(path)
         if size != record.get("size"):
-            findings.append(Finding("size", name, f"{size} bytes, the manifest says {record.get('size')}"))
+            findings.append(Finding("size", name,
+                                    f"{size} bytes, the manifest says {record.get('size')}"))
         elif sha != record.get("sha256"):
             findings.append(Finding("sha256", name, f"sha256 {sha[:12]}… differs from the "
                                     f"manifest's {str(record.get('sha256'))[:12]}…"))
     for path in sorted(directory.iterdir()):
         if path.name != MANIFEST and path.name not in listed:
-            findings.append(Finding("unlisted", path.name, "not in the manifest; refusing to load it"))
+            findings.append(Finding("unlisted", path.name,
+                                    "not in the manifest; refusing to load it"))
     return findings
 
 
@@ -431,7 +421,8 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
     try:
         model = load_file(directory / MODEL_FILE, device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
-        raise BadCheckpoint(directory, [Finding("load", MODEL_FILE, f"cannot be read ({exc})")]) from None
+        raise BadCheckpoint(directory, [Finding("load", MODEL_FILE,
+                                                f"cannot be read ({exc})")]) from None
     state = _load_torch_file(directory / STATE_FILE)
     structure = state.pop(_OPTIMIZER_KEY, None) if isinstance(state, dict) else None
     optimizer = None
@@ -444,11 +435,65 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
     loaded = tensor_digests(model, optimizer, state)
     expected = manifest["tensors"]
     findings = [Finding("tensor_digest", p, f"reloads with crc32 {loaded[p]['crc32']}, saved "
-                        f"{expected[p].get('crc32')} (dtype {loaded[p]['dtype']}, shape {loaded[p]['shape']})")
+                        f"{expected[p].get('crc32')} (dtype {loaded[p]['dtype']}, "
+                        f"shape {loaded[p]['shape']})")
                 for p in expected if p in loaded and loaded[p] != expected[p]]
-    findings += [Finding("tensor_digest", p, "saved but not in the files") for p in expected if p not in loaded]
+    findings += [Finding("tensor_digest", p, "saved but not in the files")
+                 for p in expected if p not in loaded]
     findings += [Finding("tensor_digest", p, "in the files but has no save-time digest")
                  for p in loaded if p not in expected]
     if findings:
         raise BadCheckpoint(directory, findings)
     return CheckpointFiles(model=model, optimizer=optimizer, state=state, manifest=manifest)
+
+
+def check_checkpoint(directory: Path) -> dict[str, Any]:
+    """Verify ``directory`` in this process: ``{"directory", "verified", "findings": [{check,
+    path, message}], "step", "run_id", "files", "tensors"}`` (counts from the manifest).
+    Checks: no_manifest, manifest, missing, size, sha256, unlisted, unsafe, load, tensor_digest.
+    """
+    directory = Path(directory)
+    report: dict[str, Any] = {"directory": str(directory), "verified": False, "findings": []}
+    findings: list[Finding] = []
+    try:
+        manifest = read_manifest(directory)
+        report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
+                      files=len(manifest["files"]), tensors=len(manifest["tensors"]))
+        load_checkpoint(directory)
+    except BadCheckpoint as exc:
+        findings = exc.findings
+    except UnsafeFileError as exc:
+        findings = [Finding("unsafe", str(exc).partition(":")[0], str(exc).partition(": ")[2])]
+    report["findings"] = [f.as_dict() for f in findings]
+    report["verified"] = not findings
+    return report
+
+
+def verify_checkpoint(directory: Path | str, *, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Verify a checkpoint in a fresh process (``python -m flightplan.run.checkpoint_io DIR``).
+
+    Returns:
+        :func:`check_checkpoint`'s report; a child that crashes or times out is a finding
+        with check ``process``.
+    """
+    directory = Path(directory).resolve()
+    try:
+        child = subprocess.run([sys.executable, "-m", "flightplan.run.checkpoint_io",
+                                str(directory)], capture_output=True, text=True, timeout=timeout_s)
+        return json.loads(child.stdout)
+    except subprocess.TimeoutExpired:
+        message = f"the verifying process ran past {timeout_s:.0f} s"
+    except json.JSONDecodeError:
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        message = f"the verifying process exited {child.returncode} without a report: {tail}"
+    return {"directory": str(directory), "verified": False,
+            "findings": [Finding("process", str(directory), message).as_dict()]}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m flightplan.run.checkpoint_io CHECKPOINT_DIR", file=sys.stderr)
+        sys.exit(2)
+    result = check_checkpoint(Path(sys.argv[1]))
+    print(json.dumps(result))
+    sys.exit(0 if result["verified"] else 1)

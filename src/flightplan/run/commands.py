@@ -13,7 +13,7 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     Prints one JSON object (``--json``) or one line per finding; returns 0 when verified,
     1 when anything is wrong (each finding named: check, path, message).
     """
-    from flightplan.run.checkpoint_verify import verify_checkpoint
+    from flightplan.run.checkpoint_io import verify_checkpoint
 
     report = verify_checkpoint(directory)
     if as_json:

@@ -16,8 +16,7 @@ from safetensors.torch import load_file
 
 from flightplan.errors import UnsafeFileError
 from flightplan.run.checkpoint import capture_rng, restore_rng
-from flightplan.run.checkpoint_io import load_checkpoint
-from flightplan.run.checkpoint_verify import verify_checkpoint
+from flightplan.run.checkpoint_io import load_checkpoint, verify_checkpoint
 from flightplan.run.commands import checkpoint_verify_command
 from flightplan.run.ids import run_id
 from flightplan.run.trial import Trial

@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader
 
 from flightplan.errors import ArgumentError, CheckpointError, SpecError, TrialStopped
 from flightplan.run import checkpoint_io, worker
-from flightplan.run.checkpoint_verify import check_checkpoint
 from flightplan.run.trial import Trial
 
 TRIAL_JSON = {
@@ -155,7 +154,7 @@ def test_a_failed_background_save_is_reported_and_leaves_the_previous_intact(tmp
     with pytest.raises(CheckpointError, match=r"saving step-000002 failed \(OSError.*No space left"):
         trial.checkpoint(2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000001"]
-    assert check_checkpoint(tmp_path / "checkpoints" / "step-000001")["verified"]
+    assert checkpoint_io.check_checkpoint(tmp_path / "checkpoints" / "step-000001")["verified"]
     rows = [json.loads(line) for line in (tmp_path / "measurements.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r.get("event") == "checkpoint_failed"] == [2]
     assert "checkpoint after 2 steps failed: OSError" in capsys.readouterr().err
