@@ -216,8 +216,9 @@ class Ledger:
             _insert_event(tx, kind, run_id, data, at)
 
     def ensure_run(self, *, run_id: str, name: str, tier: str, config_hash: str | None) -> str:
-        """Register a run as ``pending`` if it is new; mark other ids of the same name,
-        not yet finished with that name, as ``superseded`` by this one.
+        """Register a run as ``pending`` if it is new (or was superseded: a config changed
+        back); mark every other id of the same name ``superseded`` by this one (a changed
+        configuration gets a new id; the old one stays, with what it did).
 
         Returns:
             the run's status after the call.
@@ -228,7 +229,9 @@ class Ledger:
                 tx.execute("INSERT INTO runs (run_id, name, tier, status, config_hash) "
                            "VALUES (?, ?, ?, 'pending', ?)", (run_id, name, tier, config_hash))
             else:
-                tx.execute("UPDATE runs SET tier = ? WHERE run_id = ?", (tier, run_id))
+                tx.execute("UPDATE runs SET tier = ?, superseded_by = NULL, status = CASE "
+                           "WHEN status = 'superseded' THEN 'pending' ELSE status END "
+                           "WHERE run_id = ?", (tier, run_id))
             old = tx.execute("SELECT run_id FROM runs WHERE name = ? AND run_id != ? AND "
                              "status != 'superseded'", (name, run_id)).fetchall()
             for (old_id,) in old:

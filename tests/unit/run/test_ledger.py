@@ -75,6 +75,11 @@ def test_runs_events_stop_record_and_superseded_ids(tmp_path):
     old = ledger.run("control-aaaa")
     assert old["status"] == "superseded" and old["superseded_by"] == "control-bbbb"
     assert old["stop"] == stop
+    # changed back: the first id is current again, the second superseded
+    assert ledger.ensure_run(run_id="control-aaaa", name="control", tier="essential",
+                             config_hash="h1") == "pending"
+    assert ledger.run("control-aaaa")["superseded_by"] is None
+    assert ledger.run("control-bbbb")["superseded_by"] == "control-aaaa"
 
 
 def test_resumed_run_adds_wall_time_and_keeps_first_start(tmp_path):
