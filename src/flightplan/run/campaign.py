@@ -199,7 +199,7 @@ class _Campaign:
         if self.board.enabled:
             self.board.note(text)
         else:
-            self.console.print(text, highlight=False)
+            self.console.print(text, highlight=False, soft_wrap=True)
 
     def outcome(self, message: str, *, code: int, stopped_by: str | None = None,
                 **parts: Any) -> CampaignOutcome:

@@ -57,7 +57,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
         console.print(summary_table(outcome.runs, metric=spec.campaign.metric))
-        console.print(outcome.message, highlight=False)
+        console.print(outcome.message, highlight=False, soft_wrap=True)
     if outcome.stopped_by:
         print(f"campaign stopped: {outcome.message}", file=sys.stderr)
     return outcome.exit_code
