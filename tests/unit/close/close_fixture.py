@@ -116,11 +116,12 @@ class FakeLedger:
         return self.stage_rows
 
 
-def _write_corpus(folder: Path) -> dict[str, str]:
+def _write_corpus(folder: Path, extra_test: int = 0) -> dict[str, str]:
     folder.mkdir(parents=True)
     header = "\tdrugName\tcondition\treview\trating\tdate\tusefulCount\n"
-    test = header + "".join(f"t{i}\tdrug\tcond\t\"\"\"{TEXTS[f't{i}']}\"\"\"\t{LABELS[i % 3]}\t"
-                            f"2020\t1\n" for i in range(N_TEST))
+    texts = dict(TEXTS) | {f"t{i}": f"unseen {i}" for i in range(N_TEST, N_TEST + extra_test)}
+    test = header + "".join(f"t{i}\tdrug\tcond\t\"\"\"{texts[f't{i}']}\"\"\"\t{LABELS[i % 3]}\t"
+                            f"2020\t1\n" for i in range(N_TEST + extra_test))
     train = header + "".join(f"r{i}\tdrug\tcond\t\"\"\"train {i}\"\"\"\t{LABELS[i % 3]}\t2020\t1\n"
                              for i in range(6))
     hashes = {}
@@ -169,14 +170,15 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
 
 
 def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 0.0,
-                  publish: bool = True) -> tuple[Any, FakeLedger]:
+                  publish: bool = True, extra_test: int = 0) -> tuple[Any, FakeLedger]:
     """A campaign dir with runs written and (when ``publish``) published as the runner does.
+    ``extra_test`` adds test examples to the corpus that the fake task never predicts.
 
     Returns:
         ``(spec, ledger)``. Run ids are ``<name>-000000000<i>``.
     """
     campaign_dir = root / "camp"
-    hashes = _write_corpus(campaign_dir / "corpus")
+    hashes = _write_corpus(campaign_dir / "corpus", extra_test)
     spec_path = campaign_dir / "campaign.toml"
     spec_path.write_text(SPEC_TEMPLATE.format(accept=accept, train_sha=hashes["train.tsv"],
                                               test_sha=hashes["test.tsv"]))

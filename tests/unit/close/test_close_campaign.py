@@ -109,6 +109,15 @@ def test_zero_accepted_products(tmp_path, fake_task_env):
         budget["undefined_reason"]
 
 
+def test_predictions_must_cover_every_expected_example(tmp_path, fake_task_env):
+    spec, ledger = make_campaign(tmp_path, extra_test=2)
+    outcome = close_campaign(spec, ledger)
+    assert outcome["accepted"] == []
+    assert json.loads((Path(outcome["results_dir"]) / "MANIFEST.json").read_text())["runs"][
+        CONTROL]["reasons"] == ["predictions miss 2 expected example ids (first: t20, t21)"]
+    assert outcome["verified"] is True  # the directory is sound; the products are rejected
+
+
 def test_verify_command_json(closed, capsys, fake_task_env, tmp_path):
     _, outcome = closed
     assert verify_command(Path(outcome["results_dir"]), as_json=True) == 0
