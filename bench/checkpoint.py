@@ -112,7 +112,8 @@ def bench_overhead(folder: Path, steps: int, rounds: int) -> dict[str, float]:
     code between steps and blur the comparison)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512))
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 512))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch, target = torch.randn(64, 512), torch.randn(64, 512)
     trial = Trial.local(folder / "overhead", name="overhead", params={})
@@ -148,7 +149,8 @@ def bench_overhead(folder: Path, steps: int, rounds: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="where to write (default: a temp dir)")
     parser.add_argument("--width", type=int, default=2048, help="MLP width (2048: ~252 MB state)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200, help="steps per overhead round")
@@ -165,7 +167,8 @@ def main() -> None:
           f"{ck['disk_mb_s']:.0f} MB/s -> {ck['write_ratio']:.0%} (target >= 80%)")
     print(f"loop stall per checkpoint: {ck['stall_s'] * 1e3:.1f} ms vs synchronous torch.save "
           f"{ck['sync_save_s'] * 1e3:.1f} ms -> {ck['stall_ratio']:.1%} (target <= 10%)")
-    print(f"trial API per step: {ov['api_s'] * 1e6:.1f} us vs bare step {ov['bare_step_s'] * 1e3:.3f} ms "
+    print(f"trial API per step: {ov['api_s'] * 1e6:.1f} us vs bare step "
+          f"{ov['bare_step_s'] * 1e3:.3f} ms "
           f"-> {ov['api_ratio']:.2%} (target <= 2%); whole-loop difference {ov['loop_ratio']:+.2%}")
 
 

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from flightplan.errors import CheckpointError, UnsafeFileError
-from flightplan.run.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint, step_dir_name,
-                                          tensor_digests, write_checkpoint)
+from flightplan.run.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint,
+                                          step_dir_name, tensor_digests, write_checkpoint)
 
 __all__ = ["Components", "Captured", "Snapshot", "SaveResult", "BackgroundWriter",
            "capture_rng", "restore_rng", "apply_state", "list_checkpoints", "set_aside",
@@ -101,8 +101,9 @@ def restore_rng(rng: Mapping[str, Any]) -> None:
     if cuda:
         visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if visible < len(cuda):
-            raise CheckpointError(f"the checkpoint holds RNG states of {len(cuda)} CUDA devices but "
-                                  f"{visible} are visible; resume on a machine with as many GPUs")
+            raise CheckpointError(f"the checkpoint holds RNG states of {len(cuda)} CUDA devices "
+                                  f"but {visible} are visible; resume on a machine with as many "
+                                  f"GPUs")
         torch.cuda.set_rng_state_all(cuda)
 
 
@@ -175,15 +176,19 @@ class Snapshot:
                 raise CheckpointError(f"model state {name!r} is a {type(value).__name__}, not a "
                                       f"tensor; register it in extra instead")
             model[name] = self._copy(f"model/{name}", value)
-        optimizer = self._tree(parts.optimizer.state_dict(), "optimizer") if parts.optimizer else None
+        optimizer = None
+        if parts.optimizer is not None:
+            optimizer = self._tree(parts.optimizer.state_dict(), "optimizer")
         state: dict[str, Any] = {"counters": dict(counters), "rng": capture_rng()}
         for name in ("scheduler", "scaler", "loader"):
             obj = getattr(parts, name)
             if obj is not None:
                 state[name] = self._tree(obj.state_dict(), name)
         if parts.loader is not None:
-            state["generators"] = {k: g.get_state() for k, g in _loader_generators(parts.loader).items()}
-        state["extra"] = {k: self._tree(obj.state_dict(), f"extra/{k}") for k, obj in parts.extra.items()}
+            state["generators"] = {k: g.get_state()
+                                   for k, g in _loader_generators(parts.loader).items()}
+        state["extra"] = {k: self._tree(obj.state_dict(), f"extra/{k}")
+                          for k, obj in parts.extra.items()}
         event = None
         if self._cuda:
             event = torch.cuda.Event()
@@ -207,8 +212,9 @@ def apply_state(name: str, obj: Any, files: CheckpointFiles) -> None:
     else:
         saved = files.state.get(name)
     if saved is None:
-        raise CheckpointError(f"{files.manifest.get('step')}: the checkpoint holds no {name} state; "
-                              f"register the same components as the run that saved it")
+        where = step_dir_name(int(files.manifest.get("step", 0)))
+        raise CheckpointError(f"{where}: the checkpoint holds no {name} state; register the "
+                              f"same components as the run that saved it")
     try:
         obj.load_state_dict(saved)
         if name == "loader":
@@ -292,7 +298,8 @@ class BackgroundWriter:
                                         args=(steps_done, captured, dict(meta), stall_s))
         self._thread.start()
 
-    def _write(self, steps_done: int, captured: Captured, meta: dict[str, Any], stall_s: float) -> None:
+    def _write(self, steps_done: int, captured: Captured, meta: dict[str, Any],
+               stall_s: float) -> None:
         start = time.monotonic()
         try:
             if captured.cuda_event is not None:
@@ -371,7 +378,7 @@ _REASONS = {"no_manifest": "no-manifest", "manifest": "bad-manifest", "missing":
 
 
 def _reason(exc: Exception) -> str:
-    """The slug for ``.corrupt-<reason>``: the first finding's check, or ``unsafe``/``unreadable``."""
+    """The ``.corrupt-<reason>`` slug: the first finding's check, ``unsafe`` or ``unreadable``."""
     if isinstance(exc, BadCheckpoint):
         check = exc.findings[0].check
         return _REASONS.get(check, check)

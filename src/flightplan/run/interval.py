@@ -36,7 +36,7 @@ __all__ = ["DALY_ABOVE", "RECORD_CHANGE", "IntervalChoice", "young_interval", "d
            "choose_interval", "CheckpointSchedule"]
 
 DALY_ABOVE = 0.01
-"""C/M ratio from which Daly's refinement replaces Young's formula (its correction is ≥ 2 % there)."""
+"""C/M ratio from which Daly's refinement replaces Young's formula (a correction ≥ 2 % there)."""
 
 RECORD_CHANGE = 0.25
 """A new interval is recorded in measurements when it differs from the last recorded one by
@@ -166,7 +166,8 @@ class CheckpointSchedule:
                                       tolerated_loss_s=self.tolerated_loss_s, mtbi_s=self.mtbi_s,
                                       restore_measured=measured)
         new = self.choice.interval_s
-        if self._recorded_s is None or abs(new - self._recorded_s) > RECORD_CHANGE * self._recorded_s:
+        last = self._recorded_s
+        if last is None or abs(new - last) > RECORD_CHANGE * last:
             self._recorded_s = new
             return self.choice
         return None

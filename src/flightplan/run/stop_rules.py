@@ -39,7 +39,7 @@ __all__ = ["Stop", "StopRule", "NonFiniteLoss", "MinQuality", "MaxTruncatedFract
 
 
 def json_number(value: float | int | None) -> float | int | str | None:
-    """A number for strict JSON: NaN and ±inf become the strings ``"nan"``, ``"inf"``, ``"-inf"``."""
+    """A number for strict JSON: NaN and ±inf become ``"nan"``, ``"inf"``, ``"-inf"``."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value

@@ -9,7 +9,7 @@ Usage (the contract in ``docs/internals.md``)::
     trial.check_truncation(fraction)              # before training (max_truncated_fraction)
     for step in range(start, total):
         ...
-        trial.log(step, loss=float(loss))         # one JSONL row; stop rules; may raise TrialStopped
+        trial.log(step, loss=float(loss))         # JSONL row; stop rules (TrialStopped)
         trial.maybe_checkpoint(step)              # by the measured interval (interval.py)
     trial.evaluate(step, macro_f1=0.71)           # a row that min_quality reads
     trial.finish()                                # waits for the writer, writes done.json
@@ -99,10 +99,12 @@ class Trial:
     def __init__(self, run_dir: Path | str, config: TrialFile) -> None:
         self.run_dir = Path(run_dir)
         self.config = config
-        self.run_id, self.name, self.tier, self.task = config.run_id, config.name, config.tier, config.task
+        self.run_id, self.name, self.tier = config.run_id, config.name, config.tier
+        self.task = config.task
         self.params = dict(config.params)
         self.planned_steps, self.max_steps = config.planned_steps, config.max_steps
-        self.corpus, self.base_model, self.campaign_dir = config.corpus, config.base_model, config.campaign_dir
+        self.corpus, self.base_model = config.corpus, config.base_model
+        self.campaign_dir = config.campaign_dir
         self.config_hash, self.resume = config.config_hash, config.resume
         self.stop_rules, self.checkpoint_policy = config.stop, config.checkpoint
         self.epoch = 0
@@ -137,9 +139,11 @@ class Trial:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise SpecError("no such file; give the trial.json the runner wrote", file=str(path)) from None
+            raise SpecError("no such file; give the trial.json the runner wrote",
+                            file=str(path)) from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SpecError(f"not valid JSON ({exc}); rewrite it with the runner", file=str(path)) from None
+            raise SpecError(f"not valid JSON ({exc}); rewrite it with the runner",
+                            file=str(path)) from None
         try:
             config = TrialFile.model_validate(data)
         except ValidationError as exc:
@@ -187,7 +191,8 @@ class Trial:
     # -- registration and restore -------------------------------------------------------
 
     def register(self, model: Any = None, optimizer: Any = None, scheduler: Any = None,
-                 scaler: Any = None, loader: Any = None, extra: Mapping[str, Any] | None = None) -> None:
+                 scaler: Any = None, loader: Any = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
         """Name what must survive a kill. May be called again to add components.
 
         Every object needs ``state_dict()``/``load_state_dict()``; the loader must be
@@ -203,8 +208,10 @@ class Trial:
         given.update({f"extra/{k}": v for k, v in (extra or {}).items()})
         new = {k: v for k, v in given.items() if v is not None}
         for key, obj in new.items():
-            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
-                hint = " (use torchdata.stateful_dataloader.StatefulDataLoader)" if key == "loader" else ""
+            if not (callable(getattr(obj, "state_dict", None))
+                    and callable(getattr(obj, "load_state_dict", None))):
+                hint = (" (use torchdata.stateful_dataloader.StatefulDataLoader)"
+                        if key == "loader" else "")
                 raise TypeError(f"{key}: {type(obj).__name__} has no state_dict/load_state_dict, "
                                 f"so it cannot be checkpointed{hint}")
         if self._loop_started and new:
@@ -271,11 +278,14 @@ class Trial:
         for key, obj in self._parts.extra.items():
             apply_state(f"extra/{key}", obj, files)
         restore_rng(files.state["rng"])
-        self._pending = ({k for k in _COMPONENTS[2:] if k in files.state and getattr(self._parts, k) is None}
-                         | {f"extra/{k}" for k in files.state.get("extra", {}) if k not in self._parts.extra})
+        self._pending = ({k for k in _COMPONENTS[2:]
+                          if k in files.state and getattr(self._parts, k) is None}
+                         | {f"extra/{k}" for k in files.state.get("extra", {})
+                            if k not in self._parts.extra})
         counters = files.state["counters"]
         self._steps_done = int(counters["step"])
-        self.epoch, self.micro_step = int(counters.get("epoch", 0)), int(counters.get("micro_step", 0))
+        self.epoch = int(counters.get("epoch", 0))
+        self.micro_step = int(counters.get("micro_step", 0))
         self._restored = files
         restore_s = time.monotonic() - start
         self._schedule.record_restore(restore_s)
@@ -288,15 +298,17 @@ class Trial:
         if self._loop_started:
             return
         if self._pending:
-            raise CheckpointError(f"the restored checkpoint holds state for {', '.join(sorted(self._pending))} "
-                                  f"but nothing registered takes it; register it before training")
+            raise CheckpointError(f"the restored checkpoint holds state for "
+                                  f"{', '.join(sorted(self._pending))} but nothing registered "
+                                  f"takes it; register it before training")
         self._loop_started = True
         self._restored = None
 
     # -- measurements and stop rules ----------------------------------------------------
 
     def _row(self, step: int, **values: Any) -> None:
-        row = {"step": step, "time": time.time(), **{k: json_number(_item(v)) for k, v in values.items()}}
+        row = {"step": step, "time": time.time(),
+               **{k: json_number(_item(v)) for k, v in values.items()}}
         line = json.dumps(row, allow_nan=False, ensure_ascii=False) + "\n"
         with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
             if self._log_fd is None:
@@ -361,7 +373,8 @@ class Trial:
 
     # -- checkpoints --------------------------------------------------------------------
 
-    def checkpoint(self, step: int, *, epoch: int | None = None, micro_step: int | None = None) -> None:
+    def checkpoint(self, step: int, *, epoch: int | None = None,
+                   micro_step: int | None = None) -> None:
         """Save now, after step ``step`` (0-based): waits for a save in flight, snapshots the
         state into reused buffers and returns; a thread writes ``step-{step+1:06d}``.
 
@@ -415,8 +428,8 @@ class Trial:
             self._row(result.steps_done, **choice.as_row())
 
     def _save_failed(self, steps_done: int, exc: BaseException) -> None:
-        print(f"flightplan: checkpoint after {steps_done} steps failed: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(f"flightplan: checkpoint after {steps_done} steps failed: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
         self._row(steps_done, event="checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
 
     # -- the end ------------------------------------------------------------------------
