@@ -123,6 +123,7 @@ class Trial:
         self._restored: CheckpointFiles | None = None
         self._pending: set[str] = set()
         self._loop_started = False
+        self._restore_called = False
         self._steps_done = 0
         self._started_s = time.monotonic()
 
@@ -255,6 +256,7 @@ class Trial:
         """
         if self._parts.model is None:
             raise TypeError("register(model=...) before restore()")
+        self._restore_called = True
         start = time.monotonic()
         files, path, rejected, partial = select_checkpoint(self.run_dir / "checkpoints",
                                                            self.run_id, self.config_hash)
@@ -297,6 +299,10 @@ class Trial:
     def _begin_loop(self) -> None:
         if self._loop_started:
             return
+        if not self._restore_called:  # a forgotten restore() would silently start over
+            raise CheckpointError("log or checkpoint before restore(); register the components "
+                                  "and call trial.restore() first, then start the loop at the "
+                                  "step it returns")
         if self._pending:
             raise CheckpointError(f"the restored checkpoint holds state for "
                                   f"{', '.join(sorted(self._pending))} but nothing registered "

@@ -81,6 +81,8 @@ def test_registration_rules(tmp_path):
     with pytest.raises(TypeError, match="StatefulDataLoader"):
         trial.register(model, optimizer, loader=DataLoader([1, 2, 3]))
     trial.register(model, optimizer)
+    with pytest.raises(CheckpointError, match="before restore"):
+        trial.log(0, loss=1.0)
     trial.restore()
     trial.log(0, loss=1.0)
     with pytest.raises(CheckpointError, match="scheduler registered after training started"):
