@@ -351,11 +351,17 @@ def set_aside(path: Path, reason: str) -> Path:
 
 
 def prune(parent: Path, keep_last: int) -> list[Path]:
-    """Delete complete checkpoints beyond the newest ``keep_last``; the deleted paths."""
+    """Delete complete checkpoints beyond the newest ``keep_last``; the deleted paths.
+
+    Each is first renamed ``<name>.deleting`` (one atomic step out of the candidates), so a
+    kill in the middle never leaves a half-deleted ``step-NNNNNN``; leftovers are removed.
+    """
     complete, _ = list_checkpoints(parent)
     doomed = [path for _, path in complete[keep_last:]]
     for path in doomed:
-        shutil.rmtree(path)
+        path.rename(path.with_name(f"{path.name}.deleting"))
+    for path in parent.glob("step-*.deleting"):
+        shutil.rmtree(path, ignore_errors=True)
     return doomed
 
 

@@ -157,10 +157,11 @@ class NoUsableResume(StopRule):
 
     name = "no_usable_resume"
 
-    def verdict(self, rejected: list[str]) -> Stop:
-        """The stop for a restore that rejected every checkpoint (``rejected``: one line each)."""
-        return Stop(self.name, 0, len(rejected), None,
-                    f"no usable checkpoint to resume from ({'; '.join(rejected)}); "
+    def verdict(self, reasons: list[str], *, rejected: int) -> Stop:
+        """The stop for a restore that found nothing to resume from: ``reasons`` one line each,
+        ``rejected`` the number of checkpoints set aside now (the record's value)."""
+        return Stop(self.name, 0, rejected, None,
+                    f"no usable checkpoint to resume from ({'; '.join(reasons)}); "
                     f"refusing to start over: fix or remove the checkpoints, or set "
                     f"[stop] require_resume = false")
 

@@ -250,8 +250,9 @@ class Trial:
 
         Raises:
             TypeError: no model registered.
-            TrialStopped: rule ``no_usable_resume``: checkpoints existed, none is valid, and
-                ``require_resume`` is on (stop.json written).
+            TrialStopped: rule ``no_usable_resume``: ``require_resume`` is on and either
+                checkpoints existed but none is valid, or trial.json says ``resume`` and there
+                is no finished checkpoint (stop.json written).
             CheckpointError: a valid checkpoint does not fit the registered components.
         """
         if self._parts.model is None:
@@ -267,8 +268,13 @@ class Trial:
             self._row(0, event="checkpoint_rejected", name=rejection.name, reason=rejection.reason,
                       message=rejection.message, renamed_to=rejection.renamed_to)
         if files is None:
-            if rejected and self.stop_rules.require_resume:
-                self._stop(NoUsableResume().verdict([r.line() for r in rejected]))
+            if self.stop_rules.require_resume and (rejected or self.resume):
+                removed = ", ".join(p.name for p in partial)
+                found = [r.line() for r in rejected] or [
+                    f"trial.json says resume but {self.run_dir / 'checkpoints'} holds no "
+                    f"finished checkpoint" + (f" (partial saves removed: {removed})" if removed
+                                              else "")]
+                self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
             self._row(0, event="restore", source=None, resume_requested=self.resume,
                       rejected=[r.name for r in rejected],
                       message="no checkpoint of this run; starting at step 0")

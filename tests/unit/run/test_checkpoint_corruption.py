@@ -128,3 +128,16 @@ def test_without_require_resume_a_bad_history_restarts_loudly(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "measurements.jsonl").read_text().splitlines()]
     assert rows[-1]["event"] == "restore" and rows[-1]["rejected"] == ["step-000002"]
     assert not (tmp_path / "stop.json").exists()
+
+
+def test_resume_requested_without_any_checkpoint_stops(tmp_path):
+    """trial.json says resume (the runner saw a checkpoint) but none is there: no silent restart."""
+    (tmp_path / "checkpoints" / "step-000003.tmp").mkdir(parents=True)
+    model, optimizer = _model()
+    trial = Trial.local(tmp_path, name="c", params={"k": 1}, resume=True)
+    trial.register(model, optimizer)
+    with pytest.raises(TrialStopped, match="no_usable_resume"):
+        trial.restore()
+    record = json.loads((tmp_path / "stop.json").read_text())
+    assert record["value"] == 0
+    assert "holds no finished checkpoint (partial saves removed: step-000003.tmp)" in record["message"]

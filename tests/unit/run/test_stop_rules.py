@@ -49,7 +49,7 @@ def test_build_rules_follows_the_spec():
 
 
 def test_stop_record_shape_and_strict_json():
-    record = stop_record("run-1", NoUsableResume().verdict(["step-000004: no manifest"]), now_s=12.5)
+    record = stop_record("run-1", NoUsableResume().verdict(["step-000004: no manifest"], rejected=1), now_s=12.5)
     assert record["rule"] == "no_usable_resume" and record["time"] == 12.5
     assert set(record) == {"run_id", "rule", "step", "value", "threshold", "message", "time"}
     nan = stop_record("r", NonFiniteLoss().on_log(0, {"loss": math.nan}), now_s=0.0)
