@@ -40,7 +40,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
 
     Returns:
         0 when the runs ended (a run stopped by its own rule included); 1 when the
-        campaign was stopped (data check, pilot resume check, decision) or a run crashed.
+        campaign was stopped (data check, pilot resume check, decision) or a run crashed;
+        130 on Ctrl-C (the worker is stopped; running again resumes).
     """
     import sys
 
@@ -52,7 +53,12 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
 
     spec = load_spec(spec_path)
     console = Console()
-    outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
+    try:
+        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
+    except KeyboardInterrupt:
+        print(f"interrupted: the running worker was stopped; run `flightplan run {spec_path}` "
+              f"again to resume from its last checkpoint", file=sys.stderr)
+        return 130
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
