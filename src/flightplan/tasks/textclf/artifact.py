@@ -5,8 +5,8 @@ and the loader that refuses a base model other than the one trained on.
 
 - ``model.safetensors``: the trained tensors only (the head; with LoRA also the adapter
   weights), named as in :class:`TextClassifier` (``head.weight``, ``encoder.…lora_A…``);
-- ``artifact.json``: ``{task, code_version, params, labels, max_length, base_model (the
-  spec section), base_revision {package, version, weights_sha256[, random_init, init_seed,
+- ``artifact.json``: ``{task, code_version, params, labels, max_length, torch_threads,
+  base_model (the spec section), base_revision {package, version, weights_sha256[, random_init, init_seed,
   shape]}, corpus {package or path, sha256, train_limit, test_limit}, tensors {name:
   shape}}``.
 
@@ -67,6 +67,7 @@ def save_artifact(artifact_dir: Path, model: TextClassifier, *, params: dict[str
     config = {"task": TASK, "code_version": code_version, "params": dict(params),
               "labels": list(labels), "max_length": max_length,
               "base_model": base_model.model_dump(), "base_revision": revision,
+              "torch_threads": torch.get_num_threads(),
               "corpus": {k: v for k, v in corpus.items() if v is not None},
               "tensors": {name: list(t.shape) for name, t in sorted(state.items())}}
     staging = artifact_dir.with_name(artifact_dir.name + f".tmp-{os.getpid()}")

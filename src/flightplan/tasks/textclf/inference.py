@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
 from flightplan.close.manifest import write_atomic
 from flightplan.corpus import Example
@@ -152,8 +153,6 @@ def classification_metrics(gold: Sequence[int], predicted: Sequence[int],
     """``{accuracy, macro_f1, per_class: {label: {precision, recall, f1, support}},
     labels, n_test}`` by scikit-learn (zero_division=0: a class never predicted has
     precision 0). Macro-F1 is the unweighted mean of the per-class F1 over ``labels``."""
-    from sklearn.metrics import accuracy_score, precision_recall_fscore_support
-
     indices = list(range(len(labels)))
     if not gold:
         return {"accuracy": 0.0, "macro_f1": 0.0, "per_class": {}, "labels": list(labels), "n_test": 0}

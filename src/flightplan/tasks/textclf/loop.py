@@ -9,7 +9,7 @@
    a pure function of corpus and base weights. LoRA: the adapters and head train
    through the encoder, batches padded to their longest input.
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
-   ``StatefulDataLoader`` with its own seeded generator. Every step logs ``loss``,
+   ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``. Every step logs ``loss``,
    ``step_s`` (forward + backward + optimizer, seconds), ``seq_len`` (padded tokens per
    input), ``tokens`` (batch × seq_len) and ``lr``; the trial may checkpoint after it.
 4. At the end of every epoch: the test set, one example at a time (bitwise
@@ -17,8 +17,9 @@
 5. At the end (or at ``trial.max_steps``, the pilot's cap): ``predictions.csv``,
    ``metrics.json``, ``artifact/``, then ``trial.finish()``.
 
-Measurement rows besides the steps: ``load_s`` (corpus, tokenizer, model), ``encode_s``
-per embedding batch of the control (with ``seq_len``, ``tokens``), ``planned_steps``,
+Measurement rows besides the steps (``docs/internals.md`` lists them): ``encode_s`` per
+embedding batch of the control (with ``seq_len``, ``tokens``); ``load_s`` (corpus,
+tokenizer, model and, for the control, both embedding passes) with ``planned_steps``;
 ``output_s``.
 """
 
