@@ -19,15 +19,16 @@ full disk               RLIMIT_FSIZE (and a small tmpfs when root can mount one)
 concurrent runs         the second ``flightplan run`` refuses (lock), ledger whole  --concurrent
 crash points (script)   SIGKILL around checkpoint writes of a trial-API script,     --script-points
                         resumed bitwise
-crash points (campaign) SIGKILL in runner, trials and close of examples/tiny, run   --crash-points
-                        again: products bitwise identical to an uninterrupted
-                        campaign, ledger integrity_check ok and events in order,
+crash points (campaign) SIGKILL in runner, trials and close of examples/tiny (cut   --crash-points
+                        to 64/16 reviews, 2 runs; --full-tiny: as is), run again:
+                        products bitwise identical to an uninterrupted campaign,
+                        ledger integrity_check ok and events in order,
                         ``flightplan verify`` ok, no checkpoint set aside
 ======================  ==========================================================  ======
 
 Usage::
 
-    .venv/bin/python bench/faults.py                  # full run: 50 campaign crash points (~1 h on 2 busy cores)
+    .venv/bin/python bench/faults.py                  # full run: 50 campaign crash points (about an hour on 2 busy cores)
     .venv/bin/python bench/faults.py --quick          # a few of each (a few minutes)
     .venv/bin/python bench/faults.py --only specs,corruption,hostile
 
@@ -53,6 +54,23 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _freeze_source() -> tempfile.TemporaryDirectory | None:
+    """Run this process and every child on a copy of ``src/flightplan`` taken now, so that
+    edits to the working tree during a long bench cannot differ between the reference
+    campaign and the crashed ones (``--live`` skips it)."""
+    if "--live" in sys.argv:
+        return None
+    frozen = tempfile.TemporaryDirectory(prefix="flightplan-src-")
+    shutil.copytree(ROOT / "src" / "flightplan", Path(frozen.name) / "flightplan",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    sys.path.insert(0, frozen.name)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (frozen.name, os.environ.get("PYTHONPATH")) if p)
+    return frozen
+
+
+_FROZEN = _freeze_source()
 
 from reliability import broken_specs, checkpoint_faults, crash_harness, results_faults  # noqa: E402
 from reliability import trial_script  # noqa: E402
@@ -467,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few of each family")
+    parser.add_argument("--live", action="store_true",
+                        help="use src/ as it is during the run instead of a copy taken at start")
     parser.add_argument("--only", default=",".join(FAMILIES), help=f"comma-separated: {', '.join(FAMILIES)}")
     parser.add_argument("--seed", type=int, default=20261129)
     parser.add_argument("--specs", type=int, default=1000)
@@ -489,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         print(text, flush=True)
 
+    import flightplan
+    log(f"flightplan from {Path(flightplan.__file__).parent}"
+        + (" (a copy of src/ taken at start)" if _FROZEN else ""))
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="flightplan-faults-") as scratch:
         work = Path(scratch)
