@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from flightplan.close.manifest import MANIFEST_NAME, update_manifest
 
 __all__ = ["RUN_ID", "make_results", "edit_manifest", "TRAVERSALS", "MALFORMED", "PLANTED",
-           "plant"]
+           "plant", "run_all"]
 
 RUN_ID = "control-0123456789"
 _SHA = "ac7bd1e05f5d6b2ab1e4e6b0d83a9e2e07e8e5ac4e34a66a0e9e3a4f2f4c9f54"
@@ -112,3 +112,36 @@ def plant(results: Path, label: str, marker: Path) -> None:
     (results / code_file).write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
     update_manifest(results, written=[f"artifacts/{RUN_ID}/artifact.json",
                                       f"predictions/{RUN_ID}.csv"])
+
+
+def run_all(work: Path) -> Iterator[tuple[bool, str]]:
+    """Every fault of this module on its own results directory under ``work``, through
+    ``verify_results``: (handled, what happened) each. A crash counts as not handled."""
+    from flightplan.close.verify import verify_results
+
+    cases: list[tuple[str, Callable[[Path], Callable[[dict], bool]]]] = []
+    for name, apply in sorted(TRAVERSALS.items()):
+        def traversal(results: Path, apply=apply) -> Callable[[dict], bool]:
+            expected = apply(results)
+            return lambda report: expected in {(f["check"], f["path"]) for f in report["findings"]}
+        cases.append((name, traversal))
+    for name, change in sorted(MALFORMED.items()):
+        def malformed(results: Path, change=change) -> Callable[[dict], bool]:
+            edit_manifest(results, change)
+            return lambda report: not report["verified"]
+        cases.append((name, malformed))
+    for index, (name, setup) in enumerate(cases):
+        results = make_results(work / f"results-{index}")
+        try:
+            accept = setup(results)
+            report = verify_results(results, reload=False)
+            yield accept(report), f"{name}: findings {[f['check'] for f in report['findings']]}"
+        except Exception as exc:  # noqa: BLE001 - a crash of verify is what is counted
+            yield False, f"{name}: {type(exc).__name__}: {exc}"[:200]
+    for index, name in enumerate(sorted(PLANTED)):
+        results = make_results(work / f"planted-{index}")
+        marker = work / f"planted-{index}.ran"
+        plant(results, name, marker)
+        report = verify_results(results, reload=True, sample=1)
+        yield (not report["verified"] and not marker.exists(),
+               f"{name}: verified={report['verified']}, code ran={marker.exists()}")
