@@ -50,6 +50,7 @@ __all__ = [
     "PROB_TOLERANCE",
     "finding",
     "predict_argv",
+    "prediction_differences",
     "reproduce_run",
     "verify_results",
 ]
@@ -233,12 +234,27 @@ def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> l
 
 
 def _read_predictions(path: Path) -> dict[str, dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return {row["example_id"]: row for row in csv.DictReader(handle)}
+    """example_id → row of a predictions CSV. Raises ValueError when unreadable."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return {row["example_id"]: row for row in csv.DictReader(handle)}
+    except (OSError, KeyError, UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"{path.name}: unreadable predictions ({exc})") from None
 
 
-def _differences(stored: dict[str, dict[str, str]], fresh: dict[str, dict[str, str]]) -> list[str]:
-    """Example ids whose re-created label or probabilities differ from the stored ones."""
+def prediction_differences(stored_path: Path, fresh_path: Path) -> tuple[int, list[str]]:
+    """Compare re-created predictions with stored ones, example by example.
+
+    A re-created row matches when the stored file has its example id with the same
+    ``predicted`` label and every ``prob_*`` within :data:`PROB_TOLERANCE` (absolute).
+
+    Returns:
+        ``(rows re-created, ids that differ)`` in the order of the re-created file.
+
+    Raises:
+        ValueError: either file is unreadable or lacks ``example_id``.
+    """
+    stored, fresh = _read_predictions(stored_path), _read_predictions(fresh_path)
     differ = []
     for example_id, row in fresh.items():
         old = stored.get(example_id)
@@ -248,13 +264,13 @@ def _differences(stored: dict[str, dict[str, str]], fresh: dict[str, dict[str, s
         for key, value in row.items():
             if key.startswith("prob_"):
                 try:
-                    if abs(float(value) - float(old.get(key, "nan"))) > PROB_TOLERANCE:
-                        differ.append(example_id)
-                        break
-                except ValueError:
+                    close = abs(float(value) - float(old.get(key, "nan"))) <= PROB_TOLERANCE
+                except (TypeError, ValueError):
+                    close = False
+                if not close:
                     differ.append(example_id)
                     break
-    return differ
+    return len(fresh), differ
 
 
 def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE
@@ -295,16 +311,14 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             return [finding("reload", artifact_rel, f"failed to load in a fresh process (exit "
                             f"{done.returncode}): {tail}")]
-        fresh = _read_predictions(out)
-    stored_rel = f"predictions/{run_id}.csv"
-    try:
-        stored = _read_predictions(results / stored_rel)
-    except (OSError, KeyError, UnicodeDecodeError) as exc:
-        return [finding("prediction_mismatch", stored_rel, f"stored predictions unreadable: {exc}")]
-    differ = _differences(stored, fresh)
-    if not fresh or differ:
+        stored_rel = f"predictions/{run_id}.csv"
+        try:
+            count, differ = prediction_differences(results / stored_rel, out)
+        except ValueError as exc:
+            return [finding("prediction_mismatch", stored_rel, str(exc))]
+    if not count or differ:
         return [finding("prediction_mismatch", stored_rel,
-                        f"{len(differ)} of {len(fresh)} re-created predictions differ from the "
+                        f"{len(differ)} of {count} re-created predictions differ from the "
                         f"stored ones (first: {', '.join(differ[:5]) or 'none re-created'})")]
     return []
 
