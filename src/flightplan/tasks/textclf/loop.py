@@ -138,8 +138,11 @@ def train(trial: Any) -> None:
     total = params.epochs * steps_per_epoch
     last = total if trial.max_steps is None else min(total, int(trial.max_steps))
     trial.planned_steps = total
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=params.lr, weight_decay=params.weight_decay)
+    adapter = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
+    groups = [{"params": list(model.head.parameters()), "lr": params.lr}]
+    if adapter:
+        groups.append({"params": adapter, "lr": params.adapter.lr or params.lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=params.weight_decay)
     warmup = int(params.warmup_fraction * total)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
@@ -179,7 +182,7 @@ def train(trial: Any) -> None:
             loss = loss_fn(logits, gold[batch])
             if params.inject_nan_at_step == step:
                 loss = loss * float("nan")
-            lr = optimizer.param_groups[0]["lr"]
+            lr = optimizer.param_groups[0]["lr"]                          # the head's
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

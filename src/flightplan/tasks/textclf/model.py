@@ -45,7 +45,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 class AdapterParams(BaseModel):
     """``params.adapter``: ``kind = "none"`` (the control) or ``"lora"`` (rank, alpha,
-    target_modules, dropout: the LoRA of Hu et al. 2021, scaling alpha / rank)."""
+    target_modules, dropout: the LoRA of Hu et al. 2021, scaling alpha / rank). ``lr`` is
+    the adapter weights' peak learning rate (default: ``params.lr``, the head's), so a
+    variant can differ from the control in ``adapter`` alone."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,13 +56,14 @@ class AdapterParams(BaseModel):
     alpha: float = Field(default=16, gt=0)
     target_modules: list[str] = Field(default_factory=lambda: ["query", "value"], min_length=1)
     dropout: float = Field(default=0.1, ge=0, lt=1)
+    lr: float | None = Field(default=None, gt=0)
 
 
 class TaskParams(BaseModel):
     """A run's ``params`` for this task.
 
-    ``max_length`` in tokens (special tokens included); ``lr`` the peak AdamW learning
-    rate, reached after ``warmup_fraction`` of the steps, then decayed to 0 by
+    ``max_length`` in tokens (special tokens included); ``lr`` the head's peak AdamW
+    learning rate (and the adapter's unless ``adapter.lr`` is given), reached after ``warmup_fraction`` of the steps, then decayed to 0 by
     ``schedule``; ``batch_size`` in examples; ``dropout`` before the head (the encoder
     keeps its own 0.1). ``inject_nan_at_step`` (tests only) replaces the loss at that
     step with NaN, to exercise the ``non_finite_loss`` stop rule.
