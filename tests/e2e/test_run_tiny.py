@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.ledger import Ledger
+from flightplan.run.lock import lock_holder
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
@@ -61,7 +62,12 @@ def _campaign(folder: Path, *, extra: str = NAN_RUN, replace: tuple[str, str] | 
     return spec
 
 
-def _run(spec: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+HANG_S = 1800
+"""A campaign that takes longer than this has hung (a safety net, not a speed check: a
+loaded 2-core machine runs this file's campaigns in 2 to 7 minutes)."""
+
+
+def _run(spec: Path, *args: str, timeout: float = HANG_S) -> subprocess.CompletedProcess:
     return subprocess.run([str(FLIGHTPLAN), "run", str(spec), *args], capture_output=True,
                           text=True, env=ENV, timeout=timeout)
 
@@ -154,8 +160,15 @@ def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(
     runner = subprocess.Popen([str(FLIGHTPLAN), "run", str(spec)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=ENV)
     try:
+        deadline = time.monotonic() + HANG_S
+        while (lock_holder(folder) or {}).get("pid") != runner.pid:
+            assert runner.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        second = _run(spec)                          # while the first holds the campaign
+        assert second.returncode == 1
+        assert f"being run by process {runner.pid}" in second.stderr
         target = None
-        for _ in range(2400):                       # until lora-r4 is mid-run
+        while time.monotonic() < deadline:          # until lora-r4 is mid-run
             if target is None and (folder / ".flightplan" / "ledger.sqlite").exists():
                 try:
                     target = _ids(folder).get("lora-r4")
@@ -165,10 +178,7 @@ def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(
                 break
             assert runner.poll() is None, "the runner ended before it could be killed"
             time.sleep(0.1)
-        assert target is not None
-        second = _run(spec, timeout=120)
-        assert second.returncode == 1
-        assert f"being run by process {runner.pid}" in second.stderr
+        assert target and _loss_rows(folder / "runs" / target / "measurements.jsonl") >= 3
     finally:
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
