@@ -2,7 +2,9 @@
 
 An exclusive, non-blocking ``fcntl.flock`` on ``.flightplan/lock``. The kernel drops the
 lock when the holder dies (even by SIGKILL), so a crashed runner never leaves a stale
-lock; the file keeps the holder's pid and start time only to name it in the message.
+lock. The holder writes its pid and start time into the file (and empties it when it
+lets go), so that the message can name it and :func:`lock_holder` can tell who runs the
+campaign without touching the lock.
 
 Usage::
 
@@ -29,18 +31,20 @@ LOCK_FILE = Path(".flightplan") / "lock"
 def lock_holder(campaign_dir: str | Path) -> dict | None:
     """The ``{pid, since}`` of the process that holds the lock, or None when it is free.
 
-    Probes the lock without taking it for longer than the probe.
+    Reads the pid the holder wrote and checks that the process lives (a runner killed by
+    SIGKILL leaves its pid behind, but no process); never takes the lock itself.
     """
-    path = Path(campaign_dir) / LOCK_FILE
-    if not path.exists():
+    holder = _read_holder(Path(campaign_dir) / LOCK_FILE)
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
         return None
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_holder(path)
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return holder
 
 
 def _read_holder(path: Path) -> dict:
@@ -86,6 +90,9 @@ class CampaignLock:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._handle is not None:
+            self._handle.seek(0)
+            self._handle.truncate()
+            self._handle.flush()
             fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
             self._handle.close()
             self._handle = None

@@ -40,8 +40,10 @@ def test_lock_held_by_another_process_is_freed_when_it_is_killed(tmp_path):
         with pytest.raises(LockHeld, match=f"process {proc.pid}"):
             with CampaignLock(tmp_path):
                 pass
+        assert lock_holder(tmp_path)["pid"] == proc.pid
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+    assert lock_holder(tmp_path) is None             # its pid is left, but no process
     with CampaignLock(tmp_path):
         assert lock_holder(tmp_path)["pid"] == os.getpid()
