@@ -30,16 +30,16 @@ from typing import Any
 from rich.console import Console
 
 from flightplan.close.manifest import write_json_atomic
-from flightplan.close.results import publish_data_check, publish_plan, publish_run
+from flightplan.close.results import publish_data_check, publish_plan
 from flightplan.corpus import corpus_root
 from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.catalog import catalog_for_spec
 from flightplan.run.data_check import run_data_check
-from flightplan.run.decision import (DECISIONS, RunShape, choose, cut_steps,
+from flightplan.run.decision import (DECISIONS, PilotFigures, RunShape, choose, cut_steps,
                                      estimate_run_seconds, replan_from_options)
 from flightplan.run.executor import Executor, Job, JobResult, LocalExecutor
-from flightplan.run.ids import config_hash, run_config, slug
+from flightplan.run.ids import config_hash, run_config, run_id
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
 from flightplan.run.pilot import PilotResult, run_pilot
@@ -133,12 +133,11 @@ def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
     planned = []
     for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
         task = _task_module(run, spec)
-        config = run_config(run.task, run.params, corpus, _base_revision(task, spec, run.params),
-                            str(getattr(task, "CODE_VERSION", "0")))
-        digest = config_hash(config)
-        run_id = f"{slug(run.name)}-{digest[:10]}"
-        planned.append(PlannedRun(run, run_id, digest,
-                                  spec.campaign_dir / "runs" / run_id))
+        identity = (run.task, run.params, corpus, _base_revision(task, spec, run.params),
+                    str(getattr(task, "CODE_VERSION", "0")))
+        ident = run_id(run.name, *identity)
+        planned.append(PlannedRun(run, ident, config_hash(run_config(*identity)),
+                                  spec.campaign_dir / "runs" / ident))
     return planned
 
 
@@ -309,7 +308,6 @@ class _Campaign:
                 "fitting_option": computed.fitting_option}
 
     def _re_estimates(self, pilot: dict[str, Any]) -> tuple[dict[str, Duration], dict[str, Any]]:
-        from flightplan.run.decision import PilotFigures
         durations: dict[str, Duration] = {}
         estimates: dict[str, Any] = {}
         names = {s.name for s in self.spec.stages}
