@@ -54,9 +54,10 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         expected_ids: the test example ids every product must cover (None: not checked).
 
     Returns:
-        One ``{run_id, name, tier, status, config_hash, metric_value, accepted, reasons,
-        reload_findings}`` per run, in the given order; ``reasons`` says why a run was not
-        accepted; ``reload_findings`` are the findings of the full reload (``[]`` when it
+        One ``{run_id, name, tier, status, config_hash, metric_value, accepted, usable,
+        reasons, reload_findings}`` per run, in the given order; ``reasons`` says why a run
+        was not accepted; ``usable`` is true when only the quality threshold (if anything)
+        kept it from being accepted: its predictions are sound for a comparison; ``reload_findings`` are the findings of the full reload (``[]`` when it
         reproduced every prediction; None when no reload was attempted).
     """
     section = spec.campaign
@@ -64,7 +65,7 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
     for run in runs:
         run_id, reasons = run["run_id"], []
         predictions = _load(results, run_id)
-        value, reproduced = None, None
+        value, reproduced, usable = None, None, False
         if run["status"] != "finished" or run.get("stop"):
             rule = (run.get("stop") or {}).get("rule")
             reasons.append(f"stopped by rule {rule}" if rule else f"status {run['status']}, "
@@ -79,6 +80,7 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
                 if missing:
                     reasons.append(f"predictions miss {len(missing)} expected example ids "
                                    f"(first: {', '.join(missing[:5])})")
+            usable = not reasons
             value = metric_value(section.metric, predictions.gold, predictions.predicted,
                                  len(predictions.labels))
             threshold = section.accept_at_least
@@ -91,7 +93,7 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         verdicts.append({"run_id": run_id, "name": run["name"], "tier": run.get("tier"),
                          "status": run["status"], "config_hash": run.get("config_hash"),
                          "metric_value": None if value is None else round(value, 6),
-                         "accepted": not reasons, "reasons": reasons,
+                         "accepted": not reasons, "usable": usable, "reasons": reasons,
                          "reload_findings": reproduced})
     return verdicts
 
@@ -103,8 +105,11 @@ def accepted_product_count(verdicts: list[dict[str, Any]]) -> int:
 
 def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]]
                 ) -> list[dict[str, Any]]:
-    """Each variant of the spec against its reference, on their accepted products.
+    """Each variant of the spec against its reference.
 
+    Both runs must be usable (finished, reloaded and reproduced, every test example
+    covered); a run below ``accept_at_least`` is not an accepted product but is still a
+    sound point of comparison (a weak control is exactly what a variant should beat).
     Both runs' predictions are aligned on the example ids they share; gold labels come
     from the reference's file.
 
@@ -125,10 +130,10 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]
                                      "run_id")}
         sides = [by_name.get(run.name), by_name.get(run.reference)]
         unusable = [name for name, v in zip((run.name, run.reference), sides)
-                    if v is None or not v["accepted"]]
+                    if v is None or not v["usable"]]
         if unusable:
             out.append(entry | {"verdict": "not_available",
-                                "reason": f"no accepted product for {' and '.join(unusable)}"})
+                                "reason": f"no usable predictions for {' and '.join(unusable)}"})
             continue
         variant = _load(results, entry["variant_run_id"])
         reference = _load(results, entry["reference_run_id"])

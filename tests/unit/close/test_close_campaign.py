@@ -159,3 +159,14 @@ def test_report_renders_in_headless_chromium(closed, tmp_path):
     for data in re.findall(r'src="data:image/png;base64,([^"]+)"', dom):
         height, width = imread(io.BytesIO(base64.b64decode(data)), format="png").shape[:2]
         assert height > 50 and width > 50
+
+
+def test_a_run_below_accept_at_least_is_still_compared(tmp_path, fake_task_env):
+    # accept_at_least 0.99: the control (1.0) is accepted, the variant (205/273) is not,
+    # yet the variant is compared with the control all the same
+    spec, ledger = make_campaign(tmp_path, accept=0.99)
+    outcome = close_campaign(spec, ledger)
+    assert outcome["accepted"] == [CONTROL]
+    (comparison,) = outcome["conclusion"]["comparisons"]
+    assert comparison["verdict"] == "does_not_meet"
+    assert comparison["difference"] == round(205 / 273 - 1, 6)
