@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -405,8 +406,12 @@ def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log
         folder = work / f"campaign-{campaign}"
         spec = copy(folder)
         rng_seed = seed * 1000 + campaign
-        run_points = crash_harness.draw_points(counts, n=per_campaign, seed=rng_seed, kinds=CAMPAIGN_KINDS,
-                                               timer_max_s=run_s)
+        # the i-th invocation of a chain has less left to do: draw among its first 1/(i+1)
+        run_points = [dataclasses.replace(p, nth=max(1, -(-p.nth // (i + 1))),
+                                          delay_s=round(max(5.0, p.delay_s / (i + 1)), 2))
+                      for i, p in enumerate(crash_harness.draw_points(
+                          counts, n=per_campaign, seed=rng_seed, kinds=CAMPAIGN_KINDS,
+                          timer_max_s=run_s))]
         close_points = crash_harness.draw_points(close_counts, n=1, seed=rng_seed, kinds=CLOSE_KINDS)
         report = crash_harness.crash_campaign(spec, run_points=run_points,
                                               close_points=close_points, reference=reference)
@@ -454,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=3)
     parser.add_argument("--script-points", type=int, default=20)
     parser.add_argument("--crash-points", type=int, default=50)
-    parser.add_argument("--per-campaign", type=int, default=5, help="crash points in a row on one copy")
+    parser.add_argument("--per-campaign", type=int, default=8, help="crash points in a row on one copy")
     parser.add_argument("--full-tiny", action="store_true",
                         help="crash the unmodified tiny campaign (240/80 reviews, 3 runs; slower)")
     args = parser.parse_args(argv)
