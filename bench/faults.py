@@ -25,6 +25,7 @@ Exit status 0 when every fault was handled, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import io
@@ -77,6 +78,7 @@ class Row:
     handled: int = 0
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    kinds: collections.Counter = field(default_factory=collections.Counter)
 
     def add(self, ok: bool, what: str) -> None:
         """Count one fault; keep ``what`` when it was not handled."""
@@ -373,6 +375,14 @@ CAMPAIGN_KINDS = [
 CLOSE_KINDS = [("runner", "replace", "results"), ("runner", "fsync", ""), ("runner", "commit", "")]
 
 
+def _kind(label: str) -> str:
+    """``run: trial fsync#3 (checkpoints) after`` → ``run: trial fsync (checkpoints)``."""
+    if "#" not in label:
+        return label.split(" at ")[0]
+    head, rest = label.split("#", 1)
+    return f"{head} {rest[rest.find('('):rest.find(')') + 1]}".strip() if "(" in rest else head
+
+
 def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log,
                            *, full_tiny: bool) -> list[Row]:
     """Kill the tiny campaign at ``n`` fired crash points (``per_campaign`` in a row on one
@@ -416,6 +426,7 @@ def bench_campaign_crashes(n: int, seed: int, per_campaign: int, work: Path, log
         report = crash_harness.crash_campaign(spec, run_points=run_points,
                                               close_points=close_points, reference=reference)
         fired = [label for label, a in report.attempts if a.fired]
+        row.kinds.update(_kind(label) for label in fired)
         ok = report.identical and not report.rejected
         for label in fired:
             row.add(ok, f"campaign {campaign}: {label}: differences {report.differences[:3]}, ledger "
@@ -438,6 +449,10 @@ def print_table(rows: list[Row]) -> None:
     print(f"|{'-' * (width + 2)}|------:|--------:|---------------|---------:|")
     for r in rows:
         print(f"| {r.family:<{width}} | {r.tried:5d} | {r.handled:7d} | {r.handled_means} | {r.seconds:8.0f} |")
+    for r in rows:
+        if r.kinds:
+            print(f"\n{r.family}, where they fired: "
+                  + "; ".join(f"{kind}: {count}" for kind, count in sorted(r.kinds.items())))
     lost = sum(r.tried - r.handled for r in rows)
     print(f"\nnothing lost: {'yes' if lost == 0 else f'NO ({lost} not handled)'}")
     for r in rows:
