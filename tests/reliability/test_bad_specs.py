@@ -21,7 +21,7 @@ from flightplan.spec import load_spec, parse_spec
 
 from .broken_specs import (BrokenSpec, base_spec, broken_spec, catalog_fault, dump_toml,
                            extreme_spec, raw_fault, renamed_spec)
-from .cli_harness import assert_clean_input_error, run_inprocess, run_subprocess, snapshot
+from .cli_harness import TINY, assert_clean_input_error, run_inprocess, run_subprocess, snapshot
 
 CI = settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 SAFE_RAW = ("bytes", "text", "empty", "nul")
@@ -69,7 +69,7 @@ def test_load_spec_refuses_files_that_are_not_campaigns(case: BrokenSpec) -> Non
     assert "\n" not in message and message.startswith(str(path) + ": ")
 
 
-@settings(CI, max_examples=60)
+@settings(CI, max_examples=30)
 @given(st.one_of(broken_spec(), raw_fault(SAFE_RAW)))
 def test_plan_cli_exits_2_with_one_line_and_writes_nothing(case: BrokenSpec) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -80,7 +80,7 @@ def test_plan_cli_exits_2_with_one_line_and_writes_nothing(case: BrokenSpec) -> 
     assert_clean_input_error(outcome, names=case.field)
 
 
-@settings(CI, max_examples=40)
+@settings(CI, max_examples=20)
 @given(catalog_fault())
 def test_plan_cli_names_an_offer_or_package_the_catalog_lacks(case: BrokenSpec) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -92,7 +92,7 @@ def test_plan_cli_names_an_offer_or_package_the_catalog_lacks(case: BrokenSpec) 
     assert_clean_input_error(outcome, names=case.field)
 
 
-@settings(CI, max_examples=25)
+@settings(CI, max_examples=12)
 @given(renamed_spec())
 def test_unicode_names_of_any_length_up_to_200_plan_cleanly(case: tuple[str, list[str]]) -> None:
     text, names = case
@@ -106,7 +106,7 @@ def test_unicode_names_of_any_length_up_to_200_plan_cleanly(case: tuple[str, lis
     assert "Traceback" not in outcome.stderr
 
 
-@settings(CI, max_examples=30)
+@settings(CI, max_examples=15)
 @given(extreme_spec())
 def test_plan_answers_extreme_but_legal_values_without_crashing(text: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
@@ -119,12 +119,13 @@ def test_plan_answers_extreme_but_legal_values_without_crashing(text: str) -> No
         assert_clean_input_error(outcome, names=None)
 
 
-# Real subprocesses: the console script, the verbs that write (run), a kept folder.
+# Real subprocesses: `plan` on the illustration file, `run` on the tiny one (it has the
+# [corpus] a run needs, so the planted fault is the first thing wrong with it).
 SUBPROCESS_CASES = {
     "wrong type": (("rental", "package_days"), "three", "rental.package_days"),
     "bad duration": (("run", 1, "duration"), "10 hours", "run[1].duration"),
     "unknown key": (("campaign", "qestion"), "x", "campaign.qestion"),
-    "cycle": (("stage", 0, "after"), ["report"], "after"),
+    "cycle": (("stage", 0, "after"), None, "after"),  # first stage after the last one
     "unknown offer": (("rental", "offer"), "H100 SXM", "rental.offer"),
 }
 
@@ -134,11 +135,11 @@ SUBPROCESS_CASES = {
 def test_console_script_refuses_broken_file_and_leaves_folder_byte_identical(
         tmp_path: Path, verb: str, label: str) -> None:
     where, value, field = SUBPROCESS_CASES[label]
-    doc = base_spec()
+    doc = base_spec() if verb == "plan" else tomllib.loads(TINY.read_text(encoding="utf-8"))
     holder = doc
     for part in where[:-1]:
         holder = holder[part]
-    holder[where[-1]] = value
+    holder[where[-1]] = value if value is not None else [doc["stage"][-1]["name"]]
     path = tmp_path / "campaign.toml"
     path.write_text(dump_toml(doc), encoding="utf-8")
     before = snapshot(tmp_path)
@@ -153,7 +154,7 @@ def test_console_script_refuses_a_missing_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-# Findings: each test below states what a campaign file should get and fails today.
+# Findings of this suite (fixed since in spec.py/units.py): kept as regression tests.
 
 @pytest.mark.parametrize("where", [("rental", "package_days"), ("rental", "flights"),
                                    ("campaign", "min_gain")])
