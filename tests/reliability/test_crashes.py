@@ -121,3 +121,23 @@ def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_
     assert report.ledger == []
     assert report.verify_code == 0
     assert report.rejected == []  # every kill left a complete checkpoint or a .tmp, never a bad one
+
+
+def test_a_publish_killed_mid_write_leaves_nothing_that_blocks_verify(tmp_path: Path) -> None:
+    """The runner and ``close`` write results/ with temp files beside the target; a kill
+    before the rename leaves one behind. The next publish must leave a directory that
+    verifies (internals.md: a campaign cut short still leaves a verifiable results/)."""
+    from flightplan.close.results import publish_plan
+    from flightplan.close.verify import verify_results
+
+    campaign = tmp_path / "campaign"
+    campaign.mkdir()
+    plan = {"stages": [], "reserved_hours": 1.0}
+    code = (f"from pathlib import Path\nfrom flightplan.close.results import publish_plan\n"
+            f"publish_plan(Path({str(campaign)!r}), {plan!r})\n")
+    point = CrashPoint("any", "replace", nth=1, contains="results")
+    crashed = run_with_crash([sys.executable, "-c", code], cwd=tmp_path, point=point,
+                             marker=tmp_path / "fired")
+    assert crashed.fired and crashed.code == -signal.SIGKILL
+    publish_plan(campaign, plan)
+    assert verify_results(campaign / "results", reload=False) == {"verified": True, "findings": []}
