@@ -125,7 +125,8 @@ def _refuse(artifact_dir: Path, message: str, **finding: Any) -> VerificationFai
 def load_artifact(artifact_dir: Path | str) -> Predictor:
     """Reload an artifact for inference.
 
-    The base encoder is rebuilt from the installed package (or, for ``random_init``,
+    Torch runs with the thread count recorded at training time (bitwise reproducible
+    predictions need it). The base encoder is rebuilt from the installed package (or, for ``random_init``,
     from the recorded seed and shape) and its weights' sha256 must equal the one
     recorded at training time; then the trained tensors are loaded (all of them, and
     nothing else: a missing or extra tensor is refused).
@@ -161,7 +162,8 @@ def load_artifact(artifact_dir: Path | str) -> Predictor:
     except (OSError, SafetensorError) as exc:
         raise _refuse(artifact_dir, f"unreadable {ARTIFACT_WEIGHTS} ({exc}); re-run the "
                       f"training run or restore the artifact") from None
-    model = build_classifier(section, params, n_labels=len(labels))
+    model = build_classifier(section, params, n_labels=len(labels),
+                             threads=int(config.get("torch_threads") or 1))
     expected = model.trainable_state()
     if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in state):
         raise _refuse(artifact_dir, f"{ARTIFACT_WEIGHTS} holds tensors "

@@ -41,9 +41,9 @@ from flightplan.tasks.textclf.inference import (EncodedSplit, classification_met
                                                 encode_split, example_embeddings,
                                                 predict_probabilities, prediction_rows,
                                                 write_predictions)
-from flightplan.tasks.textclf.model import (TORCH_THREADS, TaskParams, TextClassifier,
+from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
-                                            build_classifier, load_tokenizer)
+                                            build_classifier, load_tokenizer, torch_threads)
 
 __all__ = ["train", "lr_factor", "ENCODE_BATCH"]
 
@@ -120,7 +120,7 @@ def train(trial: Any) -> None:
     from flightplan.tasks.textclf import CODE_VERSION
 
     began = time.perf_counter()
-    torch.set_num_threads(TORCH_THREADS)
+    torch.set_num_threads(torch_threads())
     params = TaskParams.from_params(dict(trial.params))
     corpus_section, base_section, campaign_dir = _sections(trial)
     corpus = load_corpus(corpus_section, campaign_dir)

@@ -25,18 +25,20 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from flightplan.errors import SpecError
+from flightplan.errors import ArgumentError, SpecError
 from flightplan.spec import BaseModelSection
 
 __all__ = ["AdapterParams", "TaskParams", "TextClassifier", "TrainableParameters",
            "model_dir", "load_tokenizer", "build_classifier", "base_revision",
-           "TORCH_THREADS"]
+           "TORCH_THREADS", "THREADS_ENV", "torch_threads"]
 
 TORCH_THREADS = 1
-"""Intra-op threads, fixed so that results are bitwise stable. One, not the machine's two
-cores: on this shared 2-core machine, while other processes ran, two OpenMP threads
-spin-waiting for a descheduled peer made a one-review forward pass 40× slower (2.0 s vs
-0.05 s with one thread) and a LoRA step 3× slower (29 s vs 10 s)."""
+"""Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
+:func:`torch_threads`). One, not the machine's two cores: on this shared 2-core machine,
+while other processes ran, two OpenMP threads spin-waiting for a descheduled peer made a
+one-review forward pass 40× slower (2.0 s vs 0.05 s with one thread) and a LoRA step 3×
+slower (29 s vs 10 s). On an idle machine two threads are faster."""
+THREADS_ENV = "FLIGHTPLAN_TORCH_THREADS"
 WEIGHTS_FILE = "model.safetensors"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -102,6 +104,20 @@ class TaskParams(BaseModel):
             where = "params." + ".".join(str(p) for p in first["loc"])
             raise SpecError(f"{first.get('input')!r}: {first['msg']}", field=where,
                             value=first.get("input")) from None
+
+
+def torch_threads() -> int:
+    """Intra-op threads for training and prediction: ``$FLIGHTPLAN_TORCH_THREADS`` or
+    :data:`TORCH_THREADS`. Results are bitwise reproducible only at the same count, so
+    artifact.json records it and :func:`load_artifact` reuses it.
+
+    Raises:
+        ArgumentError: the variable is not a positive integer.
+    """
+    value = os.environ.get(THREADS_ENV, str(TORCH_THREADS))
+    if not value.isdigit() or int(value) < 1:
+        raise ArgumentError(f"{THREADS_ENV}={value!r}: give a positive number of threads")
+    return int(value)
 
 
 def model_dir(section: BaseModelSection) -> Path:
@@ -243,14 +259,16 @@ class TrainableParameters(nn.Module):
                                         for name, p in model.named_parameters() if p.requires_grad})
 
 
-def build_classifier(section: BaseModelSection, params: TaskParams, n_labels: int) -> TextClassifier:
+def build_classifier(section: BaseModelSection, params: TaskParams, n_labels: int, *,
+                     threads: int | None = None) -> TextClassifier:
     """The classifier for ``params``, initialised from ``params.seed``.
 
     The global torch RNG is seeded with ``params.seed`` first, so head and LoRA
     initialisation are reproducible; a ``random_init`` encoder uses ``params.seed`` too
-    (in a forked RNG). Threads are fixed at :data:`TORCH_THREADS`.
+    (in a forked RNG). Sets torch's intra-op threads to ``threads`` (default
+    :func:`torch_threads`).
     """
-    torch.set_num_threads(TORCH_THREADS)
+    torch.set_num_threads(threads or torch_threads())
     torch.manual_seed(params.seed)
     encoder = _build_encoder(section, params.seed)
     hidden = encoder.config.hidden_size
