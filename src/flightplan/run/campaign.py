@@ -29,12 +29,12 @@ from typing import Any
 
 from rich.console import Console
 
-from flightplan.close.manifest import write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.close.results import publish_data_check, publish_plan
 from flightplan.corpus import corpus_root
 from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
-from flightplan.plan.catalog import catalog_for_spec
+from flightplan.plan.catalog import catalog_for_spec, check_spec_against_catalog
 from flightplan.run.data_check import run_data_check
 from flightplan.run.decision import (DECISIONS, PilotFigures, RunShape, choose, cut_steps,
                                      estimate_run_seconds, replan_from_options)
@@ -404,6 +404,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         raise SpecError("the campaign has no [corpus], so it has nothing to train on; add "
                         "[corpus] with package or path and sha256 (plan works without it)",
                         file=spec.source, field="corpus")
+    # a campaign that does not plan is refused before anything is written
+    check_spec_against_catalog(spec, catalog_for_spec(spec))
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
