@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import sys
@@ -40,15 +39,12 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from flightplan.durable import hash_file, write_json_atomic
 from flightplan.errors import VerificationFailed
 
 __all__ = [
     "MANIFEST_NAME",
     "FORMAT",
-    "CHUNK_BYTES",
-    "hash_file",
-    "write_atomic",
-    "write_json_atomic",
     "read_manifest",
     "update_manifest",
     "writer_facts",
@@ -57,57 +53,6 @@ __all__ = [
 MANIFEST_NAME = "MANIFEST.json"
 FORMAT = "flightplan-results/1"
 _SHARED_PREFIXES = ("/usr", "/usr/local", "/")
-CHUNK_BYTES = 1 << 20  # 1 MiB reads: close to hashlib's own throughput on large files
-
-
-def hash_file(path: Path) -> tuple[int, str]:
-    """Size in bytes and sha256 hex digest of ``path``, read in 1 MiB chunks.
-
-    Raises:
-        OSError: the file cannot be read.
-    """
-    digest = hashlib.sha256()
-    size = 0
-    buffer = bytearray(CHUNK_BYTES)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            count = handle.readinto(buffer)
-            if not count:
-                break
-            digest.update(view[:count])
-            size += count
-    return size, digest.hexdigest()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temp file beside it, fsync, rename.
-
-    A reader sees either the old file or the new one, never a torn write.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def write_json_atomic(path: Path, value: Any) -> None:
-    """Write ``value`` as indented, key-sorted UTF-8 JSON (trailing newline), atomically."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    write_atomic(path, text.encode("utf-8"))
 
 
 def writer_facts(campaign_dir: Path) -> dict[str, list[str]]:
@@ -176,6 +121,18 @@ def _empty_manifest() -> dict[str, Any]:
             "runs": {}, "writer": {"tmpdirs": [], "absolute_roots": []}, "files": []}
 
 
+def _remove_stale_temp_files(results_dir: Path, *, listed: dict[str, Any]) -> None:
+    """Delete ``.<name>.<random>.tmp`` files a killed writer left (see :func:`write_atomic`).
+
+    Called under the results lock; only one campaign process writes ``results/`` (the
+    runner holds the campaign lock), so a temp file seen here is never still being written.
+    """
+    for path in results_dir.rglob(".*.tmp"):
+        rel = path.relative_to(results_dir).as_posix()
+        if rel not in listed and path.is_file() and not path.is_symlink():
+            path.unlink()
+
+
 def update_manifest(results_dir: Path, *, written: Iterable[str] = (),
                     removed_prefixes: Iterable[str] = (), meta: dict[str, Any] | None = None,
                     runs: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -210,6 +167,7 @@ def update_manifest(results_dir: Path, *, written: Iterable[str] = (),
             manifest[key] = value
         for run_id, facts in (runs or {}).items():
             manifest["runs"].setdefault(run_id, {}).update(facts)
+        _remove_stale_temp_files(results_dir, listed=entries)
         facts = writer_facts(results_dir.parent)
         writer = manifest.setdefault("writer", {})
         for key, items in facts.items():
