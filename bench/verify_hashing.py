@@ -4,7 +4,7 @@ Writes a results-like folder (one 256 MiB artifact, 200 small files of 4-64 KiB)
 temporary directory, warms the page cache, then times, alternately and five times each:
 
 - baseline: ``hashlib.file_digest(f, "sha256")`` on every file;
-- flightplan: :func:`flightplan.close.manifest.hash_file` (1 MiB ``readinto`` chunks).
+- flightplan: :func:`flightplan.durable.hash_file` (1 MiB ``readinto`` chunks).
 
 Prints MB/s of the best round of each and their ratio. Usage::
 
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flightplan.close.manifest import hash_file
+from flightplan.durable import hash_file
 
 
 def _make(folder: Path, big_mib: int) -> list[Path]:

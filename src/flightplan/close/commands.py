@@ -26,7 +26,8 @@ from flightplan.close.acceptance import accept_runs, accepted_product_count, com
 from flightplan.close.analysis import error_analysis, error_markdown, read_predictions
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
-from flightplan.close.manifest import update_manifest, write_atomic, write_json_atomic
+from flightplan.close.manifest import update_manifest
+from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.results import portable, publish_plan, publish_run, results_dir_of

@@ -29,7 +29,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from flightplan.close.manifest import update_manifest, write_atomic, write_json_atomic
+from flightplan.close.manifest import update_manifest
+from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.run.ledger import plan_sha256
 

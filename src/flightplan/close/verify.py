@@ -41,7 +41,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flightplan.close.manifest import MANIFEST_NAME, hash_file, read_manifest
+from flightplan.close.manifest import MANIFEST_NAME, read_manifest
+from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 
 __all__ = [

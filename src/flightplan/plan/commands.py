@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flightplan.close.manifest import write_atomic
+from flightplan.durable import write_atomic
 from flightplan.errors import ArgumentError
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog

@@ -43,13 +43,13 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from flightplan.close.manifest import hash_file
+from flightplan.durable import fsync_dir, hash_file
 from flightplan.errors import CheckpointError, UnsafeFileError
 
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
            "CheckpointFiles", "FileRecord", "Finding", "write_checkpoint", "read_manifest",
            "load_checkpoint", "check_checkpoint", "verify_checkpoint", "tensor_digests",
-           "fsync_dir", "step_dir_name"]
+           "step_dir_name"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -241,15 +241,6 @@ def tensor_digests(model: Mapping[str, Any], optimizer: Any,
                              "dtype": str(tensor.dtype).removeprefix("torch."),
                              "shape": list(tensor.shape)}
     return digests
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so that renames and new entries in it are durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],

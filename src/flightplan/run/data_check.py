@@ -28,7 +28,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from flightplan.close.manifest import write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.corpus import Corpus, Example, load_corpus, verify_hashes
 from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import BaseModelSection, CampaignSpec

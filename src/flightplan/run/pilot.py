@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from flightplan.close.manifest import write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.run.decision import PilotFigures
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
 

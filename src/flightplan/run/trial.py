@@ -37,7 +37,7 @@ from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from flightplan.close.manifest import write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, CheckpointError, SpecError, TrialStopped
 from flightplan.run.checkpoint import (BackgroundWriter, Components, SaveResult, Snapshot,
                                        apply_state, restore_rng, select_checkpoint)

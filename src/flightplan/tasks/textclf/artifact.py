@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import torch
 
-from flightplan.close.manifest import write_atomic, write_json_atomic
+from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.corpus import Example
 from flightplan.errors import VerificationFailed
 from flightplan.spec import BaseModelSection

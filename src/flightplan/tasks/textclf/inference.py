@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import torch
 from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
-from flightplan.close.manifest import write_atomic
+from flightplan.durable import write_atomic
 from flightplan.corpus import Example
 
 __all__ = ["EncodedSplit", "encode_split", "collate", "example_embeddings",

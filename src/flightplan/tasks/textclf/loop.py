@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from flightplan.close.manifest import write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.corpus import load_corpus, verify_hashes
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
