@@ -25,6 +25,15 @@ __all__ = ["CHUNK_BYTES", "fsync_dir", "hash_file", "write_atomic", "write_json_
 CHUNK_BYTES = 1 << 20  # 1 MiB reads: close to hashlib's own throughput on large files
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that renames and new entries in it are durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -62,6 +71,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, 0o666 & ~_UMASK)  # mkstemp makes 0600; results are for anyone
         with os.fdopen(handle, "wb") as out:
             out.write(data)
             out.flush()

@@ -420,7 +420,9 @@ def parse_spec(data: dict[str, Any], *, source: str = "campaign.toml",
     try:
         spec = CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        # a misspelt required key shows up as "missing" plus "extra": name the misspelling
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         field, message = _one_line(first)
         raise SpecError(message, file=source, field=field, value=first.get("input")) from None
     spec = spec.model_copy(update={"source": source,

@@ -68,6 +68,15 @@ def test_bad_input_is_one_line_naming_the_field(path: tuple, value: Any, pattern
     assert "\n" not in str(caught.value) and str(caught.value).startswith("campaign.toml: ")
 
 
+def test_a_misspelt_required_key_is_named_not_reported_missing() -> None:
+    doc = copy.deepcopy(BASE)
+    doc["rental"]["pakage_days"] = doc["rental"].pop("package_days")
+    with pytest.raises(SpecError) as caught:
+        parse_spec(doc)
+    assert str(caught.value) == ("campaign.toml: rental.pakage_days: unknown key 'pakage_days'; "
+                                 "did you mean 'package_days'?")
+
+
 def test_no_control_is_an_error() -> None:
     doc = copy.deepcopy(BASE)
     doc["run"][0]["reference"] = "lora-r8"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flightplan.errors import ArgumentError
+
 
 def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     """``flightplan checkpoint verify DIR``: reload a checkpoint in a fresh process, re-hash
@@ -15,6 +17,13 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     """
     from flightplan.run.checkpoint_io import verify_checkpoint
 
+    if not directory.is_dir():
+        raise ArgumentError(f"{directory}: no such directory; give a checkpoint folder "
+                            f"such as runs/<run_id>/checkpoints/step-000010")
+    steps = sorted(p.name for p in directory.glob("step-*") if p.is_dir())
+    if steps and not (directory / "manifest.json").exists():
+        raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
+                            f"not one; give one of them, e.g. {directory / steps[-1]}")
     report = verify_checkpoint(directory)
     if as_json:
         print(json.dumps(report, indent=2))
@@ -79,7 +88,6 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         SpecError: the campaign file is missing or invalid.
         ArgumentError: the campaign has no ledger yet (it was never run).
     """
-    from flightplan.errors import ArgumentError
     from flightplan.run.ledger import LEDGER_FILE, Ledger
     from flightplan.run.lock import lock_holder
     from flightplan.spec import load_spec
@@ -183,7 +191,6 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     """
     import difflib
 
-    from flightplan.errors import ArgumentError
     from flightplan.run.ledger import Ledger
     from flightplan.spec import load_spec
 

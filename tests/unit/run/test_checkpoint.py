@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from flightplan.errors import UnsafeFileError
+from flightplan.errors import ArgumentError, UnsafeFileError
 from flightplan.run.checkpoint import capture_rng, restore_rng
 from flightplan.run.checkpoint_io import load_checkpoint, verify_checkpoint
 from flightplan.run.commands import checkpoint_verify_command
@@ -100,6 +100,15 @@ def test_verify_command_in_a_fresh_process(tmp_path, capsys):
     assert checkpoint_verify_command(step_dir, as_json=False) == 1
     out = capsys.readouterr().out
     assert f"{step_dir}: sha256: optimizer.safetensors: sha256 " in out
+
+
+def test_verify_command_given_the_checkpoints_folder_names_a_step_folder(tmp_path):
+    _, _, step_dir = _saved(tmp_path)
+    with pytest.raises(ArgumentError, match=rf"holds checkpoints \(step-000005\), it is not one; "
+                                            rf"give one of them, e.g. .*step-000005$"):
+        checkpoint_verify_command(step_dir.parent, as_json=False)
+    with pytest.raises(ArgumentError, match="no such directory"):
+        checkpoint_verify_command(tmp_path / "nowhere", as_json=False)
 
 
 class Payload:
