@@ -190,11 +190,7 @@ def close_command(spec_path: Path, *, as_json: bool) -> int:
     from flightplan.run.ledger import Ledger
 
     spec = load_spec(spec_path)
-    try:
-        ledger = Ledger.open(spec.campaign_dir, create=False)
-    except FileNotFoundError:
-        raise ArgumentError(f"{spec_path}: the campaign has no ledger; run `flightplan run "
-                            f"{spec_path}` before closing it") from None
+    ledger = Ledger.open(spec.campaign_dir, create=False)
     try:
         outcome = close_campaign(spec, ledger)
     finally:

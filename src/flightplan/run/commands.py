@@ -88,16 +88,12 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         SpecError: the campaign file is missing or invalid.
         ArgumentError: the campaign has no ledger yet (it was never run).
     """
-    from flightplan.run.ledger import LEDGER_FILE, Ledger
+    from flightplan.run.ledger import Ledger
     from flightplan.run.lock import lock_holder
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
-    try:
-        ledger = Ledger.open(spec.campaign_dir, create=False)
-    except FileNotFoundError:
-        raise ArgumentError(f"{spec.campaign_dir / LEDGER_FILE}: no ledger yet; run "
-                            f"`flightplan run {spec_path}` first") from None
+    ledger = Ledger.open(spec.campaign_dir, create=False)
     with ledger:
         snapshot = ledger.snapshot()
     holder = lock_holder(spec.campaign_dir)

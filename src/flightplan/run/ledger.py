@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from flightplan.errors import ArgumentError
 from flightplan.run.ids import canonical_json
 
 __all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES", "plan_sha256"]
@@ -110,12 +111,14 @@ class Ledger:
         """Open (creating when ``create``) ``.flightplan/ledger.sqlite`` under ``campaign_dir``.
 
         Raises:
-            FileNotFoundError: ``create`` is false and the campaign has no ledger yet.
+            ArgumentError: ``create`` is false and the campaign has no ledger yet (it was
+                never run); the message says to run it first.
         """
         path = Path(campaign_dir) / LEDGER_FILE
         if not path.exists():
             if not create:
-                raise FileNotFoundError(path)
+                raise ArgumentError(f"{path}: no ledger yet; the campaign was never run: "
+                                    f"run `flightplan run` on its campaign file first")
             path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
         db.row_factory = sqlite3.Row
