@@ -6,6 +6,7 @@
     ├── InputError                   exit 2: bad input, one line naming the field and the fix
     │   ├── SpecError                the campaign file (carries file, field, value)
     │   ├── CatalogError             the built-in or a user catalog (file, field, value)
+    │   ├── TaskError                a task that cannot be found or breaks the protocol
     │   └── ArgumentError            a command-line argument
     └── CheckFailed                  exit 1: a check ran and found faults
         ├── CheckpointError          a checkpoint is missing, corrupt or refused
@@ -28,6 +29,7 @@ __all__ = [
     "InputError",
     "SpecError",
     "CatalogError",
+    "TaskError",
     "ArgumentError",
     "CheckFailed",
     "CheckpointError",
@@ -78,6 +80,11 @@ class SpecError(_LocatedInputError):
 
 class CatalogError(_LocatedInputError):
     """A catalog (built-in or user file) is invalid, or names an unknown offer/package."""
+
+
+class TaskError(_LocatedInputError):
+    """A task (built-in name, file or module) cannot be found, imported, or lacks a
+    required function of the protocol (:mod:`flightplan.tasks.protocol`)."""
 
 
 class ArgumentError(InputError):

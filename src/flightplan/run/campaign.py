@@ -20,7 +20,6 @@ Usage::
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from flightplan.run.pilot import PilotResult, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.spec import CampaignSpec, Run
+from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
 from flightplan.units import Duration
 
 __all__ = ["PlannedRun", "CampaignOutcome", "plan_runs", "trial_document", "expense_rows",
@@ -64,6 +64,7 @@ class PlannedRun:
     run_id: str
     config_hash: str
     run_dir: Path
+    task_source: TaskSource
 
 
 @dataclass
@@ -92,52 +93,35 @@ class CampaignOutcome:
                 "wall_s": self.wall_s}
 
 
-def _task_module(run: Run, spec: CampaignSpec) -> Any:
-    """The task module ``flightplan.tasks.<task>`` (what the worker imports).
+def _load_task(run: Run, spec: CampaignSpec) -> LoadedTask:
+    """The run's task, loaded as the worker will load it.
 
     Raises:
-        SpecError: no such task (names the run's ``task`` field).
+        TaskError: no such task, or it breaks the protocol (names ``run[i].task``).
     """
-    try:
-        return importlib.import_module(f"flightplan.tasks.{run.task}")
-    except ModuleNotFoundError as exc:
-        if exc.name not in (f"flightplan.tasks.{run.task}", "flightplan.tasks"):
-            raise
-        index = spec.runs.index(run)
-        raise SpecError(f"no task {run.task!r} in flightplan.tasks; use a built-in task "
-                        f"such as \"textclf\"", file=spec.source, field=f"run[{index}].task",
-                        value=run.task) from None
-
-
-def _base_revision(task: Any, spec: CampaignSpec, params: dict[str, Any]) -> Any:
-    """The base model revision that goes into the run id.
-
-    A task may define ``base_revision(base_model_section, params)``; ``textclf`` keeps
-    it in its model module (``init_seed`` = params ``seed`` for random encoders).
-    """
-    from flightplan.spec import BaseModelSection
-
-    section = spec.base_model or BaseModelSection()
-    if callable(getattr(task, "base_revision", None)):
-        return task.base_revision(section, params)
-    if task.__name__ == "flightplan.tasks.textclf":
-        from flightplan.tasks.textclf.model import base_revision
-        return base_revision(section, init_seed=int(params.get("seed", 0)))
-    return None
+    index = spec.runs.index(run)
+    return load_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
 
 
 def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
     """Every run of the spec with its id, in tier order (essential, useful,
-    exploratory; file order within a tier)."""
+    exploratory; file order within a tier).
+
+    Raises:
+        TaskError: a run's task cannot be loaded.
+    """
+    from flightplan.spec import BaseModelSection
+
     corpus = dict(spec.corpus.sha256) if spec.corpus else {}
+    base_model = spec.base_model or BaseModelSection()
     planned = []
     for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
-        task = _task_module(run, spec)
-        identity = (run.task, run.params, corpus, _base_revision(task, spec, run.params),
-                    str(getattr(task, "CODE_VERSION", "0")))
+        task = _load_task(run, spec)
+        identity = (run.task, run.params, corpus, task.base_revision(base_model, run.params),
+                    task.source.code_version)
         ident = run_id(run.name, *identity)
         planned.append(PlannedRun(run, ident, config_hash(run_config(*identity)),
-                                  spec.campaign_dir / "runs" / ident))
+                                  spec.campaign_dir / "runs" / ident, task.source))
     return planned
 
 
@@ -154,7 +138,9 @@ def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> 
             "base_model": None if spec.base_model is None
             else spec.base_model.model_dump(mode="json"),
             "campaign_dir": str(spec.campaign_dir), "resume": resume,
-            "config_hash": planned.config_hash, "max_steps": None}
+            "config_hash": planned.config_hash, "max_steps": None,
+            "code_version": planned.task_source.code_version,
+            "task_source": planned.task_source.to_json()}
 
 
 def expense_rows(spec: CampaignSpec) -> list[dict[str, Any]]:

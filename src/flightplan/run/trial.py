@@ -75,6 +75,7 @@ class TrialFile(BaseModel):
     campaign_dir: str | None = None
     resume: bool = False
     config_hash: str | None = None
+    code_version: str | None = None
 
 
 def _item(value: Any) -> Any:

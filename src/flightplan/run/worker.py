@@ -1,23 +1,25 @@
 """The process that runs one trial: ``python -m flightplan.run.worker <run_dir>/trial.json``.
 
 It builds the :class:`~flightplan.run.trial.Trial` from the file, sets ``FLIGHTPLAN_TRIAL``
-for code that calls ``Trial.from_env()``, imports ``flightplan.tasks.<task>`` only then and
-calls its ``train(trial)``. If ``train`` returns without calling ``trial.finish()``, the
-worker calls it.
+for code that calls ``Trial.from_env()``, loads the task only then
+(:func:`flightplan.tasks.loader.load_task`: a built-in name, a file or a module, resolved
+against the campaign directory), checks that its code is the code the run id was made
+from (``task_source.code_version`` in trial.json), and calls its ``train(trial)``. If
+``train`` returns without calling ``trial.finish()``, the worker calls it.
 
 Exit codes:
 
 ====  ==================================================================
 0     finished (``done.json`` written)
 1     stopped by a rule (``stop.json`` written)
-2     bad trial.json, or no task of that name
+2     bad trial.json, no such task, a task that breaks the protocol, or a task whose
+      code changed since the run id was made
 3     crashed (traceback on stderr, which the executor keeps in log.txt)
 ====  ==================================================================
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import traceback
@@ -43,13 +45,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     os.environ[TRIAL_ENV] = os.path.abspath(args[0])
+    from flightplan.tasks.loader import load_task
+
     try:
-        task = importlib.import_module(f"flightplan.tasks.{trial.task}")
-    except ModuleNotFoundError as exc:
-        if exc.name not in (f"flightplan.tasks.{trial.task}", "flightplan.tasks"):
-            raise
-        print(f"error: {args[0]}: task: no task {trial.task!r} in flightplan.tasks; "
-              f"fix the run's task in the campaign file", file=sys.stderr)
+        task = load_task(trial.task, trial.config.campaign_dir or ".", field="task",
+                         source=args[0])
+        expected = trial.config.code_version
+        if expected is not None and task.source.code_version != expected:
+            raise InputError(f"{args[0]}: task {trial.task!r} changed since its run id was "
+                             f"made ({task.source.code_version} is not {expected}); run "
+                             f"flightplan run again, which gives the new code a new run id")
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         task.train(trial)

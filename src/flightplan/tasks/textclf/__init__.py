@@ -5,31 +5,55 @@ tests) with a trained linear head on mean-pooled embeddings. Variants: peft LoRA
 adapters plus the head. See :mod:`.model` for the params, :mod:`.loop` for the training loop,
 :mod:`.artifact` for what a run leaves behind and how it reloads.
 
-Task contract (``docs/internals.md``)::
+One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
 
-    CODE_VERSION                       # part of every run id
-    train(trial)                       # trains, evaluates, writes predictions/metrics/artifact
-    load_artifact(artifact_dir)        # -> Predictor; refuses a base whose weights differ
+    CODE_VERSION                                  # stands for the code in run ids
+    train(trial)                                  # trains, evaluates, writes outputs
+    predict(artifact_dir, out, *, campaign_dir, limit)   # reload in a fresh process
+    base_revision(base_model, params)             # {package, version, weights_sha256, ...}
 
-``train`` and ``load_artifact`` are imported on first use, so reading ``CODE_VERSION``
-does not import torch.
+The hooks import torch on first use, so reading ``CODE_VERSION`` does not.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping
 
-__all__ = ["CODE_VERSION", "train", "load_artifact"]
+__all__ = ["CODE_VERSION", "train", "predict", "base_revision", "load_artifact"]
 
 CODE_VERSION = "1"
 """Bump when a change alters what a run computes (a new version gives new run ids)."""
 
 
-def __getattr__(name: str) -> Any:
-    if name == "train":
-        from flightplan.tasks.textclf.loop import train
-        return train
-    if name == "load_artifact":
-        from flightplan.tasks.textclf.artifact import load_artifact
-        return load_artifact
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def train(trial: Any) -> None:
+    """Train one textclf run (:func:`flightplan.tasks.textclf.loop.train`)."""
+    from flightplan.tasks.textclf.loop import train as train_loop
+
+    train_loop(trial)
+
+
+def predict(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
+            limit: int | None = None) -> int:
+    """Reload the artifact and write its predictions (:mod:`.predict`); rows written."""
+    from flightplan.tasks.textclf.predict import predict_to_csv
+
+    return predict_to_csv(artifact_dir, out, limit=limit, campaign_dir=campaign_dir)
+
+
+def base_revision(base_model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The base model revision for run ids (``init_seed`` = params ``seed``)."""
+    from flightplan.spec import BaseModelSection
+    from flightplan.tasks.textclf.model import base_revision as revision
+
+    section = base_model if base_model is not None else BaseModelSection()
+    if isinstance(section, Mapping):
+        section = BaseModelSection.model_validate(section)
+    return revision(section, init_seed=int(params.get("seed", 0)))
+
+
+def load_artifact(artifact_dir: Path) -> Any:
+    """The reloaded predictor (:func:`flightplan.tasks.textclf.artifact.load_artifact`)."""
+    from flightplan.tasks.textclf.artifact import load_artifact as load
+
+    return load(artifact_dir)

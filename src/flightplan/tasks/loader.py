@@ -1,0 +1,261 @@
+"""Finding, hashing and importing a task named in a campaign file.
+
+A run's ``task`` is one of:
+
+- a built-in task name (``"textclf"``): the module ``flightplan.tasks.textclf``;
+- a Python file relative to the campaign directory (``"train.py"``, ``"tasks/reg.py"``);
+- a dotted module name importable with the campaign directory first on ``sys.path``
+  (``"mypkg.train"``).
+
+**Code identity** (part of every run id, ``docs/tasks.md``): a built-in task stands for its
+code with its ``CODE_VERSION``; a file task with ``sha256:<hex>`` of the file's bytes (what
+``sha256sum train.py`` prints); a module task with ``sha256:<hex>`` of the file's bytes
+when it is one file, or, for a package, of the listing ``"<sha256>  <relative path>\\n"``
+of every ``*.py`` file under the package folder sorted by path (what ``sha256sum`` prints
+for those files, sorted). Editing the code gives new run ids; unchanged code resumes.
+
+Usage::
+
+    task = load_task("train.py", campaign_dir)     # TaskError if missing or no train()
+    task.source.code_version                       # "sha256:…"
+    task.train(trial); task.base_revision(base_model, params)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, Mapping
+
+from flightplan.errors import TaskError
+from flightplan.tasks.protocol import HOOKS, REQUIRED, hook_signature
+
+__all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
+           "source_listing"]
+
+BUILTIN_TASKS: Mapping[str, str] = {"textclf": "flightplan.tasks.textclf"}
+"""Built-in task names and their modules."""
+
+
+@dataclass(frozen=True)
+class TaskSource:
+    """Where a task's code is and what stands for it in run ids.
+
+    ``ref``: as written in the campaign file; ``kind``: ``builtin``, ``file`` or
+    ``module``; ``module_name``: what it is imported as; ``files``: the source files
+    hashed, relative to ``root`` (empty for a built-in task); ``code_version``: the
+    built-in ``CODE_VERSION`` or ``sha256:<hex>`` (module docstring).
+    """
+
+    ref: str
+    kind: Literal["builtin", "file", "module"]
+    module_name: str
+    root: Path | None
+    files: tuple[str, ...]
+    code_version: str
+
+    def to_json(self) -> dict[str, Any]:
+        """``{ref, kind, module, root, files, code_version}`` (trial.json's ``task_source``)."""
+        return {"ref": self.ref, "kind": self.kind, "module": self.module_name,
+                "root": None if self.root is None else str(self.root),
+                "files": list(self.files), "code_version": self.code_version}
+
+
+def source_listing(root: Path, files: tuple[str, ...]) -> str:
+    """``"<sha256>  <path>\\n"`` per file, sorted by path (``sha256sum``'s format).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    lines = []
+    for name in sorted(files):
+        digest = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        lines.append(f"{digest}  {name}\n")
+    return "".join(lines)
+
+
+def _code_version(root: Path, files: tuple[str, ...], *, package: bool) -> str:
+    if not package:
+        return "sha256:" + hashlib.sha256((root / files[0]).read_bytes()).hexdigest()
+    return "sha256:" + hashlib.sha256(source_listing(root, files).encode("utf-8")).hexdigest()
+
+
+def _file_module_name(path: Path, digest: str) -> str:
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"flightplan_task_{stem}_{digest[7:19]}"
+
+
+def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
+                 source: str | None = None) -> TaskSource:
+    """Find the task ``ref`` and hash its code, without running it (a dotted module name
+    imports its parent packages to locate it).
+
+    Args:
+        ref: the run's ``task`` value.
+        campaign_dir: the campaign file's folder (file tasks are relative to it).
+        field, source: where ``ref`` came from, for error messages.
+
+    Raises:
+        TaskError: no built-in task, file or module of that name (names the fix).
+    """
+    ref = str(ref).strip()
+    campaign_dir = Path(campaign_dir).resolve()
+    if ref in BUILTIN_TASKS:
+        module = importlib.import_module(BUILTIN_TASKS[ref])
+        return TaskSource(ref, "builtin", module.__name__, None, (),
+                          str(getattr(module, "CODE_VERSION", "0")))
+    if ref.endswith(".py"):
+        path = (campaign_dir / ref).resolve()
+        if not path.is_file():
+            raise TaskError(f"no task file {path}; give a Python file relative to the campaign "
+                            f"file, a module name, or a built-in task "
+                            f"({', '.join(BUILTIN_TASKS)})", file=source, field=field, value=ref)
+        version = _code_version(path.parent, (path.name,), package=False)
+        return TaskSource(ref, "file", _file_module_name(path, version), path.parent,
+                          (path.name,), version)
+    if not all(part.isidentifier() for part in ref.split(".")):
+        raise TaskError(f"{ref!r} is not a built-in task ({', '.join(BUILTIN_TASKS)}), a .py "
+                        f"file or a dotted module name; fix the run's task", file=source,
+                        field=field, value=ref)
+    with _on_path(campaign_dir):
+        try:
+            spec = importlib.util.find_spec(ref)
+        except (ImportError, ValueError) as exc:
+            spec, reason = None, f" ({type(exc).__name__}: {exc})"
+        else:
+            reason = ""
+    if spec is None or spec.origin is None or not Path(spec.origin).is_file():
+        raise TaskError(f"no module {ref!r} importable from {campaign_dir}{reason}; give a "
+                        f".py file, a module under the campaign folder, or a built-in task "
+                        f"({', '.join(BUILTIN_TASKS)})", file=source, field=field, value=ref)
+    origin = Path(spec.origin).resolve()
+    if spec.submodule_search_locations:
+        root = origin.parent
+        files = tuple(sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                             if "__pycache__" not in p.parts))
+        version = _code_version(root, files, package=True)
+    else:
+        root, files = origin.parent, (origin.name,)
+        version = _code_version(root, files, package=False)
+    return TaskSource(ref, "module", ref, root, files, version)
+
+
+class _on_path:
+    """Put a folder first on ``sys.path`` for the duration of a ``with`` block (left there
+    when ``keep`` is set, so a task's own imports keep working)."""
+
+    def __init__(self, folder: Path, *, keep: bool = False) -> None:
+        self.folder, self.keep = str(folder), keep
+
+    def __enter__(self) -> None:
+        self.added = self.folder not in sys.path
+        if self.added:
+            sys.path.insert(0, self.folder)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.added and not self.keep and self.folder in sys.path:
+            sys.path.remove(self.folder)
+
+
+def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
+    if source.kind == "builtin":
+        return importlib.import_module(source.module_name)
+    if source.module_name in sys.modules:
+        return sys.modules[source.module_name]
+    with _on_path(campaign_dir, keep=True):
+        if source.kind == "module":
+            return importlib.import_module(source.module_name)
+        path = source.root / source.files[0]  # type: ignore[operator]
+        spec = importlib.util.spec_from_file_location(source.module_name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[source.module_name] = module
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except BaseException:
+            del sys.modules[source.module_name]
+            raise
+        return module
+
+
+@dataclass(frozen=True)
+class LoadedTask:
+    """An imported task: its :class:`TaskSource`, its module, and the protocol's hooks
+    with their defaults (:mod:`flightplan.tasks.protocol`)."""
+
+    source: TaskSource
+    module: ModuleType
+
+    def train(self, trial: Any) -> None:
+        """Run the task's ``train(trial)``."""
+        self.module.train(trial)
+
+    def base_revision(self, base_model: Any, params: Mapping[str, Any]) -> Any:
+        """The task's ``base_revision(base_model, params)``, or None without the hook."""
+        hook = getattr(self.module, "base_revision", None)
+        return None if hook is None else hook(base_model, dict(params))
+
+    def data_check(self, corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]]
+                   ) -> dict[str, Any]:
+        """The task's own data-check figures (``{}`` without the hook)."""
+        hook = getattr(self.module, "data_check", None)
+        return {} if hook is None else dict(hook(corpus, {k: dict(v) for k, v
+                                                          in params_by_run.items()}))
+
+    def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
+                     params: Mapping[str, Any]) -> float | None:
+        """Seconds one run takes by the task's cost model (None without the hook)."""
+        hook = getattr(self.module, "estimate_run", None)
+        return None if hook is None else hook(pilot, data_check, dict(params))
+
+    @property
+    def can_predict(self) -> bool:
+        """Whether the task has a reload entry (``predict``)."""
+        return callable(getattr(self.module, "predict", None))
+
+    def predict(self, artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
+                limit: int | None = None) -> int:
+        """Reload ``artifact_dir`` and write its predictions to ``out``; rows written.
+
+        Raises:
+            TaskError: the task has no ``predict`` hook.
+        """
+        if not self.can_predict:
+            raise TaskError(f"task {self.source.ref!r} has no predict hook, so its artifact "
+                            f"cannot be reloaded; define {hook_signature('predict')}")
+        return int(self.module.predict(Path(artifact_dir), Path(out),
+                                       campaign_dir=campaign_dir, limit=limit))
+
+
+def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
+              source: str | None = None) -> LoadedTask:
+    """Resolve and import the task ``ref`` and check it against the protocol.
+
+    Raises:
+        TaskError: not found, fails to import (the exception named), lacks ``train``, or
+            defines a hook that is not a function.
+    """
+    campaign_dir = Path(campaign_dir).resolve()
+    found = resolve_task(ref, campaign_dir, field=field, source=source)
+    try:
+        module = _import(found, campaign_dir)
+    except TaskError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's import error, named in one line
+        raise TaskError(f"importing task {ref!r} failed ({type(exc).__name__}: {exc}); fix "
+                        f"the task's code", file=source, field=field, value=ref) from None
+    for name in REQUIRED:
+        if not callable(getattr(module, name, None)):
+            raise TaskError(f"task {ref!r} defines no function {name}(trial); every task "
+                            f"defines def {name}(trial): ... (docs/tasks.md)", file=source,
+                            field=field, value=ref)
+    for name in HOOKS:
+        if hasattr(module, name) and not callable(getattr(module, name)):
+            raise TaskError(f"task {ref!r}: {name} is not a function; define "
+                            f"{hook_signature(name)} or remove it", file=source, field=field,
+                            value=ref)
+    return LoadedTask(found, module)
