@@ -125,6 +125,10 @@ class Run(_Strict):
 
     ``duration`` is the estimate before the pilot; ``gpu_memory_gb`` the memory one GPU
     must have; a run always uses GPUs (on the machine) and never spans two flights.
+    ``task`` is a built-in task, a ``.py`` file beside the campaign file or a module
+    (docs/tasks.md). ``steps`` (optional) are the run's planned optimizer steps: the
+    decision point re-estimates the run from them and the pilot's step time (default:
+    the control's planned steps as its pilot reported them).
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -133,6 +137,7 @@ class Run(_Strict):
     task: str = "textclf"
     params: dict[str, Any] = Field(default_factory=dict)
     duration: DurationField
+    steps: Int | None = Field(default=None, gt=0)
     gpus: Int = Field(default=1, ge=1)
     gpu_memory_gb: Float | None = Field(default=None, gt=0)
     after: list[str] = Field(default_factory=list)

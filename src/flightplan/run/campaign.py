@@ -35,13 +35,14 @@ from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.catalog import catalog_for_spec, check_spec_against_catalog
 from flightplan.run.data_check import run_data_check
-from flightplan.run.decision import (DECISIONS, PilotFigures, RunShape, choose, cut_steps,
-                                     estimate_run_seconds, replan_from_options)
+from flightplan.run.decision import (DECISIONS, PilotFigures, PilotRecord, choose,
+                                     control_steps, cut_steps, estimate_run_seconds,
+                                     replan_from_options)
 from flightplan.run.executor import Executor, Job, JobResult, LocalExecutor
 from flightplan.run.ids import config_hash, run_config, run_id
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
-from flightplan.run.pilot import PilotResult, run_pilot
+from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, read_rows, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.spec import CampaignSpec, Run
@@ -192,6 +193,12 @@ class _Campaign:
         return CampaignOutcome(self.spec.campaign.name, code, message, stopped_by,
                                runs=rows, wall_s=time.time() - self.started, **parts)
 
+    def _stopped(self, by: str, message: str, **parts: Any) -> CampaignOutcome:
+        """The campaign stops here: a ``campaign_stopped`` event ``{by, message}`` in the
+        ledger (plan vs execution reads it) and the outcome, exit code 1."""
+        self.ledger.add_event("campaign_stopped", data={"by": by, "message": message})
+        return self.outcome(message, code=1, stopped_by=by, **parts)
+
     # -- the steps --------------------------------------------------------------------
     def prepare(self) -> None:
         spec, ledger = self.spec, self.ledger
@@ -208,6 +215,7 @@ class _Campaign:
         for run_id in ledger.reset_interrupted():
             self.say(f"{run_id} was interrupted; it resumes from its last checkpoint")
         self.planned = plan_runs(spec)
+        self.tasks = {run.name: _load_task(run, spec) for run in spec.runs}
         for planned in self.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
@@ -223,8 +231,8 @@ class _Campaign:
             self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
                                      event="data_check", data=_check_summary(report))
             publish_data_check(self.dir, report)
-            return self.outcome(f"data check: {exc}", code=1, stopped_by="data_check",
-                                data_check=_check_summary(report))
+            return self._stopped("data_check", f"data check: {exc}",
+                                 data_check=_check_summary(report))
         self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
                                  event="data_check", data=_check_summary(report))
         publish_data_check(self.dir, report)
@@ -248,16 +256,19 @@ class _Campaign:
                  f"new process")
         result: PilotResult = run_pilot(
             trial_document(self.spec, control, resume=False), self.dir, report,
-            executor=self.executor, on_start=self._bar, on_progress=self._progress)
+            task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
+            on_progress=self._progress)
         data = dict(result.to_json(), control_id=control.run_id)
         self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
                                  ended_at=result.ended_at, event="pilot", data=data)
         if not result.ok:
-            rule = "no_usable_resume" if self.spec.stop.require_resume else None
-            self.say(f"pilot failed: {result.message}")
-            if rule:
-                return self.outcome(f"campaign stopped by rule {rule}: {result.message}",
-                                    code=1, stopped_by="pilot", pilot=data)
+            self.say(f"pilot failed ({result.cause}): {result.message}")
+            if result.cause not in RESUME_CAUSES:
+                return self._stopped("pilot", f"campaign stopped: the pilot failed "
+                                              f"({result.cause}): {result.message}", pilot=data)
+            if self.spec.stop.require_resume:
+                return self._stopped("pilot", f"campaign stopped by rule no_usable_resume: "
+                                              f"{result.message}", pilot=data)
         else:
             self.say(f"pilot ok: {result.message}")
         return data
@@ -304,20 +315,34 @@ class _Campaign:
         if not pilot.get("figures"):
             return durations, estimates
         figures = PilotFigures(**pilot["figures"])
+        control = next(p for p in self.planned if p.run.name == self.spec.control.name)
+        pilot_dir = self.dir / "runs" / pilot_id(control.run_id)
+        record = PilotRecord(figures, read_rows(pilot_dir), read_rows(pilot_dir / "resume"))
+        report = self._data_check_report()
         policy = self.spec.checkpoint
         mtbi = policy.mean_time_between_interruptions
+        timing = {"tolerated_loss_s": policy.tolerated_loss.seconds,
+                  "mtbi_s": mtbi.seconds if mtbi else None}
+        default_steps = control_steps(figures)
         for run in self.spec.runs:
-            params = run.params
-            adapter = params.get("adapter") or {}
-            shape = RunShape(run.name, run.tier, int(params.get("max_length", 128)),
-                             int(params.get("batch_size", 16)), int(params.get("epochs", 3)),
-                             trains_encoder=adapter.get("kind", "none") != "none")
-            estimate = estimate_run_seconds(shape, figures,
-                                            tolerated_loss_s=policy.tolerated_loss.seconds,
-                                            mtbi_s=mtbi.seconds if mtbi else None)
+            estimate = self.tasks[run.name].estimate_run(record, report, run.params, **timing)
+            if estimate is not None:
+                estimate = dict(estimate, model="task")
+            elif (run.steps or default_steps) is not None:
+                estimate = dict(estimate_run_seconds(figures, steps=run.steps or default_steps,
+                                                     **timing), model="generic")
+            else:
+                estimates[run.name] = {"model": "none", "total_s": run.duration.seconds,
+                                       "reason": "no planned steps: give the run steps or "
+                                                 "set trial.planned_steps in the task"}
+                continue
             estimates[run.name] = estimate
             durations[run.name] = Duration(max(1, round(estimate["total_s"])))
         return durations, estimates
+
+    def _data_check_report(self) -> dict[str, Any]:
+        path = self.dir / ".flightplan" / "data_check.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
     def runs(self, dropped: list[str]) -> None:
         jobs: list[Job] = []
@@ -407,9 +432,9 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         decision = campaign.decision(pilot)
         check = _check_summary(report)
         if decision["decision"] == "stop":
-            return campaign.outcome(f"campaign stopped at the decision point: "
-                                    f"{decision['reason']}", code=1, stopped_by="decision",
-                                    decision=decision, pilot=pilot, data_check=check)
+            return campaign._stopped("decision", f"campaign stopped at the decision point: "
+                                                 f"{decision['reason']}",
+                                     decision=decision, pilot=pilot, data_check=check)
         campaign.runs(decision["dropped"] if decision["decision"] == "cut" else [])
         outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
         failed = [r for r in outcome.runs if r["status"] == "failed"]

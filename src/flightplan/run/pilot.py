@@ -6,18 +6,25 @@ pilot measures rates, and the decision point scales them to the whole corpus):
 
 1. the uninterrupted pilot: the control's ``trial.json`` with ``max_steps`` capped at
    :data:`PILOT_STEPS`; the trial runtime saves its first checkpoint right after step 0
-   (the early checkpoint: its first save measures C and D). It logs load time, the
-   encoder's forward time on length-sorted batches (short and long inputs), step times,
-   an evaluation, the checkpoint's stall C and persist time D, and the output writing.
+   (the early checkpoint: its first save measures C and D). From its rows and the process
+   times come the generic figures (:class:`~flightplan.run.decision.PilotFigures`): load,
+   step and evaluation times, C and D, output writing; a task's ``estimate_run`` hook
+   reads the same rows for its own model.
 2. the resumed pilot, in ``resume/``: a new process that starts from a copy of the
    earliest checkpoint of (1) (``resume = true``) and runs to the same cap. It measures
    the restore time R, and every loss it logs must equal, bit for bit, the loss (1)
    logged at the same step. If not — or if nothing could be compared — the campaign
    stops with the rule ``no_usable_resume``.
 
+A failure names its real cause (:attr:`PilotResult.cause`): ``crashed`` or ``stopped`` (a
+pilot process exited 3 or was stopped by a rule; its log and stop.json say why),
+``no_checkpoint``, ``losses_differ`` and ``nothing_compared`` (no usable resume), or
+``missing_figure``.
+
 Usage::
 
-    result = run_pilot(control_trial, campaign_dir, data_check, executor=LocalExecutor())
+    result = run_pilot(control_trial, campaign_dir, data_check, task=loaded_task,
+                       executor=LocalExecutor())
     result.ok, result.figures.to_json(), result.mismatches
 """
 
@@ -33,9 +40,10 @@ from typing import Any, Callable
 from flightplan.durable import write_json_atomic
 from flightplan.run.decision import PilotFigures
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
+from flightplan.tasks.loader import LoadedTask
 
-__all__ = ["PILOT_STEPS", "PILOT_TEST", "PilotResult", "pilot_id", "pilot_limits",
-           "read_rows", "compare_losses", "figures_from_rows", "run_pilot"]
+__all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "PilotResult", "pilot_id",
+           "pilot_limits", "read_rows", "compare_losses", "figures_from_rows", "run_pilot"]
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
@@ -43,8 +51,8 @@ PILOT_STEPS = 12
 PILOT_TEST = 32
 """Test examples the pilot embeds and evaluates (the whole test set when smaller)."""
 
-DEFAULT_BATCH_SIZE = 16
-"""``textclf``'s batch size when a run's params give none."""
+RESUME_CAUSES = ("no_checkpoint", "losses_differ", "nothing_compared")
+"""Failure causes that mean the control has no usable resume."""
 
 
 def pilot_id(control_id: str) -> str:
@@ -59,6 +67,7 @@ class PilotResult:
     Attributes:
         ok: the resumed losses matched and the figures are complete.
         message: one line: what was compared, or what went wrong.
+        cause: None when ok, else why (module docstring).
         figures: the measured figures (None when the pilot failed before measuring).
         compared_steps: steps whose losses were compared.
         mismatches: ``{step, uninterrupted, resumed}`` for each differing loss.
@@ -68,6 +77,7 @@ class PilotResult:
 
     ok: bool
     message: str
+    cause: str | None = None
     figures: PilotFigures | None = None
     compared_steps: list[int] = field(default_factory=list)
     mismatches: list[dict[str, Any]] = field(default_factory=list)
@@ -77,7 +87,7 @@ class PilotResult:
 
     def to_json(self) -> dict[str, Any]:
         """The result as a JSON object (figures as their own object)."""
-        return {"ok": self.ok, "message": self.message,
+        return {"ok": self.ok, "message": self.message, "cause": self.cause,
                 "figures": None if self.figures is None else self.figures.to_json(),
                 "compared_steps": self.compared_steps, "mismatches": self.mismatches,
                 "resumed_from": self.resumed_from, "started_at": self.started_at,
@@ -125,68 +135,80 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def pilot_limits(control_trial: dict[str, Any], data_check: dict[str, Any], *,
-                 steps: int = PILOT_STEPS) -> tuple[int, int]:
-    """``(train, test)`` examples of the pilot: ``steps`` batches of the control's batch
-    size and :data:`PILOT_TEST`, each at most what the campaign has (data check rows)."""
+def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: dict[str, Any], *,
+                 steps: int = PILOT_STEPS) -> tuple[int | None, int | None]:
+    """``(train, test)`` examples of the pilot: what the task's ``pilot_examples`` hook
+    says ``steps`` steps read (None without it: the whole split) and :data:`PILOT_TEST`,
+    each at most what the campaign has (data check rows; None when it has no rows)."""
     splits = data_check.get("splits", {})
-    batch = int(control_trial.get("params", {}).get("batch_size", DEFAULT_BATCH_SIZE))
     n_train = int(splits.get("train", {}).get("rows", 0))
     n_test = int(splits.get("test", {}).get("rows", 0))
-    return min(n_train, steps * batch), min(n_test, PILOT_TEST)
+    wanted = task.pilot_examples(params, steps)
+    train = min(n_train, wanted) if wanted is not None and n_train else None
+    return train, (min(n_test, PILOT_TEST) if n_test else None)
+
+
+def _gaps(rows: list[dict[str, Any]], start: float) -> list[tuple[dict[str, Any], float]]:
+    """Each row with the seconds since the row before it (the first: since ``start``)."""
+    out, last = [], start
+    for row in rows:
+        at = float(row.get("time", last))
+        out.append((row, at - last))
+        last = at
+    return out
 
 
 def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any]],
-                      data_check: dict[str, Any], *, pilot_n_train: int,
-                      pilot_n_test: int) -> PilotFigures:
-    """The pilot's figures from its measurement rows (see :class:`PilotFigures`).
+                      data_check: dict[str, Any], *, pilot_n_train: int | None,
+                      pilot_n_test: int | None, started_at: float, ended_at: float
+                      ) -> PilotFigures:
+    """The pilot's generic figures (see :class:`~flightplan.run.decision.PilotFigures`).
 
-    Short and long inputs: the ``encode_s`` batches but the first one logged (warm-up),
-    sorted by ``tokens``, the shorter half and the longer half (the middle batch of an odd
-    count goes to the longer half). Steady step time: the mean ``step_s`` without the
-    first step; ``max_length``: the steps' ``seq_len`` (the control pads to it). C and D:
-    means over the ``checkpoint`` rows; R: the resumed process's ``restore`` row.
-    ``n_train``, ``n_test``, ``mean_len`` and ``setup_s`` (its wall time) come from the
-    data check; ``pilot_n_train``/``pilot_n_test`` are the pilot's corpus limits.
+    A figure the task logged (``load_s``, ``step_s``, ``eval_s``, ``output_s``) is taken
+    as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −
+    process start, step = mean time between consecutive step rows, evaluation =
+    the gap before each evaluation row, output = process end − last row. C and D are the
+    means of the ``checkpoint`` rows, R the resumed process's ``restore`` row.
 
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
     """
     def needed(name: str, values: list[float]) -> list[float]:
         if not values:
-            raise ValueError(f"the pilot logged no {name}; the task must log it "
-                             f"(see docs/internals.md)")
+            raise ValueError(f"the pilot logged no {name}; a task must log its loss every "
+                             f"step through trial.log (docs/tasks.md)")
         return values
 
-    logged = [(r["tokens"], r["encode_s"]) for r in rows if "encode_s" in r]
-    encode = sorted(logged[1:] or logged, key=lambda pair: pair[0])
-    half = len(encode) // 2
-    short, long = (encode[:half] or encode), encode[half:]
-    steps = sorted(((r["step"], r["step_s"]) for r in rows
-                    if "step_s" in r and "event" not in r), key=lambda pair: pair[0])
-    steady = [s for _, s in steps[1:]] or [s for _, s in steps]
+    gaps = _gaps(rows, started_at)
+    steps = [(row, gap) for row, gap in gaps if "loss" in row and "event" not in row]
+    needed("loss", [gap for _, gap in steps])
+    logged_steps = [r["step_s"] for r, _ in steps if "step_s" in r]
+    times = [float(r["time"]) for r, _ in steps if "time" in r]
+    between = [b - a for a, b in zip(times, times[1:])]
+    step_s = _mean(logged_steps[1:] or logged_steps) if logged_steps else \
+        _mean(between or [steps[0][1]])
+    loads = [r["load_s"] for r in rows if "load_s" in r]
+    load_s = loads[0] if loads else float(steps[0][0].get("time", started_at)) - started_at
+    evals = [(r, gap) for r, gap in gaps if r.get("event") == "evaluation"]
+    eval_s = _mean([float(r.get("eval_s", gap)) for r, gap in evals])
+    outputs = [r["output_s"] for r in rows if "output_s" in r]
+    last = float(rows[-1].get("time", ended_at)) if rows else ended_at
     saves = [r for r in rows if r.get("event") == "checkpoint"]
     restores = [r["restore_s"] for r in resumed_rows
                 if r.get("event") == "restore" and r.get("restore_s") is not None]
+    planned = [int(r["planned_steps"]) for r in rows if r.get("planned_steps") is not None]
     splits = data_check.get("splits", {})
     return PilotFigures(
-        max_length=int(needed("seq_len", [r["seq_len"] for r in rows
-                                          if "step_s" in r and "seq_len" in r])[0]),
         n_train=int(splits.get("train", {}).get("rows", 0)),
         n_test=int(splits.get("test", {}).get("rows", 0)),
-        pilot_n_train=pilot_n_train, pilot_n_test=pilot_n_test,
-        setup_s=float(data_check.get("wall_s", 0.0)),
-        load_s=needed("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
-        encode_total_s=sum(e for _, e in logged),
-        short_tokens=_mean([t for t, _ in short]), short_fwd_s=_mean([e for _, e in short]),
-        long_tokens=_mean([t for t, _ in long]), long_fwd_s=_mean([e for _, e in long]),
-        head_step_s=_mean(needed("step_s", steady)),
-        head_eval_s=_mean(needed("eval_s", [r["eval_s"] for r in rows if "eval_s" in r])),
-        mean_len=float(data_check.get("lengths", {}).get("mean", 0.0)),
+        pilot_n_train=pilot_n_train or 0, pilot_n_test=pilot_n_test or 0,
+        setup_s=float(data_check.get("wall_s", 0.0)), load_s=float(load_s),
+        step_s=float(step_s), eval_s=float(eval_s),
         save_stall_s=_mean(needed("checkpoint stall_s", [r["stall_s"] for r in saves])),
         persist_s=_mean([r["persist_s"] for r in saves]),
         restore_s=needed("restore_s", restores)[0],
-        output_s=sum(r["output_s"] for r in rows if "output_s" in r))
+        output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
+        pilot_steps=len(steps), planned_steps=planned[-1] if planned else None)
 
 
 def _earliest_checkpoint(run_dir: Path) -> Path | None:
@@ -197,7 +219,7 @@ def _earliest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dict[str, Any], *,
-              executor: Executor,
+              task: LoadedTask, executor: Executor,
               on_progress: Callable[[Job, RunProgress], None] | None = None,
               on_start: Callable[[Job], None] | None = None,
               steps: int = PILOT_STEPS) -> PilotResult:
@@ -206,7 +228,8 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
     Args:
         control_trial: the control's ``trial.json`` document.
         campaign_dir: the campaign directory (``runs/`` lives there).
-        data_check: the data check's report (``splits``, ``lengths``).
+        data_check: the data check's report (``splits``, ``wall_s``).
+        task: the control's loaded task (its ``pilot_examples`` hook).
         executor: runs the two processes.
         on_progress, on_start: passed to the executor (progress bars).
         steps: the pilot's step cap.
@@ -222,49 +245,70 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
         shutil.rmtree(pilot_dir)
     resume_dir = pilot_dir / "resume"
     resume_dir.mkdir(parents=True)
-    n_train, n_test = pilot_limits(control_trial, data_check, steps=steps)
+    n_train, n_test = pilot_limits(task, control_trial.get("params") or {}, data_check,
+                                   steps=steps)
     corpus = dict(control_trial.get("corpus") or {}, train_limit=n_train, test_limit=n_test)
     trial = dict(control_trial, run_id=run_id, name="pilot", resume=False, max_steps=steps,
                  corpus=corpus)
     write_json_atomic(pilot_dir / "trial.json", trial)
 
-    def fail(message: str, **extra: Any) -> PilotResult:
-        return PilotResult(False, message, started_at=started, ended_at=time.time(), **extra)
+    def fail(cause: str, message: str, **extra: Any) -> PilotResult:
+        return PilotResult(False, message, cause, started_at=started, ended_at=time.time(),
+                           **extra)
 
     first = _one(executor, Job(run_id, pilot_dir), on_start, on_progress)
     if first.exit_code != 0:
-        return fail(f"the pilot process exited with code {first.exit_code}; "
-                    f"see {pilot_dir / 'log.txt'}")
+        return _process_failed(fail, first, pilot_dir, "pilot")
     early = _earliest_checkpoint(pilot_dir)
     if early is None:
-        return fail(f"the pilot saved no checkpoint in {pilot_dir / 'checkpoints'}; "
-                    f"no usable resume")
+        return fail("no_checkpoint", f"the pilot saved no checkpoint in "
+                                     f"{pilot_dir / 'checkpoints'}; no usable resume")
     shutil.copytree(early, resume_dir / "checkpoints" / early.name)
     write_json_atomic(resume_dir / "trial.json", dict(trial, resume=True))
     second = _one(executor, Job(run_id, resume_dir), on_start, on_progress)
     resumed_from = str(early.relative_to(campaign_dir))
     if second.exit_code != 0:
-        return fail(f"the resumed pilot process exited with code {second.exit_code}; "
-                    f"see {resume_dir / 'log.txt'}", resumed_from=resumed_from)
+        return _process_failed(fail, second, resume_dir, "resumed pilot",
+                               resumed_from=resumed_from)
     rows, resumed_rows = read_rows(pilot_dir), read_rows(resume_dir)
     compared, mismatches = compare_losses(rows, resumed_rows)
     if not compared:
-        return fail(f"the process resumed from {early.name} logged no step to compare; "
+        return fail("nothing_compared",
+                    f"the process resumed from {early.name} logged no step to compare; "
                     f"no usable resume", resumed_from=resumed_from)
     if mismatches:
         worst = mismatches[0]
-        return fail(f"resumed from {early.name}, {len(mismatches)} of {len(compared)} losses "
+        return fail("losses_differ",
+                    f"resumed from {early.name}, {len(mismatches)} of {len(compared)} losses "
                     f"differ (first at step {worst['step']}: {worst['uninterrupted']!r} "
                     f"uninterrupted vs {worst['resumed']!r} resumed); no usable resume",
                     compared_steps=compared, mismatches=mismatches, resumed_from=resumed_from)
     try:
         figures = figures_from_rows(rows, resumed_rows, data_check, pilot_n_train=n_train,
-                                    pilot_n_test=n_test)
+                                    pilot_n_test=n_test, started_at=first.started_at,
+                                    ended_at=first.ended_at)
     except ValueError as exc:
-        return fail(str(exc), compared_steps=compared, resumed_from=resumed_from)
+        return fail("missing_figure", str(exc), compared_steps=compared,
+                    resumed_from=resumed_from)
     return PilotResult(True, f"resumed from {early.name} in a new process: {len(compared)} "
                              f"losses (steps {compared[0]}–{compared[-1]}) identical bit for bit",
-                       figures, compared, [], resumed_from, started, time.time())
+                       None, figures, compared, [], resumed_from, started, time.time())
+
+
+def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir: Path,
+                    what: str, **extra: Any) -> PilotResult:
+    """The failure of a pilot process: ``stopped`` with its stop.json's rule and message,
+    else ``crashed`` with its exit code and log."""
+    stop_file = run_dir / "stop.json"
+    if stop_file.is_file():
+        try:
+            stop = json.loads(stop_file.read_text(encoding="utf-8"))
+        except ValueError:
+            stop = {}
+        return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
+                               f"{stop.get('message')}", **extra)
+    return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}); see "
+                           f"{run_dir / 'log.txt'}", **extra)
 
 
 def _one(executor: Executor, job: Job, on_start: Callable[[Job], None] | None,

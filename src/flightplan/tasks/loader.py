@@ -207,28 +207,39 @@ class LoadedTask:
                                                           in params_by_run.items()}))
 
     def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
-                     params: Mapping[str, Any]) -> float | None:
-        """Seconds one run takes by the task's cost model (None without the hook)."""
+                     params: Mapping[str, Any], *, tolerated_loss_s: float,
+                     mtbi_s: float | None) -> dict[str, float] | None:
+        """One run's re-estimate ``{total_s, ...}`` by the task's cost model (None without
+        the hook: the generic estimate of :mod:`flightplan.run.decision` applies)."""
         hook = getattr(self.module, "estimate_run", None)
-        return None if hook is None else hook(pilot, data_check, dict(params))
+        if hook is None:
+            return None
+        return hook(pilot, data_check, dict(params), tolerated_loss_s=tolerated_loss_s,
+                    mtbi_s=mtbi_s)
+
+    def pilot_examples(self, params: Mapping[str, Any], steps: int) -> int | None:
+        """Training examples the pilot's ``steps`` steps read (None: the whole split)."""
+        hook = getattr(self.module, "pilot_examples", None)
+        return None if hook is None else hook(dict(params), steps)
 
     @property
     def can_predict(self) -> bool:
-        """Whether the task has a reload entry (``predict``)."""
-        return callable(getattr(self.module, "predict", None))
+        """Whether the task has a reload entry (the ``reload_predictions`` hook)."""
+        return callable(getattr(self.module, "reload_predictions", None))
 
     def predict(self, artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
                 limit: int | None = None) -> int:
         """Reload ``artifact_dir`` and write its predictions to ``out``; rows written.
 
         Raises:
-            TaskError: the task has no ``predict`` hook.
+            TaskError: the task has no ``reload_predictions`` hook.
         """
         if not self.can_predict:
-            raise TaskError(f"task {self.source.ref!r} has no predict hook, so its artifact "
-                            f"cannot be reloaded; define {hook_signature('predict')}")
-        return int(self.module.predict(Path(artifact_dir), Path(out),
-                                       campaign_dir=campaign_dir, limit=limit))
+            raise TaskError(f"task {self.source.ref!r} has no reload_predictions hook, so its "
+                            f"artifact cannot be reloaded; define "
+                            f"{hook_signature('reload_predictions')}")
+        return int(self.module.reload_predictions(Path(artifact_dir), Path(out),
+                                                  campaign_dir=campaign_dir, limit=limit))
 
 
 def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",

@@ -12,6 +12,9 @@ import pytest
 
 from flightplan.run.executor import Executor, JobResult
 from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
+from flightplan.tasks.loader import load_task
+
+TEXTCLF = load_task("textclf", ".")  # its pilot_examples hook: steps × batch_size (16)
 
 DATA_CHECK = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
               "lengths": {"mean": 131.5}, "wall_s": 0.5}
@@ -34,27 +37,40 @@ RESUMED = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s":
            {"step": 1, "loss": 1.0, "step_s": 0.02}, {"step": 2, "loss": 0.75, "step_s": 0.02}]
 
 
-def test_figures_by_hand():
-    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8)
-    # encode batches without the first logged (1280 tokens, warm-up), sorted by tokens:
-    # 320 | 640, 2048
-    assert (figures.short_tokens, figures.short_fwd_s) == (320.0, pytest.approx(0.1))
-    assert (figures.long_tokens, figures.long_fwd_s) == (1344.0, pytest.approx(0.35))
-    assert figures.encode_total_s == pytest.approx(1.1)         # the pass, warm-up included
-    assert figures.max_length == 64
-    # steady steps leave out step 0: (0.01 + 0.03) / 2
-    assert figures.head_step_s == pytest.approx(0.02)
-    assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
+TIMED = [  # a task that logs only its loss and one evaluation; the process started at 100 s
+    {"step": 0, "loss": 1.25, "planned_steps": 30, "time": 102.5},
+    {"step": 1, "event": "checkpoint", "name": "step-000001", "stall_s": 0.02,
+     "persist_s": 0.3, "time": 102.6},
+    {"step": 1, "loss": 1.0, "time": 103.1},
+    {"step": 2, "loss": 0.75, "time": 103.9},
+    {"step": 2, "event": "evaluation", "r2": 0.5, "time": 104.3},
+]
+
+
+def test_generic_figures_by_hand_from_time_stamps():
+    figures = figures_from_rows(TIMED, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+                                started_at=100.0, ended_at=105.0)
+    # load: first step row − process start; steps: (0.6 + 0.8) / 2 between step rows
+    assert figures.load_s == pytest.approx(2.5) and figures.step_s == pytest.approx(0.7)
+    # evaluation: the gap before its row; output: process end − last row
+    assert figures.eval_s == pytest.approx(0.4) and figures.output_s == pytest.approx(0.7)
     assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)
-    assert (figures.n_train, figures.n_test, figures.mean_len) == (240, 80, 131.5)
-    assert (figures.pilot_n_train, figures.pilot_n_test, figures.setup_s) == (48, 8, 0.5)
-    # one test example alone: (2.5 − 1.1 − 0.5) / 8
-    assert figures.one_example_s == pytest.approx(0.1125)
+    assert (figures.pilot_steps, figures.planned_steps) == (3, 30)
+    assert (figures.n_train, figures.n_test, figures.setup_s) == (240, 80, 0.5)
+
+
+def test_logged_figures_win_over_time_stamps():
+    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+                                started_at=0.0, ended_at=0.0)
+    # steady steps leave out step 0: (0.01 + 0.03) / 2
+    assert figures.step_s == pytest.approx(0.02)
+    assert (figures.load_s, figures.eval_s, figures.output_s) == (2.5, 0.4, 0.6)
 
 
 def test_a_missing_figure_is_named():
     with pytest.raises(ValueError, match="no restore_s"):
-        figures_from_rows(ROWS, [], DATA_CHECK, pilot_n_train=48, pilot_n_test=8)
+        figures_from_rows(ROWS, [], DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+                          started_at=0.0, ended_at=0.0)
 
 
 def test_losses_compare_bit_for_bit():
@@ -110,7 +126,7 @@ CONTROL = {"run_id": "control-0123456789", "name": "control", "params": {"epochs
 
 def test_pilot_resumes_from_the_earliest_checkpoint_in_a_second_process(tmp_path):
     workers = FakeWorkers()
-    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, executor=workers, steps=3)
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=workers, steps=3)
     assert result.ok, result.message
     assert result.compared_steps == [1, 2] and result.mismatches == []
     assert result.resumed_from == "runs/pilot-control-0123456789/checkpoints/step-000001"
@@ -128,18 +144,21 @@ def test_pilot_resumes_from_the_earliest_checkpoint_in_a_second_process(tmp_path
 
 
 def test_a_loss_one_ulp_off_is_no_usable_resume(tmp_path):
-    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, executor=FakeWorkers(drift_at=2), steps=3)
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(drift_at=2), steps=3)
     assert not result.ok
     assert result.mismatches[0]["step"] == 2
     assert "1 of 2 losses differ (first at step 2" in result.message
     assert result.message.endswith("no usable resume")
+    assert result.cause == "losses_differ"
 
 
 def test_no_checkpoint_or_a_crash_fails_the_pilot(tmp_path):
-    result = run_pilot(CONTROL, tmp_path / "a", DATA_CHECK, executor=FakeWorkers(save=False),
+    result = run_pilot(CONTROL, tmp_path / "a", DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(save=False),
                        steps=3)
     assert not result.ok and "saved no checkpoint" in result.message
-    result = run_pilot(CONTROL, tmp_path / "b", DATA_CHECK, executor=FakeWorkers(crash=True),
+    assert result.cause == "no_checkpoint"
+    result = run_pilot(CONTROL, tmp_path / "b", DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(crash=True),
                        steps=3)
-    assert not result.ok and "exited with code 3" in result.message
+    assert not result.ok and "crashed (exit code 3)" in result.message
+    assert result.cause == "crashed"
     assert str(Path("runs") / "pilot-control-0123456789" / "log.txt") in result.message

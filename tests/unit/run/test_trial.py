@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 
 import pytest
 import torch
@@ -162,38 +161,42 @@ def test_a_failed_background_save_is_reported_and_leaves_the_previous_intact(tmp
     assert "checkpoint after 2 steps failed: OSError" in capsys.readouterr().err
 
 
-def _fake_task(monkeypatch, train):
-    module = types.ModuleType("flightplan.tasks.faketask")
-    module.train = train
-    monkeypatch.setitem(sys.modules, "flightplan.tasks.faketask", module)
+TASK_FILES = {  # file tasks beside the campaign, loaded by the worker as a user's are
+    "finishing": "import torch\n\ndef train(trial):\n"
+                 "    model = torch.nn.Linear(2, 2)\n"
+                 "    trial.register(model, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+                 "    trial.restore()\n    trial.log(0, loss=0.1)\n",
+    "stopping": "def train(trial):\n    trial.check_truncation(0.5)\n",
+    "crashing": "def train(trial):\n    raise RuntimeError('boom')\n",
+}
 
 
-def _finishing(trial):
-    model, optimizer = _tiny()
-    trial.register(model, optimizer)
-    trial.restore()
-    trial.log(0, loss=0.1)
-
-
-def _stopping(trial):
-    trial.check_truncation(0.5)
-
-
-def _crashing(trial):
-    raise RuntimeError("boom")
-
-
-@pytest.mark.parametrize("train, code", [(_finishing, 0), (_stopping, 1), (_crashing, 3)])
-def test_worker_exit_codes(tmp_path, monkeypatch, train, code):
-    _fake_task(monkeypatch, train)
-    assert worker.main([str(_write(tmp_path))]) == code
+@pytest.mark.parametrize("task, code", [("finishing", 0), ("stopping", 1), ("crashing", 3)])
+def test_worker_exit_codes(tmp_path, task, code):
+    (tmp_path / f"{task}.py").write_text(TASK_FILES[task])
+    assert worker.main([str(_write(tmp_path, task=f"{task}.py",
+                                   campaign_dir=str(tmp_path)))]) == code
     assert (tmp_path / "done.json").exists() == (code == 0)
     assert (tmp_path / "stop.json").exists() == (code == 1)
 
 
+def test_worker_refuses_a_task_whose_code_changed_since_the_run_id(tmp_path, capsys):
+    (tmp_path / "train.py").write_text(TASK_FILES["stopping"])
+    path = _write(tmp_path, task="train.py", campaign_dir=str(tmp_path),
+                  code_version="sha256:" + "0" * 64)
+    assert worker.main([str(path)]) == 2
+    assert "changed since its run id was made" in capsys.readouterr().err
+    assert not (tmp_path / "stop.json").exists()
+
+
 def test_worker_bad_input_is_exit_2(tmp_path, capsys):
-    assert worker.main([str(_write(tmp_path, task="no_such_task"))]) == 2
-    assert "no task 'no_such_task' in flightplan.tasks" in capsys.readouterr().err
+    assert worker.main([str(_write(tmp_path, task="no_such_task",
+                                   campaign_dir=str(tmp_path)))]) == 2
+    assert "no module 'no_such_task' importable from" in capsys.readouterr().err
+    (tmp_path / "nothing.py").write_text("x = 1\n")
+    assert worker.main([str(_write(tmp_path, task="nothing.py",
+                                   campaign_dir=str(tmp_path)))]) == 2
+    assert "defines no function train(trial)" in capsys.readouterr().err
     (tmp_path / "trial.json").write_text("[]")
     child = subprocess.run([sys.executable, "-m", "flightplan.run.worker", str(tmp_path / "trial.json")],
                            capture_output=True, text=True, timeout=120)

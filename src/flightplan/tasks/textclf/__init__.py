@@ -9,8 +9,10 @@ One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
 
     CODE_VERSION                                  # stands for the code in run ids
     train(trial)                                  # trains, evaluates, writes outputs
-    predict(artifact_dir, out, *, campaign_dir, limit)   # reload in a fresh process
+    reload_predictions(artifact_dir, out, *, campaign_dir, limit)   # in a fresh process
     base_revision(base_model, params)             # {package, version, weights_sha256, ...}
+    estimate_run(pilot, data_check, params, ...)  # its cost model (.cost_model)
+    pilot_examples(params, steps)                 # steps × batch_size
 
 The hooks import torch on first use, so reading ``CODE_VERSION`` does not.
 """
@@ -20,7 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["CODE_VERSION", "train", "predict", "base_revision", "load_artifact"]
+from flightplan.tasks.textclf.cost_model import pilot_examples
+
+__all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "load_artifact",
+           "estimate_run", "pilot_examples"]
 
 CODE_VERSION = "1"
 """Bump when a change alters what a run computes (a new version gives new run ids)."""
@@ -33,8 +38,8 @@ def train(trial: Any) -> None:
     train_loop(trial)
 
 
-def predict(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
-            limit: int | None = None) -> int:
+def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
+                       limit: int | None = None) -> int:
     """Reload the artifact and write its predictions (:mod:`.predict`); rows written."""
     from flightplan.tasks.textclf.predict import predict_to_csv
 
@@ -57,3 +62,13 @@ def load_artifact(artifact_dir: Path) -> Any:
     from flightplan.tasks.textclf.artifact import load_artifact as load
 
     return load(artifact_dir)
+
+
+def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str, Any], *,
+                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, float]:
+    """One run's re-estimate by textclf's cost model (:mod:`.cost_model`)."""
+    from flightplan.tasks.textclf.cost_model import estimate_run as estimate
+
+    return estimate(pilot, data_check, params, tolerated_loss_s=tolerated_loss_s,
+                    mtbi_s=mtbi_s)
+

@@ -1,0 +1,117 @@
+"""textclf's cost model: re-estimates with numbers worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from flightplan.tasks.textclf.cost_model import (EncoderFigures, RunShape, encoder_figures,
+                                                 estimate_run_seconds, forward_seconds)
+
+# slope of the forward line: (0.8 − 0.2) / (4096 − 1024) = 1.953125e-4 s per token;
+# one test example alone: (20 − 6 − 2) / 32 = 0.375 s
+FIGURES = EncoderFigures(max_length=128, n_train=600, n_test=300, pilot_n_train=192,
+                       pilot_n_test=32, setup_s=2.0, load_s=20.0, encode_total_s=6.0,
+                       short_tokens=1024.0, short_fwd_s=0.2, long_tokens=4096.0,
+                       long_fwd_s=0.8, head_step_s=0.01, head_eval_s=0.1, mean_len=150.0,
+                       save_stall_s=0.2, persist_s=1.0, restore_s=2.0, output_s=3.0)
+CONTROL = RunShape("control", "essential", 128, 16, 3, trains_encoder=False)
+LORA = RunShape("lora-r8", "essential", 128, 16, 3, trains_encoder=True)
+LORA_256 = RunShape("lora-r8-len256", "useful", 256, 16, 3, trains_encoder=True)
+
+
+def test_forward_time_is_the_line_through_short_and_long_batches():
+    assert forward_seconds(1024, FIGURES) == pytest.approx(0.2)
+    assert forward_seconds(4096, FIGURES) == pytest.approx(0.8)
+    assert forward_seconds(7168, FIGURES) == pytest.approx(1.4)        # extrapolated
+    assert forward_seconds(512, FIGURES) == pytest.approx(0.1)         # 0.2 · 512 / 1024
+    flat = EncoderFigures(**{**FIGURES.to_json(), "long_tokens": 1024.0, "long_fwd_s": 0.2})
+    assert forward_seconds(2048, flat) == pytest.approx(0.4)           # proportional
+    # noise: the long batches ran faster; pooled 1.0 s per 5120 tokens
+    noisy = EncoderFigures(**{**FIGURES.to_json(), "short_fwd_s": 0.6, "long_fwd_s": 0.4})
+    assert forward_seconds(1024, noisy) == pytest.approx(0.2)
+
+
+def test_control_re_estimate_by_hand():
+    assert FIGURES.one_example_s == 0.375
+    est = estimate_run_seconds(CONTROL, FIGURES, tolerated_loss_s=60)
+    # load: 2 + 6 · 600/192 + 300 · 0.375 = 2 + 18.75 + 112.5
+    assert est["load_s"] == pytest.approx(133.25)
+    # steps ceil(600/16) · 3 = 38 · 3 = 114 head steps of 0.01 s; 3 evals of 0.1 · 300/32
+    assert est["steps"] == 114 and est["train_s"] == pytest.approx(1.14)
+    assert est["eval_s"] == pytest.approx(2.8125)
+    # interval L − D − R = 60 − 1 − 2 = 57 s; saves 1 + floor(1.14 / 57) = 1
+    assert est["interval_s"] == 57.0 and est["checkpoints"] == 1
+    assert est["total_s"] == pytest.approx(133.25 + 1.14 + 2.8125 + 0.2 + 3)
+
+
+def test_adapter_re_estimate_by_hand():
+    est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60)
+    # 16 · 128 = 2048 tokens → forward 0.4 s → step 3 · 0.4 = 1.2 s; train 114 · 1.2
+    assert est["tokens_per_batch"] == 2048.0 and est["step_s"] == pytest.approx(1.2)
+    assert est["train_s"] == pytest.approx(136.8)
+    # load = setup 2 s; one eval 300 · 0.375 = 112.5 s; × 3 epochs
+    assert est["load_s"] == 2.0 and est["eval_s"] == pytest.approx(337.5)
+    # saves 1 + floor(136.8 / 57) = 3
+    assert est["checkpoints"] == 3
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 0.6 + 3)
+
+
+def test_long_inputs_cost_more_tokens_steps_and_evaluation():
+    est = estimate_run_seconds(LORA_256, FIGURES, tolerated_loss_s=60)
+    # 4096 tokens → 0.8 s forward → 2.4 s/step; train 273.6 s
+    assert est["step_s"] == pytest.approx(2.4) and est["train_s"] == pytest.approx(273.6)
+    # eval: 112.5 · min(150, 256) / min(150, 128) = 131.8359375 s; × 3
+    assert est["eval_s"] == pytest.approx(395.5078125)
+    assert est["checkpoints"] == 5                                 # 1 + floor(273.6 / 57)
+    assert est["total_s"] == pytest.approx(2 + 273.6 + 395.5078125 + 1.0 + 3)
+
+
+def test_mean_time_between_interruptions_shortens_the_interval():
+    est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, mtbi_s=1000)
+    # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(136.8 / 20) = 7 → 1.4 s
+    assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 7
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.4 + 3)
+
+
+def test_batch_size_changes_steps_and_tokens():
+    est = estimate_run_seconds(RunShape("b32", "useful", 128, 32, 1, True), FIGURES,
+                               tolerated_loss_s=60)
+    # steps ceil(600/32) = 19; 4096 tokens → 2.4 s; train 45.6 s; only the first save
+    assert est["steps"] == 19 and est["train_s"] == pytest.approx(45.6)
+    assert est["checkpoints"] == 1
+    assert est["total_s"] == pytest.approx(2 + 45.6 + 112.5 + 0.2 + 3)
+
+
+
+
+def test_encoder_figures_by_hand():
+    rows = [
+        {"step": 0, "encode_s": 0.30, "tokens": 32 * 40, "seq_len": 40},
+        {"step": 0, "encode_s": 0.10, "tokens": 32 * 10, "seq_len": 10},
+        {"step": 0, "encode_s": 0.50, "tokens": 32 * 64, "seq_len": 64},
+        {"step": 0, "encode_s": 0.20, "tokens": 32 * 20, "seq_len": 20},
+        {"step": 0, "load_s": 2.5, "planned_steps": 30},
+        {"step": 0, "loss": 1.25, "step_s": 0.9, "seq_len": 64},
+        {"step": 1, "event": "checkpoint", "name": "step-000001", "stall_s": 0.02,
+         "persist_s": 0.3},
+        {"step": 1, "loss": 1.0, "step_s": 0.01, "seq_len": 64},
+        {"step": 2, "loss": 0.75, "step_s": 0.03, "seq_len": 64},
+        {"step": 2, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.4},
+        {"step": 2, "output_s": 0.6},
+    ]
+    resumed = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.7}]
+    check = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
+             "lengths": {"mean": 131.5}, "wall_s": 0.5}
+    figures = encoder_figures(rows, resumed, check, pilot_n_train=48, pilot_n_test=8)
+    # encode batches without the first logged (1280 tokens, warm-up), sorted by tokens:
+    # 320 | 640, 2048
+    assert (figures.short_tokens, figures.short_fwd_s) == (320.0, pytest.approx(0.1))
+    assert (figures.long_tokens, figures.long_fwd_s) == (1344.0, pytest.approx(0.35))
+    assert figures.encode_total_s == pytest.approx(1.1)         # the pass, warm-up included
+    assert figures.max_length == 64
+    assert figures.head_step_s == pytest.approx(0.02)
+    assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
+    assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)
+    assert (figures.n_train, figures.n_test, figures.mean_len) == (240, 80, 131.5)
+    # one test example alone: (2.5 − 1.1 − 0.5) / 8
+    assert figures.one_example_s == pytest.approx(0.1125)
