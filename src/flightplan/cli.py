@@ -83,10 +83,13 @@ def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"
 def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
+        restart: list[str] = typer.Option([], "--restart", metavar="NAME",
+                                          help="Start this run over from step 0 on purpose "
+                                               "(its folder is kept aside)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
-    return run_command(spec, decide=decide, as_json=json)
+    return run_command(spec, decide=decide, as_json=json, restart=restart)
 
 
 @app.command()

@@ -212,8 +212,8 @@ class _Campaign:
             self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
                      f"(sha256 {original['plan_sha256'][:12]})")
         ledger.sync_expenses(expense_rows(spec))
-        for run_id in ledger.reset_interrupted():
-            self.say(f"{run_id} was interrupted; it resumes from its last checkpoint")
+        for interrupted in ledger.reset_interrupted():
+            self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         self.planned = plan_runs(spec)
         self.tasks = {run.name: _load_task(run, spec) for run in spec.runs}
         for planned in self.planned:
@@ -353,7 +353,7 @@ class _Campaign:
             if planned.run.name in dropped:
                 self.recorder.cut(planned)
                 continue
-            resume = _has_checkpoint(planned.run_dir)
+            resume = _has_checkpoint(planned.run_dir) or self._saved_before(planned)
             planned.run_dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(planned.run_dir / "trial.json",
                               trial_document(self.spec, planned, resume=resume))
@@ -374,6 +374,47 @@ class _Campaign:
 
         self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress)
 
+    def _saved_before(self, planned: PlannedRun) -> bool:
+        """Whether this run id saved a checkpoint since it was last (re)started: a
+        ``checkpoint_saved`` event in the ledger, or a ``checkpoint`` row in its
+        measurements. Such a run is started with ``resume = true``, so that, if every
+        checkpoint has gone, the trial stops with ``no_usable_resume`` instead of training
+        from scratch (``--restart NAME`` starts it over on purpose)."""
+        events = self.ledger.events(planned.run_id)
+        restarts = [i for i, e in enumerate(events) if e["kind"] == "restarted"]
+        since = events[restarts[-1] + 1:] if restarts else events
+        if any(e["kind"] == "checkpoint_saved" for e in since):
+            return True
+        path = planned.run_dir / "measurements.jsonl"
+        return path.is_file() and any('"event": "checkpoint"' in line or
+                                      '"event":"checkpoint"' in line
+                                      for line in path.read_text(encoding="utf-8",
+                                                                 errors="replace").splitlines())
+
+    def restart(self, names: list[str]) -> None:
+        """Start the runs called ``names`` over on purpose: each run directory is moved
+        aside to ``runs/<id>.restarted-<n>`` (nothing is deleted) and a ``restarted``
+        event is recorded, so earlier checkpoints no longer demand a resume.
+
+        Raises:
+            ArgumentError: a name is not a run of the campaign.
+        """
+        by_name = {p.run.name: p for p in self.planned}
+        for name in names:
+            planned = by_name.get(name)
+            if planned is None:
+                raise ArgumentError(f"--restart {name}: not a run of the campaign; give one of "
+                                    f"{', '.join(sorted(by_name))}")
+            if planned.run_dir.exists():
+                n = 1
+                while planned.run_dir.with_name(f"{planned.run_id}.restarted-{n}").exists():
+                    n += 1
+                planned.run_dir.rename(planned.run_dir.with_name(
+                    f"{planned.run_id}.restarted-{n}"))
+            self.ledger.set_run_status(planned.run_id, "pending", event="restarted",
+                                       data={"name": name})
+            self.say(f"{name} ({planned.run_id}) restarts from step 0 on purpose")
+
     def _bar(self, job: Job) -> None:
         self.board.add(str(job.run_dir), job.run_id if job.run_dir.name != "resume"
                        else f"{job.run_id} (resumed)")
@@ -393,7 +434,7 @@ def _check_summary(report: dict[str, Any]) -> dict[str, Any]:
 
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
-                 quiet: bool = False) -> CampaignOutcome:
+                 quiet: bool = False, restart: list[str] = ()) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -402,9 +443,11 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         executor: where runs execute (default :class:`LocalExecutor`).
         console: where messages, bars and tables go (default stdout).
         quiet: print nothing (``--json``).
+        restart: run names to start over on purpose (:meth:`_Campaign.restart`).
 
     Raises:
-        ArgumentError: ``decide`` is not one of continue, cut, stop.
+        ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
+            not a run.
         SpecError: the campaign has no ``[corpus]``.
         LockHeld: another ``flightplan run`` holds the campaign.
         SpecError, CatalogError: the campaign does not plan.
@@ -423,6 +466,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         campaign = _Campaign(spec, ledger, decide=decide, executor=executor or LocalExecutor(),
                              console=console, board=board, quiet=quiet)
         campaign.prepare()
+        campaign.restart(list(restart))
         report = campaign.data_check()
         if isinstance(report, CampaignOutcome):
             return report

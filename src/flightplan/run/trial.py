@@ -272,9 +272,11 @@ class Trial:
             if self.stop_rules.require_resume and (rejected or self.resume):
                 removed = ", ".join(p.name for p in partial)
                 found = [r.line() for r in rejected] or [
-                    f"trial.json says resume but {self.run_dir / 'checkpoints'} holds no "
-                    f"finished checkpoint" + (f" (partial saves removed: {removed})" if removed
-                                              else "")]
+                    f"this run saved checkpoints before, but {self.run_dir / 'checkpoints'} "
+                    f"holds no finished one" + (f" (partial saves removed: {removed})"
+                                                if removed else "")
+                    + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
+                       f"--restart {self.name}" if self.name else "")]
                 self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
             self._row(0, event="restore", source=None, resume_requested=self.resume,
                       rejected=[r.name for r in rejected],
