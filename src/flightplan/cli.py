@@ -24,6 +24,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Plan, run and close GPU training campaigns on flat-rate rental packages.")
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect and verify checkpoints.")
 app.add_typer(checkpoint_app, name="checkpoint")
+stage_app = typer.Typer(no_args_is_help=True,
+                        help="Mark stages a person carries out (install, review) started/done.")
+app.add_typer(stage_app, name="stage")
 
 _state = {"debug": False}
 
@@ -138,6 +141,29 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
     """Reload a checkpoint in a fresh process and compare it with its save-time digests."""
     from flightplan.run.commands import checkpoint_verify_command
     return checkpoint_verify_command(directory, as_json=json)
+
+
+@stage_app.command("start")
+@_verb
+def stage_start(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
+                spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+                json: bool = JSON) -> int:
+    """Record that a stage flightplan does not execute (a review, an install) started now."""
+    from flightplan.run.commands import stage_command
+    return stage_command(spec, name=name, action="start", took=None, as_json=json)
+
+
+@stage_app.command("done")
+@_verb
+def stage_done(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
+               took: Optional[str] = typer.Option(None, "--took", metavar="DURATION",
+                                                  help="It ended now and took this long "
+                                                       "(e.g. 2h), when it was not started."),
+               spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+               json: bool = JSON) -> int:
+    """Record that a stage ended now; plan vs execution compares its observed time."""
+    from flightplan.run.commands import stage_command
+    return stage_command(spec, name=name, action="done", took=took, as_json=json)
 
 
 def main() -> None:

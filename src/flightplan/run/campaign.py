@@ -194,9 +194,9 @@ class _Campaign:
                                runs=rows, wall_s=time.time() - self.started, **parts)
 
     def _stopped(self, by: str, message: str, **parts: Any) -> CampaignOutcome:
-        """The campaign stops here: a ``campaign_stopped`` event ``{by, message}`` in the
-        ledger (plan vs execution reads it) and the outcome, exit code 1."""
-        self.ledger.add_event("campaign_stopped", data={"by": by, "message": message})
+        """The campaign stops here: a ``stopped`` event without a run id, data ``{by,
+        message}``, in the ledger (plan vs execution lists it) and the outcome, exit 1."""
+        self.ledger.add_event("stopped", data={"by": by, "message": message})
         return self.outcome(message, code=1, stopped_by=by, **parts)
 
     # -- the steps --------------------------------------------------------------------

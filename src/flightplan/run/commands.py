@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from flightplan.errors import ArgumentError
@@ -208,4 +209,34 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
         print(json.dumps(note))
     else:
         print(f"noted for {name}: {note['text']}")
+    return 0
+
+
+def stage_command(spec_path: Path, *, name: str, action: str, took: str | None,
+                  as_json: bool) -> int:
+    """``flightplan stage start|done NAME [--took DURATION] [--spec SPEC] [--json]``
+    (:mod:`flightplan.run.stages`): prints one line, or the record as one JSON object.
+
+    Raises:
+        ArgumentError: not a stage a person marks, already started, not started, or a
+            ``--took`` that is not a duration.
+        SpecError: the campaign file is missing or invalid.
+    """
+    from flightplan.run.stages import mark_stage_done, mark_stage_start
+    from flightplan.spec import load_spec
+    from flightplan.units import Duration
+
+    spec = load_spec(spec_path)
+    if action == "start":
+        record = mark_stage_start(spec, name)
+        line = f"{name}: started at {time.strftime('%H:%M:%S', time.localtime(record['started_at']))}"
+    else:
+        try:
+            duration = None if took is None else Duration.parse(took)
+        except ValueError as exc:
+            raise ArgumentError(f"--took {took}: {exc}") from None
+        record = mark_stage_done(spec, name, took=duration)
+        line = (f"{name}: done, {record['hours']:.2f} h observed "
+                f"(planned {record['planned_hours']:.2f} h)")
+    print(json.dumps(record) if as_json else line)
     return 0

@@ -1,0 +1,73 @@
+"""Stages a person carries out, marked started and done from the CLI, and read back by
+plan vs execution."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flightplan.close.plan_vs_execution import plan_vs_execution
+from flightplan.errors import ArgumentError
+from flightplan.plan.campaign_plan import plan_campaign
+from flightplan.run.ledger import Ledger
+from flightplan.run.stages import mark_stage_done, mark_stage_start
+from flightplan.spec import load_spec
+from flightplan.units import Duration
+
+REPO = Path(__file__).resolve().parents[3]
+FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
+
+
+@pytest.fixture
+def spec(tmp_path):
+    text = (REPO / "examples" / "drug-reviews" / "campaign.toml").read_text(encoding="utf-8")
+    (tmp_path / "campaign.toml").write_text(text, encoding="utf-8")
+    return load_spec(tmp_path / "campaign.toml")
+
+
+def test_start_then_done_records_one_execution_that_plan_vs_execution_compares(spec):
+    mark_stage_start(spec, "review", at=1000.0)
+    record = mark_stage_done(spec, "review", at=1000.0 + 1800)
+    assert record == {"name": "review", "started_at": 1000.0, "ended_at": 2800.0,
+                      "hours": 0.5, "planned_hours": 0.25}
+    with Ledger.open(spec.campaign_dir) as ledger:
+        assert [(r["name"], r["kind"], r["started_at"], r["ended_at"])
+                for r in ledger.stage_times()] == [("review", "stage", 1000.0, 2800.0)]
+        ledger.freeze_original(plan_campaign(spec).to_json())
+        items = {i["name"]: i for i in plan_vs_execution(ledger)["items"]}
+    assert items["review"]["status"] == "done"
+    assert items["review"]["observed_hours"] == 0.5
+    assert items["review"]["planned_hours"] == 0.25
+
+
+def test_took_records_a_stage_that_ended_now(spec):
+    record = mark_stage_done(spec, "review", took=Duration.parse("2h"), at=10_000.0)
+    assert (record["started_at"], record["ended_at"], record["hours"]) == (2800.0, 10_000.0, 2.0)
+
+
+def test_wrong_marks_are_one_line_errors(spec):
+    with pytest.raises(ArgumentError, match="did you mean 'review'"):
+        mark_stage_start(spec, "reviw")
+    with pytest.raises(ArgumentError, match="executed and timed by flightplan run"):
+        mark_stage_start(spec, "pilot")
+    with pytest.raises(ArgumentError, match="was not started; run flightplan stage start review"):
+        mark_stage_done(spec, "review")
+    mark_stage_start(spec, "review", at=5.0)
+    with pytest.raises(ArgumentError, match="already started"):
+        mark_stage_start(spec, "review")
+
+
+def test_cli_exit_codes_and_json(spec):
+    path = str(spec.campaign_dir / "campaign.toml")
+    bad = subprocess.run([str(FLIGHTPLAN), "stage", "done", "review", "--took", "2x",
+                          "--spec", path], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --took 2x:")
+    assert "Traceback" not in bad.stderr
+    done = subprocess.run([str(FLIGHTPLAN), "stage", "done", "review", "--took", "30m",
+                           "--spec", path, "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hours"] == 0.5
