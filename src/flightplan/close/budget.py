@@ -145,16 +145,11 @@ def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
         else:
             external.append(ExternalExpense(str(row["label"]), amount))
     if not packages:
-        from flightplan.plan.catalog import catalog_for_spec
+        from flightplan.plan.catalog import catalog_for_spec, rental_price
 
         offer = catalog_for_spec(spec).offer(spec.rental.offer, source=spec.source,
                                              field_name="rental.offer")
-        price = offer.packages.get(spec.rental.package_days)
-        if price is None:
-            raise SpecError(f"{spec.rental.offer!r} has no {spec.rental.package_days}-day package "
-                            f"with a price; give the price in a user catalog",
-                            file=spec.source, field="rental.package_days",
-                            value=spec.rental.package_days)
+        price = rental_price(spec, offer).per(spec.rental.flights)
         packages.append(Package(offer.name, spec.rental.package_days, spec.rental.flights, price))
     if not any(row["kind"] == "external" for row in expense_rows):
         external = [ExternalExpense(e.label, e.money) for e in spec.expenses]

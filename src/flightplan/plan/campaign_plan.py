@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flightplan.errors import ArgumentError
-from flightplan.plan.catalog import Catalog, Offer, catalog_for_spec, check_spec_against_catalog, suggest
+from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec, check_spec_against_catalog,
+                                     rental_price, suggest)
 from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
 from flightplan.plan.schedule import Schedule, Slot, Task, schedule
@@ -122,7 +123,7 @@ class PlanResult:
     @property
     def price(self) -> Money:
         """What the chosen rental costs: flights × package price."""
-        return self.offer.packages[self.spec.rental.package_days] * self.spec.rental.flights
+        return rental_price(self.spec, self.offer)
 
     def to_json(self) -> dict[str, Any]:
         """The ``flightplan plan --json`` object (keys of the JSON contract, plus

@@ -36,7 +36,7 @@ from flightplan.errors import CatalogError, SpecError
 from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 
-__all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec",
+__all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec", "rental_price",
            "check_spec_against_catalog", "placement_problems", "suggest"]
 
 _OFFER_KEYS = ("name", "gpus_per_flight", "gpu_memory_gb", "currency", "package")
@@ -230,6 +230,24 @@ def catalog_for_spec(spec: CampaignSpec) -> Catalog:
     catalog = builtin_catalog()
     path = spec.rental_catalog_path()
     return catalog.merged(load_catalog(path)) if path is not None else catalog
+
+
+def rental_price(spec: CampaignSpec, offer: Offer) -> Money:
+    """What the campaign's rental costs: ``[rental] flights`` × the offer's price for
+    ``package_days`` (a multi-GPU flight's price already covers all its GPUs). The one
+    place the rental is priced.
+
+    Raises:
+        SpecError: the offer has no package of that length (names the known ones).
+    """
+    price = offer.packages.get(spec.rental.package_days)
+    if price is None:
+        known = ", ".join(str(d) for d in offer.package_days) or "none"
+        raise SpecError(f"{offer.name!r} has no {spec.rental.package_days}-day package with a "
+                        f"price (known: {known}); choose one, or give the price in a user "
+                        f"catalog", file=spec.source, field="rental.package_days",
+                        value=spec.rental.package_days)
+    return price * spec.rental.flights
 
 
 def check_spec_against_catalog(spec: CampaignSpec, catalog: Catalog) -> Offer:

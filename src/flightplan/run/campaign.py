@@ -33,7 +33,8 @@ from flightplan.close.results import publish_data_check, publish_plan
 from flightplan.corpus import corpus_root
 from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
-from flightplan.plan.catalog import catalog_for_spec, check_spec_against_catalog
+from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec,
+                                     check_spec_against_catalog, rental_price)
 from flightplan.run.data_check import run_data_check
 from flightplan.run.decision import (DECISIONS, PilotFigures, PilotRecord, choose,
                                      control_steps, cut_steps, estimate_run_seconds,
@@ -144,13 +145,11 @@ def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> 
             "task_source": planned.task_source.to_json()}
 
 
-def expense_rows(spec: CampaignSpec) -> list[dict[str, Any]]:
-    """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog
-    (amount = flights × package price) and each ``[[expense]]``."""
+def expense_rows(spec: CampaignSpec, offer: Offer) -> list[dict[str, Any]]:
+    """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog's
+    ``offer`` (amount = flights × package price) and each ``[[expense]]``."""
     rental = spec.rental
-    offer = catalog_for_spec(spec).offer(rental.offer, source=spec.source,
-                                         field_name="rental.offer")
-    price = offer.packages[rental.package_days] * rental.flights
+    price = rental_price(spec, offer)
     rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
              "flights": rental.flights, "amount": str(price), "currency": price.currency,
              "label": f"{offer.name} {rental.package_days}-day package × {rental.flights}"
@@ -171,9 +170,10 @@ def _has_checkpoint(run_dir: Path) -> bool:
 class _Campaign:
     """One invocation of ``flightplan run`` under the lock (see :func:`run_campaign`)."""
 
-    def __init__(self, spec: CampaignSpec, ledger: Ledger, *, decide: str | None,
-                 executor: Executor, console: Console, board: ProgressBoard, quiet: bool) -> None:
-        self.spec, self.ledger, self.decide = spec, ledger, decide
+    def __init__(self, spec: CampaignSpec, ledger: Ledger, *, catalog: Catalog,
+                 decide: str | None, executor: Executor, console: Console,
+                 board: ProgressBoard, quiet: bool) -> None:
+        self.spec, self.ledger, self.decide, self.catalog = spec, ledger, decide, catalog
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
         self.recorder = RunRecorder(ledger, self.dir, metric=spec.campaign.metric)
@@ -205,13 +205,13 @@ class _Campaign:
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
-        plan = plan_campaign(spec).to_json()
+        plan = plan_campaign(spec, catalog=self.catalog).to_json()
         original, written = ledger.freeze_original(plan)
         publish_plan(self.dir, original["plan"])
         if written:
             self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
                      f"(sha256 {original['plan_sha256'][:12]})")
-        ledger.sync_expenses(expense_rows(spec))
+        ledger.sync_expenses(expense_rows(spec, self.catalog.offers[spec.rental.offer]))
         for interrupted in ledger.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         self.planned = plan_runs(spec)
@@ -280,7 +280,7 @@ class _Campaign:
             return {k: last[k] for k in ("decision", "computed", "overridden", "dropped")} | {
                 "reason": last["figures"].get("reason", ""), "kept_from_earlier_run": True}
         durations, estimates = self._re_estimates(pilot)
-        plan = plan_campaign(self.spec, durations=durations).to_json()
+        plan = plan_campaign(self.spec, catalog=self.catalog, durations=durations).to_json()
         version = self.ledger.add_plan_version(plan, reason="re-estimated from the pilot")
         done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
@@ -459,11 +459,13 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                         "[corpus] with package or path and sha256 (plan works without it)",
                         file=spec.source, field="corpus")
     # a campaign that does not plan is refused before anything is written
-    check_spec_against_catalog(spec, catalog_for_spec(spec))
+    catalog = catalog_for_spec(spec)           # read once for the whole command
+    check_spec_against_catalog(spec, catalog)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
-        campaign = _Campaign(spec, ledger, decide=decide, executor=executor or LocalExecutor(),
+        campaign = _Campaign(spec, ledger, catalog=catalog, decide=decide,
+                             executor=executor or LocalExecutor(),
                              console=console, board=board, quiet=quiet)
         campaign.prepare()
         campaign.restart(list(restart))
