@@ -195,11 +195,21 @@ class CorpusSection(_Strict):
     """``[corpus]``: the frozen corpus. Either ``package`` (an installed distribution whose
     files are read through ``importlib.metadata``) or ``path`` (a folder with the same
     files, relative to the campaign file). ``sha256`` maps each file name to its hash.
-    ``train_limit``/``test_limit`` keep the first N rows (for small campaigns)."""
+    ``train_limit``/``test_limit`` keep the first N rows (for small campaigns).
+
+    Columns: ``id_column`` (the example id) and ``input_columns`` (one or more inputs)
+    together, ``label_column`` optional (none for regression-like tasks). Without any of
+    them flightplan only hashes the files and the task reads them itself. ``format``
+    (``csv``, ``tsv``, ``jsonl``, ``parquet``) overrides the format told by each file's
+    extension (:mod:`flightplan.corpus`)."""
 
     package: str | None = None
     path: str | None = None
     sha256: dict[str, str] = Field(min_length=1)
+    format: Literal["csv", "tsv", "jsonl", "parquet"] | None = None
+    id_column: str | None = None
+    input_columns: list[str] | None = Field(default=None, min_length=1)
+    label_column: str | None = None
     train_limit: Int | None = Field(default=None, gt=0)
     test_limit: Int | None = Field(default=None, gt=0)
 
@@ -210,7 +220,16 @@ class CorpusSection(_Strict):
         for name, digest in self.sha256.items():
             if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
                 raise ValueError(f"sha256 of {name!r} is not 64 lowercase hex digits")
+        if (self.id_column is None) != (self.input_columns is None) or (
+                self.label_column is not None and self.id_column is None):
+            raise ValueError("give id_column and input_columns together (label_column "
+                             "optional), or none of them to leave reading the files to the task")
         return self
+
+    @property
+    def has_columns(self) -> bool:
+        """Whether flightplan reads the examples (columns declared) or the task does."""
+        return self.id_column is not None
 
 
 class BaseModelSection(_Strict):

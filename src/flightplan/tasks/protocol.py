@@ -25,8 +25,9 @@ hook              called                                                      de
                   predictions CSV exactly as training did; returns the rows   not accepted
 ``base_revision`` ``base_revision(base_model, params)``: the exact base        ``None``
                   model revision (a JSON value) for run ids and artifacts
-``data_check``    ``data_check(corpus, params_by_run)``: task figures added   ``{}``
-                  to the data check (textclf: truncation per ``max_length``)
+``data_check``    ``data_check(corpus, params_by_run, base_model)``: task     ``{}``
+                  figures merged into the data check report as top-level
+                  keys (textclf: ``lengths``, ``truncation``)
 ``estimate_run``  ``estimate_run(pilot, data_check, params)``: seconds one    steps × the
                   run takes, from the pilot's figures (a finer cost model)    pilot's step
 ================  ==========================================================  ============
@@ -57,7 +58,7 @@ REQUIRED: tuple[str, ...] = ("train",)
 HOOKS: Mapping[str, str] = {
     "predict": "predict(artifact_dir, out, *, campaign_dir, limit) -> rows written",
     "base_revision": "base_revision(base_model, params) -> JSON value or None",
-    "data_check": "data_check(corpus, params_by_run) -> dict of figures",
+    "data_check": "data_check(corpus, params_by_run, base_model) -> dict of figures",
     "estimate_run": "estimate_run(pilot, data_check, params) -> seconds or None",
 }
 """Optional hooks and their signatures (for error messages and docs)."""

@@ -11,6 +11,7 @@ One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
     train(trial)                                  # trains, evaluates, writes outputs
     predict(artifact_dir, out, *, campaign_dir, limit)   # reload in a fresh process
     base_revision(base_model, params)             # {package, version, weights_sha256, ...}
+    data_check(corpus, params_by_run, base_model) # {lengths, truncation} (:mod:`.data`)
 
 The hooks import torch on first use, so reading ``CODE_VERSION`` does not.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["CODE_VERSION", "train", "predict", "base_revision", "load_artifact"]
+__all__ = ["CODE_VERSION", "train", "predict", "base_revision", "data_check", "load_artifact"]
 
 CODE_VERSION = "1"
 """Bump when a change alters what a run computes (a new version gives new run ids)."""
@@ -50,6 +51,14 @@ def base_revision(base_model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(section, Mapping):
         section = BaseModelSection.model_validate(section)
     return revision(section, init_seed=int(params.get("seed", 0)))
+
+
+def data_check(corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]],
+               base_model: Any = None) -> dict[str, Any]:
+    """Token lengths and truncation per ``max_length`` (:func:`.data.data_check`)."""
+    from flightplan.tasks.textclf.data import data_check as figures
+
+    return figures(corpus, params_by_run, base_model)
 
 
 def load_artifact(artifact_dir: Path) -> Any:

@@ -112,7 +112,7 @@ class Predictor:
 
     def predict(self, texts: Sequence[str]) -> list[str]:
         """The predicted label of each text."""
-        examples = [Example(id=str(i), text=t, label="") for i, t in enumerate(texts)]
+        examples = [Example(id=str(i), inputs={"text": t}) for i, t in enumerate(texts)]
         probs = self.predict_probabilities(self.encode(examples))
         return [self.labels[i] for i in probs.argmax(dim=1).tolist()]
 
