@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
-                      ValidationError, field_validator, model_validator)
+                      ValidationError, ValidationInfo, field_validator, model_validator)
 
 from flightplan.errors import SpecError
 from flightplan.units import Duration, Money
@@ -79,9 +79,12 @@ class _Strict(BaseModel):
 class CampaignSection(_Strict):
     """``[campaign]``: the question and how it is decided.
 
+    ``metric`` is a classification metric name or ``mean:<column>``
+    (:mod:`flightplan.metrics`); a classification metric's ``goal`` must be its direction.
     ``min_gain`` is in units of ``metric`` (0.05 = five points of macro-F1); a variant
-    must beat its reference by at least this much. ``accept_at_least`` is the lowest
-    metric value at which a run's product is accepted.
+    must beat its reference by at least this much (lower by it when ``goal`` is ``min``).
+    ``accept_at_least`` is the lowest metric value at which a run's product is accepted
+    (the highest, when ``goal`` is ``min``).
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -90,6 +93,29 @@ class CampaignSection(_Strict):
     goal: Literal["max", "min"] = "max"
     min_gain: Float = Field(ge=0)
     accept_at_least: Float | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        from flightplan.metrics import parse_metric
+
+        try:
+            parse_metric(value)
+        except SpecError as exc:
+            raise ValueError(exc.reason) from None
+        return value
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_fits_metric(cls, value: str, info: ValidationInfo) -> str:
+        from flightplan.metrics import check_goal, parse_metric
+
+        if "metric" in info.data:       # absent when the metric itself was refused
+            try:
+                check_goal(parse_metric(info.data["metric"]), value)
+            except SpecError as exc:
+                raise ValueError(exc.reason) from None
+        return value
 
 
 class RentalSection(_Strict):
