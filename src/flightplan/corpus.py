@@ -26,7 +26,7 @@ Columns (``id_column``, ``input_columns``, ``label_column``) say which fields ma
 written as JSON: ``3`` → ``"3"``; the label is stripped of surrounding whitespace, an
 empty or null label is ``None``); the inputs keep their values. Without columns the task
 reads the files itself: :func:`load_corpus` then hashes them and returns no examples.
-Text clean-up is the task's business (``textclf`` unquotes and unescapes HTML itself).
+Text clean-up (unquoting, HTML entities) is the task's business.
 
 Usage::
 

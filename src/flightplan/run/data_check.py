@@ -19,7 +19,7 @@ It reads the frozen corpus (:mod:`flightplan.corpus`) and reports, as one JSON o
 - ``cross_split_duplicates``: ``[{train_ids, test_ids, text}]`` examples whose inputs are
   in both train and test; ``cross_split_ids``: ids found in both splits;
 - then every key of the figures each run's task adds through its ``data_check`` hook
-  (:mod:`flightplan.tasks.protocol`; textclf: ``lengths``, ``truncation``), called once
+  (:mod:`flightplan.tasks.protocol`; e.g. token ``lengths`` and ``truncation``), called once
   per distinct task with the params of its runs. A task key that the generic check (or
   another task) already wrote is a :class:`TaskError`.
 
