@@ -130,6 +130,7 @@ def test_textclf_hook_counts_lengths_and_truncation_by_hand(small):
     assert report["labels"] == ["negative", "neutral", "positive"]
     train = report["splits"]["train"]
     assert train["rows"] == 5 and train["empty_inputs"] == []    # '""' is a quoted empty review
+    assert report["empty_texts"] == {"train": ["5"], "test": []}  # ... and empty once cleaned
     assert train["duplicate_inputs"] == [{"ids": ["1", "4"], "text": '"good"'}]
     assert train["labels"] == {"negative": 1, "neutral": 2, "positive": 2}
     assert report["splits"]["test"]["labels"] == {"negative": 1, "neutral": 0, "positive": 1}

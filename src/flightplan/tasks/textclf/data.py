@@ -10,7 +10,9 @@ The data-check hook (:func:`data_check`, the task protocol's ``data_check``) add
 - ``lengths``: untruncated token lengths (special tokens counted) of train + test after
   the limits: ``count``, ``mean``, ``max``, ``percentiles`` 50/90/95/99;
 - ``truncation``: for every ``max_length`` a run uses, how many of those inputs the
-  tokenizer would cut (``truncated``, ``total``, ``fraction``) and which ``runs`` use it.
+  tokenizer would cut (``truncated``, ``total``, ``fraction``) and which ``runs`` use it;
+- ``empty_texts``: ``{train, test}`` ids whose cleaned text is empty (a quoted empty
+  review is not blank in the file, so the generic ``empty_inputs`` misses it).
 
 The tokenizer shipped with the base model truncates at 128 silently, so lengths are
 measured with ``truncation=False``; one batched call over all texts (fast tokenizer).
@@ -113,7 +115,8 @@ def _max_lengths(params_by_run: Mapping[str, Mapping[str, Any]]) -> dict[int, li
 def data_check(corpus: Corpus, params_by_run: Mapping[str, Mapping[str, Any]],
                base_model: BaseModelSection | Mapping[str, Any] | None = None
                ) -> dict[str, Any]:
-    """textclf's figures for the data check: ``{lengths, truncation}`` (module docstring).
+    """textclf's figures for the data check: ``{lengths, truncation, empty_texts}``
+    (module docstring).
 
     Args:
         corpus: the checked corpus (train + test after the limits are measured).
@@ -129,12 +132,14 @@ def data_check(corpus: Corpus, params_by_run: Mapping[str, Mapping[str, Any]],
     by_length = _max_lengths(params_by_run)
     section = base_model if isinstance(base_model, BaseModelSection) else \
         BaseModelSection.model_validate(dict(base_model or {}))
-    lengths = token_lengths(load_tokenizer(section),
-                            [clean_text(e) for e in (*corpus.train, *corpus.test)])
+    texts = {name: [clean_text(e) for e in corpus.split(name)] for name in ("train", "test")}
+    lengths = token_lengths(load_tokenizer(section), texts["train"] + texts["test"])
     ordered = sorted(lengths)
     return {"lengths": {"count": len(lengths), "special_tokens_included": True,
                         "mean": sum(lengths) / len(lengths) if lengths else 0.0,
                         "max": ordered[-1] if ordered else 0,
                         "percentiles": {str(q): _percentile(ordered, q) for q in PERCENTILES}},
             "truncation": [dict(truncation_summary(lengths, max_length), runs=runs)
-                           for max_length, runs in by_length.items()]}
+                           for max_length, runs in by_length.items()],
+            "empty_texts": {name: [e.id for e, text in zip(corpus.split(name), texts[name])
+                                   if not text] for name in ("train", "test")}}
