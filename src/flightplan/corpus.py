@@ -1,75 +1,107 @@
-"""Reading the frozen corpus: the train and test files named in ``[corpus]``.
-
-A corpus is two tab-separated files, one whose name holds ``train`` and one whose name
-holds ``test`` (case-insensitive), with a header row and the columns
-
-    ``''`` (the example id), drugName, condition, review, rating (the label), date, usefulCount
-
-The review is quoted with triple quotes (three ``"`` on each side), which the CSV reader turns into
-one pair of quotes that is stripped here; HTML entities (``&#039;``) are unescaped.
+"""Reading the frozen corpus: the files named in ``[corpus]``, hashed, and their examples.
 
 The files come from an installed distribution (``package``: read through
 ``importlib.metadata``, never imported; a file may sit inside a ``.zip`` the package
 ships) or from a folder (``path``, relative to the campaign directory). Hashes are of the
 extracted file bytes, so a zip and the folder holding its extracted files hash the same.
 
+Splits: the one file whose name holds ``train`` and the one whose name holds ``test``
+(case-insensitive) are the two splits; any other file named in ``sha256`` is hashed only.
+
+Formats, told by the extension or by ``[corpus] format`` (which then applies to every file):
+
+=========  ====================  =============================================================
+format     extensions            read as
+=========  ====================  =============================================================
+csv        ``.csv``              :mod:`csv`, comma, header row; every value a string
+tsv        ``.tsv``, ``.tab``    :mod:`csv`, tab, header row (``"`` quotes as in CSV)
+jsonl      ``.jsonl``,           one JSON object per non-blank line; values as JSON gives them
+           ``.ndjson``
+parquet    ``.parquet``, ``.pq`` ``pyarrow.parquet`` (the ``parquet`` extra); values as Arrow
+                                 gives them in Python
+=========  ====================  =============================================================
+
+Columns (``id_column``, ``input_columns``, ``label_column``) say which fields make an
+:class:`Example`: the id and the label become strings (a non-string JSON/Parquet value is
+written as JSON: ``3`` → ``"3"``; the label is stripped of surrounding whitespace, an
+empty or null label is ``None``); the inputs keep their values. Without columns the task
+reads the files itself: :func:`load_corpus` then hashes them and returns no examples.
+Text clean-up (unquoting, HTML entities) is the task's business.
+
 Usage::
 
-    corpus = load_corpus(spec.corpus, spec.campaign_dir)
-    verify_hashes(corpus, spec.corpus.sha256)     # raises CorpusMismatch
-    corpus.train[0].id, corpus.train[0].text, corpus.train[0].label
+    corpus = load_corpus(spec.corpus, spec.campaign_dir)   # hashes first, then parses
+    verify_hashes(corpus, spec.corpus.sha256)              # raises CorpusMismatch
+    corpus.train[0].id, corpus.train[0].inputs["review"], corpus.train[0].text
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
-import html
 import importlib.metadata
 import io
+import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
 from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import CorpusSection
 
-__all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "verify_hashes", "corpus_root"]
+__all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "corpus_files", "verify_hashes",
+           "corpus_root", "format_of", "FORMATS", "SPLITS"]
 
-ID_COLUMN = ""
-TEXT_COLUMN = "review"
-LABEL_COLUMN = "rating"
 SPLITS: tuple[str, ...] = ("train", "test")
+FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
+                           ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+"""File extension → format."""
 
 
 @dataclass(frozen=True)
 class Example:
-    """One labelled text. ``id`` is the corpus's own id column, as a string."""
+    """One example of a split.
+
+    ``id``: the id column as a string; ``inputs``: input column → value, in
+    ``input_columns`` order (strings for CSV/TSV; JSON or Arrow values otherwise);
+    ``label``: the label as a string, or None (no label column, or an empty label).
+    """
 
     id: str
-    text: str
-    label: str
+    inputs: dict[str, Any]
+    label: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The inputs as one string: each value (a non-string as JSON; None as ``""``)
+        joined by newlines, in column order."""
+        return "\n".join(_as_text(v) for v in self.inputs.values())
 
 
 @dataclass(frozen=True)
 class CorpusFile:
-    """One corpus file: its split, sha256 of its bytes, size in bytes and data rows
-    (before any ``*_limit``), and where it was read from (a path, or ``zip!member``)."""
+    """One corpus file: its split (``train``, ``test`` or ``""`` when hashed only), sha256
+    of its bytes, size in bytes, data rows (before any ``*_limit``; None when not parsed),
+    where it was read from (a path, or ``zip!member``) and its format (None when not parsed)."""
 
     name: str
     split: str
     sha256: str
     size_bytes: int
-    rows: int
+    rows: int | None
     origin: str
+    format: str | None = None
 
 
 @dataclass(frozen=True)
 class Corpus:
     """The train and test examples (after ``train_limit``/``test_limit``).
 
-    ``labels`` is the sorted set of labels of both splits; ``files`` maps each file name
-    to its :class:`CorpusFile`; ``source`` says where the files came from (one line).
+    ``labels`` is the sorted set of labels of both splits (None labels left out);
+    ``files`` maps each file name to its :class:`CorpusFile`; ``source`` says where the
+    files came from (one line); ``section`` is the ``[corpus]`` it was read by. Both
+    splits are empty when the task reads the files (no columns declared).
     """
 
     train: list[Example]
@@ -77,6 +109,7 @@ class Corpus:
     labels: list[str]
     files: dict[str, CorpusFile] = field(default_factory=dict)
     source: str = ""
+    section: CorpusSection | None = None
 
     def file_hashes(self) -> dict[str, str]:
         """``{file name: sha256 hex}`` of the extracted file bytes."""
@@ -87,10 +120,32 @@ class Corpus:
         return {"train": self.train, "test": self.test}[name]
 
 
+def _as_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                            default=str)
+
+
 def _split_of(name: str) -> str | None:
     lowered = name.lower()
     hits = [s for s in SPLITS if s in lowered]
     return hits[0] if len(hits) == 1 else None
+
+
+def format_of(name: str, section: CorpusSection) -> str:
+    """The format of file ``name``: ``section.format``, else told by its extension.
+
+    Raises:
+        SpecError: the extension is not one of :data:`FORMATS` and no format is given.
+    """
+    if section.format is not None:
+        return section.format
+    suffix = Path(name).suffix.lower()
+    if suffix not in FORMATS:
+        raise SpecError(f"cannot tell the format of {name!r} from its extension; set format "
+                        f"to one of csv, tsv, jsonl, parquet", field="corpus.format", value=None)
+    return FORMATS[suffix]
 
 
 def _package_files(package: str, names: list[str]) -> tuple[dict[str, tuple[bytes, str]], str]:
@@ -133,51 +188,102 @@ def corpus_root(section: CorpusSection, campaign_dir: Path) -> str:
     return f"package {section.package}"
 
 
-def _parse(data: bytes, name: str) -> list[Example]:
-    """The examples of one TSV file. Raises CorpusMismatch if the layout is not the
-    expected one (a hash check catches this first when the hash is frozen)."""
+def _records(data: bytes, name: str, kind: str) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    """The column names and the rows (column → value) of one file.
+
+    Raises:
+        CorpusMismatch: the bytes are not readable as ``kind``.
+        SpecError: Parquet without pyarrow installed.
+    """
+    if kind == "parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise SpecError(f"{name}: reading Parquet needs pyarrow; install flightplan's "
+                            f"parquet extra (pip install 'flightplan[parquet]')",
+                            field="corpus.format", value="parquet") from None
+        try:
+            table = pq.read_table(io.BytesIO(data))
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds
+            raise CorpusMismatch(f"{name}: not a readable Parquet file ({exc})") from None
+        return list(table.column_names), iter(table.to_pylist())
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise CorpusMismatch(f"{name}: not UTF-8 text; restore the original corpus file") from None
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t")
-    header = next(reader, None)
-    if header is None or any(c not in header for c in (ID_COLUMN, TEXT_COLUMN, LABEL_COLUMN)):
-        raise CorpusMismatch(f"{name}: header {header!r} lacks the columns "
-                             f"{[ID_COLUMN, TEXT_COLUMN, LABEL_COLUMN]!r}; "
-                             f"restore the original corpus file")
-    at = {column: header.index(column) for column in (ID_COLUMN, TEXT_COLUMN, LABEL_COLUMN)}
-    out = []
-    for line, row in enumerate(reader, start=2):
-        if len(row) != len(header):
-            raise CorpusMismatch(f"{name}: row {line} has {len(row)} columns, the header "
-                                 f"{len(header)}; restore the original corpus file")
-        review = row[at[TEXT_COLUMN]]
-        if len(review) >= 2 and review[0] == '"' and review[-1] == '"':
-            review = review[1:-1]
-        out.append(Example(id=row[at[ID_COLUMN]], text=html.unescape(review).strip(),
-                           label=row[at[LABEL_COLUMN]].strip()))
-    return out
+        raise CorpusMismatch(f"{name}: not UTF-8 text") from None
+    if kind == "jsonl":
+        rows = []
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise CorpusMismatch(f"{name}: line {line_no} is not JSON ({exc})") from None
+            if not isinstance(row, dict):
+                raise CorpusMismatch(f"{name}: line {line_no} is not a JSON object")
+            rows.append(row)
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        return columns, iter(rows)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if kind == "tsv" else ",")
+    header = next(reader, None) or []
+
+    def rows_of() -> Iterator[dict[str, Any]]:
+        for line_no, row in enumerate(reader, start=2):
+            if len(row) != len(header):
+                raise CorpusMismatch(f"{name}: row {line_no} has {len(row)} columns, the "
+                                     f"header {len(header)}")
+            yield dict(zip(header, row))
+    return header, rows_of()
 
 
-def load_corpus(section: CorpusSection, campaign_dir: Path | str) -> Corpus:
-    """Read the corpus files named in ``section.sha256`` (hashes are computed, not checked:
-    see :func:`verify_hashes`).
+def _key(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else _as_text(value)
 
-    Args:
-        section: the spec's ``[corpus]``.
-        campaign_dir: the folder of the campaign file (``path`` is relative to it).
 
-    Returns:
-        the corpus; ``train``/``test`` cut to ``train_limit``/``test_limit`` rows.
+def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example], str]:
+    """The examples of one file and its format.
 
     Raises:
-        SpecError: the package is not installed, or the file names do not give exactly
-            one train and one test file.
-        CorpusMismatch: a named file is missing or unreadable as the expected TSV.
+        SpecError: a declared column is not in the file (names the key and the columns).
+        CorpusMismatch: unreadable bytes, a ragged row, a row without a declared field.
     """
+    kind = format_of(name, section)
+    columns, rows = _records(data, name, kind)
+    wanted = [("id_column", section.id_column)] + \
+        [("input_columns", c) for c in section.input_columns or []] + \
+        ([("label_column", section.label_column)] if section.label_column else [])
+    for key, column in wanted:
+        if column not in columns:
+            raise SpecError(f"{name} has no column {column!r} (its columns: "
+                            f"{', '.join(map(repr, columns)) or 'none'}); fix corpus.{key}",
+                            field=f"corpus.{key}", value=column)
+    out = []
+    for number, row in enumerate(rows, start=1):
+        missing = [c for _, c in wanted if c not in row]
+        if missing:
+            raise CorpusMismatch(f"{name}: record {number} lacks {', '.join(missing)}")
+        label = None
+        if section.label_column is not None:
+            label = _key(row[section.label_column])
+            label = label.strip() or None if label is not None else None
+        out.append(Example(id=_key(row[section.id_column]) or "",
+                           inputs={c: row[c] for c in section.input_columns or []},
+                           label=label))
+    return out, kind
+
+
+def _mismatch(name: str, actual: str, expected: str | None) -> str:
+    return f"{name}: sha256 {actual} but the campaign file froze {expected}"
+
+
+def _read(section: CorpusSection, campaign_dir: Path | str
+          ) -> tuple[dict[str, tuple[bytes, str]], dict[str, str], str]:
+    """``(name → (bytes, origin), name → split, source)`` for every file in ``sha256``."""
     names = sorted(section.sha256)
-    splits = {name: _split_of(name) for name in names}
+    splits = {name: _split_of(name) or "" for name in names}
     for wanted in SPLITS:
         holders = [n for n, s in splits.items() if s == wanted]
         if len(holders) != 1:
@@ -197,18 +303,66 @@ def load_corpus(section: CorpusSection, campaign_dir: Path | str) -> Corpus:
     if missing:
         raise CorpusMismatch(f"corpus file(s) {missing!r} not found in {source}; "
                              f"restore them or fix corpus.sha256")
+    return found, splits, source
+
+
+def corpus_files(section: CorpusSection, campaign_dir: Path | str
+                 ) -> tuple[dict[str, CorpusFile], str]:
+    """Every file of ``section.sha256`` read and hashed, not parsed (``rows`` None), and
+    where they came from (what the data check reports when a file no longer reads).
+
+    Raises:
+        SpecError, CorpusMismatch: as :func:`load_corpus` for missing files and sources.
+    """
+    found, splits, source = _read(section, campaign_dir)
+    return {name: CorpusFile(name=name, split=splits[name], sha256=hashlib.sha256(data).hexdigest(),
+                             size_bytes=len(data), rows=None, origin=origin)
+            for name, (data, origin) in found.items()}, source
+
+
+def load_corpus(section: CorpusSection, campaign_dir: Path | str) -> Corpus:
+    """Read and hash every file named in ``section.sha256``; parse the train and test
+    files when columns are declared (hashes are computed here, compared by
+    :func:`verify_hashes`; a file that cannot be parsed and whose hash differs from the
+    frozen one raises that difference instead of the parse error).
+
+    Args:
+        section: the spec's ``[corpus]``.
+        campaign_dir: the folder of the campaign file (``path`` is relative to it).
+
+    Returns:
+        the corpus; ``train``/``test`` cut to ``train_limit``/``test_limit`` rows.
+
+    Raises:
+        SpecError: the package is not installed, the file names do not give exactly one
+            train and one test file, a format cannot be told, or a column is missing.
+        CorpusMismatch: a named file is missing, or unreadable in its format.
+    """
+    found, splits, source = _read(section, campaign_dir)
     files: dict[str, CorpusFile] = {}
-    by_split: dict[str, list[Example]] = {}
-    for name in names:
-        data, origin = found[name]
-        examples = _parse(data, name)
-        files[name] = CorpusFile(name=name, split=splits[name] or "", sha256=hashlib.sha256(data).hexdigest(),
-                                 size_bytes=len(data), rows=len(examples), origin=origin)
-        by_split[splits[name] or ""] = examples
+    by_split: dict[str, list[Example]] = {s: [] for s in SPLITS}
+    for name, (data, origin) in sorted(found.items()):
+        digest = hashlib.sha256(data).hexdigest()
+        split = splits[name]
+        rows, kind = None, None
+        if section.has_columns and split:
+            try:
+                by_split[split], kind = _parse(data, name, section)
+            except (CorpusMismatch, SpecError) as exc:
+                if digest != section.sha256[name]:
+                    raise CorpusMismatch(f"corpus changed ({source}): "
+                                         f"{_mismatch(name, digest, section.sha256[name])} "
+                                         f"and it no longer reads ({exc}); restore the "
+                                         f"original file") from None
+                raise
+            rows = len(by_split[split])
+        files[name] = CorpusFile(name=name, split=split, sha256=digest, size_bytes=len(data),
+                                 rows=rows, origin=origin, format=kind)
     train = by_split["train"][: section.train_limit]
     test = by_split["test"][: section.test_limit]
-    labels = sorted({e.label for e in train} | {e.label for e in test})
-    return Corpus(train=train, test=test, labels=labels, files=files, source=source)
+    labels = sorted({e.label for e in (*train, *test) if e.label is not None})
+    return Corpus(train=train, test=test, labels=labels, files=files, source=source,
+                  section=section)
 
 
 def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:
@@ -218,7 +372,7 @@ def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:
         CorpusMismatch: names each differing file with the expected and the actual hash.
     """
     actual = corpus.file_hashes()
-    faults = [f"{name}: sha256 {actual.get(name)} but the campaign file froze {digest}"
+    faults = [_mismatch(name, actual.get(name), digest)  # type: ignore[arg-type]
               for name, digest in sorted(expected.items()) if actual.get(name) != digest]
     if faults:
         raise CorpusMismatch(f"corpus changed ({corpus.source}): " + "; ".join(faults)

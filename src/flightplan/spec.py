@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
-                      ValidationError, field_validator, model_validator)
+                      ValidationError, ValidationInfo, field_validator, model_validator)
 
 from flightplan.errors import SpecError
 from flightplan.units import Duration, Money
@@ -79,9 +79,12 @@ class _Strict(BaseModel):
 class CampaignSection(_Strict):
     """``[campaign]``: the question and how it is decided.
 
+    ``metric`` is a classification metric name or ``mean:<column>``
+    (:mod:`flightplan.metrics`); a classification metric's ``goal`` must be its direction.
     ``min_gain`` is in units of ``metric`` (0.05 = five points of macro-F1); a variant
-    must beat its reference by at least this much. ``accept_at_least`` is the lowest
-    metric value at which a run's product is accepted.
+    must beat its reference by at least this much (lower by it when ``goal`` is ``min``).
+    ``accept_at_least`` is the lowest metric value at which a run's product is accepted
+    (the highest, when ``goal`` is ``min``).
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -90,6 +93,29 @@ class CampaignSection(_Strict):
     goal: Literal["max", "min"] = "max"
     min_gain: Float = Field(ge=0)
     accept_at_least: Float | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, value: str) -> str:
+        from flightplan.metrics import parse_metric
+
+        try:
+            parse_metric(value)
+        except SpecError as exc:
+            raise ValueError(exc.reason) from None
+        return value
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_fits_metric(cls, value: str, info: ValidationInfo) -> str:
+        from flightplan.metrics import check_goal, parse_metric
+
+        if "metric" in info.data:       # absent when the metric itself was refused
+            try:
+                check_goal(parse_metric(info.data["metric"]), value)
+            except SpecError as exc:
+                raise ValueError(exc.reason) from None
+        return value
 
 
 class RentalSection(_Strict):
@@ -200,11 +226,21 @@ class CorpusSection(_Strict):
     """``[corpus]``: the frozen corpus. Either ``package`` (an installed distribution whose
     files are read through ``importlib.metadata``) or ``path`` (a folder with the same
     files, relative to the campaign file). ``sha256`` maps each file name to its hash.
-    ``train_limit``/``test_limit`` keep the first N rows (for small campaigns)."""
+    ``train_limit``/``test_limit`` keep the first N rows (for small campaigns).
+
+    Columns: ``id_column`` (the example id) and ``input_columns`` (one or more inputs)
+    together, ``label_column`` optional (none for regression-like tasks). Without any of
+    them flightplan only hashes the files and the task reads them itself. ``format``
+    (``csv``, ``tsv``, ``jsonl``, ``parquet``) overrides the format told by each file's
+    extension (:mod:`flightplan.corpus`)."""
 
     package: str | None = None
     path: str | None = None
     sha256: dict[str, str] = Field(min_length=1)
+    format: Literal["csv", "tsv", "jsonl", "parquet"] | None = None
+    id_column: str | None = None
+    input_columns: list[str] | None = Field(default=None, min_length=1)
+    label_column: str | None = None
     train_limit: Int | None = Field(default=None, gt=0)
     test_limit: Int | None = Field(default=None, gt=0)
 
@@ -215,7 +251,16 @@ class CorpusSection(_Strict):
         for name, digest in self.sha256.items():
             if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
                 raise ValueError(f"sha256 of {name!r} is not 64 lowercase hex digits")
+        if (self.id_column is None) != (self.input_columns is None) or (
+                self.label_column is not None and self.id_column is None):
+            raise ValueError("give id_column and input_columns together (label_column "
+                             "optional), or none of them to leave reading the files to the task")
         return self
+
+    @property
+    def has_columns(self) -> bool:
+        """Whether flightplan reads the examples (columns declared) or the task does."""
+        return self.id_column is not None
 
 
 class BaseModelSection(_Strict):

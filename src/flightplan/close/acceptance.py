@@ -6,7 +6,8 @@ A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5)
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
    (:func:`flightplan.close.verify.reproduce_run` with no limit);
 3. its predictions cover every expected test example id;
-4. its decision metric is at least ``accept_at_least`` (at most, when the goal is ``min``).
+4. its decision metric (any metric of :mod:`flightplan.metrics`) can be computed from its
+   predictions and is at least ``accept_at_least`` (at most, when the goal is ``min``).
 
 Timing repeats of one configuration (the same config hash) are one product: the count of
 accepted products is the number of distinct config hashes among the accepted runs.
@@ -22,12 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from flightplan.close.analysis import Predictions, read_predictions
-from flightplan.close.conclusion import compare, metric_value
+from flightplan.close.conclusion import compare_runs
 from flightplan.close.verify import reproduce_run
 from flightplan.errors import CheckFailed
+from flightplan.metrics import Predictions, metric_value, parse_metric, read_predictions
 from flightplan.spec import CampaignSpec
 
 __all__ = ["accept_runs", "accepted_product_count", "comparisons"]
@@ -61,6 +60,7 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         reproduced every prediction; None when no reload was attempted).
     """
     section = spec.campaign
+    metric = parse_metric(section.metric)
     verdicts = []
     for run in runs:
         run_id, reasons = run["run_id"], []
@@ -80,11 +80,13 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
                 if missing:
                     reasons.append(f"predictions miss {len(missing)} expected example ids "
                                    f"(first: {', '.join(missing[:5])})")
+            try:
+                value = metric_value(metric, predictions, source=f"predictions/{run_id}.csv")
+            except CheckFailed as exc:
+                reasons.append(str(exc))
             usable = not reasons
-            value = metric_value(section.metric, predictions.gold, predictions.predicted,
-                                 len(predictions.labels))
             threshold = section.accept_at_least
-            if threshold is not None:
+            if threshold is not None and value is not None:
                 below = value < threshold if section.goal == "max" else value > threshold
                 if below:
                     word = "below" if section.goal == "max" else "above"
@@ -110,8 +112,8 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]
     Both runs must be usable (finished, reloaded and reproduced, every test example
     covered); a run below ``accept_at_least`` is not an accepted product but is still a
     sound point of comparison (a weak control is exactly what a variant should beat).
-    Both runs' predictions are aligned on the example ids they share; gold labels come
-    from the reference's file.
+    Both runs' predictions are aligned on the example ids they share (and on the union of
+    their classes); gold labels come from the reference's file.
 
     Returns:
         One entry per run with a ``reference``: ``{variant, reference, variant_run_id,
@@ -137,16 +139,12 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]
             continue
         variant = _load(results, entry["variant_run_id"])
         reference = _load(results, entry["reference_run_id"])
-        if variant is None or reference is None or variant.labels != reference.labels:
-            out.append(entry | {"verdict": "not_available",
-                                "reason": "predictions unreadable or with different labels"})
+        if variant is None or reference is None:
+            out.append(entry | {"verdict": "not_available", "reason": "predictions unreadable"})
             continue
-        position = {example_id: i for i, example_id in enumerate(variant.ids)}
-        shared = [(i, position[e]) for i, e in enumerate(reference.ids) if e in position]
-        ref_index = np.array([i for i, _ in shared], dtype=np.int64)
-        var_index = np.array([j for _, j in shared], dtype=np.int64)
-        out.append(entry | compare(reference.gold[ref_index], reference.predicted[ref_index],
-                                   variant.predicted[var_index], metric=section.metric,
-                                   goal=section.goal, n_labels=len(reference.labels),
-                                   min_gain=section.min_gain))
+        try:
+            out.append(entry | compare_runs(reference, variant, metric=section.metric,
+                                            goal=section.goal, min_gain=section.min_gain))
+        except CheckFailed as exc:
+            out.append(entry | {"verdict": "not_available", "reason": str(exc)})
     return out

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.close.acceptance import accept_runs, accepted_product_count, comparisons
-from flightplan.close.analysis import error_analysis, error_markdown, read_predictions
+from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
 from flightplan.close.manifest import update_manifest
@@ -33,6 +33,7 @@ from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.results import portable, publish_plan, publish_run, results_dir_of
 from flightplan.close.verify import DEFAULT_SAMPLE, predict_argv, verify_results
 from flightplan.errors import ArgumentError
+from flightplan.metrics import read_predictions
 from flightplan.spec import CampaignSpec, load_spec
 
 __all__ = ["close_campaign", "close_command", "verify_command"]
@@ -42,13 +43,25 @@ _NOT_OWED = ("cut", "superseded")
 
 
 def _test_examples(spec: CampaignSpec) -> tuple[list[str] | None, dict[str, str]]:
-    """Expected test example ids and their texts (None, {} without a [corpus])."""
-    if spec.corpus is None:
+    """Expected test example ids and their texts (None, {} without a [corpus] or when the
+    task reads the corpus files itself)."""
+    if spec.corpus is None or not spec.corpus.has_columns:
         return None, {}
     from flightplan.corpus import load_corpus
 
     corpus = load_corpus(spec.corpus, spec.campaign_dir)
     return [e.id for e in corpus.test], {e.id: e.text for e in corpus.test}
+
+
+def _input_limit(results: Path, run_id: str) -> int | None:
+    """``input_limit`` recorded in the run's ``artifact.json`` (the length the task cut
+    inputs at), or None."""
+    path = results / "artifacts" / run_id / "artifact.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("input_limit")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _latest_runs(ledger: Any) -> list[dict[str, Any]]:
@@ -118,9 +131,9 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
         path = results / "predictions" / f"{run_id}.csv"
         analysis = None
         if path.is_file():
-            params = json.loads((results / "params" / f"{run_id}.json").read_text())
-            analysis = error_analysis(read_predictions(path), texts=texts,
-                                      max_length=(params.get("params") or {}).get("max_length"))
+            analysis = error_analysis(read_predictions(path), metric=spec.campaign.metric,
+                                      goal=spec.campaign.goal, texts=texts,
+                                      input_limit=_input_limit(results, run_id))
             _write_json(results, f"errors/{run_id}.json", analysis | {"run_id": run_id,
                                                                       "name": run["name"]},
                         written)

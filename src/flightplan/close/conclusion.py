@@ -5,7 +5,9 @@ is ``d = metric(V) - metric(R)`` and the gain is ``d`` when the goal is ``max`` 
 when it is ``min``. Its 95 % confidence interval is a paired bootstrap over test
 examples (Efron & Tibshirani 1993, ch. 13; ``scipy.stats.bootstrap`` with
 ``paired=True``: every resample draws the same examples for V and R), percentile method,
-2000 resamples, fixed seed, so the same predictions always give the same interval.
+2000 resamples, fixed seed, so the same predictions always give the same interval. Any
+decision metric works (:mod:`flightplan.metrics`): a classification metric of gold and
+predicted labels, or the mean of a per-example column.
 
 Verdict per variant, against ``min_gain``:
 
@@ -19,8 +21,8 @@ clearly stated negative: "No variant meets the threshold".
 
 Usage::
 
-    result = compare(gold, ref_pred, var_pred, metric="macro_f1", goal="max",
-                     n_labels=3, min_gain=0.05)
+    result = compare_runs(ref_predictions, var_predictions, metric="mean:abs_error",
+                          goal="min", min_gain=0.05)
 """
 
 from __future__ import annotations
@@ -30,66 +32,24 @@ from typing import Any, Callable
 import numpy as np
 from scipy.stats import bootstrap
 
-from flightplan.errors import SpecError
+from flightplan.metrics import Metric, Predictions, paired
 
-__all__ = ["METRICS", "SEED", "N_RESAMPLES", "CONFIDENCE", "metric_value", "compare",
-           "conclude"]
+__all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude"]
 
 SEED = 20240601
 N_RESAMPLES = 2000
 CONFIDENCE = 0.95
 
 
-def _accuracy(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> np.ndarray:
-    """Accuracy along the last axis. gold, pred: (..., N) int → (...)."""
-    return (gold == pred).mean(axis=-1)
-
-
-def _macro_f1(gold: np.ndarray, pred: np.ndarray, n_labels: int) -> np.ndarray:
-    """Macro-averaged F1 over ``n_labels`` classes along the last axis (…, N) → (…).
-
-    F1_c = 2 TP_c / (2 TP_c + FP_c + FN_c), 0 when the denominator is 0 (as scikit-learn
-    with ``zero_division=0``); the macro average weighs every class equally.
-    """
-    scores = []
-    for c in range(n_labels):
-        is_gold, is_pred = gold == c, pred == c
-        tp = (is_gold & is_pred).sum(axis=-1)
-        denominator = is_gold.sum(axis=-1) + is_pred.sum(axis=-1)
-        scores.append(np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), 0.0))
-    return np.mean(scores, axis=0)
-
-
-METRICS: dict[str, Callable[[np.ndarray, np.ndarray, int], np.ndarray]] = {
-    "accuracy": _accuracy,
-    "macro_f1": _macro_f1,
-}
-
-
-def _metric(name: str) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
-    if name not in METRICS:
-        raise SpecError(f"{name!r} cannot be computed from predictions; use one of "
-                        f"{', '.join(sorted(METRICS))}", field="campaign.metric", value=name)
-    return METRICS[name]
-
-
-def metric_value(name: str, gold: np.ndarray, pred: np.ndarray, n_labels: int) -> float:
-    """The metric ``name`` of one run's predictions (gold, pred: (N,) label indices).
-
-    Raises:
-        SpecError: ``name`` is not one of :data:`METRICS`.
-    """
-    return float(_metric(name)(np.asarray(gold), np.asarray(pred), n_labels))
-
-
-def compare(gold: np.ndarray, reference: np.ndarray, variant: np.ndarray, *, metric: str,
-            goal: str, n_labels: int, min_gain: float) -> dict[str, Any]:
+def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, ...],
+            variant: tuple[np.ndarray, ...], *, goal: str, min_gain: float) -> dict[str, Any]:
     """A variant against its reference on the same examples.
 
     Args:
-        gold, reference, variant: (N,) label indices, aligned by example.
-        metric: a name in :data:`METRICS`. goal: ``"max"`` or ``"min"``.
-        n_labels: number of classes. min_gain: the threshold, in metric units.
+        statistic: the metric of per-example arrays, ``statistic(*arrays, axis=-1)``:
+            (..., N) → (...) (:func:`flightplan.metrics.paired`).
+        reference, variant: each run's arrays (N,), aligned by example.
+        goal: ``"max"`` or ``"min"``. min_gain: the threshold, in metric units.
 
     Returns:
         ``{reference_value, variant_value, difference, gain, ci_low, ci_high,
@@ -97,16 +57,19 @@ def compare(gold: np.ndarray, reference: np.ndarray, variant: np.ndarray, *, met
         its interval are ``variant - reference``; ``gain`` is the difference signed by
         ``goal``; values rounded to 6 places.
     """
-    function = _metric(metric)
-    gold, reference, variant = (np.asarray(a, dtype=np.int64) for a in (gold, reference, variant))
+    reference = tuple(np.asarray(a) for a in reference)
+    variant = tuple(np.asarray(a) for a in variant)
+    k = len(reference)
     sign = 1.0 if goal == "max" else -1.0
 
-    def difference(g: np.ndarray, r: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
-        return function(g, v, n_labels) - function(g, r, n_labels)
+    def difference(*arrays: np.ndarray, axis: int = -1) -> np.ndarray:
+        return statistic(*arrays[k:], axis=axis) - statistic(*arrays[:k], axis=axis)
 
-    point = float(difference(gold, reference, variant))
-    if len(gold) >= 2 and bool(np.any(reference != variant)):
-        result = bootstrap((gold, reference, variant), difference, paired=True, vectorized=True,
+    point = float(difference(*reference, *variant))
+    n = len(reference[0])
+    same = all(np.array_equal(r, v) for r, v in zip(reference, variant))
+    if n >= 2 and not same:
+        result = bootstrap((*reference, *variant), difference, paired=True, vectorized=True,
                            n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
                            method="percentile", rng=np.random.default_rng(SEED))
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
@@ -120,12 +83,23 @@ def compare(gold: np.ndarray, reference: np.ndarray, variant: np.ndarray, *, met
         verdict = "inconclusive"
     else:
         verdict = "does_not_meet"
-    return {"reference_value": round(float(function(gold, reference, n_labels)), 6),
-            "variant_value": round(float(function(gold, variant, n_labels)), 6),
+    return {"reference_value": round(float(statistic(*reference)), 6),
+            "variant_value": round(float(statistic(*variant)), 6),
             "difference": round(point, 6), "gain": round(gain, 6),
             "ci_low": round(low, 6), "ci_high": round(high, 6),
-            "confidence_level": CONFIDENCE, "n_examples": int(len(gold)),
+            "confidence_level": CONFIDENCE, "n_examples": int(n),
             "n_resamples": N_RESAMPLES, "seed": SEED, "verdict": verdict}
+
+
+def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric | str,
+                 goal: str, min_gain: float) -> dict[str, Any]:
+    """:func:`compare` on two runs' predictions, aligned on their shared example ids.
+
+    Raises:
+        CheckFailed: a run lacks what the metric needs (:func:`flightplan.metrics.paired`).
+    """
+    statistic, ref_arrays, var_arrays = paired(metric, reference, variant)
+    return compare(statistic, ref_arrays, var_arrays, goal=goal, min_gain=min_gain)
 
 
 def conclude(*, question: str, metric: str, goal: str, min_gain: float,

@@ -166,7 +166,9 @@ def render_report(context: dict[str, Any]) -> str:
         "loss": loss_png(context["curves"]),
         "confusion": {r["run_id"]: confusion_png(r["analysis"]["confusion_matrix"]["counts"],
                                                  r["analysis"]["labels"], r["name"])
-                      for r in context["runs"] if r["analysis"] and r["analysis"]["n_test"]},
+                      for r in context["runs"]
+                      if r["analysis"] and r["analysis"]["n_test"]
+                      and r["analysis"]["confusion_matrix"]},
     }
     return environment.get_template("report.html.j2").render(**context, images=images)
 

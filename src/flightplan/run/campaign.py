@@ -224,7 +224,7 @@ class _Campaign:
         started = time.time()
         out = self.dir / ".flightplan" / "data_check.json"
         try:
-            report = run_data_check(self.spec, out=out)
+            report = run_data_check(self.spec, out=out, tasks=self.tasks)
         except CorpusMismatch as exc:
             report = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {
                 "status": "corpus_mismatch", "message": str(exc)}

@@ -1,172 +1,214 @@
-"""The data check: the campaign's first essential stage.
+"""The data check: the campaign's first essential stage, for any corpus and any task.
 
-It reads the frozen corpus and reports, as one JSON object (also ``data_check.json``):
+It reads the frozen corpus (:mod:`flightplan.corpus`) and reports, as one JSON object
+(also ``data_check.json``):
 
-- ``files``: per corpus file its split, rows, size and sha256 against the hash frozen in
-  ``[corpus]``; any difference raises :class:`CorpusMismatch` (which stops the campaign)
-  after the report, with ``status: "corpus_mismatch"``, has been written;
-- ``splits``: rows, empty texts (ids), duplicate texts within the split (ids), labels;
-- ``cross_split_duplicates``: texts found in both train and test, with both sets of ids;
-- ``lengths``: untruncated token lengths (special tokens counted) of train + test:
-  percentiles 50/90/95/99, mean and max;
-- ``truncation``: for every ``max_length`` a run uses, how many of the essential inputs
-  (train + test, after the limits) the tokenizer would cut, and which runs use it.
+- ``files``: per corpus file its split, format, rows (before the limits; null when the
+  task reads the files), size and sha256 against the hash frozen in ``[corpus]``; any
+  difference raises :class:`CorpusMismatch` (which stops the campaign) after the report,
+  with ``status: "corpus_mismatch"``, has been written;
+- ``columns``: ``{id, inputs, label}`` as declared, or null when the task reads the files
+  (then only the files are checked, and the keys below are absent);
+- ``splits``: per split (after the limits) ``rows``; ``empty_inputs``: ids of examples
+  with an input that is null or blank; ``duplicate_ids``: ids found more than once;
+  ``duplicate_inputs``: ``[{ids, text}]`` examples with identical inputs;
+  ``missing_labels``: ids without a label (when a label column is declared); ``labels``:
+  ``{label: count}`` over every label of the corpus (null without a label column or with
+  more than :data:`MAX_LABELS` distinct labels);
+- ``labels``: the sorted labels (null as above), ``distinct_labels``: their number;
+- ``cross_split_duplicates``: ``[{train_ids, test_ids, text}]`` examples whose inputs are
+  in both train and test; ``cross_split_ids``: ids found in both splits;
+- then every key of the figures each run's task adds through its ``data_check`` hook
+  (:mod:`flightplan.tasks.protocol`; e.g. token ``lengths`` and ``truncation``), called once
+  per distinct task with the params of its runs. A task key that the generic check (or
+  another task) already wrote is a :class:`TaskError`.
 
-The tokenizer shipped with the base model truncates at 128 silently, so lengths are
-measured with ``truncation=False``; one batched call over all texts (fast tokenizer).
+Inputs are identical when their values are (strings compared exactly, other values as
+canonical JSON); ``text`` is a preview of the first example's :attr:`Example.text`.
 
 Usage::
 
-    report = run_data_check(spec, out=campaign_dir / ".flightplan" / "data_check.json")
-    report["truncation"][0]["fraction"]       # e.g. 0.41 at max_length 128
+    tasks = {r.name: load_task(r.task, spec.campaign_dir) for r in spec.runs}
+    report = run_data_check(spec, out=campaign_dir / ".flightplan" / "data_check.json",
+                            tasks=tasks)
+    report["splits"]["train"]["duplicate_ids"]           # e.g. ["17"]
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping
 
+from flightplan.corpus import (Corpus, CorpusFile, Example, corpus_files, load_corpus,
+                               verify_hashes)
 from flightplan.durable import write_json_atomic
-from flightplan.corpus import Corpus, Example, load_corpus, verify_hashes
-from flightplan.errors import CorpusMismatch, SpecError
-from flightplan.spec import BaseModelSection, CampaignSpec
+from flightplan.errors import CorpusMismatch, SpecError, TaskError
+from flightplan.spec import CampaignSpec
 
-__all__ = ["run_data_check", "token_lengths", "truncation_summary", "PERCENTILES"]
+__all__ = ["run_data_check", "split_report", "cross_split", "MAX_LABELS", "PREVIEW_CHARS"]
 
-PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 PREVIEW_CHARS = 80
-
-
-def token_lengths(tokenizer: Any, texts: Sequence[str]) -> list[int]:
-    """Untruncated token counts, special tokens ([CLS], [SEP]) included, one per text."""
-    if not texts:
-        return []
-    encoded = tokenizer(list(texts), truncation=False, add_special_tokens=True,
-                        return_attention_mask=False, return_token_type_ids=False,
-                        verbose=False)
-    return [len(ids) for ids in encoded["input_ids"]]
-
-
-def truncation_summary(lengths: Sequence[int], max_length: int) -> dict[str, Any]:
-    """``{max_length, truncated, total, fraction}``: inputs longer than ``max_length``
-    tokens are cut; ``fraction = truncated / total`` (0.0 when there are no inputs)."""
-    cut = sum(1 for n in lengths if n > max_length)
-    return {"max_length": max_length, "truncated": cut, "total": len(lengths),
-            "fraction": cut / len(lengths) if lengths else 0.0}
-
-
-def _percentile(sorted_values: list[int], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default ``linear`` method)."""
-    if not sorted_values:
-        return 0.0
-    pos = (len(sorted_values) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(sorted_values) - 1)
-    return float(sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low))
+MAX_LABELS = 100
+"""More distinct labels than this (a numeric target) are not counted one by one."""
 
 
 def _preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
-def _split_report(examples: list[Example], labels: list[str]) -> dict[str, Any]:
-    by_text: dict[str, list[str]] = defaultdict(list)
+def _empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    return isinstance(value, (list, tuple, dict)) and not value
+
+
+def _content(example: Example) -> str:
+    """A key equal for two examples exactly when their input values are equal."""
+    return json.dumps(list(example.inputs.values()), ensure_ascii=False, sort_keys=True,
+                      default=str)
+
+
+def split_report(examples: list[Example], labels: list[str] | None, *,
+                 has_label: bool) -> dict[str, Any]:
+    """The figures of one split (module docstring, ``splits``).
+
+    Args:
+        examples: the split after its limit.
+        labels: every label of the corpus (the keys of ``labels``), or None not to count.
+        has_label: whether a label column is declared (``missing_labels`` is null if not).
+    """
+    by_content: dict[str, list[str]] = defaultdict(list)
+    id_count: dict[str, int] = defaultdict(int)
+    first_text: dict[str, str] = {}
     for example in examples:
-        by_text[example.text].append(example.id)
-    counts = {label: 0 for label in labels}
-    for example in examples:
-        counts[example.label] += 1
+        key = _content(example)
+        by_content[key].append(example.id)
+        first_text.setdefault(key, example.text)
+        id_count[example.id] += 1
+    counts = None
+    if labels is not None:
+        counts = {label: 0 for label in labels}
+        for example in examples:
+            if example.label is not None:
+                counts[example.label] += 1
     return {"rows": len(examples),
-            "empty_texts": [e.id for e in examples if not e.text.strip()],
-            "duplicates": [{"ids": ids, "text": _preview(text)}
-                           for text, ids in by_text.items() if len(ids) > 1],
+            "empty_inputs": [e.id for e in examples if any(map(_empty, e.inputs.values()))],
+            "duplicate_ids": [i for i, n in id_count.items() if n > 1],
+            "duplicate_inputs": [{"ids": ids, "text": _preview(first_text[key])}
+                                 for key, ids in by_content.items() if len(ids) > 1],
+            "missing_labels": [e.id for e in examples if e.label is None] if has_label
+            else None,
             "labels": counts}
 
 
-def _cross_split(corpus: Corpus) -> list[dict[str, Any]]:
+def cross_split(corpus: Corpus) -> tuple[list[dict[str, Any]], list[str]]:
+    """``(by content [{train_ids, test_ids, text}], ids in both splits)``, in test order."""
     train_ids: dict[str, list[str]] = defaultdict(list)
     for example in corpus.train:
-        train_ids[example.text].append(example.id)
+        train_ids[_content(example)].append(example.id)
     test_ids: dict[str, list[str]] = defaultdict(list)
+    texts: dict[str, str] = {}
     for example in corpus.test:
-        if example.text in train_ids:
-            test_ids[example.text].append(example.id)
-    return [{"train_ids": train_ids[text], "test_ids": ids, "text": _preview(text)}
-            for text, ids in test_ids.items()]
+        key = _content(example)
+        if key in train_ids:
+            test_ids[key].append(example.id)
+            texts.setdefault(key, example.text)
+    by_content = [{"train_ids": train_ids[key], "test_ids": ids, "text": _preview(texts[key])}
+                  for key, ids in test_ids.items()]
+    in_train = {e.id for e in corpus.train}
+    by_id = list(dict.fromkeys(e.id for e in corpus.test if e.id in in_train))
+    return by_content, by_id
 
 
-def _max_lengths(spec: CampaignSpec) -> dict[int, list[str]]:
-    """``{max_length: [run names]}`` over the spec's runs (the task default when unset)."""
-    from flightplan.tasks.textclf.model import TaskParams
-
-    default = TaskParams().max_length
-    out: dict[int, list[str]] = defaultdict(list)
-    for index, run in enumerate(spec.runs):
-        value = run.params.get("max_length", default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 3:
-            raise SpecError(f"{value!r} is not a token count; give an integer of at least 3",
-                            file=spec.source, field=f"run[{index}].params.max_length", value=value)
-        out[value].append(run.name)
-    return dict(sorted(out.items()))
-
-
-def _file_rows(corpus: Corpus, expected: dict[str, str]) -> dict[str, Any]:
-    return {name: {"split": f.split, "rows": f.rows, "size_bytes": f.size_bytes,
-                   "sha256": f.sha256, "expected_sha256": expected.get(name),
+def _file_rows(files: Mapping[str, CorpusFile], expected: Mapping[str, str]
+               ) -> dict[str, Any]:
+    return {name: {"split": f.split, "format": f.format, "rows": f.rows,
+                   "size_bytes": f.size_bytes, "sha256": f.sha256,
+                   "expected_sha256": expected.get(name),
                    "matches": f.sha256 == expected.get(name)}
-            for name, f in sorted(corpus.files.items())}
+            for name, f in sorted(files.items())}
 
 
-def run_data_check(spec: CampaignSpec, *, out: Path | None = None) -> dict[str, Any]:
+def _task_figures(spec: CampaignSpec, corpus: Corpus, tasks: Mapping[str, Any],
+                  report: dict[str, Any]) -> None:
+    """Merge each distinct task's hook figures into ``report`` (once per task)."""
+    groups: dict[str, tuple[Any, dict[str, Any]]] = {}
+    for run in spec.runs:
+        task = tasks[run.name]
+        key = task.source.module_name
+        groups.setdefault(key, (task, {}))[1][run.name] = dict(run.params)
+    written = {key: "the generic data check" for key in (*report, "wall_s")}
+    for task, params_by_run in groups.values():
+        figures = task.data_check(corpus, params_by_run, spec.base_model)
+        for key, value in figures.items():
+            if key in written:
+                raise TaskError(f"task {task.source.ref!r}: its data_check returned key "
+                                f"{key!r}, which {written[key]} already wrote; rename it",
+                                field="data_check", value=key)
+            written[key] = f"task {task.source.ref!r}"
+            report[key] = value
+
+
+def run_data_check(spec: CampaignSpec, *, out: Path | None = None,
+                   tasks: Mapping[str, Any]) -> dict[str, Any]:
     """Check the campaign's corpus; write the report to ``out`` (atomically) if given.
 
     Args:
-        spec: the campaign; needs ``[corpus]`` (``[base_model]`` defaults to the package).
+        spec: the campaign; needs ``[corpus]``.
         out: where to write ``data_check.json``; nothing is written when None.
+        tasks: run name → the run's :class:`flightplan.tasks.loader.LoadedTask` (every
+            run of ``spec``); each distinct task's ``data_check`` hook adds its figures.
 
     Returns:
         the report (see the module docstring); ``status`` is ``"ok"``.
 
     Raises:
-        SpecError: the campaign has no ``[corpus]``, a package is missing, or a run's
-            ``max_length`` is not a token count.
-        CorpusMismatch: a file's sha256 differs from the frozen one (the report, with
-            ``status: "corpus_mismatch"``, is written first) or a file is missing.
+        SpecError: the campaign has no ``[corpus]``, a package or column is missing, or a
+            task hook refuses a run's params.
+        CorpusMismatch: a file's sha256 differs from the frozen one or a file is missing
+            (the report, with ``status: "corpus_mismatch"``, is written first).
+        TaskError: a task hook's key clashes with a key already in the report.
     """
     started = time.perf_counter()
     if spec.corpus is None:
         raise SpecError("the campaign has no [corpus]; add one with package or path and sha256",
                         file=spec.source, field="corpus")
-    corpus = load_corpus(spec.corpus, spec.campaign_dir)
-    report: dict[str, Any] = {"status": "ok", "source": corpus.source,
-                              "files": _file_rows(corpus, dict(spec.corpus.sha256)),
-                              "limits": {"train": spec.corpus.train_limit,
-                                         "test": spec.corpus.test_limit}}
+    section = spec.corpus
+    report: dict[str, Any] = {"status": "ok"}
     try:
-        verify_hashes(corpus, dict(spec.corpus.sha256))
+        corpus = load_corpus(section, spec.campaign_dir)
+        report.update(source=corpus.source, files=_file_rows(corpus.files, section.sha256))
+        verify_hashes(corpus, dict(section.sha256))
     except CorpusMismatch as exc:
+        if "files" not in report:      # a changed file that no longer reads: hash them all
+            try:
+                files, source = corpus_files(section, spec.campaign_dir)
+                report.update(source=source, files=_file_rows(files, section.sha256))
+            except CorpusMismatch:     # a file is missing: the message names it
+                pass
         report.update(status="corpus_mismatch", message=str(exc),
                       wall_s=time.perf_counter() - started)
         if out is not None:
             write_json_atomic(Path(out), report)
         raise
-    report["labels"] = corpus.labels
-    report["splits"] = {name: _split_report(corpus.split(name), corpus.labels)
-                        for name in ("train", "test")}
-    report["cross_split_duplicates"] = _cross_split(corpus)
-
-    from flightplan.tasks.textclf.model import load_tokenizer
-    tokenizer = load_tokenizer(spec.base_model or BaseModelSection())
-    lengths = token_lengths(tokenizer, [e.text for e in (*corpus.train, *corpus.test)])
-    ordered = sorted(lengths)
-    report["lengths"] = {"count": len(lengths), "special_tokens_included": True,
-                         "mean": sum(lengths) / len(lengths) if lengths else 0.0,
-                         "max": ordered[-1] if ordered else 0,
-                         "percentiles": {str(q): _percentile(ordered, q) for q in PERCENTILES}}
-    report["truncation"] = [dict(truncation_summary(lengths, max_length), runs=runs)
-                            for max_length, runs in _max_lengths(spec).items()]
+    report["limits"] = {"train": section.train_limit, "test": section.test_limit}
+    report["columns"] = None
+    if section.has_columns:
+        report["columns"] = {"id": section.id_column, "inputs": list(section.input_columns or []),
+                             "label": section.label_column}
+        has_label = section.label_column is not None
+        counted = corpus.labels if has_label and len(corpus.labels) <= MAX_LABELS else None
+        report["labels"] = counted
+        report["distinct_labels"] = len(corpus.labels) if has_label else None
+        report["splits"] = {name: split_report(corpus.split(name), counted, has_label=has_label)
+                            for name in ("train", "test")}
+        report["cross_split_duplicates"], report["cross_split_ids"] = cross_split(corpus)
+    _task_figures(spec, corpus, tasks, report)
     report["wall_s"] = time.perf_counter() - started
     if out is not None:
         write_json_atomic(Path(out), report)

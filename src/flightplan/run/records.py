@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from flightplan.close.manifest import read_manifest
 from flightplan.close.results import RESULTS_DIRNAME, publish_run
-from flightplan.errors import VerificationFailed
+from flightplan.errors import CheckFailed, SpecError, VerificationFailed
+from flightplan.metrics import metric_value, read_predictions
 from flightplan.run.executor import JobResult
 from flightplan.run.ledger import Ledger
 
@@ -69,7 +70,9 @@ class RunRecorder:
 
     Args:
         ledger: the open ledger.   campaign_dir: the campaign directory.
-        metric: the campaign's decision metric (read from ``metrics.json``).
+        metric: the campaign's decision metric (read from ``metrics.json``, else computed
+            from ``predictions.csv``: a ``mean:<column>`` metric, or one the task does not
+            report).
     """
 
     def __init__(self, ledger: Ledger, campaign_dir: Path, *, metric: str) -> None:
@@ -81,7 +84,12 @@ class RunRecorder:
     def _metric(self, run_dir: Path) -> float | None:
         metrics = _read_json(run_dir / "metrics.json") or {}
         value = metrics.get(self.metric)
-        return float(value) if isinstance(value, (int, float)) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        try:
+            return metric_value(self.metric, read_predictions(run_dir / "predictions.csv"))
+        except (CheckFailed, SpecError):
+            return None
 
     def _published(self, run_id: str, status: str) -> bool:
         """Whether ``results/MANIFEST.json`` holds the run with this status (the manifest

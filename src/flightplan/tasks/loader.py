@@ -199,12 +199,14 @@ class LoadedTask:
         hook = getattr(self.module, "base_revision", None)
         return None if hook is None else hook(base_model, dict(params))
 
-    def data_check(self, corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]]
-                   ) -> dict[str, Any]:
-        """The task's own data-check figures (``{}`` without the hook)."""
+    def data_check(self, corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]],
+                   base_model: Any = None) -> dict[str, Any]:
+        """The task's own data-check figures (``{}`` without the hook); ``base_model`` is
+        the spec's ``[base_model]`` or None."""
         hook = getattr(self.module, "data_check", None)
         return {} if hook is None else dict(hook(corpus, {k: dict(v) for k, v
-                                                          in params_by_run.items()}))
+                                                          in params_by_run.items()},
+                                                 base_model))
 
     def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
                      params: Mapping[str, Any], *, tolerated_loss_s: float,

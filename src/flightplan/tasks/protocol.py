@@ -22,8 +22,9 @@ Optional hooks (module-level functions; without one, the default after the arrow
   → none: the artifact is not reloadable, so the run's products are not accepted.
 - ``base_revision(base_model, params)``: the exact base model revision (a JSON value),
   part of run ids and artifacts → ``None``.
-- ``data_check(corpus, params_by_run) -> dict``: the task's own figures, added to the
-  data check (textclf: truncation per ``max_length``) → ``{}``.
+- ``data_check(corpus, params_by_run, base_model) -> dict``: the task's own figures,
+  merged into the data check report as top-level keys (textclf: ``lengths``,
+  ``truncation``) → ``{}``.
 - ``estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) -> {total_s, ...}``:
   one run's re-estimate from the pilot's rows (a finer cost model) → steps × the pilot's
   step time (:mod:`flightplan.run.decision`).
@@ -57,7 +58,7 @@ HOOKS: Mapping[str, str] = {
     "reload_predictions": "reload_predictions(artifact_dir, out, *, campaign_dir, limit) "
                           "-> rows written",
     "base_revision": "base_revision(base_model, params) -> JSON value or None",
-    "data_check": "data_check(corpus, params_by_run) -> dict of figures",
+    "data_check": "data_check(corpus, params_by_run, base_model) -> dict of figures",
     "estimate_run": "estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) "
                     "-> {total_s, ...} or None",
     "pilot_examples": "pilot_examples(params, steps) -> int or None",

@@ -42,6 +42,9 @@ order = "ITG-0042"
 [corpus]
 path = "corpus"
 sha256 = {{ "train.tsv" = "{train_sha}", "test.tsv" = "{test_sha}" }}
+id_column = ""
+input_columns = ["review"]
+label_column = "rating"
 
 [[expense]]
 label = "dataset licence"
@@ -163,7 +166,8 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
     (run_dir / "artifact" / "model.json").write_text(json.dumps({"shift": params["shift"]}))
     (run_dir / "artifact" / "artifact.json").write_text(json.dumps({
         "task": run.task, "params": params, "labels": LABELS,
-        "max_length": params["max_length"], "base_revision": REVISION,
+        "max_length": params["max_length"], "input_limit": params["max_length"],
+        "base_revision": REVISION,
         "corpus": {"path": "corpus", "sha256": dict(spec.corpus.sha256)}}))
     (run_dir / "done.json").write_text(json.dumps({"run_id": run_id, "finished_at": T0 + 4,
                                                    "steps": 4, "wall_s": 4.0}))

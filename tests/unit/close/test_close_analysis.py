@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from close_fixture import TEXTS, rows, write_csv
 
-from flightplan.close.analysis import error_analysis, error_markdown, excerpt, read_predictions
-from flightplan.close.conclusion import compare, conclude, metric_value
+from flightplan.close.analysis import error_analysis, error_markdown, excerpt
+from flightplan.close.conclusion import compare_runs, conclude
 from flightplan.errors import SpecError
+from flightplan.metrics import Predictions, metric_value, read_predictions
 
 
 @pytest.fixture
@@ -20,7 +21,10 @@ def shifted(tmp_path):
 
 
 def test_error_analysis_by_hand(shifted):
-    report = error_analysis(shifted, texts=TEXTS, max_length=64, top=3)
+    report = error_analysis(shifted, metric="macro_f1", goal="max", texts=TEXTS, input_limit=64,
+                            top=3)
+    assert report["metric"] == {"name": "macro_f1", "goal": "max", "value": round(205 / 273, 6),
+                                "problem": None}
     assert report["labels"] == ["neg", "neu", "pos"]
     assert report["confusion_matrix"]["counts"] == [[5, 2, 0], [0, 5, 2], [1, 0, 5]]
     assert report["accuracy"] == 0.75
@@ -30,9 +34,11 @@ def test_error_analysis_by_hand(shifted):
     assert report["per_class"]["pos"]["support"] == 6
     assert report["macro_f1"] == round(205 / 273, 6)
     # n_tokens = 10 i > 64 for i >= 7: truncated t7..t19 (errors t8, t12, t16)
-    assert report["by_length"] == {"max_length": 64,
-                                   "truncated": {"n": 13, "errors": 3, "error_rate": round(3 / 13, 6)},
-                                   "not_truncated": {"n": 7, "errors": 2, "error_rate": round(2 / 7, 6)}}
+    assert report["by_length"] == {
+        "input_limit": 64,
+        "truncated": {"n": 13, "errors": 3, "error_rate": round(3 / 13, 6), "metric_mean": None},
+        "not_truncated": {"n": 7, "errors": 2, "error_rate": round(2 / 7, 6), "metric_mean": None}}
+    assert report["worst"] is None          # a classification metric: no per-example column
     wrong = report["confidently_wrong"]
     assert [(w["example_id"], w["gold"], w["predicted"], w["probability"]) for w in wrong] == \
         [("t0", "neg", "neu", 0.7), ("t12", "neg", "neu", 0.7), ("t16", "neu", "pos", 0.7)]
@@ -47,9 +53,10 @@ def test_excerpt_is_cut_with_an_ellipsis():
 
 
 def test_macro_f1_matches_by_hand(shifted):
-    assert metric_value("macro_f1", shifted.gold, shifted.predicted, 3) == pytest.approx(205 / 273)
-    with pytest.raises(SpecError, match="'bleu' cannot be computed from predictions"):
-        metric_value("bleu", shifted.gold, shifted.predicted, 3)
+    assert metric_value("macro_f1", shifted) == pytest.approx(205 / 273)
+    assert metric_value("accuracy", shifted) == 0.75
+    with pytest.raises(SpecError, match="campaign.metric: 'bleu' is not a decision metric"):
+        metric_value("bleu", shifted)
 
 
 def test_paired_bootstrap_sees_a_small_consistent_gain():
@@ -61,26 +68,28 @@ def test_paired_bootstrap_sees_a_small_consistent_gain():
     reference = np.r_[np.zeros(200, dtype=int), np.ones(200, dtype=int)]
     variant = reference.copy()
     variant[200:210] = 0
-    result = compare(gold, reference, variant, metric="accuracy", goal="max", n_labels=2,
-                     min_gain=0.01)
+    ids = [str(i) for i in range(400)]
+    reference = Predictions(ids=ids, labels=["a", "b"], gold=gold, predicted=reference, probs=None)
+    variant = Predictions(ids=ids, labels=["a", "b"], gold=gold, predicted=variant, probs=None)
+    result = compare_runs(reference, variant, metric="accuracy", goal="max", min_gain=0.01)
     assert result["difference"] == 0.025 and result["gain"] == 0.025
     assert 0.0 < result["ci_low"] < 0.025 < result["ci_high"] < 0.05
     assert result["verdict"] == "meets"
-    again = compare(gold, reference, variant, metric="accuracy", goal="max", n_labels=2,
-                    min_gain=0.01)
+    again = compare_runs(reference, variant, metric="accuracy", goal="max", min_gain=0.01)
     assert again == result  # fixed seed
-    assert compare(gold, reference, variant, metric="accuracy", goal="max", n_labels=2,
-                   min_gain=0.02)["verdict"] == "inconclusive"
-    assert compare(gold, reference, variant, metric="accuracy", goal="max", n_labels=2,
-                   min_gain=0.05)["verdict"] == "does_not_meet"
+    assert compare_runs(reference, variant, metric="accuracy", goal="max",
+                        min_gain=0.02)["verdict"] == "inconclusive"
+    assert compare_runs(reference, variant, metric="accuracy", goal="max",
+                        min_gain=0.05)["verdict"] == "does_not_meet"
     # with goal "min" the same difference is a loss
-    assert compare(gold, reference, variant, metric="accuracy", goal="min", n_labels=2,
-                   min_gain=0.0)["gain"] == -0.025
+    assert compare_runs(reference, variant, metric="accuracy", goal="min",
+                        min_gain=0.0)["gain"] == -0.025
 
 
 def test_identical_predictions_give_a_zero_interval():
     gold = np.array([0, 1, 1, 0])
-    result = compare(gold, gold, gold, metric="macro_f1", goal="max", n_labels=2, min_gain=0.05)
+    same = Predictions(ids=list("abcd"), labels=["x", "y"], gold=gold, predicted=gold, probs=None)
+    result = compare_runs(same, same, metric="macro_f1", goal="max", min_gain=0.05)
     assert (result["difference"], result["ci_low"], result["ci_high"]) == (0.0, 0.0, 0.0)
     assert result["verdict"] == "does_not_meet"
 

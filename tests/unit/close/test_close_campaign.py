@@ -170,3 +170,34 @@ def test_a_run_below_accept_at_least_is_still_compared(tmp_path, fake_task_env):
     (comparison,) = outcome["conclusion"]["comparisons"]
     assert comparison["verdict"] == "does_not_meet"
     assert comparison["difference"] == round(205 / 273 - 1, 6)
+
+
+def test_close_on_a_per_example_metric(tmp_path, fake_task_env):
+    """A column metric: mean:n_tokens (goal min) is computed from the predictions' column;
+    mean:abs_error, which the task does not write, leaves every product unaccepted with
+    the reason and no comparison."""
+    spec, ledger = make_campaign(tmp_path)
+
+    def with_metric(name: str):
+        section = spec.campaign.model_copy(update={"metric": name, "goal": "min",
+                                                   "accept_at_least": None})
+        return spec.model_copy(update={"campaign": section})
+
+    outcome = close_campaign(with_metric("mean:n_tokens"), ledger)
+    assert outcome["verified"] is True and outcome["accepted"] == [CONTROL, VARIANT]
+    results = Path(outcome["results_dir"])
+    # n_tokens = 10 i for i < 20: mean 95 in both runs, so the gain is 0
+    comparison = outcome["conclusion"]["comparisons"][0]
+    assert (comparison["reference_value"], comparison["gain"]) == (95.0, 0.0)
+    errors = json.loads((results / "errors" / f"{VARIANT}.json").read_text())
+    assert [e["example_id"] for e in errors["worst"]["examples"][:2]] == ["t19", "t18"]
+    assert "Worst examples by mean:n_tokens" in (results / "report.html").read_text()
+
+    outcome = close_campaign(with_metric("mean:abs_error"), ledger)
+    manifest = json.loads((results / "MANIFEST.json").read_text())
+    assert outcome["accepted"] == [] and manifest["accepted_run_ids"] == []
+    assert manifest["runs"][CONTROL]["reasons"] == [
+        f"predictions/{CONTROL}.csv has no numeric column 'abs_error' for the decision metric "
+        f"mean:abs_error (its numeric columns: n_tokens, truncated); the task must write it, "
+        f"or fix campaign.metric"]
+    assert outcome["conclusion"]["comparisons"][0]["verdict"] == "not_available"

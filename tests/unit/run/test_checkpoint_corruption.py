@@ -140,4 +140,5 @@ def test_resume_requested_without_any_checkpoint_stops(tmp_path):
         trial.restore()
     record = json.loads((tmp_path / "stop.json").read_text())
     assert record["value"] == 0
-    assert "holds no finished checkpoint (partial saves removed: step-000003.tmp)" in record["message"]
+    assert "holds no finished one (partial saves removed: step-000003.tmp)" in record["message"]
+    assert "run flightplan run CAMPAIGN_FILE --restart c" in record["message"]

@@ -13,6 +13,7 @@ One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
     base_revision(base_model, params)             # {package, version, weights_sha256, ...}
     estimate_run(pilot, data_check, params, ...)  # its cost model (.cost_model)
     pilot_examples(params, steps)                 # steps × batch_size
+    data_check(corpus, params_by_run, base_model) # {lengths, truncation} (:mod:`.data`)
 
 The hooks import torch on first use, so reading ``CODE_VERSION`` does not.
 """
@@ -24,8 +25,8 @@ from typing import Any, Mapping
 
 from flightplan.tasks.textclf.cost_model import pilot_examples
 
-__all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "load_artifact",
-           "estimate_run", "pilot_examples"]
+__all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "data_check",
+           "load_artifact", "estimate_run", "pilot_examples"]
 
 CODE_VERSION = "1"
 """Bump when a change alters what a run computes (a new version gives new run ids)."""
@@ -55,6 +56,14 @@ def base_revision(base_model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(section, Mapping):
         section = BaseModelSection.model_validate(section)
     return revision(section, init_seed=int(params.get("seed", 0)))
+
+
+def data_check(corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]],
+               base_model: Any = None) -> dict[str, Any]:
+    """Token lengths and truncation per ``max_length`` (:func:`.data.data_check`)."""
+    from flightplan.tasks.textclf.data import data_check as figures
+
+    return figures(corpus, params_by_run, base_model)
 
 
 def load_artifact(artifact_dir: Path) -> Any:

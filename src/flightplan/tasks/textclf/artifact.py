@@ -5,7 +5,8 @@ and the loader that refuses a base model other than the one trained on.
 
 - ``model.safetensors``: the trained tensors only (the head; with LoRA also the adapter
   weights), named as in :class:`TextClassifier` (``head.weight``, ``encoder.…lora_A…``);
-- ``artifact.json``: ``{task, code_version, params, labels, max_length, torch_threads,
+- ``artifact.json``: ``{task, code_version, params, labels, max_length, input_limit (the
+  same: the generic name error analysis reads), torch_threads,
   base_model (the spec section), base_revision {package, version, weights_sha256[, random_init, init_seed,
   shape]}, corpus {package or path, sha256, train_limit, test_limit}, tensors {name:
   shape}}``.
@@ -65,7 +66,7 @@ def save_artifact(artifact_dir: Path, model: TextClassifier, *, params: dict[str
     artifact_dir = Path(artifact_dir)
     state = {name: t.contiguous().clone() for name, t in model.trainable_state().items()}
     config = {"task": TASK, "code_version": code_version, "params": dict(params),
-              "labels": list(labels), "max_length": max_length,
+              "labels": list(labels), "max_length": max_length, "input_limit": max_length,
               "base_model": base_model.model_dump(), "base_revision": revision,
               "torch_threads": torch.get_num_threads(),
               "corpus": {k: v for k, v in corpus.items() if v is not None},
@@ -112,7 +113,7 @@ class Predictor:
 
     def predict(self, texts: Sequence[str]) -> list[str]:
         """The predicted label of each text."""
-        examples = [Example(id=str(i), text=t, label="") for i, t in enumerate(texts)]
+        examples = [Example(id=str(i), inputs={"text": t}) for i, t in enumerate(texts)]
         probs = self.predict_probabilities(self.encode(examples))
         return [self.labels[i] for i in probs.argmax(dim=1).tolist()]
 

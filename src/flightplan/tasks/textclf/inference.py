@@ -28,6 +28,7 @@ from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
 from flightplan.durable import write_atomic
 from flightplan.corpus import Example
+from flightplan.tasks.textclf.data import clean_text
 
 __all__ = ["EncodedSplit", "encode_split", "collate", "example_embeddings",
            "predict_probabilities", "prediction_rows", "write_predictions",
@@ -65,8 +66,9 @@ class EncodedSplit:
 def encode_split(tokenizer: Any, examples: Sequence[Example], labels: Sequence[str],
                  max_length: int) -> EncodedSplit:
     """Tokenise ``examples`` twice in one batch each: untruncated (lengths) and cut at
-    ``max_length`` (model inputs), so truncation is exactly the tokenizer's own."""
-    texts = [e.text for e in examples]
+    ``max_length`` (model inputs), so truncation is exactly the tokenizer's own. Texts are
+    :func:`~flightplan.tasks.textclf.data.clean_text` of each example."""
+    texts = [clean_text(e) for e in examples]
     index = {label: i for i, label in enumerate(labels)}
     if texts:
         full = tokenizer(texts, truncation=False, verbose=False)["input_ids"]

@@ -34,9 +34,9 @@ import torch
 from torch import nn
 
 from flightplan.durable import write_json_atomic
-from flightplan.corpus import load_corpus, verify_hashes
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
+from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics, collate,
                                                 encode_split, example_embeddings,
                                                 predict_probabilities, prediction_rows,
@@ -123,8 +123,7 @@ def train(trial: Any) -> None:
     torch.set_num_threads(torch_threads())
     params = TaskParams.from_params(dict(trial.params))
     corpus_section, base_section, campaign_dir = _sections(trial)
-    corpus = load_corpus(corpus_section, campaign_dir)
-    verify_hashes(corpus, dict(corpus_section.sha256))
+    corpus = read_corpus(corpus_section, campaign_dir)
     labels = corpus.labels
     tokenizer = load_tokenizer(base_section)
     train_split = encode_split(tokenizer, corpus.train, labels, params.max_length)

@@ -52,17 +52,16 @@ def predict_to_csv(artifact_dir: Path, out: Path, *, limit: int | None = None,
         CorpusMismatch: the corpus differs from the hashes recorded in the artifact.
         ArgumentError: a path corpus that cannot be found.
     """
-    from flightplan.corpus import load_corpus, verify_hashes
     from flightplan.spec import CorpusSection
     from flightplan.tasks.textclf.artifact import ARTIFACT_JSON, load_artifact
+    from flightplan.tasks.textclf.data import read_corpus
     from flightplan.tasks.textclf.inference import prediction_rows, write_predictions
 
     artifact_dir = Path(artifact_dir)
     predictor = load_artifact(artifact_dir)
     recorded = json.loads((artifact_dir / ARTIFACT_JSON).read_text(encoding="utf-8"))["corpus"]
     section = CorpusSection.model_validate(recorded)
-    corpus = load_corpus(section, _campaign_dir(artifact_dir, recorded, campaign_dir))
-    verify_hashes(corpus, dict(section.sha256))
+    corpus = read_corpus(section, _campaign_dir(artifact_dir, recorded, campaign_dir))
     examples = corpus.test[:limit] if limit is not None else corpus.test
     split = predictor.encode(examples)
     probs = predictor.predict_probabilities(split)

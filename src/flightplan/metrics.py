@@ -1,0 +1,358 @@
+"""Decision metrics: their names, the predictions they are computed from, their direction.
+
+A campaign's ``metric`` is one of two kinds.
+
+**Classification metrics**, from the ``gold`` and ``predicted`` columns of
+``predictions.csv``. Each equals the scikit-learn function given (with ``labels`` = every
+class of the predictions and ``zero_division=0``), but is computed here from confusion
+matrices, so that the paired bootstrap evaluates 2000 resamples in one vectorised call:
+
+======================================  ==================================================  ====
+name                                    scikit-learn                                        goal
+======================================  ==================================================  ====
+``accuracy``                            ``accuracy_score``                                  max
+``balanced_accuracy``                   ``balanced_accuracy_score``                         max
+``macro_f1`` (= ``f1_macro``)           ``f1_score(average="macro")``                       max
+``f1_micro``, ``f1_weighted``           ``f1_score(average=...)``                           max
+``precision_<avg>``, ``recall_<avg>``,  ``precision_score``, ``recall_score``,              max
+``jaccard_<avg>``                       ``jaccard_score`` (avg: macro, micro, weighted)
+``matthews_corrcoef``                   ``matthews_corrcoef`` (0 when undefined)            max
+``cohen_kappa``                         ``cohen_kappa_score`` (0 when undefined, as          max
+                                        ``replace_undefined_by=0.0``)
+``hamming_loss``, ``zero_one_loss``     ``hamming_loss``, ``zero_one_loss``                 min
+======================================  ==================================================  ====
+
+(the ``<metric>_<average>`` names are scikit-learn's own scorer names). The classes are
+the ``prob_<label>`` columns in order when the task writes them, else the sorted labels
+found in ``gold`` and ``predicted``; a gold label outside the classes (or empty) counts as
+wrong and belongs to no class.
+
+**Column metrics**, ``mean:<column>``: the mean over test examples of a per-example
+numeric column the task writes (``mean:abs_error``, ``mean:loss``, ``mean:exact_match``;
+``true``/``false`` count as 1/0). Its direction is the campaign's ``goal``; whether the
+column exists is checked once predictions exist (a run without it is not accepted).
+
+A classification metric's ``goal`` must be its direction (``hamming_loss`` with
+``goal = "max"`` is refused when the campaign file is loaded).
+
+Usage::
+
+    metric = parse_metric("macro_f1")               # SpecError naming campaign.metric
+    predictions = read_predictions(path)             # CheckFailed when unreadable
+    metric_value(metric, predictions)                # float
+    statistic, reference, variant = paired(metric, ref_predictions, var_predictions)
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from flightplan.errors import CheckFailed, SpecError
+
+__all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "parse_metric",
+           "check_goal", "read_predictions", "metric_value", "paired", "confusion"]
+
+COLUMN_PREFIX = "mean:"
+_AVERAGED = ("f1", "precision", "recall", "jaccard")
+_AVERAGES = ("macro", "micro", "weighted")
+LABEL_METRICS: dict[str, str] = {
+    "accuracy": "max", "balanced_accuracy": "max", "macro_f1": "max",
+    **{f"{m}_{a}": "max" for m in _AVERAGED for a in _AVERAGES},
+    "matthews_corrcoef": "max", "cohen_kappa": "max",
+    "hamming_loss": "min", "zero_one_loss": "min",
+}
+"""Classification metric name → its direction (the goal it needs)."""
+
+_FIXED = ("example_id", "gold", "predicted")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A parsed decision metric: ``kind`` ``labels`` (a name of :data:`LABEL_METRICS`,
+    ``direction`` its goal) or ``column`` (``column`` the per-example column, no direction)."""
+
+    name: str
+    kind: Literal["labels", "column"]
+    column: str | None = None
+    direction: str | None = None
+
+
+def parse_metric(name: str) -> Metric:
+    """The metric called ``name`` (module docstring).
+
+    Raises:
+        SpecError: not a classification metric nor ``mean:<column>`` (field
+            ``campaign.metric``; names what is allowed).
+    """
+    name = str(name).strip()
+    if name in LABEL_METRICS:
+        return Metric(name, "labels", direction=LABEL_METRICS[name])
+    if name.startswith(COLUMN_PREFIX) and name[len(COLUMN_PREFIX):].strip():
+        return Metric(name, "column", column=name[len(COLUMN_PREFIX):].strip())
+    close = difflib.get_close_matches(name, list(LABEL_METRICS), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise SpecError(f"{name!r} is not a decision metric; {hint}use one of "
+                    f"{', '.join(LABEL_METRICS)}, or mean:<column> for the mean of a "
+                    f"per-example column of predictions.csv (e.g. mean:abs_error)",
+                    field="campaign.metric", value=name)
+
+
+def check_goal(metric: Metric, goal: str) -> None:
+    """Refuse a goal against a classification metric's direction.
+
+    Raises:
+        SpecError: e.g. ``goal = "max"`` for ``hamming_loss`` (field ``campaign.goal``).
+    """
+    if metric.direction is not None and goal != metric.direction:
+        better = "lower" if metric.direction == "min" else "higher"
+        raise SpecError(f"{goal!r} but {metric.name} is {better}-is-better; set goal = "
+                        f"\"{metric.direction}\"", field="campaign.goal", value=goal)
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """One run's ``predictions.csv``, in file order.
+
+    Attributes:
+        ids: example ids (N,). labels: the classes (C,) (module docstring); ``[]``
+            without ``gold``/``predicted``.
+        gold, predicted: (N,) int64 class indices (gold -1: outside the classes), or None.
+        probs: (N, C) float64 from the ``prob_<label>`` columns, or None.
+        columns: every other column whose values are all numbers or true/false, (N,)
+            float64 (an empty value is NaN).
+    """
+
+    ids: list[str]
+    labels: list[str]
+    gold: np.ndarray | None
+    predicted: np.ndarray | None
+    probs: np.ndarray | None
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def has_labels(self) -> bool:
+        """Whether gold and predicted labels are present."""
+        return self.gold is not None
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[dict[str, str]], columns: Sequence[str], *,
+                  source: str = "predictions") -> "Predictions":
+        """Parse rows of strings (as :class:`csv.DictReader` gives them).
+
+        Raises:
+            CheckFailed: no ``example_id``; ``gold`` without ``predicted`` or the reverse;
+                a predicted label outside the ``prob_`` classes.
+        """
+        columns = list(columns)
+        if "example_id" not in columns:
+            raise CheckFailed(f"{source}: lacks the column example_id; predictions must be "
+                              f"written by the task")
+        if ("gold" in columns) != ("predicted" in columns):
+            raise CheckFailed(f"{source}: has {'gold' if 'gold' in columns else 'predicted'} "
+                              f"without {'predicted' if 'gold' in columns else 'gold'}; a "
+                              f"classification task writes both")
+        prob_labels = [c[len("prob_"):] for c in columns if c.startswith("prob_")]
+        gold = predicted = probs = None
+        labels: list[str] = []
+        if "gold" in columns:
+            labels = prob_labels or sorted({r["predicted"] for r in rows} |
+                                           {r["gold"] for r in rows if r["gold"]})
+            index = {label: i for i, label in enumerate(labels)}
+            try:
+                predicted = np.array([index[r["predicted"]] for r in rows], dtype=np.int64)
+            except KeyError as exc:
+                raise CheckFailed(f"{source}: predicted label {exc} is not one of "
+                                  f"{labels}") from None
+            gold = np.array([index.get(r["gold"], -1) for r in rows], dtype=np.int64)
+        if prob_labels:
+            probs = np.array([[_number(r[f"prob_{label}"]) for label in prob_labels]
+                              for r in rows], dtype=np.float64).reshape(len(rows), len(prob_labels))
+        numeric: dict[str, np.ndarray] = {}
+        for column in columns:
+            if column in _FIXED or column.startswith("prob_"):
+                continue
+            try:
+                numeric[column] = np.array([_number(r[column]) for r in rows], dtype=np.float64)
+            except ValueError:
+                continue            # a text column: not a per-example figure
+        return cls(ids=[r["example_id"] for r in rows], labels=labels, gold=gold,
+                   predicted=predicted, probs=probs, columns=numeric)
+
+    def subset(self, index: np.ndarray, labels: list[str] | None = None) -> "Predictions":
+        """The rows ``index`` (int array), classes re-indexed to ``labels`` when given."""
+        gold, predicted = self.gold, self.predicted
+        if gold is not None and labels is not None and labels != self.labels:
+            remap = np.array([labels.index(label) for label in self.labels] + [-1],
+                             dtype=np.int64)
+            gold, predicted = remap[gold], remap[predicted]      # -1 stays -1 (last entry)
+        return Predictions(
+            ids=[self.ids[i] for i in index], labels=labels or self.labels,
+            gold=None if gold is None else gold[index],
+            predicted=None if predicted is None else predicted[index],
+            probs=None if self.probs is None else self.probs[index],
+            columns={k: v[index] for k, v in self.columns.items()})
+
+
+def _number(text: str) -> float:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return 1.0 if lowered == "true" else 0.0
+    return math.nan if not lowered else float(lowered)
+
+
+def read_predictions(path: Path) -> Predictions:
+    """Parse a predictions CSV (:meth:`Predictions.from_rows`).
+
+    Raises:
+        CheckFailed: the file is unreadable or breaks the contract (names the file).
+    """
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            columns = list(reader.fieldnames or [])
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise CheckFailed(f"{path}: cannot read predictions ({exc})") from None
+    return Predictions.from_rows(rows, columns, source=str(path))
+
+
+def confusion(gold: np.ndarray, predicted: np.ndarray, n_labels: int) -> np.ndarray:
+    """Confusion matrices along the last axis: (..., N) → (..., C+1, C+1) int64, rows
+    gold, columns predicted; row C counts gold labels outside the classes (-1)."""
+    k = n_labels + 1
+    gold, predicted = np.asarray(gold), np.asarray(predicted)
+    flat = (np.where(gold < 0, n_labels, gold) * k + predicted).reshape(-1, gold.shape[-1])
+    offsets = np.arange(flat.shape[0])[:, None] * (k * k)
+    counts = np.bincount((flat + offsets).ravel(), minlength=flat.shape[0] * k * k)
+    return counts.reshape(*gold.shape[:-1], k, k)
+
+
+def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """top / bottom, 0 where bottom is 0 (scikit-learn's ``zero_division=0``)."""
+    top, bottom = np.asarray(top, dtype=np.float64), np.asarray(bottom, dtype=np.float64)
+    return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), 0.0)
+
+
+def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
+    """Metric ``name`` of confusion matrices (..., C+1, C+1) → (...)."""
+    c = m.shape[-1] - 1
+    tp = np.diagonal(m, axis1=-2, axis2=-1)[..., :c]
+    n_pred, n_gold = m.sum(axis=-2)[..., :c], m.sum(axis=-1)[..., :c]
+    total = m.sum(axis=(-2, -1))
+    accuracy = _divide(tp.sum(-1), total)
+    if name == "accuracy":
+        return accuracy
+    if name in ("hamming_loss", "zero_one_loss"):
+        return 1.0 - accuracy
+    if name == "balanced_accuracy":
+        present = n_gold > 0
+        return _divide((_divide(tp, n_gold) * present).sum(-1), present.sum(-1))
+    if name in ("matthews_corrcoef", "cohen_kappa"):
+        t_sum, p_sum = m.sum(axis=-1), m.sum(axis=-2)            # whole matrix, unknown too
+        correct = np.diagonal(m, axis1=-2, axis2=-1).sum(-1)
+        if name == "matthews_corrcoef":
+            cov_tp = correct * total - (t_sum * p_sum).sum(-1)
+            cov_pp = total ** 2 - (p_sum * p_sum).sum(-1)
+            cov_tt = total ** 2 - (t_sum * t_sum).sum(-1)
+            return _divide(cov_tp, np.sqrt(cov_tt.astype(np.float64) * cov_pp))
+        # kappa = 1 - Σ w·observed / Σ w·expected, w = 1 off the diagonal
+        observed = total - correct
+        expected = _divide(total ** 2 - (t_sum * p_sum).sum(-1), total)
+        return np.where(expected > 0, 1.0 - _divide(observed, expected), 0.0)
+    base, _, average = ("f1_macro" if name == "macro_f1" else name).rpartition("_")
+    top = {"f1": 2 * tp, "precision": tp, "recall": tp, "jaccard": tp}[base]
+    bottom = {"f1": n_pred + n_gold, "precision": n_pred, "recall": n_gold,
+              "jaccard": n_pred + n_gold - tp}[base]
+    if average == "micro":
+        return _divide(top.sum(-1), bottom.sum(-1))
+    per_class = _divide(top, bottom)
+    if average == "weighted":
+        return _divide((per_class * n_gold).sum(-1), n_gold.sum(-1))
+    return per_class.mean(-1) if c else np.zeros(per_class.shape[:-1])
+
+
+def _column(metric: Metric, predictions: Predictions, source: str) -> np.ndarray:
+    values = predictions.columns.get(metric.column or "")
+    if values is None:
+        numeric = ", ".join(predictions.columns) or "none"
+        raise CheckFailed(f"{source} has no numeric column {metric.column!r} for the decision "
+                          f"metric {metric.name} (its numeric columns: {numeric}); the task "
+                          f"must write it, or fix campaign.metric")
+    if not np.all(np.isfinite(values)):
+        bad = [predictions.ids[i] for i in np.flatnonzero(~np.isfinite(values))[:5]]
+        raise CheckFailed(f"{source}: column {metric.column!r} is empty or not finite for "
+                          f"example(s) {', '.join(bad)}; the task must write a number per example")
+    return values
+
+
+def _labels_needed(metric: Metric, predictions: Predictions, source: str) -> None:
+    if not predictions.has_labels:
+        raise CheckFailed(f"{source} has no gold and predicted columns for the decision metric "
+                          f"{metric.name}; the task must write them, or use mean:<column>")
+
+
+def metric_value(metric: Metric | str, predictions: Predictions, *,
+                 source: str = "predictions") -> float:
+    """The metric of one run's predictions (0.0 for a classification metric of no rows).
+
+    Raises:
+        SpecError: an unknown metric name.
+        CheckFailed: the predictions lack what the metric needs (names ``source``).
+    """
+    metric = parse_metric(metric) if isinstance(metric, str) else metric
+    if metric.kind == "column":
+        values = _column(metric, predictions, source)
+        return float(values.mean()) if len(values) else math.nan
+    _labels_needed(metric, predictions, source)
+    matrix = confusion(predictions.gold, predictions.predicted, len(predictions.labels))
+    return float(_from_confusion(metric.name, matrix))
+
+
+def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *,
+           source: str = "predictions"
+           ) -> tuple[Callable[..., np.ndarray], tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The metric as a statistic of aligned per-example arrays, for a paired bootstrap.
+
+    Both runs are aligned on the example ids they share (the reference's order) and, for
+    a classification metric, on the union of their classes (the reference's first).
+
+    Returns:
+        ``(statistic, reference_arrays, variant_arrays)``: ``statistic(*arrays, axis=-1)``
+        maps arrays of shape (..., N) to (...); classification arrays are ``(gold,
+        predicted)`` (gold from the reference), column arrays ``(values,)``.
+
+    Raises:
+        CheckFailed: either run lacks what the metric needs.
+    """
+    metric = parse_metric(metric) if isinstance(metric, str) else metric
+    position = {example_id: i for i, example_id in enumerate(variant.ids)}
+    shared = [(i, position[e]) for i, e in enumerate(reference.ids) if e in position]
+    ref_index = np.array([i for i, _ in shared], dtype=np.int64)
+    var_index = np.array([j for _, j in shared], dtype=np.int64)
+    if metric.kind == "column":
+        ref_values = _column(metric, reference, f"{source} (reference)")[ref_index]
+        var_values = _column(metric, variant, f"{source} (variant)")[var_index]
+
+        def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+            return np.mean(values, axis=axis)
+        return mean, (ref_values,), (var_values,)
+    _labels_needed(metric, reference, f"{source} (reference)")
+    _labels_needed(metric, variant, f"{source} (variant)")
+    labels = reference.labels + sorted(set(variant.labels) - set(reference.labels))
+    ref = reference.subset(ref_index, labels)
+    var = variant.subset(var_index, labels)
+    n_labels = len(labels)
+
+    def statistic(gold: np.ndarray, predicted: np.ndarray, axis: int = -1) -> np.ndarray:
+        return _from_confusion(metric.name, confusion(gold, predicted, n_labels))
+    return statistic, (ref.gold, ref.predicted), (ref.gold, var.predicted)
