@@ -236,10 +236,9 @@ class _Campaign:
         self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
                                  event="data_check", data=_check_summary(report))
         publish_data_check(self.dir, report)
-        cut = ", ".join(f"{t['fraction']:.0%} cut at {t['max_length']}"
-                        for t in report.get("truncation", []))
         dups = len(report.get("cross_split_duplicates", []))
-        self.say(f"data check ok: corpus hashes match; {cut}; {dups} text(s) in both train "
+        summary = f"{report['summary']}; " if report.get("summary") else ""
+        self.say(f"data check ok: corpus hashes match; {summary}{dups} input(s) in both train "
                  f"and test")
         return report
 
@@ -428,7 +427,7 @@ def _check_summary(report: dict[str, Any]) -> dict[str, Any]:
     return {"status": report.get("status"), "message": report.get("message"),
             "files": {name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
                       for name, f in (report.get("files") or {}).items()},
-            "truncation": report.get("truncation"),
+            "summary": report.get("summary"),
             "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}
 
 

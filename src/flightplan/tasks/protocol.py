@@ -24,7 +24,7 @@ Optional hooks (module-level functions; without one, the default after the arrow
   part of run ids and artifacts → ``None``.
 - ``data_check(corpus, params_by_run, base_model) -> dict``: the task's own figures,
   merged into the data check report as top-level keys (textclf: ``lengths``,
-  ``truncation``) → ``{}``.
+  ``truncation``); a ``summary`` string is printed by ``flightplan run`` → ``{}``.
 - ``estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) -> {total_s, ...}``:
   one run's re-estimate from the pilot's rows (a finer cost model) → steps × the pilot's
   step time (:mod:`flightplan.run.decision`).

@@ -145,6 +145,7 @@ def test_textclf_hook_counts_lengths_and_truncation_by_hand(small):
         {"max_length": 4, "truncated": 3, "total": 7, "fraction": 3 / 7, "runs": ["control"]},
         {"max_length": 5, "truncated": 1, "total": 7, "fraction": 1 / 7,
          "runs": ["long", "also-long"]}]
+    assert report["summary"] == "43% of inputs cut at 4 tokens, 14% of inputs cut at 5 tokens"
 
 
 def test_tampered_file_stops_and_is_reported(small):

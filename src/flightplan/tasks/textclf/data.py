@@ -115,7 +115,7 @@ def _max_lengths(params_by_run: Mapping[str, Mapping[str, Any]]) -> dict[int, li
 def data_check(corpus: Corpus, params_by_run: Mapping[str, Mapping[str, Any]],
                base_model: BaseModelSection | Mapping[str, Any] | None = None
                ) -> dict[str, Any]:
-    """textclf's figures for the data check: ``{lengths, truncation, empty_texts}``
+    """textclf's figures for the data check: ``{summary, lengths, truncation, empty_texts}``
     (module docstring).
 
     Args:
@@ -135,11 +135,14 @@ def data_check(corpus: Corpus, params_by_run: Mapping[str, Mapping[str, Any]],
     texts = {name: [clean_text(e) for e in corpus.split(name)] for name in ("train", "test")}
     lengths = token_lengths(load_tokenizer(section), texts["train"] + texts["test"])
     ordered = sorted(lengths)
-    return {"lengths": {"count": len(lengths), "special_tokens_included": True,
+    truncation = [dict(truncation_summary(lengths, max_length), runs=runs)
+                  for max_length, runs in by_length.items()]
+    return {"summary": ", ".join(f"{t['fraction']:.0%} of inputs cut at {t['max_length']} "
+                                 f"tokens" for t in truncation),
+            "lengths": {"count": len(lengths), "special_tokens_included": True,
                         "mean": sum(lengths) / len(lengths) if lengths else 0.0,
                         "max": ordered[-1] if ordered else 0,
                         "percentiles": {str(q): _percentile(ordered, q) for q in PERCENTILES}},
-            "truncation": [dict(truncation_summary(lengths, max_length), runs=runs)
-                           for max_length, runs in by_length.items()],
+            "truncation": truncation,
             "empty_texts": {name: [e.id for e, text in zip(corpus.split(name), texts[name])
                                    if not text] for name in ("train", "test")}}
