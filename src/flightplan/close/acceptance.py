@@ -4,7 +4,8 @@ A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5)
 
 1. the run finished without a stop (ledger status ``finished``, no stop record);
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
-   (:func:`flightplan.close.verify.reproduce_run` with no limit);
+   (:func:`flightplan.close.verify.reproduce_run` with no limit, trusting the campaign's own
+   task code; a task without a ``predict`` hook is not reloadable, so never accepted);
 3. its predictions cover every expected test example id;
 4. its decision metric is at least ``accept_at_least`` (at most, when the goal is ``min``).
 
@@ -73,7 +74,8 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         elif predictions is None:
             reasons.append("no readable predictions")
         else:
-            reproduced = reproduce_run(results, run_id, limit=None)
+            _, reproduced = reproduce_run(results, run_id, limit=None, trust_code=True,
+                                          campaign_dir=spec.campaign_dir)
             reasons += [f"{f['check']}: {f['message']}" for f in reproduced]
             if expected_ids is not None:
                 missing = sorted(set(expected_ids) - set(predictions.ids))
