@@ -375,12 +375,15 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                                       f"a built-in task of this flightplan "
                                       f"({', '.join(BUILTIN_TASKS)})")]
     else:
+        if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
+            return "failed", [finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
+                                      f"source was not kept ({record.get('not_kept')})")]
+        if not trust_code:  # the task_source check has hashed the kept copy all the same
+            return "not_run", []
         problems = _source_problems(results, record, manifest)
         if problems:
             return "failed", [finding("reload", artifact_rel, f"not run: task "
                                       f"{record.get('ref')!r}: {problems[0]}")]
-        if not trust_code:
-            return "not_run", []
         task_root = str(results / record["source"])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
