@@ -5,7 +5,7 @@ A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5)
 1. the run finished without a stop (ledger status ``finished``, no stop record);
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
    (:func:`flightplan.close.verify.reproduce_run` with no limit, trusting the campaign's own
-   task code; a task without a ``predict`` hook is not reloadable, so never accepted);
+   task code; a task without a ``reload_predictions`` hook is not reloadable, so never accepted);
 3. its predictions cover every expected test example id;
 4. its decision metric is at least ``accept_at_least`` (at most, when the goal is ``min``).
 

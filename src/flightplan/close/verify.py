@@ -22,7 +22,7 @@ path_traversal       a manifest path, or a link in the directory, leads outside 
 task_source          a run's file or module task has no source kept in ``tasks/``, or the
                      kept source does not hash to the run's ``code_version``
 reload               an artifact fails to load in a fresh process (its task has no
-                     ``predict`` hook, refuses it, or its kept source fails its checks)
+                     ``reload_predictions`` hook, refuses it, or its kept source fails its checks)
 prediction_mismatch  predictions re-created in a fresh process differ from the stored ones
 ==================== ==========================================================================
 
@@ -60,7 +60,7 @@ from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 from flightplan.tasks.archive import check_kept, task_record
 from flightplan.tasks.loader import BUILTIN_TASKS
-from flightplan.tasks.reload import NO_PREDICT_HOOK, reload_argv
+from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
 
 __all__ = [
     "CHECKS",
@@ -354,7 +354,7 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
         limit: re-predict the first ``limit`` test examples; None for all of them.
         trust_code: run a file or module task's kept source (``close``: the campaign's
             own code; ``verify --trust-code``).
-        campaign_dir: passed to the task's ``predict`` hook (None: results alone).
+        campaign_dir: passed to the task's reload hook (None: results alone).
 
     Returns:
         ``(status, findings)``: ``("reproduced", [])``; ``("failed", [one reload,
@@ -399,7 +399,7 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                                       f"reloading took over {RELOAD_TIMEOUT_S} s")]
         if done.returncode != 0 or not out.is_file():
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
-            if not tail.startswith(NO_PREDICT_HOOK):
+            if not tail.startswith(NO_RELOAD_HOOK):
                 tail = f"failed to load in a fresh process (exit {done.returncode}): {tail}"
             return "failed", [finding("reload", artifact_rel, tail)]
         stored_rel = f"predictions/{run_id}.csv"
@@ -428,7 +428,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
             ``prediction_mismatch`` checks).
         trust_code: also reload artifacts of file and module tasks by running their kept
             source (see the module docstring); without it they are ``not_run``.
-        campaign_dir: passed to the tasks' ``predict`` hooks (None: results alone).
+        campaign_dir: passed to the tasks' reload hooks (None: results alone).
         reproduced: run id → findings of a reload of that run's artifact already made
             in a fresh process from the files now in the directory (``close`` passes
             what its acceptance step found, so it does not reload twice); the checksum

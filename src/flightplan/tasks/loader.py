@@ -220,21 +220,22 @@ class LoadedTask:
 
     @property
     def can_predict(self) -> bool:
-        """Whether the task has a reload entry (``predict``)."""
-        return callable(getattr(self.module, "predict", None))
+        """Whether the task has a reload entry (the ``reload_predictions`` hook)."""
+        return callable(getattr(self.module, "reload_predictions", None))
 
     def predict(self, artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
                 limit: int | None = None) -> int:
         """Reload ``artifact_dir`` and write its predictions to ``out``; rows written.
 
         Raises:
-            TaskError: the task has no ``predict`` hook.
+            TaskError: the task has no ``reload_predictions`` hook.
         """
         if not self.can_predict:
-            raise TaskError(f"task {self.source.ref!r} has no predict hook, so its artifact "
-                            f"cannot be reloaded; define {hook_signature('predict')}")
-        return int(self.module.predict(Path(artifact_dir), Path(out),
-                                       campaign_dir=campaign_dir, limit=limit))
+            raise TaskError(f"task {self.source.ref!r} has no reload_predictions hook, so its "
+                            f"artifact cannot be reloaded; define "
+                            f"{hook_signature('reload_predictions')}")
+        return int(self.module.reload_predictions(Path(artifact_dir), Path(out),
+                                                  campaign_dir=campaign_dir, limit=limit))
 
 
 def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",

@@ -15,21 +15,20 @@ Required (one function)::
         per-example numeric columns such as ``abs_error``), ``metrics.json`` and
         ``artifact/``. Raise nothing to finish; a stop rule raises ``TrialStopped`` itself.
 
-Optional hooks (module-level functions; each has the default given):
+Optional hooks (module-level functions; without one, the default after the arrow):
 
-================  ==========================================================  ============
-hook              called                                                      default
-================  ==========================================================  ============
-``predict``       ``predict(artifact_dir, out, *, campaign_dir, limit)``:     none: the
-                  reload the artifact in this (fresh) process and write the   products are
-                  predictions CSV exactly as training did; returns the rows   not accepted
-``base_revision`` ``base_revision(base_model, params)``: the exact base        ``None``
-                  model revision (a JSON value) for run ids and artifacts
-``data_check``    ``data_check(corpus, params_by_run)``: task figures added   ``{}``
-                  to the data check (textclf: truncation per ``max_length``)
-``estimate_run``  ``estimate_run(pilot, data_check, params)``: seconds one    steps × the
-                  run takes, from the pilot's figures (a finer cost model)    pilot's step
-================  ==========================================================  ============
+- ``reload_predictions(artifact_dir, out, *, campaign_dir, limit) -> rows``: reload the
+  artifact in this (fresh) process and write the predictions CSV exactly as training did
+  → none: the artifact is not reloadable, so the run's products are not accepted.
+- ``base_revision(base_model, params)``: the exact base model revision (a JSON value),
+  part of run ids and artifacts → ``None``.
+- ``data_check(corpus, params_by_run) -> dict``: the task's own figures, added to the
+  data check (textclf: truncation per ``max_length``) → ``{}``.
+- ``estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) -> {total_s, ...}``:
+  one run's re-estimate from the pilot's rows (a finer cost model) → steps × the pilot's
+  step time (:mod:`flightplan.run.decision`).
+- ``pilot_examples(params, steps) -> int``: training examples the pilot's ``steps``
+  steps read → ``None``: the whole training split.
 
 A module may also define ``CODE_VERSION`` (a string): for built-in tasks it stands for the
 code in run ids; for a file or module task the sha256 of its source does (see
@@ -55,10 +54,13 @@ REQUIRED: tuple[str, ...] = ("train",)
 """Functions every task defines."""
 
 HOOKS: Mapping[str, str] = {
-    "predict": "predict(artifact_dir, out, *, campaign_dir, limit) -> rows written",
+    "reload_predictions": "reload_predictions(artifact_dir, out, *, campaign_dir, limit) "
+                          "-> rows written",
     "base_revision": "base_revision(base_model, params) -> JSON value or None",
     "data_check": "data_check(corpus, params_by_run) -> dict of figures",
-    "estimate_run": "estimate_run(pilot, data_check, params) -> seconds or None",
+    "estimate_run": "estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) "
+                    "-> {total_s, ...} or None",
+    "pilot_examples": "pilot_examples(params, steps) -> int or None",
 }
 """Optional hooks and their signatures (for error messages and docs)."""
 

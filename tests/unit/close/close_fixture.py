@@ -175,8 +175,8 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
     """A campaign dir with runs written and (when ``publish``) published as the runner does.
     ``extra_test`` adds test examples to the corpus that the fake task never predicts.
     ``task``: ``"module"`` (``closefake.textclf``), ``"file"`` (its source copied to
-    ``fake_task.py`` beside the campaign file) or ``"file-no-predict"`` (the same without
-    the ``predict`` hook).
+    ``fake_task.py`` beside the campaign file) or ``"file-no-reload"`` (the same without
+    the ``reload_predictions`` hook).
 
     Returns:
         ``(spec, ledger)``. Run ids are ``<name>-000000000<i>``.
@@ -186,7 +186,7 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
     if task != "module":
         code = Path(fake_task.__file__).read_text(encoding="utf-8")
         (campaign_dir / TASK_FILE).write_text(
-            code + ("\ndel predict\n" if task == "file-no-predict" else ""), encoding="utf-8")
+            code + ("\ndel reload_predictions\n" if task == "file-no-reload" else ""), encoding="utf-8")
     spec_path = campaign_dir / "campaign.toml"
     spec_path.write_text(SPEC_TEMPLATE.format(
         accept=accept, train_sha=hashes["train.tsv"], test_sha=hashes["test.tsv"],

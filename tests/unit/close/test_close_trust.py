@@ -1,6 +1,6 @@
 """A file task's results: close (the campaign's own code) reloads it; verify checks its
 kept source and never runs it without trust; a replaced task file is found, never run,
-and writes no marker; a task without a predict hook runs but delivers no accepted product.
+and writes no marker; a task without a reload_predictions hook runs but delivers no accepted product.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from close_fixture import TASK_FILE, make_campaign
 from flightplan.close.commands import close_campaign, verify_command
 from flightplan.close.manifest import read_manifest, update_manifest
 from flightplan.close.verify import verify_results
-from flightplan.tasks.reload import NO_PREDICT_HOOK
+from flightplan.tasks.reload import NO_RELOAD_HOOK
 
 CONTROL = "control-0000000000"
 VARIANT = "variant-0000000001"
@@ -51,7 +51,7 @@ def _kept_file(results: Path) -> str:
 
 def _plant(results: Path, marker: Path) -> str:
     """Replace the kept task by one that writes ``marker`` when imported (and still has
-    train and predict, so a reload would otherwise succeed). Returns its path."""
+    train and reload_predictions, so a reload would otherwise succeed). Returns its path."""
     rel = _kept_file(results)
     code = (results / rel).read_text()
     (results / rel).write_text(f"open({str(marker)!r}, 'w').close()\n" + code)
@@ -124,11 +124,11 @@ def test_a_file_planted_beside_the_kept_task_blocks_its_reload(copy):
     assert not marker.exists()
 
 
-def test_a_task_without_predict_hook_is_not_accepted(tmp_path):
-    spec, ledger = make_campaign(tmp_path, task="file-no-predict")
+def test_a_task_without_reload_hook_is_not_accepted(tmp_path):
+    spec, ledger = make_campaign(tmp_path, task="file-no-reload")
     outcome = close_campaign(spec, ledger)
-    reason = (f"reload: {NO_PREDICT_HOOK}: task '{TASK_FILE}' defines no predict(...); define "
-              f"predict(artifact_dir, out, *, campaign_dir, limit) to reload its artifact")
+    reason = (f"reload: {NO_RELOAD_HOOK}: task '{TASK_FILE}' does not define "
+              f"reload_predictions(artifact_dir, out, *, campaign_dir, limit) -> rows written")
     manifest = read_manifest(Path(outcome["results_dir"]))
     assert outcome["accepted"] == [] and manifest["accepted_run_ids"] == []
     assert manifest["runs"][CONTROL]["reasons"] == [reason]

@@ -1,6 +1,6 @@
 """The generic reload entry ``python -m flightplan.tasks.reload``: a file task trained
 through the Trial API reloads in a fresh process and re-creates its predictions byte for
-byte; a task without a predict hook, a predict that refuses, and bad arguments exit 2, 1, 2.
+byte; a task without a reload_predictions hook, a hook that refuses, and bad arguments exit 2, 1, 2.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from flightplan.run.trial import Trial
 from flightplan.tasks.loader import load_task
-from flightplan.tasks.reload import NO_PREDICT_HOOK, main, reload_argv
+from flightplan.tasks.reload import NO_RELOAD_HOOK, main, reload_argv
 
 # y = 2x + 1 on 8 points of [-1, 1]; a 1→1 linear model trained by SGD through the Trial API
 TASK = textwrap.dedent('''
@@ -57,7 +57,7 @@ TASK = textwrap.dedent('''
         _write(model, trial.run_dir / "predictions.csv", None)
 
 
-    def predict(artifact_dir, out, *, campaign_dir=None, limit=None):
+    def reload_predictions(artifact_dir, out, *, campaign_dir=None, limit=None):
         model = torch.nn.Linear(1, 1)
         model.load_state_dict(load_file(str(Path(artifact_dir) / "model.safetensors")))
         return _write(model, out, limit)
@@ -100,25 +100,25 @@ def test_limit_and_task_root(trained, tmp_path):
         (run_dir / "predictions.csv").read_text().splitlines()[:4]
 
 
-def test_a_task_without_predict_hook_exits_2(trained, tmp_path, capsys):
+def test_a_task_without_reload_hook_exits_2(trained, tmp_path, capsys):
     campaign, run_dir = trained
     (tmp_path / "bare.py").write_text("def train(trial):\n    pass\n", encoding="utf-8")
     assert main(["bare.py", str(run_dir / "artifact"), "--out", str(tmp_path / "x.csv"),
                  "--task-root", str(tmp_path)]) == 2
     assert capsys.readouterr().err == (
-        f"error: {NO_PREDICT_HOOK}: task 'bare.py' defines no predict(...); define "
-        f"predict(artifact_dir, out, *, campaign_dir, limit) to reload its artifact\n")
+        f"error: {NO_RELOAD_HOOK}: task 'bare.py' does not define "
+        f"reload_predictions(artifact_dir, out, *, campaign_dir, limit) -> rows written\n")
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_a_predict_that_refuses_exits_1(trained, tmp_path, capsys):
+def test_a_hook_that_refuses_exits_1(trained, tmp_path, capsys):
     campaign, _ = trained
     empty = tmp_path / "artifact"
     empty.mkdir()
     assert main(["task.py", str(empty), "--out", str(tmp_path / "x.csv"),
                  "--campaign-dir", str(campaign)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: the task's predict failed: ") and "model.safetensors" in err
+    assert err.startswith("error: the task's reload_predictions failed: ") and "model.safetensors" in err
 
 
 @pytest.mark.parametrize("args, message", [

@@ -9,7 +9,7 @@ One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
 
     CODE_VERSION                                  # stands for the code in run ids
     train(trial)                                  # trains, evaluates, writes outputs
-    predict(artifact_dir, out, *, campaign_dir, limit)   # reload in a fresh process
+    reload_predictions(artifact_dir, out, *, campaign_dir, limit)   # in a fresh process
     base_revision(base_model, params)             # {package, version, weights_sha256, ...}
 
 The hooks import torch on first use, so reading ``CODE_VERSION`` does not.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["CODE_VERSION", "train", "predict", "base_revision", "load_artifact"]
+__all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "load_artifact"]
 
 CODE_VERSION = "1"
 """Bump when a change alters what a run computes (a new version gives new run ids)."""
@@ -33,8 +33,8 @@ def train(trial: Any) -> None:
     train_loop(trial)
 
 
-def predict(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
-            limit: int | None = None) -> int:
+def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,
+                       limit: int | None = None) -> int:
     """Reload the artifact and write its predictions (:mod:`.predict`); rows written."""
     from flightplan.tasks.textclf.predict import predict_to_csv
 

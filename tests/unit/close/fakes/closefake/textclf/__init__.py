@@ -5,7 +5,7 @@ The "model" is ``model.json`` ``{"shift": k}``: example ``ti`` has gold
 Probabilities: 0.7 on the predicted label, 0.15 on the others. ``n_tokens = 10 * i``;
 truncated when ``n_tokens > max_length`` (artifact.json).
 
-A task of the protocol (``train`` and the ``predict`` hook), self-contained so that a test
+A task of the protocol (``train`` and the ``reload_predictions`` hook), self-contained so that a test
 can also copy this file beside a campaign as a file task.
 """
 
@@ -66,7 +66,7 @@ def train(trial) -> None:
     write_outputs(Path(trial.run_dir), trial.task, dict(trial.params), corpus)
 
 
-def predict(artifact_dir: Path, out: Path, *, campaign_dir=None, limit=None) -> int:
+def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir=None, limit=None) -> int:
     """The protocol's reload hook: re-create the predictions from ``artifact_dir``."""
     model = load_artifact(artifact_dir)
     table = rows(model["shift"], model["max_length"], limit)
