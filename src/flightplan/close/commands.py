@@ -26,7 +26,7 @@ from flightplan.close.acceptance import accept_runs, accepted_product_count, com
 from flightplan.close.analysis import error_analysis, error_markdown, read_predictions
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
-from flightplan.close.manifest import update_manifest
+from flightplan.close.manifest import read_manifest, update_manifest
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
@@ -69,10 +69,8 @@ def _write_json(results: Path, rel: str, value: Any, written: list[str]) -> None
 
 
 def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]]:
-    """For README.md: per artifact, the shell line that reproduces its predictions, and
-    the kept task source it runs (None for a built-in task)."""
-    from flightplan.close.manifest import read_manifest
-
+    """For README.md: per artifact, the shell line that reproduces its predictions and
+    ``package``, the built-in task's module (None for a file or module task)."""
     manifest = read_manifest(results)
     out = []
     for run_id in run_ids:
@@ -85,7 +83,7 @@ def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]
         source = record.get("source") if record.get("kind") != "builtin" else None
         argv = reload_argv(record["entry"], f"artifacts/{run_id}", f"../reproduced-{run_id}.csv",
                            task_root=source, python="python")
-        out.append({"run_id": run_id, "command": shlex.join(argv), "source": source,
+        out.append({"run_id": run_id, "command": shlex.join(argv),
                     "package": BUILTIN_TASKS.get(record["entry"])
                     if record.get("kind") == "builtin" else None})
     return out
