@@ -140,3 +140,17 @@ def test_a_task_without_reload_hook_is_not_accepted(tmp_path):
     assert {(f["check"], f["path"], f["message"]) for f in outcome["findings"]} == {
         ("reload", f"artifacts/{run_id}", reason.removeprefix("reload: "))
         for run_id in (CONTROL, VARIANT)}
+
+
+def test_the_verify_verb_runs_kept_code_only_with_trust_code(copy):
+    from typer.testing import CliRunner
+
+    from flightplan.cli import app
+
+    untrusted = CliRunner().invoke(app, ["verify", str(copy), "--json"])
+    assert untrusted.exit_code == 0, untrusted.output
+    assert json.loads(untrusted.stdout)["reload"] == {CONTROL: "not_run", VARIANT: "not_run"}
+    trusted = CliRunner().invoke(app, ["verify", str(copy), "--trust-code", "--json"])
+    assert trusted.exit_code == 0, trusted.output
+    assert json.loads(trusted.stdout) == {
+        "verified": True, "findings": [], "reload": {CONTROL: "reproduced", VARIANT: "reproduced"}}
