@@ -305,13 +305,10 @@ def _source_problems(results: Path, record: dict[str, Any], manifest: dict[str, 
     hash to the run's ``code_version``. Reads files only."""
     if not isinstance(record.get("source"), str):
         return [f"its source was not kept ({record.get('not_kept') or 'no source folder'})"]
-    problems = check_kept(results, record)
-    if problems:
-        return problems
-    listed = {e.get("path"): e for e in manifest.get("files", []) if isinstance(e, dict)}
     folder = results / record["source"]
-    if folder.is_symlink() or not _inside(results, record["source"]):
-        return [f"{record['source']} is a link or leads outside the results directory"]
+    if not _inside(results, record["source"]) or folder.is_symlink() or not folder.is_dir():
+        return [f"{record['source']} is not a folder inside the results directory"]
+    listed = {e.get("path"): e for e in manifest.get("files", []) if isinstance(e, dict)}
     for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
         rel = path.relative_to(results).as_posix()
         entry = listed.get(rel)
@@ -319,7 +316,7 @@ def _source_problems(results: Path, record: dict[str, Any], manifest: dict[str, 
             return [f"{rel} is not a file listed in the manifest"]
         if hash_file(path) != (entry.get("size_bytes"), entry.get("sha256")):
             return [f"{rel} differs from its manifest entry"]
-    return []
+    return check_kept(results, record)
 
 
 def _task_findings(results: Path, manifest: dict[str, Any]) -> list[dict[str, str]]:

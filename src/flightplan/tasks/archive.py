@@ -125,8 +125,24 @@ def keep_task_source(results: Path, source: Mapping[str, Any] | None, task: str
     return record, written
 
 
+def _entry_is_kept(record: Mapping[str, Any], code_root: str, files: list[str]) -> bool:
+    """Whether loading ``entry`` from the kept folder loads the hashed files, and no other
+    module (a file task: its one file; a module ``a.b.c``: ``a/b/c.py`` or package ``a/b/c``)."""
+    entry = record.get("entry")
+    if not isinstance(entry, str):
+        return False
+    if record.get("kind") == "file":
+        return code_root == "" and files == [entry]
+    parts = entry.split(".")
+    if record.get("package"):
+        return code_root == "/".join(parts) and "__init__.py" in files
+    return code_root == "/".join(parts[:-1]) and files == [f"{parts[-1]}.py"]
+
+
 def check_kept(results: Path, record: Mapping[str, Any]) -> list[str]:
-    """Why a kept task source is not the code its runs were made from ([] when it is).
+    """Why a kept task source is not the code its runs were made from ([] when it is):
+    a malformed record, an ``entry`` that would load something else than the hashed files,
+    or files that do not hash to ``code_version``.
 
     Reads and hashes files only; nothing is imported.
     """
@@ -141,6 +157,9 @@ def check_kept(results: Path, record: Mapping[str, Any]) -> list[str]:
             return [f"the task record's path {rel!r} is not a plain relative path"]
     if not folder.startswith(f"{KEPT_DIRNAME}/"):
         return [f"the task record's source {folder!r} is not under {KEPT_DIRNAME}/"]
+    if not _entry_is_kept(record, code_root, files):
+        return [f"the task record's entry {record.get('entry')!r} is not the kept code "
+                f"({code_root or '.'}: {', '.join(files)})"]
     try:
         digest = hash_code(results / folder / code_root, tuple(files),
                            package=bool(record.get("package")))

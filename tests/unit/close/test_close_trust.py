@@ -5,6 +5,7 @@ and writes no marker; a task without a reload_predictions hook runs but delivers
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -100,12 +101,17 @@ def test_a_replaced_task_file_is_found_and_never_run(copy, capsys):
                                ("reload", f"artifacts/{CONTROL}"), ("reload", f"artifacts/{VARIANT}")}
     assert report["reload"] == {CONTROL: "failed", VARIANT: "failed"}
     assert verify_command(copy, as_json=False, trust_code=True) == 1
-    assert "reload: artifacts/control-0000000000: not run: task 'fake_task.py': the kept source " \
-           "hashes to sha256:" in capsys.readouterr().out
+    assert (f"reload: artifacts/{CONTROL}: not run: task 'fake_task.py': {rel} differs from its "
+            f"manifest entry") in capsys.readouterr().out
     assert not marker.exists()
     # the sender rewrote the manifest too: the file no longer hashes to the run's code_version
     update_manifest(copy, written=[rel])
     report = verify_results(copy, trust_code=True)
+    assert {f["message"] for f in report["findings"] if f["check"] == "reload"} == {
+        f"not run: task 'fake_task.py': the kept source hashes to sha256:"
+        f"{hashlib.sha256((copy / rel).read_bytes()).hexdigest()}, not the run's code_version "
+        f"{read_manifest(copy)['runs'][CONTROL]['task']['code_version']}: it is not the code the "
+        f"runs were made from"}
     assert _checks(report) == {
         ("task_source", folder), ("reload", f"artifacts/{CONTROL}"),
         ("reload", f"artifacts/{VARIANT}")}

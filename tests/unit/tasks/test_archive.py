@@ -67,6 +67,8 @@ def test_a_module_keeps_its_parent_packages(campaign):
                        f"{folder}/pkg/sub/mod.py"]
     assert record["code_version"] == "sha256:" + _sha(TRAIN)
     assert check_kept(results, record) == []
+    assert check_kept(results, record | {"entry": "pkg.sub.other"}) == [
+        "the task record's entry 'pkg.sub.other' is not the kept code (pkg/sub: mod.py)"]
 
 
 def test_a_package_is_hashed_by_its_listing(campaign):
@@ -108,6 +110,7 @@ def test_a_builtin_task_is_kept_by_name_and_code_version(tmp_path):
     ({"source": "../elsewhere"}, "the task record's path '../elsewhere' is not a plain relative path"),
     ({"source": "params"}, "the task record's source 'params' is not under tasks/"),
     ({"code_files": "reg.py"}, "the task record does not list the kept source files"),
+    ({"entry": "os"}, "the task record's entry 'os' is not the kept code (.: reg.py)"),
 ])
 def test_a_malformed_record_is_a_problem_not_a_read_outside(campaign, change, problem):
     record, _, results = _keep(campaign, "tasks/reg.py")
