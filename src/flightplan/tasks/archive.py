@@ -92,6 +92,10 @@ def keep_task_source(results: Path, source: Mapping[str, Any] | None, task: str
                      ) -> tuple[dict[str, Any], list[str]]:
     """Copy a file or module task's source into ``results/tasks/<hex[:12]>/``.
 
+    When the source no longer hashes to the run's ``code_version`` (edited since) or is
+    gone (the campaign moved), a copy an earlier publish kept is used if it still hashes
+    to it; otherwise the record says why nothing is kept.
+
     Args:
         results: the results directory.
         source: trial.json's ``task_source`` (with its machine ``root``), or None.
@@ -99,30 +103,36 @@ def keep_task_source(results: Path, source: Mapping[str, Any] | None, task: str
 
     Returns:
         ``(task record, relative paths written)`` (see the module docstring); nothing is
-        written for a built-in task or a source that no longer hashes to its
-        ``code_version``.
+        written for a built-in task or a source that is not kept or already was.
     """
     if not source or source.get("kind") == "builtin" or not source.get("root"):
         return task_record(task, source), []
-    record = task_record(task, source)
     entry, code_root, package, pairs = _layout(source)
+    folder = kept_folder(str(source.get("code_version")))
+    record = task_record(task, source) | {
+        "entry": entry, "source": folder, "code_root": code_root,
+        "code_files": sorted(str(f) for f in source["files"]), "package": package}
+    del record["not_kept"]
     try:
         now = hash_code(Path(source["root"]), tuple(source["files"]), package=package)
         blobs = [(rel, path.read_bytes()) for path, rel in pairs]
     except OSError as exc:
-        return record | {"not_kept": f"the task's source cannot be read ({exc.strerror or exc})"}, []
-    if now != source.get("code_version"):
-        return record | {"not_kept": f"the task's source changed since the run ({now} is not "
-                                     f"{source.get('code_version')})"}, []
-    folder = kept_folder(str(source["code_version"]))
-    written = []
-    for rel, data in sorted(blobs):
-        write_atomic(results / folder / rel, data)
-        written.append(f"{folder}/{rel}")
-    record.pop("not_kept")
-    record.update(entry=entry, source=folder, files=written, code_root=code_root,
-                  code_files=sorted(str(f) for f in source["files"]), package=package)
-    return record, written
+        reason = f"the task's source cannot be read ({exc.strerror or exc})"
+    else:
+        if now == source.get("code_version"):
+            written = []
+            for rel, data in sorted(blobs):
+                write_atomic(results / folder / rel, data)
+                written.append(f"{folder}/{rel}")
+            return record | {"files": written}, written
+        reason = (f"the task's source changed since the run ({now} is not "
+                  f"{source.get('code_version')})")
+    kept = results / folder
+    earlier = sorted(p.relative_to(results).as_posix() for p in kept.rglob("*")
+                     if p.is_file()) if kept.is_dir() else []
+    if earlier and not check_kept(results, record | {"files": earlier}):
+        return record | {"files": earlier}, []
+    return task_record(task, source) | {"not_kept": reason}, []
 
 
 def _entry_is_kept(record: Mapping[str, Any], code_root: str, files: list[str]) -> bool:

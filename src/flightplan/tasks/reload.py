@@ -15,7 +15,8 @@ the ``--campaign-dir`` given, else None: a results directory received alone).
 
 Loading a file or module task *runs its code*; ``close`` does so for the campaign's own
 tasks, ``flightplan verify`` only with ``--trust-code``. A built-in task is flightplan's
-installed code. ``-P`` keeps the working directory off ``sys.path``.
+installed code. ``-P`` keeps the working directory off ``sys.path``; no bytecode is
+written, so a kept source folder gains no ``__pycache__/``.
 
 Exit codes: 0 written; 1 refused (the task's hook raised: a base model or corpus that
 differs, an unreadable artifact); 2 bad arguments, a task that cannot be loaded, or a
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the campaign folder, passed to the task's reload hook")
     parser.add_argument("--limit", type=int, default=None, help="only the first N test examples")
     args = parser.parse_args(argv)
+    sys.dont_write_bytecode = True  # no __pycache__/ inside a kept source (results stay exact)
     from flightplan.tasks.loader import load_task
 
     try:

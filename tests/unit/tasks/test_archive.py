@@ -115,3 +115,19 @@ def test_a_builtin_task_is_kept_by_name_and_code_version(tmp_path):
 def test_a_malformed_record_is_a_problem_not_a_read_outside(campaign, change, problem):
     record, _, results = _keep(campaign, "tasks/reg.py")
     assert check_kept(results, record | change) == [problem]
+
+
+def test_a_copy_kept_earlier_serves_once_the_source_changed_or_moved(campaign):
+    source = resolve_task("tasks/reg.py", campaign).to_json()
+    results = campaign / "results"
+    first, written = keep_task_source(results, source, "tasks/reg.py")
+    assert written == first["files"] and len(written) == 1
+    (campaign / "tasks" / "reg.py").write_text(TRAIN + "# edited\n", encoding="utf-8")
+    again, written = keep_task_source(results, source, "tasks/reg.py")  # close, after an edit
+    assert (again, written) == (first, [])
+    moved = source | {"root": str(campaign / "gone")}
+    assert keep_task_source(results, moved, "tasks/reg.py") == (first, [])
+    (results / first["source"] / "reg.py").write_text("# damaged\n")
+    record, written = keep_task_source(results, moved, "tasks/reg.py")
+    assert written == [] and record["source"] is None
+    assert record["not_kept"].startswith("the task's source cannot be read (No such file")
