@@ -21,8 +21,9 @@ described by a **task record** that goes into the run's manifest entry (``runs.<
                                                      # (flightplan.tasks.loader.hash_code)
 
   When the source no longer hashes to the run's ``code_version`` (edited after the run) or
-  is gone, nothing is copied: ``source`` is null and ``not_kept`` says why; such a run
-  cannot be reloaded from its results, so close does not accept it.
+  is gone, a copy kept by an earlier publish serves if it still hashes right; otherwise
+  ``source`` is null and ``not_kept`` says why: such a run cannot be reloaded from its
+  results, so close does not accept it.
 
 :func:`check_kept` re-hashes a kept copy without importing it (what ``flightplan verify``
 does before it would ever run the code).
