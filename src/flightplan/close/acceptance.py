@@ -134,8 +134,11 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]
         unusable = [name for name, v in zip((run.name, run.reference), sides)
                     if v is None or not v["usable"]]
         if unusable:
+            why = [f"{name}: {v['reasons'][0]}" for name, v in zip((run.name, run.reference), sides)
+                   if v is not None and not v["usable"] and v["reasons"]]
             out.append(entry | {"verdict": "not_available",
-                                "reason": f"no usable predictions for {' and '.join(unusable)}"})
+                                "reason": f"no usable predictions for {' and '.join(unusable)}"
+                                          + (f" ({'; '.join(why)})" if why else "")})
             continue
         variant = _load(results, entry["variant_run_id"])
         reference = _load(results, entry["reference_run_id"])

@@ -144,6 +144,10 @@ def test_a_task_without_reload_hook_is_not_accepted(tmp_path):
     budget = outcome["budget"]
     assert budget["committed_total"] == "47.14" and budget["rental_per_accepted"] is None
     assert f"{CONTROL}: {reason}" in budget["undefined_reason"]
+    (comparison,) = outcome["conclusion"]["comparisons"]
+    assert comparison["verdict"] == "not_available"
+    assert comparison["reason"] == (f"no usable predictions for variant and control "
+                                    f"(variant: {reason}; control: {reason})")
     # verify says the same: the artifacts cannot be reloaded
     assert outcome["verified"] is False
     assert {(f["check"], f["path"], f["message"]) for f in outcome["findings"]} == {
