@@ -78,7 +78,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the campaign folder, passed to the task's reload hook")
     parser.add_argument("--limit", type=int, default=None, help="only the first N test examples")
     args = parser.parse_args(argv)
+    previous = sys.dont_write_bytecode
     sys.dont_write_bytecode = True  # no __pycache__/ inside a kept source (results stay exact)
+    try:
+        return _reload(args)
+    finally:
+        sys.dont_write_bytecode = previous
+
+
+def _reload(args: argparse.Namespace) -> int:
     from flightplan.tasks.loader import load_task
 
     try:
