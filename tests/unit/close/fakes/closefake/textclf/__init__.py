@@ -57,7 +57,7 @@ def write_outputs(run_dir: Path, task: str, params: dict, corpus: dict) -> None:
     (run_dir / "artifact" / "model.json").write_text(json.dumps({"shift": params["shift"]}))
     (run_dir / "artifact" / "artifact.json").write_text(json.dumps({
         "task": task, "params": params, "labels": LABELS, "max_length": params["max_length"],
-        "base_revision": REVISION, "corpus": corpus}))
+        "input_limit": params["max_length"], "base_revision": REVISION, "corpus": corpus}))
 
 
 def train(trial) -> None:
