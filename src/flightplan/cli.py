@@ -127,10 +127,14 @@ def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 @app.command()
 @_verb
 def verify(directory: Path = typer.Argument(..., metavar="DIR", help="A results directory."),
+           trust_code: bool = typer.Option(False, "--trust-code",
+                                           help="Also reload artifacts by running the task "
+                                                "source kept in DIR/tasks/ (code that came "
+                                                "with the directory)."),
            json: bool = JSON) -> int:
     """Re-verify a results directory from its files alone."""
     from flightplan.close.commands import verify_command
-    return verify_command(directory, as_json=json)
+    return verify_command(directory, as_json=json, trust_code=trust_code)
 
 
 @checkpoint_app.command("verify")

@@ -68,18 +68,21 @@ def test_close_verifies_and_accepts_every_run(closed):
         assert conclusion["verdict"].startswith("No variant meets the threshold of +0.05 macro_f1.")
     verified = _cli("verify", "results", "--json", cwd=folder)
     assert verified.returncode == 0, verified.stdout
-    assert json.loads(verified.stdout) == {"verified": True, "findings": []}
+    # textclf is built in: its artifacts reload without --trust-code
+    assert json.loads(verified.stdout) == {
+        "verified": True, "findings": [],
+        "reload": {run_id: "reproduced" for run_id in manifest["expected_run_ids"]}}
 
 
 def test_readme_reload_command_reproduces_the_predictions(closed):
     folder, _ = closed
     results = folder / "results"
     commands = [line for line in (results / "README.md").read_text().splitlines()
-                if line.startswith("python -P -m flightplan.tasks.textclf.predict ")]
+                if line.startswith("python -P -m flightplan.tasks.reload textclf ")]
     assert len(commands) == 3
     argv = shlex.split(commands[0])
     subprocess.run(argv, cwd=results, env=ENV, check=True, timeout=600)
-    run_id = argv[4].split("/")[1]
+    run_id = argv[5].split("/")[1]
     # what README.md promises: same labels, probabilities within 1e-5, every example
     assert prediction_differences(results / "predictions" / f"{run_id}.csv",
                                   folder / f"reproduced-{run_id}.csv") == (80, [])

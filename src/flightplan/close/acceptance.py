@@ -4,7 +4,8 @@ A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5)
 
 1. the run finished without a stop (ledger status ``finished``, no stop record);
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
-   (:func:`flightplan.close.verify.reproduce_run` with no limit);
+   (:func:`flightplan.close.verify.reproduce_run` with no limit, trusting the campaign's own
+   task code; a task without a ``reload_predictions`` hook is not reloadable, so never accepted);
 3. its predictions cover every expected test example id;
 4. its decision metric (any metric of :mod:`flightplan.metrics`) can be computed from its
    predictions and is at least ``accept_at_least`` (at most, when the goal is ``min``).
@@ -73,7 +74,8 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         elif predictions is None:
             reasons.append("no readable predictions")
         else:
-            reproduced = reproduce_run(results, run_id, limit=None)
+            _, reproduced = reproduce_run(results, run_id, limit=None, trust_code=True,
+                                          campaign_dir=spec.campaign_dir)
             reasons += [f"{f['check']}: {f['message']}" for f in reproduced]
             if expected_ids is not None:
                 missing = sorted(set(expected_ids) - set(predictions.ids))
@@ -134,8 +136,11 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]
         unusable = [name for name, v in zip((run.name, run.reference), sides)
                     if v is None or not v["usable"]]
         if unusable:
+            why = [f"{name}: {v['reasons'][0]}" for name, v in zip((run.name, run.reference), sides)
+                   if v is not None and not v["usable"] and v["reasons"]]
             out.append(entry | {"verdict": "not_available",
-                                "reason": f"no usable predictions for {' and '.join(unusable)}"})
+                                "reason": f"no usable predictions for {' and '.join(unusable)}"
+                                          + (f" ({'; '.join(why)})" if why else "")})
             continue
         variant = _load(results, entry["variant_run_id"])
         reference = _load(results, entry["reference_run_id"])

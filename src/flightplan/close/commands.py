@@ -26,15 +26,17 @@ from flightplan.close.acceptance import accept_runs, accepted_product_count, com
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
-from flightplan.close.manifest import update_manifest
+from flightplan.close.manifest import read_manifest, update_manifest
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.results import portable, publish_plan, publish_run, results_dir_of
-from flightplan.close.verify import DEFAULT_SAMPLE, predict_argv, verify_results
+from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.errors import ArgumentError
 from flightplan.metrics import read_predictions
 from flightplan.spec import CampaignSpec, load_spec
+from flightplan.tasks.loader import BUILTIN_TASKS
+from flightplan.tasks.reload import reload_argv
 
 __all__ = ["close_campaign", "close_command", "verify_command"]
 
@@ -79,18 +81,24 @@ def _write_json(results: Path, rel: str, value: Any, written: list[str]) -> None
     written.append(rel)
 
 
-def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, str]]:
-    """For README.md: per artifact, the shell line that reproduces its predictions."""
+def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]]:
+    """For README.md: per artifact, the shell line that reproduces its predictions and
+    ``package``, the built-in task's module (None for a file or module task)."""
+    manifest = read_manifest(results)
     out = []
     for run_id in run_ids:
-        meta_path = results / "artifacts" / run_id / "artifact.json"
-        if not meta_path.is_file():
+        if not (results / "artifacts" / run_id / "artifact.json").is_file():
             continue
-        task = str(json.loads(meta_path.read_text(encoding="utf-8")).get("task", "textclf"))
-        argv = predict_argv(task, f"artifacts/{run_id}", f"../reproduced-{run_id}.csv",
-                            python="python")
+        try:
+            record = run_task(results, manifest, run_id)
+        except ValueError:
+            continue
+        source = record.get("source") if record.get("kind") != "builtin" else None
+        argv = reload_argv(record["entry"], f"artifacts/{run_id}", f"../reproduced-{run_id}.csv",
+                           task_root=source, python="python")
         out.append({"run_id": run_id, "command": shlex.join(argv),
-                    "package": task if "." in task else f"flightplan.tasks.{task}"})
+                    "package": BUILTIN_TASKS.get(record["entry"])
+                    if record.get("kind") == "builtin" else None})
     return out
 
 
@@ -226,8 +234,21 @@ def close_command(spec_path: Path, *, as_json: bool) -> int:
     return 0 if outcome["verified"] else 1
 
 
-def verify_command(directory: Path, *, as_json: bool) -> int:
-    """``flightplan verify DIR [--json]``: exit 0 when verified, 1 with findings.
+def _reload_line(report: dict[str, Any], directory: Path) -> str | None:
+    """The text line about reloads that did not run, or None."""
+    not_run = sorted(r for r, status in report.get("reload", {}).items() if status == "not_run")
+    if not not_run:
+        return None
+    return (f"reload: not run (untrusted code) for {', '.join(not_run)}; run "
+            f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} to reload")
+
+
+def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) -> int:
+    """``flightplan verify DIR [--trust-code] [--json]``: exit 0 when verified, 1 with findings.
+
+    Without ``trust_code`` the artifacts of file and module tasks are not reloaded (their
+    code came inside the directory): the reload is reported ``not_run``, which alone still
+    exits 0; their kept sources are hashed and checked all the same.
 
     Raises:
         ArgumentError: ``directory`` is not a directory.
@@ -235,11 +256,14 @@ def verify_command(directory: Path, *, as_json: bool) -> int:
     if not Path(directory).is_dir():
         raise ArgumentError(f"{directory}: not a directory; give the results directory "
                             f"(the folder holding MANIFEST.json)")
-    report = verify_results(Path(directory))
+    report = verify_results(Path(directory), trust_code=trust_code)
     if as_json:
         print(json.dumps(report))
     else:
         print("verified" if report["verified"] else
               f"NOT verified: {len(report['findings'])} finding(s)")
         _print_findings(report["findings"])
+        line = _reload_line(report, directory)
+        if line:
+            print(line)
     return 0 if report["verified"] else 1

@@ -178,7 +178,8 @@ def render_readme(context: dict[str, Any]) -> str:
 
     Args:
         context: ``{campaign, conclusion, order_number, products, artifacts: [{run_id,
-            package, command}]}``; ``command`` is the shell line run from results/.
+            package, command}]}``; ``command`` is the shell line run from results/;
+            ``package`` the built-in task's module, None for a task kept in ``tasks/``.
     """
     import jinja2
 

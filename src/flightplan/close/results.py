@@ -14,6 +14,8 @@ Files written here (all paths relative to ``results/``)::
     predictions/<run_id>.csv      the task's predictions.csv
     artifacts/<run_id>/...        the task's artifact/ folder
     stops.json                    list of stop records ``{run_id, rule, step, value, ...}``
+    tasks/<hex[:12]>/...          the source of a file or module task (flightplan.tasks.archive),
+                                  named by the run's manifest entry ``task``
 
 Usage (from the runner)::
 
@@ -33,6 +35,7 @@ from flightplan.close.manifest import update_manifest
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.run.ledger import plan_sha256
+from flightplan.tasks.archive import keep_task_source
 
 __all__ = [
     "RESULTS_DIRNAME",
@@ -182,6 +185,9 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
             _copy_file(source, results / rel)
             written.append(rel)
 
+    task, kept = keep_task_source(results, trial.get("task_source"), str(trial.get("task")))
+    written += kept
+
     status = run_status(run_dir)
     stop = _read_json(run_dir / "stop.json") if status == "stopped" else None
     _publish_stop(results, stop, run_id)
@@ -193,7 +199,7 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
         revision = _read_json(artifact / "artifact.json").get("base_revision")
     facts = {"name": trial.get("name"), "tier": trial.get("tier"), "status": status,
              "config_hash": trial.get("config_hash"), "steps": done.get("steps"),
-             "wall_s": done.get("wall_s"), "stop_rule": (stop or {}).get("rule")}
+             "wall_s": done.get("wall_s"), "stop_rule": (stop or {}).get("rule"), "task": task}
     meta: dict[str, Any] = {}
     corpus = trial.get("corpus") or {}
     if corpus.get("sha256"):

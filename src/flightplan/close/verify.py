@@ -17,16 +17,30 @@ absolute_path        a text file holds an absolute path of the writing machine (
                      recorded in the manifest) or any /home/<user>, /Users/<user> path
 missing_run          an expected run id lacks its files (params and measurements; plus
                      predictions and artifact unless the run stopped)
-base_revision        an artifact does not record the exact base model revision
+base_revision        an artifact names a base model (``base_revision``) but not exactly
 path_traversal       a manifest path, or a link in the directory, leads outside it
-reload               an artifact fails to load in a fresh process
+task_source          a run's file or module task has no source kept in ``tasks/``, or the
+                     kept source does not hash to the run's ``code_version``
+reload               an artifact fails to load in a fresh process (its task has no
+                     ``reload_predictions`` hook, refuses it, or its kept source fails its checks)
 prediction_mismatch  predictions re-created in a fresh process differ from the stored ones
 ==================== ==========================================================================
+
+**Trust.** A results directory may come from someone else, so verify never runs code that
+came inside it unless told to (``trust_code``, ``flightplan verify DIR --trust-code``).
+Artifacts of built-in tasks are reloaded with the installed flightplan as always. For a
+file or module task (its source kept in ``tasks/<hex>/``, :mod:`flightplan.tasks.archive`)
+the files are hashed and checked without trust, and the reload is reported ``not_run``,
+which is not a finding by itself. With trust, the kept source runs only when every file
+of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
+its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
+from a temporary folder outside results/, so nothing in the directory shadows an installed
+module.
 
 Usage::
 
     report = verify_results(Path("results"), sample=32)
-    report["verified"], report["findings"]
+    report["verified"], report["findings"], report["reload"]   # {run_id: status}
 """
 
 from __future__ import annotations
@@ -44,21 +58,28 @@ from typing import Any
 from flightplan.close.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
+from flightplan.tasks.archive import check_kept, task_record
+from flightplan.tasks.loader import BUILTIN_TASKS
+from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
 
 __all__ = [
     "CHECKS",
     "DEFAULT_SAMPLE",
     "PROB_TOLERANCE",
+    "RELOAD_STATUSES",
     "finding",
-    "predict_argv",
     "prediction_differences",
     "reproduce_run",
+    "run_task",
     "verify_results",
 ]
 
 CHECKS = ("checksum", "missing_file", "unlisted_file", "empty_file", "temp_path",
-          "absolute_path", "missing_run", "base_revision", "path_traversal", "reload",
-          "prediction_mismatch")
+          "absolute_path", "missing_run", "base_revision", "path_traversal", "task_source",
+          "reload", "prediction_mismatch")
+RELOAD_STATUSES = ("reproduced", "failed", "not_run")
+"""What became of one artifact's reload: predictions re-created and equal; a ``reload`` or
+``prediction_mismatch`` (or ``task_source``) finding; not run (untrusted code, no finding)."""
 DEFAULT_SAMPLE = 32          # test examples re-predicted per artifact by `verify`
 PROB_TOLERANCE = 1e-5        # absolute difference allowed between stored and re-created probabilities
 RELOAD_TIMEOUT_S = 900
@@ -68,31 +89,11 @@ _TEMP_DIRS = ("/tmp", "/var/tmp", "/var/folders", "/private/tmp", "/private/var/
 _HOME_DIRS = (r"/home/[\w.-]+", r"/Users/[\w.-]+", r"[A-Za-z]:(?:\\){1,2}Users(?:\\){1,2}[\w.-]+")
 _SNIFF_BYTES = 8192
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def finding(check: str, path: str, message: str) -> dict[str, str]:
     """One finding. ``check`` is one of :data:`CHECKS`; ``path`` relative to results/."""
     return {"check": check, "path": path, "message": message}
-
-
-def predict_argv(task: str, artifact_dir: str, out: str, *, limit: int | None = None,
-                 python: str | None = None) -> list[str]:
-    """The command that re-creates an artifact's predictions in a fresh process.
-
-    ``task`` is a built-in task name (``textclf`` → ``flightplan.tasks.textclf.predict``) or
-    a dotted package of a user task (``mypkg.task`` → ``mypkg.task.predict``).
-    ``-P`` keeps the working directory off ``sys.path``, so a package planted in a results
-    directory is never imported in place of the installed one.
-
-    Raises:
-        ValueError: ``task`` is not a dotted Python name.
-    """
-    if not _TASK_NAME.fullmatch(task):
-        raise ValueError(f"task {task!r} is not a Python module name")
-    module = (task if "." in task else f"flightplan.tasks.{task}") + ".predict"
-    argv = [python or sys.executable, "-P", "-m", module, artifact_dir, "--out", out]
-    return argv + (["--limit", str(limit)] if limit is not None else [])
 
 
 def _inside(results: Path, rel: str) -> bool:
@@ -215,23 +216,33 @@ def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> l
     for run_id in expected:
         needed = [f"params/{run_id}.json", f"measurements/{run_id}.jsonl"]
         if (runs.get(run_id) or {}).get("status") != "stopped":
-            needed += [f"predictions/{run_id}.csv", f"artifacts/{run_id}/artifact.json"]
+            needed.append(f"predictions/{run_id}.csv")
+            if not any(p.startswith(f"artifacts/{run_id}/") for p in present):
+                needed.append(f"artifacts/{run_id}/")
         lacking = [p for p in needed if p not in present]
         if lacking:
             findings.append(finding("missing_run", lacking[0],
                                     f"expected run {run_id} lacks {', '.join(lacking)}"))
     for rel in sorted(p for p in present if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)):
         try:
-            revision = json.loads((results / rel).read_text(encoding="utf-8")).get("base_revision")
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            revision = None
-        if not isinstance(revision, dict) or not revision.get("package") \
-                or not revision.get("version") \
-                or not _HEX64.match(str(revision.get("weights_sha256", ""))):
-            findings.append(finding("base_revision", rel, "the artifact does not record the exact "
-                                    "base model revision (package, version and the 64-hex sha256 "
-                                    "of its weights)"))
+            meta = json.loads((results / rel).read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            meta = {}
+        revision = meta.get("base_revision") if isinstance(meta, dict) else None
+        if revision is not None and not _exact_revision(revision):
+            findings.append(finding("base_revision", rel, "the artifact names a base model but "
+                                    "not its exact revision (a 64-hex weights_sha256, or a "
+                                    "40-hex commit as revision)"))
     return findings
+
+
+def _exact_revision(revision: Any) -> bool:
+    """Whether a ``base_revision`` pins its base model exactly: an object with a 64-hex
+    ``weights_sha256`` (the weights' own hash) or a 40-hex ``revision`` (a hub commit)."""
+    if not isinstance(revision, dict):
+        return False
+    return bool(_HEX64.match(str(revision.get("weights_sha256", "")))
+                or re.fullmatch(r"[0-9a-f]{40}", str(revision.get("revision", ""))))
 
 
 def _read_predictions(path: Path) -> dict[str, dict[str, str]]:
@@ -274,58 +285,146 @@ def prediction_differences(stored_path: Path, fresh_path: Path) -> tuple[int, li
     return len(fresh), differ
 
 
-def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE
-                  ) -> list[dict[str, str]]:
+def run_task(results: Path, manifest: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The task record of ``run_id`` (:mod:`flightplan.tasks.archive`): the manifest's
+    ``runs.<id>.task``, else (results written before records existed) built from
+    ``artifacts/<id>/artifact.json``'s ``task``: a built-in name, or a task whose source
+    was not kept.
+
+    Raises:
+        ValueError: neither says which task made the artifact.
+    """
+    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    record = (runs.get(run_id) if isinstance(runs.get(run_id), dict) else {}).get("task")
+    if isinstance(record, dict) and isinstance(record.get("entry"), str):
+        return record
+    try:
+        task = json.loads((results / "artifacts" / run_id / "artifact.json").read_text(
+            encoding="utf-8"))["task"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"artifact.json unreadable or without task: {exc}") from None
+    if not isinstance(task, str) or not task:
+        raise ValueError(f"artifact.json's task {task!r} is not a task name")
+    return task_record(task, None)
+
+
+def _source_problems(results: Path, record: dict[str, Any], manifest: dict[str, Any]
+                     ) -> list[str]:
+    """Why the kept source of a file or module task must not run ([] when it may): not
+    kept, a file that differs from the manifest or is not in it, or a copy that does not
+    hash to the run's ``code_version``. Reads files only."""
+    if not isinstance(record.get("source"), str):
+        return [f"its source was not kept ({record.get('not_kept') or 'no source folder'})"]
+    folder = results / record["source"]
+    if not _inside(results, record["source"]) or folder.is_symlink() or not folder.is_dir():
+        return [f"{record['source']} is not a folder inside the results directory"]
+    listed = {e.get("path"): e for e in manifest.get("files", []) if isinstance(e, dict)}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(results).as_posix()
+        entry = listed.get(rel)
+        if path.is_symlink() or entry is None or not _inside(results, rel):
+            return [f"{rel} is not a file listed in the manifest"]
+        if hash_file(path) != (entry.get("size_bytes"), entry.get("sha256")):
+            return [f"{rel} differs from its manifest entry"]
+    return check_kept(results, record)
+
+
+def _task_findings(results: Path, manifest: dict[str, Any]) -> list[dict[str, str]]:
+    """task_source: every run's file or module task has its source kept and intact."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    for run_id in sorted(runs):
+        record = (runs[run_id] if isinstance(runs[run_id], dict) else {}).get("task")
+        if not isinstance(record, dict) or record.get("kind") == "builtin":
+            continue
+        source = record.get("source")
+        path = source if isinstance(source, str) else f"params/{run_id}.json"
+        for problem in _source_problems(results, record, manifest):
+            found.setdefault((path, problem), finding(
+                "task_source", path, f"task {record.get('ref')!r} of {run_id}: {problem}"))
+    return list(found.values())
+
+
+def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE,
+                  trust_code: bool = False, campaign_dir: Path | None = None
+                  ) -> tuple[str, list[dict[str, str]]]:
     """Reload ``artifacts/<run_id>`` in a fresh process and compare its predictions.
 
-    The command is :func:`predict_argv` (what README.md tells a reader to run), started in
-    a temporary folder outside results/ that also receives its output.
+    The command is :func:`flightplan.tasks.reload.reload_argv` (what README.md tells a
+    reader to run), started in a temporary folder outside results/ that also receives its
+    output. A file or module task runs from its kept copy in ``tasks/<hex>/`` and only
+    when ``trust_code`` is set and the copy passes its checks (module docstring).
 
     Args:
         results_dir: the results directory.
         run_id: the run whose artifact to reload.
         limit: re-predict the first ``limit`` test examples; None for all of them.
+        trust_code: run a file or module task's kept source (``close``: the campaign's
+            own code; ``verify --trust-code``).
+        campaign_dir: passed to the task's reload hook (None: results alone).
 
     Returns:
-        ``[]`` when the predictions are reproduced; otherwise one ``reload`` or
-        ``prediction_mismatch`` finding.
+        ``(status, findings)``: ``("reproduced", [])``; ``("failed", [one reload,
+        prediction_mismatch or task_source finding])``; ``("not_run", [])`` for untrusted
+        code.
     """
     results = Path(results_dir).resolve()
     artifact_rel = f"artifacts/{run_id}"
     try:
-        task = json.loads((results / artifact_rel / "artifact.json").read_text())["task"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [finding("reload", artifact_rel, f"artifact.json unreadable or without task: {exc}")]
+        manifest = read_manifest(results)
+        record = run_task(results, manifest, run_id)
+    except (ValueError, VerificationFailed) as exc:
+        return "failed", [finding("reload", artifact_rel, str(exc))]
+    task_root = None
+    if record.get("kind") == "builtin":
+        if record["entry"] not in BUILTIN_TASKS:
+            return "failed", [finding("reload", artifact_rel, f"task {record['entry']!r} is not "
+                                      f"a built-in task of this flightplan "
+                                      f"({', '.join(BUILTIN_TASKS)})")]
+    else:
+        if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
+            return "failed", [finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
+                                      f"source was not kept ({record.get('not_kept')})")]
+        if not trust_code:  # the task_source check has hashed the kept copy all the same
+            return "not_run", []
+        problems = _source_problems(results, record, manifest)
+        if problems:
+            return "failed", [finding("reload", artifact_rel, f"not run: task "
+                                      f"{record.get('ref')!r}: {problems[0]}")]
+        task_root = str(results / record["source"])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
         out = Path(scratch) / f"{run_id}.csv"
-        try:
-            argv = predict_argv(str(task), str(results / artifact_rel), str(out), limit=limit)
-        except ValueError as exc:
-            return [finding("reload", artifact_rel, f"artifact.json: {exc}")]
+        argv = reload_argv(record["entry"], str(results / artifact_rel), str(out),
+                           task_root=task_root, limit=limit,
+                           campaign_dir=None if campaign_dir is None else str(campaign_dir))
         try:
             done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
                                   timeout=RELOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return [finding("reload", artifact_rel, f"reloading took over {RELOAD_TIMEOUT_S} s")]
+            return "failed", [finding("reload", artifact_rel,
+                                      f"reloading took over {RELOAD_TIMEOUT_S} s")]
         if done.returncode != 0 or not out.is_file():
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return [finding("reload", artifact_rel, f"failed to load in a fresh process (exit "
-                            f"{done.returncode}): {tail}")]
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
+            if not tail.startswith(NO_RELOAD_HOOK):
+                tail = f"failed to load in a fresh process (exit {done.returncode}): {tail}"
+            return "failed", [finding("reload", artifact_rel, tail)]
         stored_rel = f"predictions/{run_id}.csv"
         try:
             count, differ = prediction_differences(results / stored_rel, out)
         except ValueError as exc:
-            return [finding("prediction_mismatch", stored_rel, str(exc))]
+            return "failed", [finding("prediction_mismatch", stored_rel, str(exc))]
     if not count or differ:
-        return [finding("prediction_mismatch", stored_rel,
-                        f"{len(differ)} of {count} re-created predictions differ from the "
-                        f"stored ones (first: {', '.join(differ[:5]) or 'none re-created'})")]
-    return []
+        return "failed", [finding("prediction_mismatch", stored_rel,
+                                  f"{len(differ)} of {count} re-created predictions differ "
+                                  f"from the stored ones (first: "
+                                  f"{', '.join(differ[:5]) or 'none re-created'})")]
+    return "reproduced", []
 
 
 def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
-                   reload: bool = True,
+                   reload: bool = True, trust_code: bool = False,
+                   campaign_dir: Path | None = None,
                    reproduced: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
     """Run every check on ``results_dir``.
 
@@ -334,6 +433,9 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         sample: test examples re-predicted per artifact (None: all).
         reload: reload artifacts in fresh processes (the ``reload`` and
             ``prediction_mismatch`` checks).
+        trust_code: also reload artifacts of file and module tasks by running their kept
+            source (see the module docstring); without it they are ``not_run``.
+        campaign_dir: passed to the tasks' reload hooks (None: results alone).
         reproduced: run id → findings of a reload of that run's artifact already made
             in a fresh process from the files now in the directory (``close`` passes
             what its acceptance step found, so it does not reload twice); the checksum
@@ -341,13 +443,15 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
 
     Returns:
         ``{"verified": bool, "findings": [{check, path, message}, ...]}``, findings sorted
-        by path then check.
+        by path then check; with ``reload``, also ``"reload": {run_id: status}`` (one of
+        :data:`RELOAD_STATUSES` per artifact with stored predictions). ``verified`` is
+        true when there is no finding: a reload ``not_run`` is not one.
     """
     results = Path(results_dir).resolve()
     try:
         manifest = read_manifest(results)
     except VerificationFailed as exc:
-        return {"verified": False, "findings": exc.findings}
+        return {"verified": False, "findings": exc.findings} | ({"reload": {}} if reload else {})
     findings, present = _check_files(results, manifest)
     writer = manifest.get("writer") if isinstance(manifest.get("writer"), dict) else {}
 
@@ -361,12 +465,21 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         if _is_text(results / rel):
             findings += _scan_text(results, rel, temp, absolute)
     findings += _check_runs(results, manifest, present)
+    findings += _task_findings(results, manifest)
+    statuses: dict[str, str] = {}
     if reload:
         for run_id in sorted({p.split("/")[1] for p in present
                               if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)}):
             if reproduced is not None and run_id in reproduced:
-                findings += reproduced[run_id]
+                status, found = ("failed" if reproduced[run_id] else "reproduced",
+                                 reproduced[run_id])
             elif f"predictions/{run_id}.csv" in present:
-                findings += reproduce_run(results, run_id, limit=sample)
+                status, found = reproduce_run(results, run_id, limit=sample,
+                                              trust_code=trust_code, campaign_dir=campaign_dir)
+            else:
+                continue
+            statuses[run_id] = status
+            findings += [f for f in found if f not in findings]
     findings.sort(key=lambda f: (f["path"], f["check"]))
-    return {"verified": not findings, "findings": findings}
+    report: dict[str, Any] = {"verified": not findings, "findings": findings}
+    return report | ({"reload": statuses} if reload else {})

@@ -36,7 +36,7 @@ from flightplan.errors import TaskError
 from flightplan.tasks.protocol import HOOKS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing"]
+           "source_listing", "hash_code"]
 
 BUILTIN_TASKS: Mapping[str, str] = {"textclf": "flightplan.tasks.textclf"}
 """Built-in task names and their modules."""
@@ -79,7 +79,13 @@ def source_listing(root: Path, files: tuple[str, ...]) -> str:
     return "".join(lines)
 
 
-def _code_version(root: Path, files: tuple[str, ...], *, package: bool) -> str:
+def hash_code(root: Path, files: tuple[str, ...], *, package: bool) -> str:
+    """``sha256:<hex>`` of a task's code: the one file's bytes, or for a package the
+    :func:`source_listing` of its files (the module docstring's recipe).
+
+    Raises:
+        OSError: a file cannot be read.
+    """
     if not package:
         return "sha256:" + hashlib.sha256((root / files[0]).read_bytes()).hexdigest()
     return "sha256:" + hashlib.sha256(source_listing(root, files).encode("utf-8")).hexdigest()
@@ -115,7 +121,7 @@ def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
             raise TaskError(f"no task file {path}; give a Python file relative to the campaign "
                             f"file, a module name, or a built-in task "
                             f"({', '.join(BUILTIN_TASKS)})", file=source, field=field, value=ref)
-        version = _code_version(path.parent, (path.name,), package=False)
+        version = hash_code(path.parent, (path.name,), package=False)
         return TaskSource(ref, "file", _file_module_name(path, version), path.parent,
                           (path.name,), version)
     if not all(part.isidentifier() for part in ref.split(".")):
@@ -138,10 +144,10 @@ def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
         root = origin.parent
         files = tuple(sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                              if "__pycache__" not in p.parts))
-        version = _code_version(root, files, package=True)
+        version = hash_code(root, files, package=True)
     else:
         root, files = origin.parent, (origin.name,)
-        version = _code_version(root, files, package=False)
+        version = hash_code(root, files, package=False)
     return TaskSource(ref, "module", ref, root, files, version)
 
 

