@@ -44,6 +44,9 @@ order = "ITG-0042"
 [corpus]
 path = "corpus"
 sha256 = {{ "train.tsv" = "{train_sha}", "test.tsv" = "{test_sha}" }}
+id_column = ""
+input_columns = ["review"]
+label_column = "rating"
 
 [[expense]]
 label = "dataset licence"
