@@ -25,20 +25,14 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from flightplan.errors import ArgumentError, SpecError
+from flightplan.errors import SpecError
+from flightplan.run.device import THREADS_ENV, TORCH_THREADS, torch_threads
 from flightplan.spec import BaseModelSection
 
 __all__ = ["AdapterParams", "TaskParams", "TextClassifier", "TrainableParameters",
            "model_dir", "load_tokenizer", "build_classifier", "base_revision",
            "TORCH_THREADS", "THREADS_ENV", "torch_threads"]
 
-TORCH_THREADS = 1
-"""Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
-:func:`torch_threads`). One, not the machine's two cores: on this shared 2-core machine,
-while other processes ran, two OpenMP threads spin-waiting for a descheduled peer made a
-one-review forward pass 40× slower (2.0 s vs 0.05 s with one thread) and a LoRA step 3×
-slower (29 s vs 10 s). On an idle machine two threads are faster."""
-THREADS_ENV = "FLIGHTPLAN_TORCH_THREADS"
 WEIGHTS_FILE = "model.safetensors"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -104,20 +98,6 @@ class TaskParams(BaseModel):
             where = "params." + ".".join(str(p) for p in first["loc"])
             raise SpecError(f"{first.get('input')!r}: {first['msg']}", field=where,
                             value=first.get("input")) from None
-
-
-def torch_threads() -> int:
-    """Intra-op threads for training and prediction: ``$FLIGHTPLAN_TORCH_THREADS`` or
-    :data:`TORCH_THREADS`. Results are bitwise reproducible only at the same count, so
-    artifact.json records it and :func:`load_artifact` reuses it.
-
-    Raises:
-        ArgumentError: the variable is not a positive integer.
-    """
-    value = os.environ.get(THREADS_ENV, str(TORCH_THREADS))
-    if not value.isdigit() or int(value) < 1:
-        raise ArgumentError(f"{THREADS_ENV}={value!r}: give a positive number of threads")
-    return int(value)
 
 
 def model_dir(section: BaseModelSection) -> Path:
