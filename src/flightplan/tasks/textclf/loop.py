@@ -12,8 +12,9 @@
    ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``. Every step logs ``loss``,
    ``step_s`` (forward + backward + optimizer, seconds), ``seq_len`` (padded tokens per
    input), ``tokens`` (batch × seq_len) and ``lr``; the trial may checkpoint after it.
-4. At the end of every epoch: the test set, one example at a time (bitwise
-   reproducible), logged with ``eval_s`` through ``trial.evaluate``.
+4. At the end of every epoch: the test set in batches of equal token length (no
+   padding; bitwise reproducible, see :mod:`.inference`), logged with ``eval_s``
+   through ``trial.evaluate``.
 5. At the end (or at ``trial.max_steps``, the pilot's cap): ``predictions.csv``,
    ``metrics.json``, ``artifact/``, then ``trial.finish()``.
 
@@ -91,7 +92,7 @@ def _train_embeddings(trial: Any, step: int, model: TextClassifier,
 
 
 def _evaluate(trial: Any, model: TextClassifier, step: int, test: EncodedSplit, labels: list[str],
-              test_embeddings: list[torch.Tensor] | None) -> tuple[torch.Tensor, dict[str, Any]]:
+              test_embeddings: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, Any]]:
     """Probabilities (N, C) and metrics on the test set; logs them with ``eval_s``."""
     began = time.perf_counter()
     probs = predict_probabilities(model, test, test_embeddings)
@@ -162,7 +163,7 @@ def train(trial: Any) -> None:
     train_embeddings = test_embeddings = None
     if params.is_control:
         train_embeddings = _train_embeddings(trial, step, model, train_split)  # (N, H)
-        test_embeddings = example_embeddings(model, test_split)                 # N × (1, H)
+        test_embeddings = example_embeddings(model, test_split)                 # (N, H)
     trial.log(step, load_s=time.perf_counter() - began, planned_steps=total,
               steps_per_epoch=steps_per_epoch)
     loss_fn = nn.CrossEntropyLoss()
