@@ -29,7 +29,6 @@ import random
 import shutil
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -39,7 +38,7 @@ import torch
 
 from flightplan.errors import CheckpointError, UnsafeFileError
 from flightplan.run.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint,
-                                          step_dir_name, tensor_digests, write_checkpoint)
+                                          step_dir_name, write_checkpoint)
 
 __all__ = ["Components", "Captured", "Snapshot", "SaveResult", "BackgroundWriter",
            "capture_rng", "restore_rng", "apply_state", "list_checkpoints", "set_aside",
@@ -262,7 +261,6 @@ class BackgroundWriter:
         self._on_error = on_error
         self._thread: threading.Thread | None = None
         self._error: tuple[int, BaseException] | None = None
-        self._digests = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flightplan-digest")
 
     def wait(self) -> None:
         """Wait for the save in flight.
@@ -304,11 +302,9 @@ class BackgroundWriter:
         try:
             if captured.cuda_event is not None:
                 captured.cuda_event.synchronize()
-            digests = self._digests.submit(tensor_digests, captured.model, captured.optimizer,
-                                           captured.state)
             path, size = write_checkpoint(self.parent, steps_done, model=captured.model,
                                           optimizer=captured.optimizer, state=captured.state,
-                                          meta=meta, digests=digests.result)
+                                          meta=meta)
             persist_s = time.monotonic() - start
             prune(self.parent, self.keep_last)
             self._on_done(SaveResult(steps_done, path, size, stall_s, persist_s))
@@ -317,11 +313,8 @@ class BackgroundWriter:
             self._on_error(steps_done, exc)
 
     def close(self) -> None:
-        """Wait for the save in flight (raising its error) and stop the digest thread."""
-        try:
-            self.wait()
-        finally:
-            self._digests.shutdown(wait=True)
+        """Wait for the save in flight (raising its error)."""
+        self.wait()
 
 
 def list_checkpoints(parent: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
