@@ -123,17 +123,19 @@ def _check(precision: str) -> None:
 
 def autocast(precision: str, dev: Any) -> ContextManager[Any]:
     """The mixed-precision context for ``precision`` on ``dev``: ``torch.autocast`` with
-    float16 or bfloat16, or a no-op for ``fp32``. On a CPU ``fp16`` autocast is not
-    offered by every op, so fp16 runs there in fp32 (the scaler is then disabled too).
+    float16 or bfloat16, or a no-op for ``fp32``.
 
     Raises:
-        ArgumentError: an unknown precision.
+        ArgumentError: an unknown precision, or ``fp16`` off CUDA (CPU autocast does not
+            cover fp16 for every op, and running fp32 instead would be a silent change).
     """
     import torch
 
     _check(precision)
     kind = getattr(dev, "type", str(dev))
-    if precision == "fp32" or (precision == "fp16" and kind != "cuda"):
+    if precision == "fp16" and kind != "cuda":
+        raise ArgumentError(f"precision fp16 needs a CUDA device, not {kind}; use bf16 or fp32")
+    if precision == "fp32":
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device_type=kind, dtype=dtype)

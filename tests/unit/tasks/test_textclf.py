@@ -207,3 +207,28 @@ def test_batched_predictions_agree_with_one_at_a_time_in_training_and_on_reload(
     trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
     assert [r["predicted"] for r in rows] == [predictor.labels[i] for i in single.argmax(1).tolist()]
     assert (trained - single).abs().max().item() <= 1e-5
+
+
+def test_fp16_without_a_gpu_is_refused_naming_the_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLIGHTPLAN_DEVICE", "cpu")
+    with pytest.raises(SpecError, match="params.precision.*use bf16 or fp32"):
+        train(_trial(tmp_path / "fp16", dict(LORA, precision="fp16")))
+
+
+@pytest.mark.slow
+def test_bf16_lora_resumed_equals_uninterrupted_and_reloads_within_tolerance(tmp_path):
+    params = dict(LORA, precision="bf16")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(_trial(straight, params))
+    train(_trial(split, params, max_steps=2))
+    train(_trial(split, params, resume=True))
+    assert (split / "artifact" / "model.safetensors").read_bytes() == \
+        (straight / "artifact" / "model.safetensors").read_bytes()
+    assert (split / "predictions.csv").read_bytes() == (straight / "predictions.csv").read_bytes()
+    # bf16 trained, fp32 evaluated: a reload (fp32, CPU) gives the run's probabilities
+    predictor = load_artifact(straight / "artifact")
+    corpus = load_corpus(CorpusSection.model_validate(CORPUS), straight)
+    probs = predictor.predict_probabilities(predictor.encode(corpus.test))
+    rows = _rows(straight / "predictions.csv")
+    trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
+    assert (trained - probs).abs().max().item() <= 1e-5

@@ -21,8 +21,10 @@ from typing import Any
 
 __all__ = ["CODE_VERSION", "train", "load_artifact"]
 
-CODE_VERSION = "1"
-"""Bump when a change alters what a run computes (a new version gives new run ids)."""
+CODE_VERSION = "2"
+"""Bump when a change alters what a run computes (a new version gives new run ids).
+2: evaluation in batches of equal token length (probabilities move in the last float32
+bits), runs on the GPU the executor gives them, ``precision`` param."""
 
 
 def __getattr__(name: str) -> Any:

@@ -62,7 +62,10 @@ class TaskParams(BaseModel):
     learning rate (and the adapter's unless ``adapter.lr`` is given), reached after ``warmup_fraction`` of the steps, then decayed to 0 by
     ``schedule``; ``batch_size`` in examples; ``dropout`` before the head (the encoder
     keeps its own 0.1). ``inject_nan_at_step`` (tests only) replaces the loss at that
-    step with NaN, to exercise the ``non_finite_loss`` stop rule.
+    step with NaN, to exercise the ``non_finite_loss`` stop rule. ``precision``: the
+    training forward pass under autocast (``fp32`` none; ``bf16``; ``fp16`` with a
+    GradScaler, CUDA only); evaluation and the artifact stay fp32 (see
+    :mod:`flightplan.run.device`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,6 +81,7 @@ class TaskParams(BaseModel):
     dropout: float = Field(default=0.1, ge=0, lt=1)
     adapter: AdapterParams = Field(default_factory=AdapterParams)
     inject_nan_at_step: int | None = Field(default=None, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
 
     @property
     def is_control(self) -> bool:
