@@ -4,11 +4,11 @@
 implement it later). :class:`LocalExecutor` runs each run in its own process
 (``python -m flightplan.run.worker <run_dir>/trial.json``), with its stdout and stderr
 appended to ``runs/<id>/log.txt``, one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
-its GPU, ``CUBLAS_WORKSPACE_CONFIG`` set for deterministic cuBLAS) or, on a machine
-without one, as many at once as the cores allow, each with ``$FLIGHTPLAN_TORCH_THREADS``
-threads (:func:`flightplan.run.device.cpu_slots`). Each run computes alone in its own
-process with its recorded thread count, so running side by side changes no result. A worker dies with the runner
-(``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process writing into
+its GPU, one of the runner's own visible GPUs; ``CUBLAS_WORKSPACE_CONFIG`` set for
+deterministic cuBLAS) or, on a machine without one, as many at once as the cores allow,
+each with ``$FLIGHTPLAN_TORCH_THREADS`` threads (:func:`flightplan.run.device.cpu_slots`).
+Each run computes alone in its own process with its recorded thread count, so running side
+by side changes no result. A worker dies with the runner (``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process writing into
 a run directory that the next runner resumes.
 
 Progress is read, not reported: :class:`MeasurementTail` follows a run's
@@ -215,7 +215,9 @@ class LocalExecutor(Executor):
         env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
                    PYTHONUNBUFFERED="1")
         if self._gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(device)
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            env["CUDA_VISIBLE_DEVICES"] = (visible[device].strip() if len(visible) > device
+                                           and visible[device].strip() else str(device))
             env.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
         else:
             env[THREADS_ENV] = str(self.threads)
