@@ -82,8 +82,8 @@ def _amp_child(run_dir: Path, precision: str, steps: int, kill_at: int | None, r
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = grad_scaler(precision, dev)
     indices = list(range(len(data)))
-    loader = StatefulDataLoader(indices, batch_size=16,
-                                sampler=RandomSampler(indices, generator=torch.Generator().manual_seed(2)))
+    sampler = RandomSampler(indices, generator=torch.Generator().manual_seed(2))
+    loader = StatefulDataLoader(indices, batch_size=16, sampler=sampler)
     trial = Trial.local(run_dir, name=f"amp-{precision}", params={"precision": precision},
                         checkpoint={"keep_last": 2}, resume=resume)
     trial.register(model=model, optimizer=optimizer, loader=loader,

@@ -22,8 +22,9 @@ buffer allocated once and reused (``clone()`` would allocate each time and stall
 see DESIGN.md). On CUDA the copies go into pinned buffers on a side stream and the loop does
 not wait for them: the next training step's forward and backward overlap them, and the
 compute stream waits for them only before the state can change (the next optimizer step, or
-the next forward of a model with buffers). :class:`BackgroundWriter` then hashes, serialises and fsyncs in a thread; at
-most one save is in flight and the next one waits for it.
+the next forward of a model with buffers). :class:`BackgroundWriter` then hashes,
+serialises and fsyncs in a thread; at most one save is in flight and the next one waits
+for it.
 """
 
 from __future__ import annotations

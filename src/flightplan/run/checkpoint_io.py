@@ -14,8 +14,8 @@ Writing (:func:`write_checkpoint`): everything goes into ``step-NNNNNN.tmp/``; e
 hashed while it is written (one pass over memory; for the tensor files in a thread of its
 own, a piece behind the writes, and each tensor's crc32 for the manifest in another thread
 from the same cached piece: no second pass over the bytes) and fsync'd in another thread
-while the next one is written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to
-``step-NNNNNN/`` and the parent fsync'd. A directory without a manifest, or any ``.tmp``,
+while the next one is written; the manifest is written and fsync'd last; the directory is
+fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd. A directory without a manifest, or any ``.tmp``,
 is never loaded.
 
 Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files

@@ -8,8 +8,9 @@ its GPU, one of the runner's own visible GPUs; ``CUBLAS_WORKSPACE_CONFIG`` set f
 deterministic cuBLAS) or, on a machine without one, as many at once as the cores allow,
 each with ``$FLIGHTPLAN_TORCH_THREADS`` threads (:func:`flightplan.run.device.cpu_slots`).
 Each run computes alone in its own process with its recorded thread count, so running side
-by side changes no result. A worker dies with the runner (``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process writing into
-a run directory that the next runner resumes.
+by side changes no result. A worker dies with the runner (``PR_SET_PDEATHSIG`` on Linux),
+so a killed runner never leaves a process writing into a run directory that the next
+runner resumes.
 
 Progress is read, not reported: :class:`MeasurementTail` follows a run's
 ``measurements.jsonl`` and gives its latest step, loss and planned steps.
@@ -223,8 +224,9 @@ class LocalExecutor(Executor):
             env[THREADS_ENV] = str(self.threads)
         preexec = _die_with_parent if sys.platform == "linux" else None
         with open(job.run_dir / "log.txt", "ab") as log:
+            where = device if self._gpus else f"cpu, {self.threads} thread(s)"
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
-                      f"(device {device if self._gpus else f'cpu, {self.threads} thread(s)'}) ---\n".encode())
+                      f"(device {where}) ---\n".encode())
             return subprocess.Popen(self._argv(job.trial_json), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     cwd=str(job.run_dir),
