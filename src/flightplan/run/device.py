@@ -103,16 +103,20 @@ def device() -> Any:
 
 
 def set_deterministic(dev: Any) -> None:
-    """Settings that make repeated runs bitwise equal on ``dev``: deterministic
-    algorithms (an op without one raises), cuDNN without autotuning, and on CUDA the
-    cuBLAS workspace setting (set here too when the executor did not, which works only
-    before the first cuBLAS call). Call before building the model."""
+    """Settings that make repeated runs bitwise equal on ``dev``. On CUDA: deterministic
+    algorithms (an op without one raises), cuDNN without autotuning, and the cuBLAS
+    workspace setting (set here too when the executor did not, which works only before
+    the first cuBLAS call). On a CPU nothing: its kernels are deterministic at a fixed
+    thread count, and deterministic mode would also fill every new tensor with NaN
+    (``torch.utils.deterministic.fill_uninitialized_memory``), a cost for nothing. Call
+    before building the model."""
     import torch
 
-    if getattr(dev, "type", str(dev)) == "cuda":
-        os.environ.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.deterministic = True
+    if getattr(dev, "type", str(dev)) != "cuda":
+        return
+    os.environ.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True)
 
 

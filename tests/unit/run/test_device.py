@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from flightplan.errors import ArgumentError
-from flightplan.run.device import autocast, cpu_slots, device, grad_scaler, torch_threads
+from flightplan.run.device import (autocast, cpu_slots, device, grad_scaler, set_deterministic,
+                                   torch_threads)
 
 
 def test_threads_come_from_the_environment_and_bad_values_name_the_variable():
@@ -41,3 +42,9 @@ def test_precision_helpers_on_the_cpu():
         grad_scaler("fp8", cpu)
     scaler = grad_scaler("bf16", cpu)               # no loss scaling outside fp16
     assert not scaler.is_enabled() and scaler.scale(torch.tensor(2.0)).item() == 2.0
+
+
+def test_deterministic_settings_leave_a_cpu_run_alone():
+    before = torch.are_deterministic_algorithms_enabled()
+    set_deterministic(torch.device("cpu"))
+    assert torch.are_deterministic_algorithms_enabled() == before
