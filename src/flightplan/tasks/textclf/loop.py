@@ -9,7 +9,7 @@
    a pure function of corpus and base weights. LoRA: the adapters and head train
    through the encoder, batches padded to their longest input.
    Everything runs on the run's device (:func:`flightplan.run.device.device`: the GPU the
-   executor gave the run, else the CPU) with deterministic algorithms; ``params.precision``
+   executor gave the run, else the CPU), deterministic on CUDA too; ``params.precision``
    puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
    ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``. Every step logs ``loss``,
