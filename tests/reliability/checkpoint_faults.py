@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 
 from flightplan.run.checkpoint_io import (MANIFEST, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE,
-                                          tensor_digests, write_checkpoint)
+                                          write_checkpoint)
 
 __all__ = ["make_checkpoint", "copy_checkpoint", "CORRUPTIONS", "HOSTILE", "Payload", "rewrite_record"]
 
@@ -50,8 +50,7 @@ def make_checkpoint(parent: Path, steps_done: int, *, run_id: str = "tiny-012345
     opt_state = optimizer.state_dict()
     state = {"rng": {"torch_cpu": torch.get_rng_state()}, "counters": {"steps_done": steps_done}}
     final, _ = write_checkpoint(parent, steps_done, model=tensors, optimizer=opt_state,
-                                state=state, meta={"run_id": run_id, "config_hash": "0" * 64},
-                                digests=lambda: tensor_digests(tensors, opt_state, state))
+                                state=state, meta={"run_id": run_id, "config_hash": "0" * 64})
     return final
 
 

@@ -12,9 +12,10 @@ A checkpoint is a directory ``checkpoints/step-NNNNNN/`` (N = optimizer steps do
 
 Writing (:func:`write_checkpoint`): everything goes into ``step-NNNNNN.tmp/``; each file is
 hashed while it is written (one pass over memory; for the tensor files in a thread of its
-own, a piece behind the writes) and fsync'd in another thread while the next one is
-written; the manifest is written and fsync'd last; the directory is fsync'd, renamed to
-``step-NNNNNN/`` and the parent fsync'd. A directory without a manifest, or any ``.tmp``,
+own, a piece behind the writes, and each tensor's crc32 for the manifest in another thread
+from the same cached piece: no second pass over the bytes) and fsync'd in another thread
+while the next one is written; the manifest is written and fsync'd last; the directory is
+fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd. A directory without a manifest, or any ``.tmp``,
 is never loaded.
 
 Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files
@@ -109,18 +110,29 @@ class _HashingFile:
 
     With ``hasher`` (a one-thread executor), hashing runs in that thread while the next
     piece is written; only for data whose owner outlives the write (the snapshot buffers),
-    since ``torch.save`` hands over views of temporary buffers.
+    since ``torch.save`` hands over views of temporary buffers. With ``crc`` (another
+    one-thread executor) a write given a ``crc_key`` also folds its pieces into
+    ``crcs[crc_key]`` (zlib crc32) while they are still in cache.
     """
 
-    def __init__(self, path: Path, hasher: ThreadPoolExecutor | None = None) -> None:
+    def __init__(self, path: Path, hasher: ThreadPoolExecutor | None = None,
+                 crc: ThreadPoolExecutor | None = None) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self.sha = hashlib.sha256()
         self.size = 0
+        self.crcs: dict[str, int] = {}
         self._hasher = hasher
+        self._crc = crc
         self._hashed: Any = None
+        self._crced: Any = None
 
-    def write(self, data: Any) -> int:
+    def _fold_crc(self, key: str, piece: memoryview) -> None:
+        self.crcs[key] = zlib.crc32(piece, self.crcs[key])
+
+    def write(self, data: Any, crc_key: str | None = None) -> int:
         view = memoryview(data).cast("B")
+        if crc_key is not None:
+            self.crcs[crc_key] = 0
         for start in range(0, view.nbytes, _CHUNK_BYTES):
             piece = view[start:start + _CHUNK_BYTES]
             done = 0
@@ -130,6 +142,11 @@ class _HashingFile:
                 self.sha.update(piece)
             else:  # one worker: pieces are hashed in order
                 self._hashed = self._hasher.submit(self.sha.update, piece)
+            if crc_key is not None:
+                if self._crc is None:
+                    self._fold_crc(crc_key, piece)
+                else:  # one worker: pieces are folded in order
+                    self._crced = self._crc.submit(self._fold_crc, crc_key, piece)
         self.size += view.nbytes
         return view.nbytes
 
@@ -137,9 +154,11 @@ class _HashingFile:
         pass
 
     def record(self) -> FileRecord:
-        """Size and sha256 of what was written (waits for the hashing thread)."""
-        if self._hashed is not None:
-            self._hashed.result()
+        """Size and sha256 of what was written (waits for the hashing threads, so
+        :attr:`crcs` is complete too)."""
+        for pending in (self._hashed, self._crced):
+            if pending is not None:
+                pending.result()
         return FileRecord(self.size, self.sha.hexdigest())
 
     def sync_close(self) -> None:
@@ -151,9 +170,11 @@ class _HashingFile:
 
 
 def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str],
-                       hasher: ThreadPoolExecutor | None = None) -> _HashingFile:
-    """Write ``tensors`` (contiguous CPU tensors) in the safetensors format, hashing as it goes;
-    the file is left open for :meth:`_HashingFile.sync_close`.
+                       hasher: ThreadPoolExecutor | None = None,
+                       crc: ThreadPoolExecutor | None = None) -> _HashingFile:
+    """Write ``tensors`` (contiguous CPU tensors) in the safetensors format, hashing as it goes
+    (each tensor's crc32 into ``crcs[name]``); the file is left open for
+    :meth:`_HashingFile.sync_close`.
 
     Format (https://github.com/huggingface/safetensors): u64 little-endian header length,
     JSON header ``{name: {dtype, shape, data_offsets}, "__metadata__": {...}}`` padded with
@@ -172,11 +193,11 @@ def _write_safetensors(path: Path, tensors: Mapping[str, Any], metadata: Mapping
         offset += size
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    out = _HashingFile(path, hasher)
+    out = _HashingFile(path, hasher, crc)
     try:
         out.write(struct.pack("<Q", len(text)) + text)
-        for tensor in tensors.values():
-            out.write(_raw_bytes(tensor))
+        for name, tensor in tensors.items():
+            out.write(_raw_bytes(tensor), crc_key=name)
     except BaseException:
         os.close(out.fd)
         raise
@@ -237,15 +258,19 @@ def tensor_digests(model: Mapping[str, Any], optimizer: Any,
         tensors: dict[str, Any] = {}
         _split(value, part, tensors)
         for path, tensor in tensors.items():
-            digests[path] = {"crc32": f"{zlib.crc32(_raw_bytes(tensor.contiguous())):08x}",
-                             "dtype": str(tensor.dtype).removeprefix("torch."),
-                             "shape": list(tensor.shape)}
+            digests[path] = _digest(tensor, zlib.crc32(_raw_bytes(tensor.contiguous())))
     return digests
 
 
+def _digest(tensor: Any, crc: int) -> dict[str, Any]:
+    """One entry of :func:`tensor_digests`."""
+    return {"crc32": f"{crc:08x}", "dtype": str(tensor.dtype).removeprefix("torch."),
+            "shape": list(tensor.shape)}
+
+
 def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
-                     optimizer: Any, state: Mapping[str, Any], meta: Mapping[str, Any],
-                     digests: Callable[[], Mapping[str, Any]]) -> tuple[Path, int]:
+                     optimizer: Any, state: Mapping[str, Any],
+                     meta: Mapping[str, Any]) -> tuple[Path, int]:
     """Write one checkpoint atomically under ``parent`` (see the module docstring).
 
     Args:
@@ -254,8 +279,8 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
         model: name → contiguous CPU tensor.   optimizer: the state_dict or None.
         state: everything else (weights_only-loadable).
         meta: JSON values for the manifest (run_id, config_hash, epoch, micro_step …).
-        digests: returns :func:`tensor_digests` of the same three parts; called just before
-            the manifest is written, so the digests can be computed while the files are.
+            The manifest's ``tensors`` equal :func:`tensor_digests` of the three parts;
+            those of the tensor files are computed from the pieces as they are written.
 
     Returns:
         (the final directory, bytes written).
@@ -271,18 +296,24 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
     tmp.mkdir()
     files: dict[str, FileRecord] = {}
     try:
+        digests: dict[str, Any] = {}
         with ThreadPoolExecutor(1, thread_name_prefix="flightplan-fsync") as syncs, \
-                ThreadPoolExecutor(1, thread_name_prefix="flightplan-sha256") as hasher:
+                ThreadPoolExecutor(1, thread_name_prefix="flightplan-sha256") as hasher, \
+                ThreadPoolExecutor(1, thread_name_prefix="flightplan-crc32") as crc:
             pending = []
-            for name, write in _file_writers(tmp, model, optimizer, state, hasher):
+            for name, write, part, tensors in _file_writers(tmp, model, optimizer, state,
+                                                            hasher, crc):
                 out = write()
                 files[name] = out.record()
                 pending.append(syncs.submit(out.sync_close))
+                digests.update({f"{part}/{key}": _digest(tensors[key], value)
+                                for key, value in out.crcs.items()})
+            digests.update(tensor_digests({}, None, state))
             for done in pending:
                 done.result()
         manifest = {"format": FORMAT, "step": steps_done, **meta,
                     "files": {n: {"size": r.size, "sha256": r.sha256} for n, r in files.items()},
-                    "tensors": dict(digests())}
+                    "tensors": dict(sorted(digests.items()))}
         out = _HashingFile(tmp / MANIFEST)
         out.write(json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
         out.sync_close()
@@ -297,20 +328,26 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
     return final, sum(r.size for r in files.values())
 
 
+_Writer = tuple[str, Callable[[], _HashingFile], str, Mapping[str, Any]]
+
+
 def _file_writers(tmp: Path, model: Mapping[str, Any], optimizer: Any, state: Mapping[str, Any],
-                  hasher: ThreadPoolExecutor) -> list[tuple[str, Callable[[], _HashingFile]]]:
-    """(file name, writer) in write order: model, optimizer tensors, the rest."""
-    writers: list[tuple[str, Callable[[], _HashingFile]]] = [
+                  hasher: ThreadPoolExecutor, crc: ThreadPoolExecutor) -> list[_Writer]:
+    """(file name, writer, digest prefix, its tensors by name) in write order: model,
+    optimizer tensors, the rest (whose tensors :func:`tensor_digests` reads apart)."""
+    writers: list[_Writer] = [
         (MODEL_FILE,
-         lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}, hasher))]
+         lambda: _write_safetensors(tmp / MODEL_FILE, model, {"format": "pt"}, hasher, crc),
+         "model", model)]
     structure = None
     if optimizer is not None:
         tensors: dict[str, Any] = {}
         structure = _split(optimizer, "", tensors)
         writers.append((OPTIMIZER_FILE,
-                        lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {}, hasher)))
+                        lambda: _write_safetensors(tmp / OPTIMIZER_FILE, tensors, {}, hasher, crc),
+                        "optimizer", tensors))
     rest = {**state, _OPTIMIZER_KEY: structure}
-    writers.append((STATE_FILE, lambda: _write_torch(tmp / STATE_FILE, rest)))
+    writers.append((STATE_FILE, lambda: _write_torch(tmp / STATE_FILE, rest), "state", {}))
     return writers
 
 

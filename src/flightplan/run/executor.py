@@ -4,9 +4,13 @@
 implement it later). :class:`LocalExecutor` runs each run in its own process
 (``python -m flightplan.run.worker <run_dir>/trial.json``), with its stdout and stderr
 appended to ``runs/<id>/log.txt``, one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
-its GPU) or, on a machine without one, one at a time. A worker dies with the runner
-(``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process writing into
-a run directory that the next runner resumes.
+its GPU, one of the runner's own visible GPUs; ``CUBLAS_WORKSPACE_CONFIG`` set for
+deterministic cuBLAS) or, on a machine without one, as many at once as the cores allow,
+each with ``$FLIGHTPLAN_TORCH_THREADS`` threads (:func:`flightplan.run.device.cpu_slots`).
+Each run computes alone in its own process with its recorded thread count, so running side
+by side changes no result. A worker dies with the runner (``PR_SET_PDEATHSIG`` on Linux),
+so a killed runner never leaves a process writing into a run directory that the next
+runner resumes.
 
 Progress is read, not reported: :class:`MeasurementTail` follows a run's
 ``measurements.jsonl`` and gives its latest step, loss and planned steps.
@@ -30,6 +34,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
+
+from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, THREADS_ENV, cpu_slots,
+                                   torch_threads)
 
 __all__ = ["Job", "JobResult", "RunProgress", "MeasurementTail", "Executor", "LocalExecutor",
            "worker_argv", "gpu_count"]
@@ -177,34 +184,49 @@ class Executor(ABC):
 
 
 class LocalExecutor(Executor):
-    """Processes on this machine: ``slots`` at once (GPUs, or 1 without GPU).
+    """Processes on this machine: ``slots`` at once, one per GPU, or on a machine without
+    GPUs ``cores // threads`` (each worker gets ``$FLIGHTPLAN_TORCH_THREADS`` = threads).
 
     Args:
-        slots: processes at once; default: the number of GPUs, at least 1.
+        slots: processes at once; default: the number of GPUs, or without GPUs
+            :func:`~flightplan.run.device.cpu_slots` of the thread count.
         argv: the command line of a worker for a ``trial.json`` (default
             :func:`worker_argv`; tests substitute a fake worker).
         poll_s: seconds between checks of the processes and their progress.
-        env: extra environment variables for every worker.
+        env: extra environment variables for every worker (``FLIGHTPLAN_TORCH_THREADS``
+            here, else in this process's environment, sets the threads per run).
+
+    Raises:
+        ArgumentError: ``FLIGHTPLAN_TORCH_THREADS`` is not a positive integer.
     """
 
     def __init__(self, *, slots: int | None = None,
                  argv: Callable[[Path], list[str]] = worker_argv, poll_s: float = 0.2,
                  env: dict[str, str] | None = None) -> None:
         self._gpus = gpu_count()
-        self.slots = slots if slots is not None else max(1, self._gpus)
+        self._env = dict(env or {})
+        self.threads = torch_threads({**os.environ, **self._env})
+        if slots is None:
+            slots = self._gpus or cpu_slots(self.threads)
+        self.slots = max(1, slots)
         self._argv = argv
         self._poll_s = poll_s
-        self._env = dict(env or {})
 
     def _start(self, job: Job, device: int) -> subprocess.Popen:
         env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
                    PYTHONUNBUFFERED="1")
         if self._gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(device)
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            env["CUDA_VISIBLE_DEVICES"] = (visible[device].strip() if len(visible) > device
+                                           and visible[device].strip() else str(device))
+            env.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
+        else:
+            env[THREADS_ENV] = str(self.threads)
         preexec = _die_with_parent if sys.platform == "linux" else None
         with open(job.run_dir / "log.txt", "ab") as log:
+            where = device if self._gpus else f"cpu, {self.threads} thread(s)"
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
-                      f"(device {device if self._gpus else 'cpu'}) ---\n".encode())
+                      f"(device {where}) ---\n".encode())
             return subprocess.Popen(self._argv(job.trial_json), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     cwd=str(job.run_dir),

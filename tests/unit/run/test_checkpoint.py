@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from flightplan.errors import ArgumentError, UnsafeFileError
 from flightplan.run.checkpoint import capture_rng, restore_rng
-from flightplan.run.checkpoint_io import load_checkpoint, verify_checkpoint
+from flightplan.run.checkpoint_io import (MANIFEST, load_checkpoint, tensor_digests,
+                                          verify_checkpoint, write_checkpoint)
 from flightplan.run.commands import checkpoint_verify_command
 from flightplan.run.ids import run_id
 from flightplan.run.trial import Trial
@@ -191,3 +192,20 @@ def test_loader_with_its_own_generators_resumes_mid_epoch(tmp_path):
     resumed = batches(loader, 8)
     assert resumed == straight[6:]
     assert torch.equal(loader.generator.get_state(), straight_state)
+
+
+def test_tensor_digests_taken_while_writing_equal_a_separate_pass(tmp_path):
+    # 5 MiB of float32: more than one 4 MiB piece, so the crc32 is folded over pieces
+    big = torch.arange(5 * (1 << 18), dtype=torch.float32)
+    model = {"big": big, "empty": torch.zeros(0), "half": torch.ones(3, dtype=torch.float16)}
+    optimizer = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": big * 2}},
+                 "param_groups": [{"lr": 0.1, "params": [0]}]}
+    state = {"rng": {"torch_cpu": torch.get_rng_state()}, "counters": {"steps_done": 3}}
+    final, size = write_checkpoint(tmp_path, 3, model=model, optimizer=optimizer, state=state,
+                                   meta={"run_id": "r", "config_hash": "0" * 64})
+    manifest = json.loads((final / MANIFEST).read_text())
+    assert manifest["tensors"] == tensor_digests(model, optimizer, state)
+    assert "optimizer/state/0/exp_avg" in manifest["tensors"]
+    assert size == sum(f["size"] for f in manifest["files"].values())
+    loaded = load_checkpoint(final)          # re-checks every crc32 against the files
+    assert torch.equal(loaded.model["big"], big)

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from flightplan.run.device import cpu_slots
 from flightplan.run.executor import Job, LocalExecutor, MeasurementTail
 
 FAKE_WORKER = Path(__file__).resolve().parents[2] / "fixtures" / "fake_worker.py"
@@ -95,7 +96,7 @@ def test_worker_dies_when_the_runner_is_killed(tmp_path):
                                str(Path(__file__).parent)], stdout=subprocess.PIPE, text=True)
     assert runner.stdout.readline().strip() == "starting"
     pid_file = job.run_dir / "pid.txt"
-    for _ in range(300):
+    for _ in range(1200):      # up to 60 s: the runner imports torch, slow on a loaded machine
         if pid_file.exists() and pid_file.read_text():
             break
         time.sleep(0.05)
@@ -108,3 +109,49 @@ def test_worker_dies_when_the_runner_is_killed(tmp_path):
             break
         time.sleep(0.05)
     assert not _alive(worker_pid)
+
+
+def test_cpu_slots_divide_the_cores_by_the_threads_per_run():
+    assert cpu_slots(1, cores=2) == 2
+    assert cpu_slots(2, cores=2) == 1
+    assert cpu_slots(3, cores=8) == 2          # 8 // 3: never more threads than cores
+    assert cpu_slots(4, cores=2) == 1          # at least one run
+
+
+def test_without_gpus_runs_share_the_cores_each_with_its_threads(tmp_path, monkeypatch):
+    monkeypatch.setattr("flightplan.run.executor.gpu_count", lambda: 0)
+    monkeypatch.setattr("flightplan.run.executor.cpu_slots", lambda threads: 4 // threads)
+    executor = LocalExecutor(argv=_fake_argv, poll_s=0.05, env={"FLIGHTPLAN_TORCH_THREADS": "2"})
+    assert (executor.threads, executor.slots) == (2, 2)
+    jobs = [_job(tmp_path, "a-1", steps=3, sleep_s=0.2), _job(tmp_path, "b-2", steps=3, sleep_s=0.2),
+            _job(tmp_path, "c-3", steps=1)]
+    events: list[tuple[str, str]] = []
+    results = executor.run(jobs, on_start=lambda j: events.append(("start", j.run_id)),
+                           on_done=lambda r: events.append(("done", r.run_id)))
+    # two slots: a and b start together, c only once one of them ended
+    assert events[:2] == [("start", "a-1"), ("start", "b-2")]
+    assert events.index(("start", "c-3")) > min(events.index(("done", "a-1")),
+                                                events.index(("done", "b-2")))
+    by_id = {r.run_id: r for r in results}
+    assert by_id["b-2"].started_at < by_id["a-1"].ended_at        # side by side
+    for run_id in ("a-1", "b-2", "c-3"):
+        log = (tmp_path / "runs" / run_id / "log.txt").read_text()
+        assert "(device cpu, 2 thread(s))" in log
+        assert "CUDA_VISIBLE_DEVICES=- with FLIGHTPLAN_TORCH_THREADS=2" in log
+
+
+def test_on_gpus_one_run_per_gpu_with_deterministic_cublas(tmp_path, monkeypatch):
+    monkeypatch.setattr("flightplan.run.executor.gpu_count", lambda: 2)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")      # the runner's own two GPUs
+    executor = LocalExecutor(argv=lambda t: [sys.executable, "-c",
+                                             "import os; print('gpu', os.environ['CUDA_VISIBLE_"
+                                             "DEVICES'], 'cublas', os.environ"
+                                             "['CUBLAS_WORKSPACE_CONFIG'])"], poll_s=0.05)
+    assert executor.slots == 2
+    jobs = [_job(tmp_path, "a-1"), _job(tmp_path, "b-2"), _job(tmp_path, "c-3")]
+    executor.run(jobs)
+    logs = [(tmp_path / "runs" / j.run_id / "log.txt").read_text() for j in jobs]
+    assert "(device 0)" in logs[0] and "gpu 5 cublas :4096:8" in logs[0]
+    assert "(device 1)" in logs[1] and "gpu 7 cublas :4096:8" in logs[1]
+    assert "gpu 5" in logs[2] or "gpu 7" in logs[2]       # the first GPU to free up

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from flightplan.corpus import load_corpus
@@ -18,6 +19,7 @@ from flightplan.errors import SpecError, TrialStopped, VerificationFailed
 from flightplan.run.trial import Trial
 from flightplan.spec import CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
+from flightplan.tasks.textclf.inference import EVAL_BATCH, length_batches, predict_probabilities
 from flightplan.tasks.textclf.loop import lr_factor
 from flightplan.tasks.textclf.model import TaskParams
 
@@ -191,3 +193,52 @@ def test_params_errors_name_the_field():
     with pytest.raises(SpecError, match="params.adapter.kind"):
         TaskParams.from_params({"adapter": {"kind": "prefix"}})
     assert TaskParams.from_params({}).is_control
+
+
+def test_length_batches_by_hand():
+    # lengths 2, 1, 2, 2, 3: the one of length 1 first, then the three of length 2 in pieces of 2
+    assert length_batches([[1, 2], [3], [4, 5], [6, 7], [8, 9, 10]], 2) == [[1], [0, 2], [3], [4]]
+    assert length_batches([], 4) == []
+    with pytest.raises(ValueError, match="batch 0"):
+        length_batches([[1]], 0)
+
+
+def test_batched_predictions_agree_with_one_at_a_time_in_training_and_on_reload(lora_run):
+    predictor = load_artifact(lora_run / "artifact")
+    corpus = load_corpus(CorpusSection.model_validate(CORPUS), lora_run)
+    split = predictor.encode(corpus.test)
+    # several inputs share a length (those cut at max_length), so real batches formed
+    assert max(len(b) for b in length_batches(split.input_ids, EVAL_BATCH)) > 1
+    single = predict_probabilities(predictor.model, split, batch=1)        # (N, C)
+    batched = predict_probabilities(predictor.model, split)
+    assert torch.equal(single.argmax(1), batched.argmax(1))
+    assert (single - batched).abs().max().item() <= 1e-5
+    rows = _rows(lora_run / "predictions.csv")                              # written in training
+    trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
+    assert [r["predicted"] for r in rows] == [predictor.labels[i] for i in single.argmax(1).tolist()]
+    assert (trained - single).abs().max().item() <= 1e-5
+
+
+def test_fp16_without_a_gpu_is_refused_naming_the_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLIGHTPLAN_DEVICE", "cpu")
+    with pytest.raises(SpecError, match="params.precision.*use bf16 or fp32"):
+        train(_trial(tmp_path / "fp16", dict(LORA, precision="fp16")))
+
+
+@pytest.mark.slow
+def test_bf16_lora_resumed_equals_uninterrupted_and_reloads_within_tolerance(tmp_path):
+    params = dict(LORA, precision="bf16")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    train(_trial(straight, params))
+    train(_trial(split, params, max_steps=2))
+    train(_trial(split, params, resume=True))
+    assert (split / "artifact" / "model.safetensors").read_bytes() == \
+        (straight / "artifact" / "model.safetensors").read_bytes()
+    assert (split / "predictions.csv").read_bytes() == (straight / "predictions.csv").read_bytes()
+    # bf16 trained, fp32 evaluated: a reload (fp32, CPU) gives the run's probabilities
+    predictor = load_artifact(straight / "artifact")
+    corpus = load_corpus(CorpusSection.model_validate(CORPUS), straight)
+    probs = predictor.predict_probabilities(predictor.encode(corpus.test))
+    rows = _rows(straight / "predictions.csv")
+    trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
+    assert (trained - probs).abs().max().item() <= 1e-5

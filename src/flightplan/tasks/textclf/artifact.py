@@ -52,7 +52,8 @@ def save_artifact(artifact_dir: Path, model: TextClassifier, *, params: dict[str
 
     Args:
         artifact_dir: ``runs/<run_id>/artifact``.
-        model: the trained classifier; only its trainable tensors are written.
+        model: the trained classifier (any device); only its trainable tensors are
+            written, as CPU tensors, so the artifact reloads on a machine without a GPU.
         params: the run's params as given in the campaign file.
         labels: class names in output order.
         max_length: tokens (specials included) the model reads.
@@ -64,7 +65,7 @@ def save_artifact(artifact_dir: Path, model: TextClassifier, *, params: dict[str
     from safetensors.torch import save
 
     artifact_dir = Path(artifact_dir)
-    state = {name: t.contiguous().clone() for name, t in model.trainable_state().items()}
+    state = {name: t.cpu().contiguous().clone() for name, t in model.trainable_state().items()}
     config = {"task": TASK, "code_version": code_version, "params": dict(params),
               "labels": list(labels), "max_length": max_length, "input_limit": max_length,
               "base_model": base_model.model_dump(), "base_revision": revision,
@@ -108,7 +109,8 @@ class Predictor:
         return encode_split(self.tokenizer, examples, self.labels, self.max_length)
 
     def predict_probabilities(self, split: EncodedSplit) -> torch.Tensor:
-        """Class probabilities (N, C), one example at a time (bitwise reproducible)."""
+        """Class probabilities (N, C), in batches of equal token length (bitwise
+        reproducible; within 1e-5 of one at a time)."""
         return predict_probabilities(self.model, split)
 
     def predict(self, texts: Sequence[str]) -> list[str]:

@@ -8,12 +8,16 @@
    needs (head, optimizer, scheduler, loader position, RNGs) because the embeddings are
    a pure function of corpus and base weights. LoRA: the adapters and head train
    through the encoder, batches padded to their longest input.
+   Everything runs on the run's device (:func:`flightplan.run.device.device`: the GPU the
+   executor gave the run, else the CPU), deterministic on CUDA too; ``params.precision``
+   puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
    ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``. Every step logs ``loss``,
    ``step_s`` (forward + backward + optimizer, seconds), ``seq_len`` (padded tokens per
    input), ``tokens`` (batch × seq_len) and ``lr``; the trial may checkpoint after it.
-4. At the end of every epoch: the test set, one example at a time (bitwise
-   reproducible), logged with ``eval_s`` through ``trial.evaluate``.
+4. At the end of every epoch: the test set in batches of equal token length (no
+   padding; bitwise reproducible, see :mod:`.inference`), logged with ``eval_s``
+   through ``trial.evaluate``.
 5. At the end (or at ``trial.max_steps``, the pilot's cap): ``predictions.csv``,
    ``metrics.json``, ``artifact/``, then ``trial.finish()``.
 
@@ -34,6 +38,8 @@ import torch
 from torch import nn
 
 from flightplan.durable import write_json_atomic
+from flightplan.errors import SpecError
+from flightplan.run.device import autocast, device, grad_scaler, set_deterministic
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
 from flightplan.tasks.textclf.data import read_corpus
@@ -76,22 +82,24 @@ def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
 def _train_embeddings(trial: Any, step: int, model: TextClassifier,
                       split: EncodedSplit) -> torch.Tensor:
     """Pooled embeddings (N, H) of the training set in length-sorted no-grad batches
-    (fixed order, so every process computes the same tensor); logs ``encode_s`` rows."""
+    (fixed order, so every process computes the same tensor), on the model's device;
+    logs ``encode_s`` rows."""
     model.eval()
+    dev = next(model.parameters()).device
     order = sorted(range(len(split)), key=lambda i: (len(split.input_ids[i]), i))
-    out = torch.empty((len(split), model.head.in_features))
+    out = torch.empty((len(split), model.head.in_features), device=dev)
     for start in range(0, len(order), ENCODE_BATCH):
         chunk = order[start:start + ENCODE_BATCH]
         began = time.perf_counter()
         input_ids, mask = collate([split.input_ids[i] for i in chunk], split.pad_id)
-        out[chunk] = model.embed(input_ids, mask)
+        out[chunk] = model.embed(input_ids.to(dev), mask.to(dev))
         trial.log(step, encode_s=time.perf_counter() - began, seq_len=int(input_ids.shape[1]),
                   tokens=int(input_ids.numel()), batch_size=len(chunk))
     return out
 
 
 def _evaluate(trial: Any, model: TextClassifier, step: int, test: EncodedSplit, labels: list[str],
-              test_embeddings: list[torch.Tensor] | None) -> tuple[torch.Tensor, dict[str, Any]]:
+              test_embeddings: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, Any]]:
     """Probabilities (N, C) and metrics on the test set; logs them with ``eval_s``."""
     began = time.perf_counter()
     probs = predict_probabilities(model, test, test_embeddings)
@@ -110,7 +118,7 @@ def train(trial: Any) -> None:
     ``predictions.csv``, ``metrics.json`` and ``artifact/`` into the run directory.
 
     Raises:
-        SpecError: invalid params or sections.
+        SpecError: invalid params or sections; ``precision = "fp16"`` without a GPU.
         CorpusMismatch: the corpus no longer matches the frozen hashes.
         TrialStopped: a stop rule fired (raised by the trial; outputs are not written).
     """
@@ -122,6 +130,11 @@ def train(trial: Any) -> None:
     began = time.perf_counter()
     torch.set_num_threads(torch_threads())
     params = TaskParams.from_params(dict(trial.params))
+    dev = device()
+    if params.precision == "fp16" and dev.type != "cuda":
+        raise SpecError("fp16 needs a CUDA device and this run has none; use bf16 or fp32 on "
+                        "a CPU", field="params.precision", value=params.precision)
+    set_deterministic(dev)
     corpus_section, base_section, campaign_dir = _sections(trial)
     corpus = read_corpus(corpus_section, campaign_dir)
     labels = corpus.labels
@@ -131,7 +144,7 @@ def train(trial: Any) -> None:
     n_inputs = len(train_split) + len(test_split)
     trial.check_truncation((sum(train_split.truncated) + sum(test_split.truncated)) / max(1, n_inputs))
 
-    model = build_classifier(base_section, params, n_labels=len(labels))
+    model = build_classifier(base_section, params, n_labels=len(labels)).to(dev)
     revision = base_revision(base_section, init_seed=params.seed)
     steps_per_epoch = math.ceil(len(train_split) / params.batch_size)
     total = params.epochs * steps_per_epoch
@@ -153,15 +166,16 @@ def train(trial: Any) -> None:
     loader = StatefulDataLoader(indices, batch_size=params.batch_size, sampler=sampler,
                                 generator=torch.Generator().manual_seed(params.seed + 1),
                                 num_workers=0)
+    scaler = grad_scaler(params.precision, dev)      # enabled for fp16 only
     trial.register(model=TrainableParameters(model), optimizer=optimizer, scheduler=scheduler,
-                   loader=loader)
+                   loader=loader, scaler=scaler if scaler.is_enabled() else None)
     step = trial.restore()
 
-    gold = torch.tensor(train_split.gold, dtype=torch.long)               # (N,)
+    gold = torch.tensor(train_split.gold, dtype=torch.long, device=dev)   # (N,)
     train_embeddings = test_embeddings = None
     if params.is_control:
         train_embeddings = _train_embeddings(trial, step, model, train_split)  # (N, H)
-        test_embeddings = example_embeddings(model, test_split)                 # N × (1, H)
+        test_embeddings = example_embeddings(model, test_split)                 # (N, H)
     trial.log(step, load_s=time.perf_counter() - began, planned_steps=total,
               steps_per_epoch=steps_per_epoch)
     loss_fn = nn.CrossEntropyLoss()
@@ -170,21 +184,23 @@ def train(trial: Any) -> None:
     while step < last:
         for batch in loader:                                              # (B,) int64
             t0 = time.perf_counter()
-            if train_embeddings is not None:
-                seq_len = params.max_length
-                logits = model.classify(train_embeddings[batch])            # (B, C)
-            else:
-                input_ids, mask = collate([train_split.input_ids[i] for i in batch.tolist()],
-                                          train_split.pad_id)                  # (B, T)
-                seq_len = int(input_ids.shape[1])
-                logits = model(input_ids, mask)                                # (B, C)
-            loss = loss_fn(logits, gold[batch])
+            with autocast(params.precision, dev):
+                if train_embeddings is not None:
+                    seq_len = params.max_length
+                    logits = model.classify(train_embeddings[batch.to(dev)])    # (B, C)
+                else:
+                    input_ids, mask = collate([train_split.input_ids[i] for i in batch.tolist()],
+                                              train_split.pad_id)              # (B, T)
+                    seq_len = int(input_ids.shape[1])
+                    logits = model(input_ids.to(dev), mask.to(dev))            # (B, C)
+            loss = loss_fn(logits.float(), gold[batch.to(dev)])
             if params.inject_nan_at_step == step:
                 loss = loss * float("nan")
             lr = optimizer.param_groups[0]["lr"]                          # the head's
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)                       # optimizer.step() unless fp16
+            scaler.update()
             scheduler.step()
             trial.log(step, loss=loss.item(), step_s=time.perf_counter() - t0, seq_len=seq_len,
                       tokens=seq_len * len(batch), batch_size=len(batch), lr=lr)

@@ -25,20 +25,14 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
-from flightplan.errors import ArgumentError, SpecError
+from flightplan.errors import SpecError
+from flightplan.run.device import THREADS_ENV, TORCH_THREADS, torch_threads
 from flightplan.spec import BaseModelSection
 
 __all__ = ["AdapterParams", "TaskParams", "TextClassifier", "TrainableParameters",
            "model_dir", "load_tokenizer", "build_classifier", "base_revision",
            "TORCH_THREADS", "THREADS_ENV", "torch_threads"]
 
-TORCH_THREADS = 1
-"""Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
-:func:`torch_threads`). One, not the machine's two cores: on this shared 2-core machine,
-while other processes ran, two OpenMP threads spin-waiting for a descheduled peer made a
-one-review forward pass 40× slower (2.0 s vs 0.05 s with one thread) and a LoRA step 3×
-slower (29 s vs 10 s). On an idle machine two threads are faster."""
-THREADS_ENV = "FLIGHTPLAN_TORCH_THREADS"
 WEIGHTS_FILE = "model.safetensors"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -68,7 +62,10 @@ class TaskParams(BaseModel):
     learning rate (and the adapter's unless ``adapter.lr`` is given), reached after ``warmup_fraction`` of the steps, then decayed to 0 by
     ``schedule``; ``batch_size`` in examples; ``dropout`` before the head (the encoder
     keeps its own 0.1). ``inject_nan_at_step`` (tests only) replaces the loss at that
-    step with NaN, to exercise the ``non_finite_loss`` stop rule.
+    step with NaN, to exercise the ``non_finite_loss`` stop rule. ``precision``: the
+    training forward pass under autocast (``fp32`` none; ``bf16``; ``fp16`` with a
+    GradScaler, CUDA only); evaluation and the artifact stay fp32 (see
+    :mod:`flightplan.run.device`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -84,6 +81,7 @@ class TaskParams(BaseModel):
     dropout: float = Field(default=0.1, ge=0, lt=1)
     adapter: AdapterParams = Field(default_factory=AdapterParams)
     inject_nan_at_step: int | None = Field(default=None, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
 
     @property
     def is_control(self) -> bool:
@@ -104,20 +102,6 @@ class TaskParams(BaseModel):
             where = "params." + ".".join(str(p) for p in first["loc"])
             raise SpecError(f"{first.get('input')!r}: {first['msg']}", field=where,
                             value=first.get("input")) from None
-
-
-def torch_threads() -> int:
-    """Intra-op threads for training and prediction: ``$FLIGHTPLAN_TORCH_THREADS`` or
-    :data:`TORCH_THREADS`. Results are bitwise reproducible only at the same count, so
-    artifact.json records it and :func:`load_artifact` reuses it.
-
-    Raises:
-        ArgumentError: the variable is not a positive integer.
-    """
-    value = os.environ.get(THREADS_ENV, str(TORCH_THREADS))
-    if not value.isdigit() or int(value) < 1:
-        raise ArgumentError(f"{THREADS_ENV}={value!r}: give a positive number of threads")
-    return int(value)
 
 
 def model_dir(section: BaseModelSection) -> Path:

