@@ -49,7 +49,7 @@ from flightplan.errors import CheckpointError, UnsafeFileError
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
            "CheckpointFiles", "FileRecord", "Finding", "write_checkpoint", "read_manifest",
            "load_checkpoint", "check_checkpoint", "verify_checkpoint", "tensor_digests",
-           "step_dir_name"]
+           "step_dir_name", "check_files"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -346,7 +346,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
+def check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
     """Every listed file exists inside ``directory`` with its size and sha256; no unlisted file."""
     findings = []
     listed = manifest["files"]
@@ -406,7 +406,7 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
     from safetensors.torch import load_file
 
     manifest = read_manifest(directory)
-    findings = _check_files(directory, manifest)
+    findings = check_files(directory, manifest)
     if findings:
         raise BadCheckpoint(directory, findings)
     try:
@@ -450,7 +450,11 @@ def check_checkpoint(directory: Path) -> dict[str, Any]:
         manifest = read_manifest(directory)
         report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
                       files=len(manifest["files"]), tensors=len(manifest["tensors"]))
-        load_checkpoint(directory)
+        if manifest.get("kind"):  # written by a training library (run/library_checkpoint.py)
+            from flightplan.run.library_checkpoint import load_library_checkpoint
+            load_library_checkpoint(directory)
+        else:
+            load_checkpoint(directory)
     except BadCheckpoint as exc:
         findings = exc.findings
     except UnsafeFileError as exc:
