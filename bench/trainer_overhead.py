@@ -39,7 +39,7 @@ from flightplan.integrations.transformers import FlightplanCallback, train
 from flightplan.run.trial import Trial
 
 
-def _trainer(steps: int, save: bool = False) -> Trainer:
+def _trainer(folder: Path, steps: int, save: bool = False) -> Trainer:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2,
                         num_attention_heads=4, intermediate_size=128, max_position_embeddings=64,
@@ -49,7 +49,7 @@ def _trainer(steps: int, save: bool = False) -> Trainer:
     tokens = torch.randint(1, 512, (256, 32), generator=data)
     labels = torch.randint(0, 3, (256,), generator=data)
     dataset = [{"input_ids": t, "labels": y} for t, y in zip(tokens, labels)]
-    args = TrainingArguments(output_dir="unused", max_steps=steps, per_device_train_batch_size=8,
+    args = TrainingArguments(output_dir=str(folder), max_steps=steps, per_device_train_batch_size=8,
                              logging_steps=1, save_strategy="steps" if save else "no",
                              report_to=[], use_cpu=True, disable_tqdm=True, seed=0,
                              log_level="error", dataloader_num_workers=0)
@@ -80,11 +80,11 @@ class _TimedCallback(FlightplanCallback):
 
 
 def _round(folder: Path, steps: int, index: int) -> dict[str, float]:
-    bare = _trainer(steps)
+    bare = _trainer(folder / "bare", steps)
     start = time.perf_counter()
     bare.train()
     bare_s = time.perf_counter() - start
-    trainer = _trainer(steps)
+    trainer = _trainer(folder / f"round-{index}", steps)
     trial = Trial.local(folder / f"round-{index}", run_id=f"overhead-{index}")
     _TimedCallback.hooks_s = 0.0
     trainer.add_callback(_TimedCallback(trial))
@@ -99,7 +99,7 @@ def _round(folder: Path, steps: int, index: int) -> dict[str, float]:
 
 def _one_save(folder: Path) -> dict[str, Any]:
     """The first save of a policy-driven run (the policy saves at its first chance)."""
-    trainer = _trainer(2, save=True)
+    trainer = _trainer(folder / "save", 2, save=True)
     trainer.args.save_steps = TrainingArguments.__dataclass_fields__["save_steps"].default
     trial = Trial.local(folder / "save", run_id="overhead-save")
     train(trainer, trial)

@@ -81,7 +81,8 @@ def train(trial: Any) -> None:
         return {"macro_f1": scores["macro_f1"], "accuracy": scores["accuracy"]}
 
     args = TrainingArguments(
-        output_dir="unused", num_train_epochs=params["epochs"], max_steps=trial.max_steps or -1,
+        output_dir=str(trial.run_dir), num_train_epochs=params["epochs"],
+        max_steps=trial.max_steps or -1,
         per_device_train_batch_size=params["batch_size"], per_device_eval_batch_size=32,
         learning_rate=params["lr"], lr_scheduler_type="linear", seed=params["seed"],
         logging_steps=1, eval_strategy="epoch", report_to=[], disable_tqdm=True,

@@ -41,6 +41,7 @@ import csv
 import io
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -96,7 +97,8 @@ class FlightplanCallback(TrainerCallback):
         control.should_training_stop = True
         control.should_save = False
 
-    def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(self, args: TrainingArguments, state: Any, control: Any,
+                       **kwargs: Any) -> None:
         if self.policy_saves is None:
             self.policy_saves = _policy_saves(args)
         if self.trial.stop_rules.non_finite_loss:
@@ -104,7 +106,8 @@ class FlightplanCallback(TrainerCallback):
         if self.trial.planned_steps is None and state.max_steps:
             self.trial.planned_steps = int(state.max_steps)
 
-    def on_step_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_begin(self, args: TrainingArguments, state: Any, control: Any,
+                      **kwargs: Any) -> None:
         self._step_start = time.perf_counter()
 
     def on_step_end(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
@@ -186,6 +189,10 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
     if args.world_size > 1:
         raise ArgumentError(f"TrainingArguments: {args.world_size} processes; the flightplan "
                             f"Trainer integration runs one process per run")
+    if args.save_only_model:
+        print("flightplan: save_only_model=True: these checkpoints lack the optimizer, schedule "
+              "and RNG states, so resuming from them will be refused (no_usable_resume)",
+              file=sys.stderr)
     callback = next((c for c in trainer.callback_handler.callbacks
                      if isinstance(c, FlightplanCallback)), None)
     if callback is None:

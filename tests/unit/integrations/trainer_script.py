@@ -87,8 +87,8 @@ def _arm_kill(trainer: Trainer, where: str, at: int) -> None:
         raise ValueError(f"--kill {where}:{at}: WHERE is step, save or commit")
 
 
-def build_trainer(*, steps: int, save_steps: int | None, save_only_model: bool = False,
-                  nan_at: int | None = None) -> Trainer:
+def build_trainer(run_dir: Path, *, steps: int, save_steps: int | None,
+                  save_only_model: bool = False, nan_at: int | None = None) -> Trainer:
     """The tiny Trainer (writes nothing until trained); ``save_steps`` None: flightplan's
     interval policy decides the saves."""
     torch.set_num_threads(1)
@@ -103,9 +103,10 @@ def build_trainer(*, steps: int, save_steps: int | None, save_only_model: bool =
     dataset = [{"input_ids": t, "attention_mask": torch.ones(8, dtype=torch.long), "labels": y}
                for t, y in zip(tokens, labels)]
     extra = {"save_steps": save_steps} if save_steps else {}
-    args = TrainingArguments(output_dir="unused", max_steps=steps, per_device_train_batch_size=4,
-                             learning_rate=1e-3, warmup_steps=2, logging_steps=1, seed=0,
-                             report_to=[], use_cpu=True, disable_tqdm=True,
+    args = TrainingArguments(output_dir=str(run_dir), max_steps=steps,
+                             per_device_train_batch_size=4, learning_rate=1e-3,
+                             warmup_steps=2, logging_steps=1, seed=0, report_to=[],
+                             use_cpu=True, disable_tqdm=True,
                              save_only_model=save_only_model, dataloader_num_workers=0, **extra)
     trainer = Trainer(model=model, args=args, train_dataset=dataset)
     if nan_at is not None:
@@ -121,8 +122,8 @@ def run(run_dir: Path, *, steps: int = 14, save_steps: int | None = 3, kill: str
     Raises:
         TrialStopped: a stop rule fired.
     """
-    trainer = build_trainer(steps=steps, save_steps=save_steps, save_only_model=save_only_model,
-                            nan_at=nan_at)
+    trainer = build_trainer(run_dir, steps=steps, save_steps=save_steps,
+                            save_only_model=save_only_model, nan_at=nan_at)
     if kill:
         where, _, at = kill.partition(":")
         _arm_kill(trainer, where, int(at))
