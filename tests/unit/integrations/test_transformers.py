@@ -120,6 +120,21 @@ def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) ->
     assert not (run_dir / "done.json").exists()
 
 
+def test_min_quality_reads_the_evaluation_metrics_and_stops_before_the_save(
+        tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    rule = {"min_quality": {"metric": "accuracy", "below": 1.01, "after_fraction": 0.5}}
+    with pytest.raises(TrialStopped, match="accuracy = .* is below 1.01 at step 8"):
+        # evaluations after steps 3, 6 (before half of 14 steps: silent) and 9, also a save
+        trainer_script.run(run_dir, steps=14, save_steps=3, eval_steps=3, stop=rule)
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert (stop["rule"], stop["step"], stop["threshold"]) == ("min_quality", 8, 1.01)
+    evaluations = [r["step"] for r in _rows(run_dir) if r.get("event") == "evaluation"]
+    assert evaluations == [2, 5, 8]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step-000003", "step-000006"]
+
+
 def test_without_save_steps_the_interval_policy_decides_the_saves(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     trainer_script.run(run_dir, steps=6, save_steps=None,

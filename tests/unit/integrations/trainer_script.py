@@ -87,10 +87,16 @@ def _arm_kill(trainer: Trainer, where: str, at: int) -> None:
         raise ValueError(f"--kill {where}:{at}: WHERE is step, save or commit")
 
 
+def _accuracy(prediction: Any) -> dict[str, float]:
+    return {"accuracy": float((prediction.predictions.argmax(-1) == prediction.label_ids).mean())}
+
+
 def build_trainer(run_dir: Path, *, steps: int, save_steps: int | None,
-                  save_only_model: bool = False, nan_at: int | None = None) -> Trainer:
+                  save_only_model: bool = False, nan_at: int | None = None,
+                  eval_steps: int | None = None) -> Trainer:
     """The tiny Trainer (writes nothing until trained); ``save_steps`` None: flightplan's
-    interval policy decides the saves."""
+    interval policy decides the saves; ``eval_steps``: accuracy on the first 8 examples
+    every that many steps."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -102,20 +108,24 @@ def build_trainer(run_dir: Path, *, steps: int, save_steps: int | None,
     labels = torch.randint(0, 3, (48,), generator=data)
     dataset = [{"input_ids": t, "attention_mask": torch.ones(8, dtype=torch.long), "labels": y}
                for t, y in zip(tokens, labels)]
-    extra = {"save_steps": save_steps} if save_steps else {}
+    extra: dict[str, Any] = {"save_steps": save_steps} if save_steps else {}
+    if eval_steps:
+        extra.update(eval_strategy="steps", eval_steps=eval_steps)
     args = TrainingArguments(output_dir=str(run_dir), max_steps=steps,
                              per_device_train_batch_size=4, learning_rate=1e-3,
                              warmup_steps=2, logging_steps=1, seed=0, report_to=[],
                              use_cpu=True, disable_tqdm=True,
                              save_only_model=save_only_model, dataloader_num_workers=0, **extra)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset)
+    trainer = Trainer(model=model, args=args, train_dataset=dataset,
+                      eval_dataset=dataset[:8] if eval_steps else None,
+                      compute_metrics=_accuracy if eval_steps else None)
     if nan_at is not None:
         trainer.add_callback(_Poison(nan_at))
     return trainer
 
 
 def run(run_dir: Path, *, steps: int = 14, save_steps: int | None = 3, kill: str | None = None,
-        save_only_model: bool = False, nan_at: int | None = None,
+        save_only_model: bool = False, nan_at: int | None = None, eval_steps: int | None = None,
         stop: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None) -> Trainer:
     """Train (resuming from the newest verified checkpoint) and write ``final.pt``.
 
@@ -123,7 +133,8 @@ def run(run_dir: Path, *, steps: int = 14, save_steps: int | None = 3, kill: str
         TrialStopped: a stop rule fired.
     """
     trainer = build_trainer(run_dir, steps=steps, save_steps=save_steps,
-                            save_only_model=save_only_model, nan_at=nan_at)
+                            save_only_model=save_only_model, nan_at=nan_at,
+                            eval_steps=eval_steps)
     if kill:
         where, _, at = kill.partition(":")
         _arm_kill(trainer, where, int(at))
