@@ -29,7 +29,8 @@ What :func:`fit` adds to Lightning:
 - **Stop rules** from logged metrics: after each optimizer step, every logged value whose
   name contains ``loss`` goes to ``trial.log`` (with ``lr`` and ``step_s``); after each
   validation, the logged metrics go to ``trial.evaluate`` (``min_quality``). A stop sets
-  ``trainer.should_stop`` (no save after it) and :func:`fit` raises ``TrialStopped``.
+  ``trainer.should_stop`` (no save after it; Lightning validates after the step's save, so
+  the state a validation judged may be saved) and :func:`fit` raises ``TrialStopped``.
 """
 
 from __future__ import annotations

@@ -60,6 +60,10 @@ class Module(pl.LightningModule):
         self.log("train_loss", loss)
         return loss
 
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_accuracy", (self.net(x).argmax(-1) == y).float().mean())
+
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.AdamW(self.parameters(), lr=1e-2)
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer,
@@ -103,7 +107,8 @@ def _kill_mid_save(trainer: pl.Trainer, at: int) -> None:
 
 
 def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | None = None,
-        nan_at: int | None = None, stateful: bool = True) -> pl.LightningModule:
+        nan_at: int | None = None, stateful: bool = True, val_every: int | None = None,
+        stop: dict[str, Any] | None = None) -> pl.LightningModule:
     """Train (resuming from the newest verified checkpoint) and write ``final.pt``.
 
     Raises:
@@ -120,12 +125,15 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=callbacks,
-                         default_root_dir=str(run_dir / "lightning"))
+                         default_root_dir=str(run_dir / "lightning"),
+                         num_sanity_val_steps=0, val_check_interval=val_every,
+                         check_val_every_n_epoch=None if val_every else 1)
     if where == "save":
         _kill_mid_save(trainer, int(at))
-    trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID)
+    trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID, stop=stop)
     integration.fit(trainer, module, trial, every_n_steps=every,
-                    train_dataloaders=_loader(stateful))
+                    train_dataloaders=_loader(stateful),
+                    val_dataloaders=_loader() if val_every else None)
     trial.finish()
     torch.save({"model": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict()},
                run_dir / "final.pt")

@@ -73,3 +73,18 @@ def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) ->
     assert (stop["rule"], stop["step"], stop["value"]) == ("non_finite_loss", 5, "nan")
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-000003"]
     assert not (run_dir / "done.json").exists()
+
+
+def test_min_quality_reads_the_validation_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    rule = {"min_quality": {"metric": "val_accuracy", "below": 1.01, "after_fraction": 0.5}}
+    with pytest.raises(TrialStopped, match="val_accuracy = .* is below 1.01 at step 8"):
+        # validations after steps 3, 6 (before half of 12 steps: silent) and 9
+        lightning_script.run(run_dir, val_every=3, stop=rule)
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert (stop["rule"], stop["step"], stop["threshold"]) == ("min_quality", 8, 1.01)
+    evaluations = [r["step"] for r in _rows(run_dir) if r.get("event") == "evaluation"]
+    assert evaluations == [2, 5, 8]
+    # Lightning validates after the step's save: the judged state was saved, nothing after it
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step-000006", "step-000009"]
