@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("lightning")
+import lightning_script  # pytest puts this folder on sys.path
 
-import lightning_script  # noqa: E402  (pytest puts this folder on sys.path)
-
-from flightplan.errors import ArgumentError, TrialStopped  # noqa: E402
-from flightplan.run.checkpoint_io import check_checkpoint  # noqa: E402
+from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.run.checkpoint_io import check_checkpoint
 
 SCRIPT = Path(lightning_script.__file__)
 SRC = Path(__file__).resolve().parents[3] / "src"

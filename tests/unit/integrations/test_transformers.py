@@ -13,15 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+from flightplan.errors import TrialStopped
+from flightplan.integrations.transformers import REQUIRED_FILES
+from flightplan.run.checkpoint_io import check_checkpoint
+from flightplan.run.library_checkpoint import commit_library_checkpoint
+from flightplan.run.trial import Trial
 
-from flightplan.errors import TrialStopped  # noqa: E402
-from flightplan.integrations.transformers import REQUIRED_FILES  # noqa: E402
-from flightplan.run.checkpoint_io import check_checkpoint  # noqa: E402
-from flightplan.run.library_checkpoint import commit_library_checkpoint  # noqa: E402
-from flightplan.run.trial import Trial  # noqa: E402
-
-import trainer_script  # noqa: E402  (pytest puts this folder on sys.path)
+import trainer_script  # pytest puts this folder on sys.path
 
 SCRIPT = Path(trainer_script.__file__)
 SRC = Path(__file__).resolve().parents[3] / "src"
