@@ -122,6 +122,11 @@ class FlightplanCallback(TrainerCallback):
             control.should_log = True  # the loss since the last row is checked before the save
         self._before_save = time.perf_counter()
 
+    def on_epoch_end(self, args: TrainingArguments, state: Any, control: Any,
+                     **kwargs: Any) -> None:
+        if self.stopped is not None:  # save_strategy="epoch" would save the stopped state
+            control.should_save = False
+
     def on_log(self, args: TrainingArguments, state: Any, control: Any,
                logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
         if self.stopped is not None or not logs or any(k.startswith("eval_") for k in logs):
