@@ -12,8 +12,8 @@ rules, measurements) and ``write_outputs`` leaves what ``flightplan close`` need
   projections, head and pooler trained with them (PEFT ``SEQ_CLS``).
 
 Params: ``max_length`` (tokens), ``lr`` (AdamW peak, linear decay), ``epochs``,
-``batch_size``, ``seed``, optional ``lora``. ``trial.max_steps`` (the pilot's cap) caps the
-optimizer steps. Evaluation on the test set every epoch feeds ``min_quality``.
+``batch_size``, ``seed``, optional ``lora``. Evaluation on the test set every epoch feeds
+``min_quality``; ``train_in_flightplan`` applies the pilot's step cap (``trial.max_steps``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,6 @@ def train(trial: Any) -> None:
 
     args = TrainingArguments(
         output_dir=str(trial.run_dir), num_train_epochs=params["epochs"],
-        max_steps=trial.max_steps or -1,
         per_device_train_batch_size=params["batch_size"], per_device_eval_batch_size=32,
         learning_rate=params["lr"], lr_scheduler_type="linear", seed=params["seed"],
         logging_steps=1, eval_strategy="epoch", report_to=[], disable_tqdm=True,

@@ -47,6 +47,7 @@ def test_the_lora_run_trains_writes_its_outputs_and_reloads(tmp_path: Path) -> N
     assert sorted(p.name for p in (tmp_path / "artifact").glob("adapter_*")) == [
         "adapter_config.json", "adapter_model.safetensors"]
     assert not (tmp_path / "artifact" / "training_args.bin").exists()
+    assert json.loads((tmp_path / "done.json").read_text())["steps"] == 2  # trial.max_steps
     (checkpoint,) = (tmp_path / "checkpoints").iterdir()  # the policy's first save
     assert checkpoint.name == "step-000001"
 

@@ -165,8 +165,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
         every_n_steps: int | None = None, **fit_kwargs: Any) -> None:
     """``trainer.fit(module, ...)`` inside a flightplan run (see the module docstring).
 
-    Adds a :class:`FlightplanCallback` unless the trainer has one, empties the staging folder,
-    picks the newest verified checkpoint of this run and resumes from it.
+    Adds a :class:`FlightplanCallback` unless the trainer has one, caps the trainer's
+    ``max_steps`` at ``trial.max_steps`` when trial.json sets one (the pilot), empties the
+    staging folder, picks the newest verified checkpoint of this run and resumes from it.
 
     Args:
         trainer: a Lightning Trainer built with ``enable_checkpointing=False``.
@@ -192,6 +193,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
     if callback is None:
         callback = FlightplanCallback(trial, every_n_steps=every_n_steps)
         trainer.callbacks.append(callback)
+    loop = trainer.fit_loop.epoch_loop
+    if trial.max_steps and not 0 < loop.max_steps <= trial.max_steps:
+        loop.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
     staging = trial.run_dir / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
     source = trial.restore_library(required={CKPT_FILE: "Lightning state and RNG states"})

@@ -165,7 +165,8 @@ class FlightplanCallback(TrainerCallback):
 def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
     """``trainer.train()`` inside a flightplan run (see the module docstring).
 
-    Adds a :class:`FlightplanCallback` unless the trainer has one, points the Trainer's
+    Adds a :class:`FlightplanCallback` unless the trainer has one, caps ``args.max_steps``
+    at ``trial.max_steps`` when trial.json sets one (the pilot), points the Trainer's
     checkpoint writes at ``<run_dir>/trainer-staging/`` (``args.output_dir``; emptied now),
     picks the newest verified checkpoint of this run and resumes from it.
 
@@ -203,6 +204,8 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
     if callback is None:
         callback = FlightplanCallback(trial)
         trainer.add_callback(callback)
+    if trial.max_steps and not 0 < args.max_steps <= trial.max_steps:
+        args.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
     staging = trial.run_dir / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
     staging.mkdir(parents=True)

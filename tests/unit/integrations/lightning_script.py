@@ -108,8 +108,9 @@ def _kill_mid_save(trainer: pl.Trainer, at: int) -> None:
 
 def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | None = None,
         nan_at: int | None = None, stateful: bool = True, val_every: int | None = None,
-        stop: dict[str, Any] | None = None) -> pl.LightningModule:
-    """Train (resuming from the newest verified checkpoint) and write ``final.pt``.
+        stop: dict[str, Any] | None = None, cap: int | None = None) -> pl.LightningModule:
+    """Train (resuming from the newest verified checkpoint) and write ``final.pt``;
+    ``cap`` is trial.json's ``max_steps`` (the pilot's).
 
     Raises:
         TrialStopped: a stop rule fired.   ArgumentError: a loader that cannot resume.
@@ -130,7 +131,7 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
                          check_val_every_n_epoch=None if val_every else 1)
     if where == "save":
         _kill_mid_save(trainer, int(at))
-    trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID, stop=stop)
+    trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID, stop=stop, max_steps=cap)
     integration.fit(trainer, module, trial, every_n_steps=every,
                     train_dataloaders=_loader(stateful),
                     val_dataloaders=_loader() if val_every else None)

@@ -86,3 +86,9 @@ def test_min_quality_reads_the_validation_metrics(tmp_path: Path) -> None:
     # Lightning validates after the step's save: the judged state was saved, nothing after it
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "step-000006", "step-000009"]
+
+
+def test_the_trials_max_steps_caps_the_trainer(tmp_path: Path) -> None:
+    lightning_script.run(tmp_path / "run", cap=4)  # the Trainer asks for 12
+    assert json.loads((tmp_path / "run" / "done.json").read_text())["steps"] == 4
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-000003"]
