@@ -489,6 +489,8 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         print("usage: python -m flightplan.run.checkpoint_io CHECKPOINT_DIR", file=sys.stderr)
         sys.exit(2)
-    result = check_checkpoint(Path(sys.argv[1]))
+    # The importable module, not this __main__ copy: library_checkpoint raises its classes.
+    from flightplan.run import checkpoint_io
+    result = checkpoint_io.check_checkpoint(Path(sys.argv[1]))
     print(json.dumps(result))
     sys.exit(0 if result["verified"] else 1)

@@ -15,7 +15,7 @@ import torch
 
 from flightplan.errors import TrialStopped
 from flightplan.integrations.transformers import REQUIRED_FILES
-from flightplan.run.checkpoint_io import check_checkpoint
+from flightplan.run.checkpoint_io import check_checkpoint, verify_checkpoint
 from flightplan.run.library_checkpoint import commit_library_checkpoint
 from flightplan.run.trial import Trial
 
@@ -90,6 +90,9 @@ def test_partial_and_corrupt_folders_are_never_resumed_from(tmp_path: Path) -> N
         "step-000005", "step-000007.corrupt-sha256", "step-000009.corrupt-no-manifest"]
     report = check_checkpoint(parent / "step-000005")
     assert (report["verified"], report["files"], report["tensors"]) == (True, 5, 0)
+    report = verify_checkpoint(parent / "step-000007.corrupt-sha256")  # in a fresh process
+    assert not report["verified"]
+    assert [(f["check"], f["path"]) for f in report["findings"]] == [("sha256", "optimizer.pt")]
 
 
 def test_a_save_only_model_checkpoint_is_refused_with_no_usable_resume(tmp_path: Path) -> None:
