@@ -14,6 +14,11 @@ Usage (the contract in ``docs/internals.md``)::
     trial.evaluate(step, macro_f1=0.71)           # a row that min_quality reads
     trial.finish()                                # waits for the writer, writes done.json
 
+A loop whose library saves and loads its own checkpoints (the Hugging Face Trainer,
+Lightning: ``flightplan.integrations``) calls :meth:`Trial.restore_library` instead of
+``register``/``restore``, :meth:`Trial.library_checkpoint_due` to ask the interval policy and
+:meth:`Trial.commit_library_checkpoint` after each library save.
+
 ``step`` is the index of the step just done (0-based), so a checkpoint taken at ``step``
 is ``step-{step+1:06d}`` and ``restore()`` returns ``step + 1``: the loop's next index.
 
