@@ -109,7 +109,7 @@ def train(trial: Any) -> None:
     write_outputs(trial, trainer, predictions=predictions, metrics=scores,
                   base_revision=base_revision(base),
                   extra={"labels": labels, "max_length": params["max_length"]})
-    trial.evaluate(trial.planned_steps or 0, macro_f1=scores["macro_f1"])
+    trial.evaluate(max(trainer.state.global_step - 1, 0), macro_f1=scores["macro_f1"])
 
 
 class Predictor:
