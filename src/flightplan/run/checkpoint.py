@@ -420,13 +420,15 @@ def _reason(exc: Exception) -> str:
     return "unsafe" if isinstance(exc, UnsafeFileError) else "unreadable"
 
 
-def select_checkpoint(parent: Path, run_id: str,
-                      config_hash: str | None) -> tuple[CheckpointFiles | None, Path | None,
-                                                        list[Rejection], list[Path]]:
+def select_checkpoint(parent: Path, run_id: str, config_hash: str | None, *,
+                      load: Callable[[Path], CheckpointFiles] = load_checkpoint,
+                      ) -> tuple[CheckpointFiles | None, Path | None, list[Rejection], list[Path]]:
     """Walk complete checkpoints newest first and load the first valid one of this run.
 
     Partial ``.tmp`` directories are removed (a save that never finished). A checkpoint
     that fails a check, or belongs to another run id / config hash, is renamed aside.
+    ``load`` checks and loads one directory (``checkpoint_io.load_library_checkpoint`` for
+    checkpoints a training library wrote).
 
     Returns:
         (the loaded files or None, its path or None, rejections newest first, removed partials).
@@ -437,7 +439,7 @@ def select_checkpoint(parent: Path, run_id: str,
     rejected: list[Rejection] = []
     for _, path in complete:
         try:
-            files = load_checkpoint(path)
+            files = load(path)
             saved_id, saved_hash = files.manifest.get("run_id"), files.manifest.get("config_hash")
             if saved_id != run_id or (config_hash and saved_hash and saved_hash != config_hash):
                 message = (f"belongs to run {saved_id} (config {str(saved_hash)[:10]}), "

@@ -50,7 +50,7 @@ from flightplan.errors import CheckpointError, UnsafeFileError
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
            "CheckpointFiles", "FileRecord", "Finding", "write_checkpoint", "read_manifest",
            "load_checkpoint", "check_checkpoint", "verify_checkpoint", "tensor_digests",
-           "step_dir_name"]
+           "step_dir_name", "check_files"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -383,7 +383,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-def _check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
+def check_files(directory: Path, manifest: Mapping[str, Any]) -> list[Finding]:
     """Every listed file exists inside ``directory`` with its size and sha256; no unlisted file."""
     findings = []
     listed = manifest["files"]
@@ -443,7 +443,7 @@ def load_checkpoint(directory: Path) -> CheckpointFiles:
     from safetensors.torch import load_file
 
     manifest = read_manifest(directory)
-    findings = _check_files(directory, manifest)
+    findings = check_files(directory, manifest)
     if findings:
         raise BadCheckpoint(directory, findings)
     try:
@@ -487,7 +487,11 @@ def check_checkpoint(directory: Path) -> dict[str, Any]:
         manifest = read_manifest(directory)
         report.update(step=manifest.get("step"), run_id=manifest.get("run_id"),
                       files=len(manifest["files"]), tensors=len(manifest["tensors"]))
-        load_checkpoint(directory)
+        if manifest.get("kind"):  # written by a training library (run/library_checkpoint.py)
+            from flightplan.run.library_checkpoint import load_library_checkpoint
+            load_library_checkpoint(directory)
+        else:
+            load_checkpoint(directory)
     except BadCheckpoint as exc:
         findings = exc.findings
     except UnsafeFileError as exc:
@@ -522,6 +526,8 @@ if __name__ == "__main__":
     if len(sys.argv) != 2:
         print("usage: python -m flightplan.run.checkpoint_io CHECKPOINT_DIR", file=sys.stderr)
         sys.exit(2)
-    result = check_checkpoint(Path(sys.argv[1]))
+    # The importable module, not this __main__ copy: library_checkpoint raises its classes.
+    from flightplan.run import checkpoint_io
+    result = checkpoint_io.check_checkpoint(Path(sys.argv[1]))
     print(json.dumps(result))
     sys.exit(0 if result["verified"] else 1)

@@ -14,6 +14,11 @@ Usage (the contract in ``docs/internals.md``)::
     trial.evaluate(step, macro_f1=0.71)           # a row that min_quality reads
     trial.finish()                                # waits for the writer, writes done.json
 
+A loop whose library saves and loads its own checkpoints (the Hugging Face Trainer,
+Lightning: ``flightplan.integrations``) calls :meth:`Trial.restore_library` instead of
+``register``/``restore``, :meth:`Trial.library_checkpoint_due` to ask the interval policy and
+:meth:`Trial.commit_library_checkpoint` after each library save.
+
 ``step`` is the index of the step just done (0-based), so a checkpoint taken at ``step``
 is ``step-{step+1:06d}`` and ``restore()`` returns ``step + 1``: the loop's next index.
 
@@ -33,15 +38,18 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, CheckpointError, SpecError, TrialStopped
-from flightplan.run.checkpoint import (BackgroundWriter, Components, SaveResult, Snapshot,
-                                       apply_state, restore_rng, select_checkpoint)
-from flightplan.run.checkpoint_io import CheckpointFiles
+from flightplan.run.checkpoint import (BackgroundWriter, Components, Rejection, SaveResult,
+                                       Snapshot, apply_state, prune, restore_rng,
+                                       select_checkpoint)
+from flightplan.run.checkpoint_io import CheckpointFiles, load_checkpoint
+from flightplan.run.library_checkpoint import (commit_library_checkpoint,
+                                               load_library_checkpoint, missing_files)
 from flightplan.run.ids import run_id as make_run_id
 from flightplan.run.interval import CheckpointSchedule
 from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
@@ -258,29 +266,9 @@ class Trial:
         """
         if self._parts.model is None:
             raise TypeError("register(model=...) before restore()")
-        self._restore_called = True
         start = time.monotonic()
-        files, path, rejected, partial = select_checkpoint(self.run_dir / "checkpoints",
-                                                           self.run_id, self.config_hash)
-        for tmp in partial:
-            self._row(0, event="partial_checkpoint_removed", name=tmp.name)
-        for rejection in rejected:
-            print(f"flightplan: checkpoint rejected: {rejection.line()}", file=sys.stderr)
-            self._row(0, event="checkpoint_rejected", name=rejection.name, reason=rejection.reason,
-                      message=rejection.message, renamed_to=rejection.renamed_to)
-        if files is None:
-            if self.stop_rules.require_resume and (rejected or self.resume):
-                removed = ", ".join(p.name for p in partial)
-                found = [r.line() for r in rejected] or [
-                    f"this run saved checkpoints before, but {self.run_dir / 'checkpoints'} "
-                    f"holds no finished one" + (f" (partial saves removed: {removed})"
-                                                if removed else "")
-                    + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
-                       f"--restart {self.name}" if self.name else "")]
-                self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
-            self._row(0, event="restore", source=None, resume_requested=self.resume,
-                      rejected=[r.name for r in rejected],
-                      message="no checkpoint of this run; starting at step 0")
+        files, path, rejected = self._select(load_checkpoint)
+        if files is None or path is None:
             return 0
         for key in _COMPONENTS:
             obj = getattr(self._parts, key)
@@ -304,6 +292,35 @@ class Trial:
                   restore_s=restore_s, rejected=[r.name for r in rejected],
                   not_yet_registered=sorted(self._pending))
         return self._steps_done
+
+    def _select(self, load: Callable[[Path], CheckpointFiles]
+                ) -> tuple[CheckpointFiles | None, Path | None, list[Rejection]]:
+        """The newest valid checkpoint (partials removed, bad ones set aside, both logged);
+        with none: the ``no_usable_resume`` stop when it applies, else a ``restore`` row."""
+        self._restore_called = True
+        files, path, rejected, partial = select_checkpoint(self.run_dir / "checkpoints",
+                                                           self.run_id, self.config_hash,
+                                                           load=load)
+        for tmp in partial:
+            self._row(0, event="partial_checkpoint_removed", name=tmp.name)
+        for rejection in rejected:
+            print(f"flightplan: checkpoint rejected: {rejection.line()}", file=sys.stderr)
+            self._row(0, event="checkpoint_rejected", name=rejection.name, reason=rejection.reason,
+                      message=rejection.message, renamed_to=rejection.renamed_to)
+        if files is None:
+            if self.stop_rules.require_resume and (rejected or self.resume):
+                removed = ", ".join(p.name for p in partial)
+                found = [r.line() for r in rejected] or [
+                    f"this run saved checkpoints before, but {self.run_dir / 'checkpoints'} "
+                    f"holds no finished one" + (f" (partial saves removed: {removed})"
+                                                if removed else "")
+                    + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
+                       f"--restart {self.name}" if self.name else "")]
+                self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
+            self._row(0, event="restore", source=None, resume_requested=self.resume,
+                      rejected=[r.name for r in rejected],
+                      message="no checkpoint of this run; starting at step 0")
+        return files, path, rejected
 
     def _begin_loop(self) -> None:
         if self._loop_started:
@@ -446,6 +463,78 @@ class Trial:
         print(f"flightplan: checkpoint after {steps_done} steps failed: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         self._row(steps_done, event="checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
+
+    # -- loops whose library saves and loads its own checkpoints (integrations) -----------
+
+    def restore_library(self, *, required: Mapping[str, str]) -> Path | None:
+        """Pick the checkpoint a library (Trainer, Lightning) should resume from, instead of
+        :meth:`restore`: the newest committed folder whose every byte matches its manifest
+        (partials removed, bad ones set aside as in :meth:`restore`), and which holds every
+        file of ``required`` (file name → what it holds).
+
+        Returns:
+            The folder to hand to the library, or None to start at step 0.
+
+        Raises:
+            TrialStopped: rule ``no_usable_resume``: as :meth:`restore`, or (with
+                ``require_resume`` on) the newest valid checkpoint lacks a required file,
+                e.g. one saved with the Trainer's ``save_only_model=True``.
+        """
+        start = time.monotonic()
+        files, path, rejected = self._select(load_library_checkpoint)
+        if files is None or path is None:
+            return None
+        missing = missing_files(files.manifest, required)
+        if missing:
+            reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "
+                      f"with a fresh optimizer, schedule and random streams; save full "
+                      f"checkpoints (the Trainer's save_only_model=False)")
+            if self.stop_rules.require_resume:
+                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected)))
+            self._row(0, event="restore", source=None, rejected=[r.name for r in rejected],
+                      message=f"{reason}; starting at step 0 (require_resume is off)")
+            return None
+        self._steps_done = int(files.manifest["step"])
+        self.epoch = int(files.manifest.get("epoch", 0))
+        restore_s = time.monotonic() - start
+        self._schedule.record_restore(restore_s)
+        self._row(self._steps_done, event="restore", source=path.name, restore_s=restore_s,
+                  rejected=[r.name for r in rejected], not_yet_registered=[])
+        return path
+
+    def library_checkpoint_due(self) -> bool:
+        """Whether the measured interval policy (:mod:`flightplan.run.interval`) wants a save
+        now; the first call is True (that save measures its cost)."""
+        return self._schedule.due(time.monotonic())
+
+    def commit_library_checkpoint(self, source: Path, steps_done: int, *, kind: str,
+                                  save_s: float) -> Path:
+        """Commit the library's finished folder ``source`` as ``step-{steps_done:06d}``
+        (:func:`flightplan.run.library_checkpoint.commit_library_checkpoint`), keep the newest
+        ``keep_last``, log the ``checkpoint`` row and feed the interval policy.
+
+        Args:
+            source: the folder the library wrote (in its staging folder).
+            steps_done: optimizer steps done.   kind: the library (``"transformers"``).
+            save_s: seconds the loop spent in the library's own save, before this call.
+
+        Returns:
+            The committed directory.
+
+        Raises:
+            CheckpointError: ``source`` is not a flat folder.   OSError: from the disk.
+        """
+        self._begin_loop()
+        start = time.monotonic()
+        meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
+                "epoch": self.epoch, "saved_at": time.time()}
+        parent = self.run_dir / "checkpoints"
+        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta)
+        prune(parent, self.checkpoint_policy.keep_last)
+        stall_s = save_s + time.monotonic() - start  # the save is synchronous: C = D
+        self._schedule.record_start(start - save_s)
+        self._saved(SaveResult(steps_done, path, size, stall_s, stall_s))
+        return path
 
     # -- the end ------------------------------------------------------------------------
 

@@ -1,0 +1,157 @@
+"""The drug-review question written the way a Hugging Face Trainer + PEFT user writes it.
+
+A flightplan *file task*: ``campaign.toml`` names this file (``task = "train.py"``); the
+worker imports it and calls ``train(trial)``; ``load_artifact(artifact_dir)`` reloads a
+result. Compared with a plain Trainer script, two lines change: ``trainer.train()``
+becomes ``train_in_flightplan(trainer, trial)`` (atomic verified checkpoints, resume, stop
+rules, measurements) and ``write_outputs`` leaves what ``flightplan close`` needs.
+
+- control (no ``lora`` in params): all-MiniLM-L6-v2 with its encoder frozen; only the
+  pooler and the classification head train (a probe of the frozen encoder).
+- LoRA (``params.lora = {r, alpha}``): rank-r adapters on the attention's query and value
+  projections, head and pooler trained with them (PEFT ``SEQ_CLS``).
+
+Params: ``max_length`` (tokens), ``lr`` (AdamW peak, linear decay), ``epochs``,
+``batch_size``, ``seed``, optional ``lora``. Evaluation on the test set every epoch feeds
+``min_quality``; ``train_in_flightplan`` applies the pilot's step cap (``trial.max_steps``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import (AutoModelForSequenceClassification, AutoTokenizer,
+                          DataCollatorWithPadding, Trainer, TrainingArguments, set_seed)
+
+from flightplan.corpus import load_corpus
+from flightplan.integrations.transformers import train as train_in_flightplan
+from flightplan.integrations.transformers import write_outputs
+from flightplan.spec import BaseModelSection, CorpusSection
+from flightplan.tasks.textclf.inference import classification_metrics
+from flightplan.tasks.textclf.model import base_revision, model_dir
+
+CODE_VERSION = "drug-reviews-trainer/1"
+
+
+def _encode(tokenizer: Any, examples: list, labels: list[str], max_length: int) -> list[dict]:
+    cut = tokenizer([e.text for e in examples], truncation=True, max_length=max_length)
+    full = tokenizer([e.text for e in examples], truncation=False, verbose=False)["input_ids"]
+    return [{"input_ids": ids, "attention_mask": mask, "labels": labels.index(e.label),
+             "n_tokens": len(whole)}
+            for e, ids, mask, whole in zip(examples, cut["input_ids"], cut["attention_mask"], full)]
+
+
+def train(trial: Any) -> None:
+    """Train one run of the campaign and write predictions, metrics and the artifact."""
+    params = trial.params
+    torch.set_num_threads(1)
+    set_seed(params["seed"])
+    corpus_section = CorpusSection.model_validate(
+        {k: v for k, v in trial.corpus.items() if k != "root"})
+    corpus = load_corpus(corpus_section, trial.campaign_dir)
+    base = BaseModelSection.model_validate(trial.base_model or {})
+    folder = str(model_dir(base))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    labels = corpus.labels
+    train_rows = _encode(tokenizer, corpus.train, labels, params["max_length"])
+    test_rows = _encode(tokenizer, corpus.test, labels, params["max_length"])
+    rows = train_rows + test_rows
+    trial.check_truncation(sum(r["n_tokens"] > params["max_length"] for r in rows) / len(rows))
+
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=len(labels))
+    if params.get("lora"):
+        lora = params["lora"]
+        model = get_peft_model(model, LoraConfig(task_type="SEQ_CLS", r=lora["r"],
+                                                 lora_alpha=lora["alpha"], lora_dropout=0.1,
+                                                 target_modules=["query", "value"],
+                                                 modules_to_save=["classifier", "pooler"]))
+    else:
+        for parameter in model.bert.encoder.parameters():
+            parameter.requires_grad = False
+        for parameter in model.bert.embeddings.parameters():
+            parameter.requires_grad = False
+
+    def metrics(prediction: Any) -> dict[str, float]:
+        predicted = np.argmax(prediction.predictions, axis=1).tolist()
+        scores = classification_metrics(prediction.label_ids.tolist(), predicted, labels)
+        return {"macro_f1": scores["macro_f1"], "accuracy": scores["accuracy"]}
+
+    args = TrainingArguments(
+        output_dir=str(trial.run_dir), num_train_epochs=params["epochs"],
+        per_device_train_batch_size=params["batch_size"], per_device_eval_batch_size=32,
+        learning_rate=params["lr"], lr_scheduler_type="linear", seed=params["seed"],
+        logging_steps=1, eval_strategy="epoch", report_to=[], disable_tqdm=True,
+        remove_unused_columns=True, dataloader_num_workers=0)
+    drop = ("n_tokens",)
+    trainer = Trainer(model=model, args=args,
+                      train_dataset=[{k: v for k, v in r.items() if k not in drop}
+                                     for r in train_rows],
+                      eval_dataset=[{k: v for k, v in r.items() if k not in drop}
+                                    for r in test_rows],
+                      data_collator=DataCollatorWithPadding(tokenizer),
+                      compute_metrics=metrics)
+    train_in_flightplan(trainer, trial)
+
+    output = trainer.predict(trainer.eval_dataset)
+    probs = torch.softmax(torch.from_numpy(output.predictions), dim=-1)
+    predictions = []
+    for example, row, p in zip(corpus.test, test_rows, probs):
+        predictions.append({"example_id": example.id, "gold": example.label,
+                            "predicted": labels[int(p.argmax())], "n_tokens": row["n_tokens"],
+                            "truncated": row["n_tokens"] > params["max_length"],
+                            **{f"prob_{label}": float(p[j]) for j, label in enumerate(labels)}})
+    scores = classification_metrics([labels.index(e.label) for e in corpus.test],
+                                    probs.argmax(dim=1).tolist(), labels)
+    write_outputs(trial, trainer, predictions=predictions, metrics=scores,
+                  base_revision=base_revision(base),
+                  extra={"labels": labels, "max_length": params["max_length"]})
+    trial.evaluate(max(trainer.state.global_step - 1, 0), macro_f1=scores["macro_f1"])
+
+
+class Predictor:
+    """A reloaded run: ``predict(texts) -> labels``."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: dict[str, Any]) -> None:
+        self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
+        self.labels: list[str] = config["labels"]
+
+    @torch.no_grad()
+    def predict(self, texts: list[str]) -> list[str]:
+        """The predicted label of each text (one at a time: no padding effects)."""
+        out = []
+        for text in texts:
+            batch = self.tokenizer(text, truncation=True, max_length=self.config["max_length"],
+                                   return_tensors="pt")
+            out.append(self.labels[int(self.model(**batch).logits.argmax())])
+        return out
+
+
+def load_artifact(artifact_dir: Path | str) -> Predictor:
+    """Reload ``artifact/``: the packaged base (its weights' sha256 must be the recorded one)
+    plus the adapter, or the whole fine-tuned model for the control.
+
+    Raises:
+        ValueError: the installed base model differs from the one the run trained on.
+    """
+    import json
+
+    artifact_dir = Path(artifact_dir)
+    config = json.loads((artifact_dir / "artifact.json").read_text())
+    recorded = config["base_revision"]
+    base = BaseModelSection(package=recorded["package"])
+    if base_revision(base) != recorded:
+        raise ValueError(f"{artifact_dir}: the installed {recorded['package']} is not the base "
+                         f"this run trained on ({recorded}); install that version")
+    folder = str(model_dir(base))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if config.get("peft"):
+        model = AutoModelForSequenceClassification.from_pretrained(
+            folder, num_labels=len(config["labels"]))
+        model = PeftModel.from_pretrained(model, str(artifact_dir))
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(str(artifact_dir))
+    return Predictor(model, tokenizer, config)

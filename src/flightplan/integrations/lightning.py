@@ -1,0 +1,205 @@
+"""flightplan's guarantees for Lightning (``lightning.pytorch.Trainer``).
+
+One line in a task's ``train(trial)`` replaces ``trainer.fit(...)``::
+
+    from flightplan.integrations.lightning import fit
+    trainer = L.Trainer(max_steps=1000, enable_checkpointing=False, ...)
+    fit(trainer, module, trial, train_dataloaders=loader)   # loader: a StatefulDataLoader
+
+What :func:`fit` adds to Lightning:
+
+- **Atomic, verified checkpoints.** :class:`FlightplanCallback` saves with
+  ``trainer.save_checkpoint`` into ``<run_dir>/lightning-staging/step-N/checkpoint.ckpt``
+  (emptied at every start, never loaded) after the optimizer step it decides on, then
+  commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
+  hashes in one rename (:mod:`flightplan.run.library_checkpoint`); ``keep_last`` prunes.
+  Resume goes through :meth:`Trial.restore_library` (every byte re-hashed first) and loads
+  with ``weights_only=True``: no pickled code runs.
+- **Every RNG**: a Lightning checkpoint holds no RNG state, so the callback adds ``random``,
+  numpy, torch CPU and CUDA states (:func:`flightplan.run.checkpoint.capture_rng`) and sets
+  them back just before the first batch after a resume, once Lightning has built its data
+  iterators (which draw from the global RNG).
+- **Data position**: every train dataloader must be resumable mid-epoch (``state_dict`` and
+  ``load_state_dict``: torchdata's ``StatefulDataLoader``); a plain ``DataLoader`` is refused
+  with ``ArgumentError`` before the first batch, since it would restart the epoch from its
+  first batch after a resume.
+- **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`),
+  or every ``every_n_steps`` optimizer steps if given. Lightning's own ``ModelCheckpoint``
+  (non-atomic) is refused: build the Trainer with ``enable_checkpointing=False``.
+- **Stop rules** from logged metrics: after each optimizer step, every logged value whose
+  name contains ``loss`` goes to ``trial.log`` (with ``lr`` and ``step_s``); after each
+  validation, the logged metrics go to ``trial.evaluate`` (``min_quality``). A stop sets
+  ``trainer.should_stop`` (no save after it; Lightning validates after the step's save, so
+  the state a validation judged may be saved) and :func:`fit` raises ``TrialStopped``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+
+from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.run.checkpoint import capture_rng, restore_rng
+from flightplan.run.trial import Trial
+
+__all__ = ["FlightplanCallback", "fit", "KIND", "STAGING", "CKPT_FILE"]
+
+KIND = "lightning"
+STAGING = "lightning-staging"
+CKPT_FILE = "checkpoint.ckpt"
+_RNG_KEY = "flightplan_rng"
+
+
+def _scalar(value: Any) -> float | None:
+    """A logged value as a float, or None when it is not a single number."""
+    if isinstance(value, torch.Tensor):
+        return float(value.item()) if value.numel() == 1 else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class FlightplanCallback(pl.Callback):
+    """The Lightning callback behind :func:`fit`.
+
+    Args:
+        trial: the run's :class:`~flightplan.run.trial.Trial`.
+        every_n_steps: save every N optimizer steps; None: flightplan's interval policy.
+
+    Attributes:
+        stopped: the ``TrialStopped`` a stop rule raised during training, or None.
+    """
+
+    def __init__(self, trial: Trial, *, every_n_steps: int | None = None) -> None:
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ArgumentError(f"every_n_steps = {every_n_steps}: give a positive number of "
+                                f"optimizer steps, or None for flightplan's interval policy")
+        self.trial = trial
+        self.every_n_steps = every_n_steps
+        self.stopped: TrialStopped | None = None
+        self._rng_to_restore: dict[str, Any] | None = None
+        self._step_start = 0.0
+        self._last_step = -1
+
+    def _stop(self, exc: TrialStopped, trainer: pl.Trainer) -> None:
+        self.stopped = exc
+        trainer.should_stop = True
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        loaders = getattr(trainer.fit_loop, "_combined_loader", None)
+        for loader in (loaders.flattened if loaders is not None else []):
+            if not (callable(getattr(loader, "state_dict", None))
+                    and callable(getattr(loader, "load_state_dict", None))):
+                raise ArgumentError(
+                    f"train dataloader: a {type(loader).__name__} cannot resume mid-epoch (no "
+                    f"state_dict), so a resumed run would see its first batches again; use "
+                    f"torchdata.stateful_dataloader.StatefulDataLoader")
+        if self.trial.planned_steps is None and trainer.max_steps and trainer.max_steps > 0:
+            self.trial.planned_steps = int(trainer.max_steps)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self._rng_to_restore is not None:  # after Lightning built its iterators
+            restore_rng(self._rng_to_restore)
+            self._rng_to_restore = None
+        self._step_start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        if step == self._last_step:  # gradient accumulation: no optimizer step yet
+            return
+        self._last_step = step
+        row = {key: value for key, value in ((k, _scalar(v)) for k, v in
+                                             trainer.callback_metrics.items() if "loss" in k)
+               if value is not None}
+        if trainer.optimizers:
+            row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+        row["step_s"] = time.perf_counter() - self._step_start
+        try:
+            self.trial.log(step - 1, **row)
+        except TrialStopped as exc:
+            self._stop(exc, trainer)
+            return
+        due = (step % self.every_n_steps == 0 if self.every_n_steps
+               else self.trial.library_checkpoint_due())
+        if due:
+            self._save(trainer, step)
+
+    def _save(self, trainer: pl.Trainer, step: int) -> None:
+        start = time.perf_counter()
+        folder = self.trial.run_dir / STAGING / f"step-{step}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        trainer.save_checkpoint(folder / CKPT_FILE, weights_only=False)
+        self.trial.epoch = int(trainer.current_epoch)
+        self.trial.commit_library_checkpoint(folder, step, kind=KIND,
+                                             save_s=time.perf_counter() - start)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or self.stopped is not None:
+            return
+        metrics = {k: v for k, v in ((k, _scalar(v)) for k, v in trainer.callback_metrics.items())
+                   if v is not None}
+        try:
+            self.trial.evaluate(max(trainer.global_step - 1, 0), **metrics)
+        except TrialStopped as exc:
+            self._stop(exc, trainer)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        checkpoint[_RNG_KEY] = capture_rng()
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get(_RNG_KEY)
+        if self._rng_to_restore is None:
+            raise ArgumentError("the checkpoint holds no RNG state (not saved by flightplan's "
+                                "callback); dropout and shuffling would differ after resuming")
+
+
+def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
+        every_n_steps: int | None = None, **fit_kwargs: Any) -> None:
+    """``trainer.fit(module, ...)`` inside a flightplan run (see the module docstring).
+
+    Adds a :class:`FlightplanCallback` unless the trainer has one, caps the trainer's
+    ``max_steps`` at ``trial.max_steps`` when trial.json sets one (the pilot), empties the
+    staging folder, picks the newest verified checkpoint of this run and resumes from it.
+
+    Args:
+        trainer: a Lightning Trainer built with ``enable_checkpointing=False``.
+        module: the LightningModule.   trial: the run's trial.
+        every_n_steps: for a new callback: save every N optimizer steps (None: the policy).
+        fit_kwargs: passed on to ``trainer.fit`` (``train_dataloaders``, ``datamodule`` …; not
+            ``ckpt_path``: flightplan chooses it).
+
+    Raises:
+        ArgumentError: ``ckpt_path`` given, a ``ModelCheckpoint`` on the trainer, or a train
+            dataloader that cannot resume mid-epoch (before the first batch).
+        TrialStopped: a stop rule fired (``no_usable_resume`` before training).
+    """
+    if "ckpt_path" in fit_kwargs:
+        raise ArgumentError("fit(..., ckpt_path=...): flightplan picks the newest verified "
+                            "checkpoint itself; drop the argument")
+    others = [type(c).__name__ for c in trainer.callbacks
+              if isinstance(c, Checkpoint)]
+    if others:
+        raise ArgumentError(f"the Trainer has {', '.join(others)}, whose saves are not atomic; "
+                            f"build it with enable_checkpointing=False (flightplan checkpoints)")
+    callback = next((c for c in trainer.callbacks if isinstance(c, FlightplanCallback)), None)
+    if callback is None:
+        callback = FlightplanCallback(trial, every_n_steps=every_n_steps)
+        trainer.callbacks.append(callback)
+    loop = trainer.fit_loop.epoch_loop
+    if trial.max_steps and not 0 < loop.max_steps <= trial.max_steps:
+        loop.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
+    staging = trial.run_dir / STAGING
+    shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
+    source = trial.restore_library(required={CKPT_FILE: "Lightning state and RNG states"})
+    trainer.fit(module, ckpt_path=str(source / CKPT_FILE) if source else None,
+                weights_only=True, **fit_kwargs)
+    if callback.stopped is not None:
+        raise callback.stopped

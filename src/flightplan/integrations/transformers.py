@@ -1,0 +1,269 @@
+"""flightplan's guarantees for the Hugging Face ``Trainer`` (and PEFT adapters on it).
+
+One line in a task's ``train(trial)`` replaces ``trainer.train()``::
+
+    from flightplan.integrations.transformers import train, write_outputs
+    train(trainer, trial)              # resumes, checkpoints, applies the stop rules
+    write_outputs(trial, trainer, predictions=rows, metrics={"macro_f1": 0.71},
+                  base_revision=base_revision(...))
+
+What :func:`train` adds to the Trainer:
+
+- **Atomic, verified checkpoints.** The Trainer writes ``checkpoint-N/`` into
+  ``<run_dir>/trainer-staging/`` (emptied at every start, never loaded); once it is complete
+  :class:`FlightplanCallback` drops ``training_args.bin`` (a pickle nothing reads back) and
+  commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
+  hashes, in one rename (:mod:`flightplan.run.library_checkpoint`); ``keep_last`` prunes.
+- **Resume only from the newest verified checkpoint**, every byte re-hashed first
+  (:meth:`Trial.restore_library`). One lacking ``optimizer.pt``, ``scheduler.pt``,
+  ``rng_state.pth`` or ``trainer_state.json`` (``save_only_model=True``) stops the run with
+  ``no_usable_resume`` instead of going on with a fresh optimizer.
+- **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`)
+  sets ``should_save``, unless the user chose the Trainer's own schedule (``save_steps``
+  other than its default 500, or ``save_strategy`` ``"epoch"``/``"best"``). A loss row is
+  logged before every save, so a NaN never reaches a committed checkpoint unseen.
+- **Stop rules**: ``non_finite_loss`` on each logged loss (the Trainer's
+  ``logging_nan_inf_filter``, which would replace a NaN by the mean of earlier losses, is
+  turned off), ``min_quality`` on evaluation metrics (``eval_`` prefix dropped),
+  ``max_truncated_fraction`` through ``trial.check_truncation(fraction)`` before training.
+  A stop ends training at the end of that step without saving; :func:`train` then raises
+  ``TrialStopped`` (``stop.json`` written) so the worker exits 1.
+- **Measurements**: each logged row holds ``loss``, ``lr``, ``grad_norm`` when given, and
+  ``step_s`` (mean wall seconds per optimizer step since the last row).
+
+Not supported (refused before training): ``load_best_model_at_end`` (its best checkpoint
+lives in the staging folder that is emptied), more than one process (``world_size > 1``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput
+
+from flightplan.durable import write_atomic, write_json_atomic
+from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.run.trial import Trial
+
+__all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
+
+KIND = "transformers"
+STAGING = "trainer-staging"
+REQUIRED_FILES = {"optimizer.pt": "optimizer state", "scheduler.pt": "learning-rate schedule",
+                  "rng_state.pth": "RNG states", "trainer_state.json": "step and data position"}
+"""Files a Trainer checkpoint needs to resume exactly (file name → what it holds)."""
+_PICKLED_ARGS = "training_args.bin"
+_DEFAULT_SAVE_STEPS = TrainingArguments.__dataclass_fields__["save_steps"].default
+
+
+def _policy_saves(args: TrainingArguments) -> bool:
+    """Whether flightplan's interval policy decides the saves (the user set no schedule)."""
+    return args.save_strategy == SaveStrategy.STEPS and args.save_steps == _DEFAULT_SAVE_STEPS
+
+
+class FlightplanCallback(TrainerCallback):
+    """The Trainer callback behind :func:`train` (add it yourself only to call
+    ``trainer.train`` directly, then pass ``resume_from_checkpoint=trial.restore_library(
+    required=REQUIRED_FILES)`` and check :attr:`stopped` afterwards).
+
+    Args:
+        trial: the run's :class:`~flightplan.run.trial.Trial`.
+        policy_saves: whether flightplan's interval policy sets ``should_save``; None: when
+            the training arguments name no save schedule of their own.
+
+    Attributes:
+        stopped: the ``TrialStopped`` a stop rule raised during training, or None.
+    """
+
+    def __init__(self, trial: Trial, *, policy_saves: bool | None = None) -> None:
+        self.trial = trial
+        self.policy_saves = policy_saves
+        self.stopped: TrialStopped | None = None
+        self._step_start = 0.0
+        self._step_total_s = 0.0
+        self._steps_timed = 0
+        self._before_save = 0.0
+
+    def _stop(self, exc: TrialStopped, control: Any) -> None:
+        self.stopped = exc
+        control.should_training_stop = True
+        control.should_save = False
+
+    def on_train_begin(self, args: TrainingArguments, state: Any, control: Any,
+                       **kwargs: Any) -> None:
+        if self.policy_saves is None:
+            self.policy_saves = _policy_saves(args)
+        if self.trial.stop_rules.non_finite_loss:
+            args.logging_nan_inf_filter = False  # it would log a NaN loss as an average
+        if self.trial.planned_steps is None and state.max_steps:
+            self.trial.planned_steps = int(state.max_steps)
+
+    def on_step_begin(self, args: TrainingArguments, state: Any, control: Any,
+                      **kwargs: Any) -> None:
+        self._step_start = time.perf_counter()
+
+    def on_step_end(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        now = time.perf_counter()
+        self._step_total_s += now - self._step_start
+        self._steps_timed += 1
+        if self.stopped is not None:
+            control.should_save = False
+        elif self.policy_saves:
+            control.should_save = self.trial.library_checkpoint_due()
+        if control.should_save:
+            control.should_log = True  # the loss since the last row is checked before the save
+        self._before_save = time.perf_counter()
+
+    def on_epoch_end(self, args: TrainingArguments, state: Any, control: Any,
+                     **kwargs: Any) -> None:
+        if self.stopped is not None:  # save_strategy="epoch" would save the stopped state
+            control.should_save = False
+
+    def on_log(self, args: TrainingArguments, state: Any, control: Any,
+               logs: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.stopped is not None or not logs or any(k.startswith("eval_") for k in logs):
+            return  # evaluation rows arrive through on_evaluate
+        row = {("lr" if key == "learning_rate" else key): value for key, value in logs.items()
+               if isinstance(value, (int, float))}
+        if self._steps_timed:
+            row["step_s"] = self._step_total_s / self._steps_timed
+            self._step_total_s, self._steps_timed = 0.0, 0
+        try:
+            self.trial.log(max(state.global_step - 1, 0), **row)
+        except TrialStopped as exc:
+            self._stop(exc, control)
+        self._before_save = time.perf_counter()
+
+    def on_evaluate(self, args: TrainingArguments, state: Any, control: Any,
+                    metrics: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.stopped is not None or not metrics:
+            return
+        values = {key.removeprefix("eval_"): value for key, value in metrics.items()
+                  if isinstance(value, (int, float))}
+        try:
+            self.trial.evaluate(max(state.global_step - 1, 0), **values)
+        except TrialStopped as exc:
+            self._stop(exc, control)
+        self._before_save = time.perf_counter()
+
+    def on_save(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        source = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        save_s = time.perf_counter() - self._before_save
+        (source / _PICKLED_ARGS).unlink(missing_ok=True)
+        self.trial.epoch = int(state.epoch or 0)
+        self.trial.commit_library_checkpoint(source, state.global_step, kind=KIND, save_s=save_s)
+
+
+def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
+    """``trainer.train()`` inside a flightplan run (see the module docstring).
+
+    Adds a :class:`FlightplanCallback` unless the trainer has one, caps ``args.max_steps``
+    at ``trial.max_steps`` when trial.json sets one (the pilot), points the Trainer's
+    checkpoint writes at ``<run_dir>/trainer-staging/`` (``args.output_dir``; emptied now),
+    picks the newest verified checkpoint of this run and resumes from it.
+
+    Args:
+        trainer: a configured ``Trainer`` (``output_dir`` is replaced).
+        trial: the run's trial.   train_kwargs: passed on to ``trainer.train`` (not
+            ``resume_from_checkpoint``: flightplan chooses it).
+
+    Returns:
+        The Trainer's ``TrainOutput``.
+
+    Raises:
+        ArgumentError: ``resume_from_checkpoint`` given, ``load_best_model_at_end`` set, or
+            several processes.
+        TrialStopped: a stop rule fired (before training: ``no_usable_resume``; during it:
+            after the step that crossed it, with no save after it).
+    """
+    args = trainer.args
+    if "resume_from_checkpoint" in train_kwargs:
+        raise ArgumentError("train(trainer, trial, resume_from_checkpoint=...): flightplan picks "
+                            "the newest verified checkpoint itself; drop the argument")
+    if args.load_best_model_at_end:
+        raise ArgumentError("TrainingArguments.load_best_model_at_end is not supported inside a "
+                            "flightplan run (its checkpoint folder is staging); set it False and "
+                            "let min_quality and the final evaluation decide")
+    if args.world_size > 1:
+        raise ArgumentError(f"TrainingArguments: {args.world_size} processes; the flightplan "
+                            f"Trainer integration runs one process per run")
+    if args.save_only_model:
+        print("flightplan: save_only_model=True: these checkpoints lack the optimizer, schedule "
+              "and RNG states, so resuming from them will be refused (no_usable_resume)",
+              file=sys.stderr)
+    callback = next((c for c in trainer.callback_handler.callbacks
+                     if isinstance(c, FlightplanCallback)), None)
+    if callback is None:
+        callback = FlightplanCallback(trial)
+        trainer.add_callback(callback)
+    if trial.max_steps and not 0 < args.max_steps <= trial.max_steps:
+        args.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
+    staging = trial.run_dir / STAGING
+    shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
+    staging.mkdir(parents=True)
+    args.output_dir = str(staging)
+    args.save_total_limit = None  # keep_last prunes the committed checkpoints
+    source = trial.restore_library(required=REQUIRED_FILES)
+    output = trainer.train(resume_from_checkpoint=str(source) if source else None, **train_kwargs)
+    if callback.stopped is not None:
+        raise callback.stopped
+    return output
+
+
+def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mapping[str, Any]],
+                  metrics: Mapping[str, Any], base_revision: Mapping[str, Any] | None = None,
+                  extra: Mapping[str, Any] | None = None) -> Path:
+    """Write what close needs into the run directory: ``predictions.csv`` (one row per test
+    example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
+
+    ``artifact/`` holds ``trainer.save_model`` (for a PEFT model: the adapter only,
+    ``adapter_model.safetensors`` + ``adapter_config.json``; the pickled
+    ``training_args.bin`` is dropped) and ``artifact.json`` ``{task, params, library:
+    {transformers, peft}, base_revision, peft, **extra}``.
+
+    Args:
+        predictions: rows, e.g. ``{"example_id", "gold", "predicted", "prob_<label>"...}``.
+        metrics: JSON-able numbers (the campaign metric among them).
+        base_revision: the exact base model (package, version, weights sha256 …); required
+            for a PEFT adapter, which cannot be reloaded without it.
+        extra: more ``artifact.json`` keys (labels, max_length …).
+
+    Returns:
+        The artifact directory.
+
+    Raises:
+        ArgumentError: no predictions, or a PEFT model without ``base_revision``.
+    """
+    import peft
+    import transformers
+
+    if not predictions:
+        raise ArgumentError("write_outputs: predictions is empty; give one row per test example")
+    is_peft = isinstance(trainer.model, peft.PeftModel)
+    if is_peft and not base_revision:
+        raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
+                            "model: package, version, weights_sha256) to be reloadable")
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(predictions[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(predictions)
+    write_atomic(trial.run_dir / "predictions.csv", buffer.getvalue().encode("utf-8"))
+    write_json_atomic(trial.run_dir / "metrics.json", dict(metrics))
+    artifact = trial.run_dir / "artifact"
+    shutil.rmtree(artifact, ignore_errors=True)
+    trainer.save_model(str(artifact))
+    (artifact / _PICKLED_ARGS).unlink(missing_ok=True)
+    write_json_atomic(artifact / "artifact.json", {
+        "task": trial.task, "params": trial.params, "base_revision": base_revision,
+        "library": {"transformers": transformers.__version__, "peft": peft.__version__},
+        "peft": json.loads((artifact / "adapter_config.json").read_text()) if is_peft else None,
+        **dict(extra or {})})
+    return artifact

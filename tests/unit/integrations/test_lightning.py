@@ -1,0 +1,94 @@
+"""The Lightning integration: killed mid-save or after a step and rerun, it ends bitwise
+identical to an uninterrupted run (weights and optimizer); a plain DataLoader is refused
+before the first batch; a NaN loss stops the run with stop.json. A tiny MLP on CPU
+(``lightning_script.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import lightning_script  # pytest puts this folder on sys.path
+
+from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.run.checkpoint_io import check_checkpoint
+
+SCRIPT = Path(lightning_script.__file__)
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
+
+
+def _child(run_dir: Path, kill: str | None) -> int:
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, str(SCRIPT), str(run_dir)] + (["--kill", kill] if kill else [])
+    return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
+
+
+@pytest.mark.slow
+def test_killed_mid_save_and_after_a_step_then_rerun_ends_bitwise_identical(
+        tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    lightning_script.run(reference)  # 12 steps, a save every 3
+    killed = tmp_path / "killed"
+    assert _child(killed, "save:6") == -9  # half of checkpoint.ckpt written, then SIGKILL
+    assert _child(killed, "step:10") == -9
+    assert _child(killed, None) == 0
+    sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
+    assert sources == [None, "step-000003", "step-000009"]
+    left = torch.load(reference / "final.pt", weights_only=True)
+    right = torch.load(killed / "final.pt", weights_only=True)
+    for name, tensor in left["model"].items():
+        assert torch.equal(tensor, right["model"][name]), name
+    for index, state in left["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, right["optimizer"]["state"][index][key]), (index, key)
+    committed = sorted((killed / "checkpoints").iterdir())
+    assert [p.name for p in committed] == ["step-000009", "step-000012"]
+    assert all(check_checkpoint(p)["verified"] for p in committed)
+
+
+def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) -> None:
+    with pytest.raises(ArgumentError, match="a DataLoader cannot resume mid-epoch .*"
+                                            "StatefulDataLoader"):
+        lightning_script.run(tmp_path / "run", stateful=False)
+    assert not [r for r in _rows(tmp_path / "run") if "train_loss" in r]
+
+
+def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrialStopped, match="train_loss is nan at step 5"):
+        lightning_script.run(run_dir, nan_at=5)  # step 6 would save
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert (stop["rule"], stop["step"], stop["value"]) == ("non_finite_loss", 5, "nan")
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-000003"]
+    assert not (run_dir / "done.json").exists()
+
+
+def test_min_quality_reads_the_validation_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    rule = {"min_quality": {"metric": "val_accuracy", "below": 1.01, "after_fraction": 0.5}}
+    with pytest.raises(TrialStopped, match="val_accuracy = .* is below 1.01 at step 8"):
+        # validations after steps 3, 6 (before half of 12 steps: silent) and 9
+        lightning_script.run(run_dir, val_every=3, stop=rule)
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert (stop["rule"], stop["step"], stop["threshold"]) == ("min_quality", 8, 1.01)
+    evaluations = [r["step"] for r in _rows(run_dir) if r.get("event") == "evaluation"]
+    assert evaluations == [2, 5, 8]
+    # Lightning validates after the step's save: the judged state was saved, nothing after it
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step-000006", "step-000009"]
+
+
+def test_the_trials_max_steps_caps_the_trainer(tmp_path: Path) -> None:
+    lightning_script.run(tmp_path / "run", cap=4)  # the Trainer asks for 12
+    assert json.loads((tmp_path / "run" / "done.json").read_text())["steps"] == 4
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-000003"]

@@ -1,0 +1,150 @@
+"""The Trainer integration: killed anywhere and rerun, it ends bitwise identical to an
+uninterrupted run; it never resumes from a partial, corrupt or model-only checkpoint; its
+stop rules end training with stop.json. A tiny random BERT on CPU (``trainer_script.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flightplan.errors import TrialStopped
+from flightplan.integrations.transformers import REQUIRED_FILES
+from flightplan.run.checkpoint_io import check_checkpoint, verify_checkpoint
+from flightplan.run.library_checkpoint import commit_library_checkpoint
+from flightplan.run.trial import Trial
+
+import trainer_script  # pytest puts this folder on sys.path
+
+SCRIPT = Path(trainer_script.__file__)
+SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
+
+
+def _child(run_dir: Path, kill: str | None) -> int:
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, str(SCRIPT), str(run_dir)] + (["--kill", kill] if kill else [])
+    return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
+
+
+def _assert_same_state(a: Path, b: Path) -> None:
+    left = torch.load(a / "final.pt", weights_only=True)
+    right = torch.load(b / "final.pt", weights_only=True)
+    assert left["model"].keys() == right["model"].keys()
+    for name, tensor in left["model"].items():
+        assert torch.equal(tensor, right["model"][name]), name
+    assert left["optimizer"]["param_groups"] == right["optimizer"]["param_groups"]
+    for index, state in left["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, right["optimizer"]["state"][index][key]), (index, key)
+
+
+@pytest.mark.slow
+def test_killed_after_a_step_mid_save_and_mid_commit_then_rerun_ends_bitwise_identical(
+        tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    trainer_script.run(reference)  # 14 steps, the Trainer saves every 3 (user's save_steps)
+    killed = tmp_path / "killed"
+    # Inside the Trainer's save of step 6 (weights and optimizer written, no RNG state);
+    # after flightplan's manifest of step 9 but before its rename; right after step 11.
+    for kill in ("save:6", "commit:9", "step:11"):
+        assert _child(killed, kill) == -9
+    assert _child(killed, None) == 0
+    sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
+    assert sources == [None, "step-000003", "step-000006", "step-000009"]
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == [
+        "step-000012", "step-000014"]  # keep_last 2; nothing set aside
+    _assert_same_state(reference, killed)
+    assert all(check_checkpoint(p)["verified"] for p in (killed / "checkpoints").iterdir())
+
+
+def _fake_trainer_folder(folder: Path, step: int, *, full: bool = True) -> Path:
+    folder.mkdir(parents=True)
+    names = ["model.safetensors"] + (list(REQUIRED_FILES) if full else ["trainer_state.json"])
+    for name in names:
+        (folder / name).write_bytes(f"{name} after {step} steps".encode())
+    return folder
+
+
+def test_partial_and_corrupt_folders_are_never_resumed_from(tmp_path: Path) -> None:
+    trial = Trial.local(tmp_path / "run", run_id="r-1")
+    parent = trial.run_dir / "checkpoints"
+    meta = {"kind": "transformers", "run_id": "r-1", "config_hash": None}
+    for step in (5, 7):
+        commit_library_checkpoint(_fake_trainer_folder(tmp_path / f"c{step}", step), parent, step,
+                                  meta=meta)
+    flipped = parent / "step-000007" / "optimizer.pt"
+    flipped.write_bytes(flipped.read_bytes()[:-1] + b"X")
+    _fake_trainer_folder(parent / "step-000009", 9)  # renamed without a manifest
+    _fake_trainer_folder(parent / "step-000010.tmp", 10)  # flightplan's own partial save
+    assert trial.restore_library(required=REQUIRED_FILES) == parent / "step-000005"
+    assert sorted(p.name for p in parent.iterdir()) == [
+        "step-000005", "step-000007.corrupt-sha256", "step-000009.corrupt-no-manifest"]
+    report = check_checkpoint(parent / "step-000005")
+    assert (report["verified"], report["files"], report["tensors"]) == (True, 5, 0)
+    report = verify_checkpoint(parent / "step-000007.corrupt-sha256")  # in a fresh process
+    assert not report["verified"]
+    assert [(f["check"], f["path"]) for f in report["findings"]] == [("sha256", "optimizer.pt")]
+
+
+def test_a_save_only_model_checkpoint_is_refused_with_no_usable_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step-000002", "step-000004"]
+    with pytest.raises(TrialStopped, match="no usable checkpoint"):
+        trainer_script.run(run_dir, steps=6, save_steps=2, save_only_model=True)
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert stop["rule"] == "no_usable_resume"
+    assert ("step-000004 lacks optimizer.pt (optimizer state), scheduler.pt (learning-rate "
+            "schedule), rng_state.pth (RNG states)") in stop["message"]
+    assert (run_dir / "checkpoints" / "step-000004").is_dir()  # refused, not renamed
+
+
+def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(TrialStopped, match="loss is nan at step 5"):
+        trainer_script.run(run_dir, steps=14, save_steps=3, nan_at=5)  # step 6 would save
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert (stop["rule"], stop["step"], stop["value"]) == ("non_finite_loss", 5, "nan")
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000003"]
+    losses = [r["step"] for r in _rows(run_dir) if "loss" in r]
+    assert losses == [0, 1, 2, 3, 4, 5]
+    assert not (run_dir / "done.json").exists()
+
+
+def test_min_quality_reads_the_evaluation_metrics_and_stops_before_the_save(
+        tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    rule = {"min_quality": {"metric": "accuracy", "below": 1.01, "after_fraction": 0.5}}
+    with pytest.raises(TrialStopped, match="accuracy = .* is below 1.01 at step 8"):
+        # evaluations after steps 3, 6 (before half of 14 steps: silent) and 9, also a save
+        trainer_script.run(run_dir, steps=14, save_steps=3, eval_steps=3, stop=rule)
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert (stop["rule"], stop["step"], stop["threshold"]) == ("min_quality", 8, 1.01)
+    evaluations = [r["step"] for r in _rows(run_dir) if r.get("event") == "evaluation"]
+    assert evaluations == [2, 5, 8]
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step-000003", "step-000006"]
+
+
+def test_without_save_steps_the_interval_policy_decides_the_saves(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    trainer_script.run(run_dir, steps=6, save_steps=None,
+                       checkpoint={"tolerated_loss": "1h", "keep_last": 2})
+    rows = _rows(run_dir)
+    saves = [r["name"] for r in rows if r.get("event") == "checkpoint"]
+    assert saves == ["step-000001"]  # the first save measures C and D; T is then ~1 h
+    (interval,) = [r for r in rows if r.get("event") == "checkpoint_interval"]
+    assert interval["formula"] == "tolerated_loss"
+    assert 3590 < interval["interval_s"] < 3600
+    step_s = [r["step_s"] for r in rows if "loss" in r]
+    assert len(step_s) == 6 and all(0 < s < 5 for s in step_s)
