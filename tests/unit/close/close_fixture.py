@@ -18,7 +18,7 @@ sys.path.insert(0, str(FAKES))
 
 import closefake.textclf as fake_task  # noqa: E402
 from closefake.textclf import (LABELS, N_TEST, REVISION, TEXTS, rows,  # noqa: E402
-                               write_csv, write_outputs)
+                               write_outputs)
 
 from flightplan.close.results import publish_data_check, publish_plan, publish_run  # noqa: E402
 from flightplan.spec import load_spec  # noqa: E402
