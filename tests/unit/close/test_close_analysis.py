@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from close_fixture import TEXTS, rows, write_csv
+from close_fixture import TEXTS, rows
+from closefake.textclf import write_csv
 
 from flightplan.close.analysis import error_analysis, error_markdown, excerpt
 from flightplan.close.conclusion import compare_runs, conclude
