@@ -25,6 +25,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       ValidationError, ValidationInfo, field_validator, model_validator)
 
 from flightplan.errors import SpecError
+from flightplan.tasks import DEFAULT_TASK
 from flightplan.units import Duration, Money
 
 __all__ = [
@@ -160,7 +161,7 @@ class Run(_Strict):
     name: str = Field(min_length=1, max_length=200)
     tier: Tier
     reference: str | None = None
-    task: str = "textclf"
+    task: str = DEFAULT_TASK
     params: dict[str, Any] = Field(default_factory=dict)
     duration: DurationField
     steps: Int | None = Field(default=None, gt=0)

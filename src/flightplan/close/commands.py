@@ -35,7 +35,7 @@ from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.errors import ArgumentError
 from flightplan.metrics import read_predictions
 from flightplan.spec import CampaignSpec, load_spec
-from flightplan.tasks.loader import BUILTIN_TASKS
+from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import reload_argv
 
 __all__ = ["close_campaign", "close_command", "verify_command"]

@@ -58,7 +58,7 @@ from flightplan.close.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 from flightplan.tasks.archive import check_kept, task_record
-from flightplan.tasks.loader import BUILTIN_TASKS
+from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
 
 __all__ = [

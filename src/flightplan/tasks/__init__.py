@@ -1,1 +1,17 @@
-"""tasks stage of flightplan."""
+"""Tasks: the code a run executes, behind the protocol of :mod:`flightplan.tasks.protocol`.
+
+This module is the registry of built-in tasks; :mod:`flightplan.tasks.loader` finds a
+run's task (a built-in name, a file beside the campaign, or a module).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+__all__ = ["BUILTIN_TASKS", "DEFAULT_TASK"]
+
+BUILTIN_TASKS: Mapping[str, str] = {"textclf": "flightplan.tasks.textclf"}
+"""Built-in task names and their modules."""
+
+DEFAULT_TASK = "textclf"
+"""The task of a ``[[run]]`` that names none."""

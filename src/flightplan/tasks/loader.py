@@ -33,13 +33,12 @@ from types import ModuleType
 from typing import Any, Literal, Mapping
 
 from flightplan.errors import TaskError
+from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.protocol import HOOKS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
            "source_listing", "hash_code"]
 
-BUILTIN_TASKS: Mapping[str, str] = {"textclf": "flightplan.tasks.textclf"}
-"""Built-in task names and their modules."""
 
 
 @dataclass(frozen=True)
