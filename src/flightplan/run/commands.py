@@ -49,8 +49,9 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
 
     Returns:
         0 when the runs ended (a run stopped by its own rule included); 1 when the
-        campaign was stopped (data check, pilot resume check, decision) or a run crashed;
-        130 on Ctrl-C (the worker is stopped; running again resumes).
+        campaign was stopped (data check, pilot resume check, decision) or a run crashed.
+        Ctrl-C and SIGTERM propagate (:class:`flightplan.interrupts.Interrupted`) after the
+        worker was killed; the CLI prints the resume line and exits 130 or 143.
     """
     import sys
 
@@ -62,12 +63,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
 
     spec = load_spec(spec_path)
     console = Console()
-    try:
-        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
-    except KeyboardInterrupt:
-        print(f"interrupted: the running worker was stopped; run `flightplan run {spec_path}` "
-              f"again to resume from its last checkpoint", file=sys.stderr)
-        return 130
+    outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
@@ -105,74 +101,20 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(snapshot, indent=2, default=str))
         return 0
-    _print_status(snapshot)
+    _print_status(snapshot, metric=spec.campaign.metric)
     return 0
 
 
-def _when(at: float | None) -> str:
+def _print_status(snapshot: dict, *, metric: str) -> None:
     import time
-    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
-
-def _print_status(snapshot: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    from flightplan.run.progress import format_stop
+    from flightplan.run.status import status_lines
 
     console = Console()
-    campaign = snapshot["campaign"] or {}
-    runner = snapshot.get("runner")
-    created = _when(campaign.get("created_at"))
-    console.print(f"campaign [bold]{campaign.get('name', '?')}[/bold] "
-                  f"({campaign.get('spec_path', '?')}, created {created}); "
-                  + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
-                  highlight=False)
-    plans = Table(title="plan versions")
-    for header in ("VERSION", "KIND", "RESERVED (h)", "WINDOW (h)", "FITS", "SHA256", "REASON"):
-        plans.add_column(header)
-    for v in snapshot["plan_versions"]:
-        plans.add_row(str(v["version"]), v["kind"], f"{v.get('reserved_hours') or 0:.2f}",
-                      f"{v.get('window_hours') or 0:.0f}", str(v.get("fits")),
-                      v["plan_sha256"][:12], v.get("reason") or "")
-    console.print(plans)
-    runs = Table(title="runs")
-    for header in ("RUN", "TIER", "STATUS", "METRIC", "WALL (s)", "STARTED", "STOP / NOTE"):
-        runs.add_column(header)
-    for r in snapshot["runs"]:
-        extra = format_stop(r["stop"]) or (f"superseded by {r['superseded_by']}"
-                                           if r.get("superseded_by") else "")
-        runs.add_row(f"{r['name']}\n[dim]{r['run_id']}[/dim]", r["tier"], r["status"],
-                     "-" if r["metric"] is None else f"{r['metric']:.4f}",
-                     f"{r['wall_s']:.1f}", _when(r["started_at"]), extra)
-    console.print(runs)
-    if snapshot["decisions"]:
-        decisions = Table(title="decisions")
-        for header in ("AT", "DECISION", "COMPUTED", "DROPPED", "REASON"):
-            decisions.add_column(header)
-        for d in snapshot["decisions"]:
-            decisions.add_row(_when(d["at"]), d["decision"], d["computed"],
-                              ", ".join(d["dropped"]) or "-", d["figures"].get("reason", ""))
-        console.print(decisions)
-    expenses = Table(title="expenses")
-    for header in ("KIND", "LABEL", "AMOUNT"):
-        expenses.add_column(header)
-    for e in snapshot["expenses"]:
-        expenses.add_row(e["kind"], e["label"], f"{e['amount']} {e['currency']}")
-    console.print(expenses)
-    if snapshot["notes"]:
-        notes = Table(title="notes")
-        for header in ("AT", "NAME", "TEXT"):
-            notes.add_column(header)
-        for n in snapshot["notes"]:
-            notes.add_row(_when(n["at"]), n["name"], n["text"])
-        console.print(notes)
-    events = Table(title="last events")
-    for header in ("AT", "RUN", "KIND"):
-        events.add_column(header)
-    for e in snapshot["events"][-12:]:
-        events.add_row(_when(e["at"]), e["run_id"] or "-", e["kind"])
-    console.print(events)
+    for line in status_lines(snapshot, metric=metric, width=console.size.width, now=time.time()):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int:

@@ -6,7 +6,8 @@ implement it later). :class:`LocalExecutor` runs each run in its own process
 appended to ``runs/<id>/log.txt``, one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
 its GPU) or, on a machine without one, one at a time. A worker dies with the runner
 (``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process writing into
-a run directory that the next runner resumes.
+a run directory that the next runner resumes, and ignores SIGINT: a Ctrl-C in the terminal
+stops the runner, which kills its workers on the way out.
 
 Progress is read, not reported: :class:`MeasurementTail` follows a run's
 ``measurements.jsonl`` and gives its latest step, loss and planned steps.
@@ -148,6 +149,9 @@ def worker_argv(trial_json: Path) -> list[str]:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
+    # Ctrl-C reaches the whole foreground process group; the runner alone decides how its
+    # workers stop (flightplan.interrupts), so a worker ignores SIGINT (exec keeps that)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
