@@ -22,8 +22,8 @@ from types import TracebackType
 from typing import Callable
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID,
-                           TextColumn, TimeElapsedColumn)
+from rich.progress import (BarColumn, Progress, SpinnerColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 
 __all__ = ["Activity", "doing", "current", "clear", "WaitDisplay"]
 
@@ -90,7 +90,7 @@ class WaitDisplay:
         self.console = console or Console(stderr=True)
         self.enabled = self.console.is_terminal
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                  BarColumn(bar_width=20), MofNCompleteColumn(),
+                                  BarColumn(bar_width=20), TextColumn("{task.fields[count]}"),
                                   TimeElapsedColumn(), console=self.console, transient=True,
                                   redirect_stdout=False, redirect_stderr=False)
         self._task: TaskID | None = None
@@ -100,9 +100,11 @@ class WaitDisplay:
         if self._task is None or step.what != self._what:
             if self._task is not None:
                 self._progress.remove_task(self._task)
-            self._task = self._progress.add_task(step.what, total=step.total)
+            self._task = self._progress.add_task(step.what, total=step.total, count="")
             self._what = step.what
-        self._progress.update(self._task, completed=step.done or 0, total=step.total)
+        count = "" if step.total is None else f"{step.done or 0}/{step.total}"
+        self._progress.update(self._task, completed=step.done or 0, total=step.total,
+                              count=count)
 
     def __enter__(self) -> "WaitDisplay":
         if self.enabled:

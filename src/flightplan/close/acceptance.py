@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from flightplan.activity import doing
 from flightplan.close.analysis import Predictions, read_predictions
 from flightplan.close.conclusion import compare, metric_value
 from flightplan.close.verify import reproduce_run
@@ -62,7 +63,9 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
     """
     section = spec.campaign
     verdicts = []
-    for run in runs:
+    for done, run in enumerate(runs):
+        doing("reloading each artifact in a fresh process", done=done, total=len(runs),
+              unit="runs")
         run_id, reasons = run["run_id"], []
         predictions = _load(results, run_id)
         value, reproduced, usable = None, None, False

@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from flightplan.activity import doing
 from flightplan.close.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
@@ -155,7 +156,9 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str
     findings: list[dict[str, str]] = []
     listed: set[str] = set()
     present: set[str] = set()
-    for entry in manifest["files"]:
+    for done, entry in enumerate(manifest["files"]):
+        doing("checking the files of results/", done=done, total=len(manifest["files"]),
+              unit="files")
         problem = _entry_problem(entry)
         if problem:
             rel = str(entry.get("path", "")) if isinstance(entry, dict) else ""
@@ -362,11 +365,14 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
             findings += _scan_text(results, rel, temp, absolute)
     findings += _check_runs(results, manifest, present)
     if reload:
-        for run_id in sorted({p.split("/")[1] for p in present
-                              if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)}):
+        artifacts = sorted({p.split("/")[1] for p in present
+                            if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)})
+        for done, run_id in enumerate(artifacts):
             if reproduced is not None and run_id in reproduced:
                 findings += reproduced[run_id]
             elif f"predictions/{run_id}.csv" in present:
+                doing("reloading artifacts in fresh processes", done=done,
+                      total=len(artifacts), unit="artifacts")
                 findings += reproduce_run(results, run_id, limit=sample)
     findings.sort(key=lambda f: (f["path"], f["check"]))
     return {"verified": not findings, "findings": findings}

@@ -24,7 +24,11 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     if steps and not (directory / "manifest.json").exists():
         raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
                             f"not one; give one of them, e.g. {directory / steps[-1]}")
-    report = verify_checkpoint(directory)
+    from flightplan.activity import WaitDisplay, doing
+
+    with WaitDisplay():
+        doing(f"reloading {directory.name} and checking its digests")
+        report = verify_checkpoint(directory)
     if as_json:
         print(json.dumps(report, indent=2))
     elif report["verified"]:
