@@ -87,7 +87,7 @@ def _runs(runs: list[dict[str, Any]], *, metric: str, width: int, now: float) ->
                         f"{r.get('wall_s') or 0:.1f}", clock(r.get("started_at"), now=now)]
                        for r in runs]
     lines = _table(rows, right={2, 3})
-    out = ["runs", "  " + lines[0]]
+    out = ["runs", cut("  " + lines[0], width)]
     order = sorted(range(len(runs)), key=lambda i: (_TIERS.index(runs[i]["tier"])
                                                     if runs[i]["tier"] in _TIERS else 3, i))
     tier = None
@@ -95,7 +95,14 @@ def _runs(runs: list[dict[str, Any]], *, metric: str, width: int, now: float) ->
         if runs[i]["tier"] != tier:
             tier = runs[i]["tier"]
             out.append(f" {tier}")
-        out += _with_reason("  " + lines[i + 1], _run_reason(runs[i]), width=width, indent=4)
+        row, reason = "  " + lines[i + 1], _run_reason(runs[i])
+        if cell_len(row) <= width:
+            out += _with_reason(row, reason, width=width, indent=4)
+            continue
+        # a narrow terminal: the id alone on its line, its columns and reason below it
+        rest = lines[i + 1][len(runs[i]["run_id"]):].strip()
+        out += [f"  {runs[i]['run_id']}", cut(f"    {rest}", width)]
+        out += [cut(f"    {reason}", width)] if reason else []
     return out
 
 
@@ -106,7 +113,8 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     Args:
         snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``.
         metric: the campaign's decision metric (the runs' metric column header).
-        width: terminal columns; no line is longer unless a run id alone is.
+        width: terminal columns; no line is longer unless a run id alone is (a row
+            wider than the terminal puts the id alone on its line, the columns below).
         now: unix seconds; times on this local date show without the date.
 
     Returns:
@@ -126,7 +134,7 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                  "fits" if v.get("fits") else "over", v["plan_sha256"][:12],
                  clock(v.get("created_at"), now=now)] for v in versions]
         for v, line in zip(versions, _table(rows, right=set())):
-            out += _with_reason("  " + line, v.get("reason") or "", width=width, indent=6)
+            out += _with_reason(cut("  " + line, width), v.get("reason") or "", width=width, indent=6)
     out += ["", *_runs(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
         if snapshot.get("runs") else ["", "runs: none yet"]
     decisions = snapshot.get("decisions") or []
@@ -154,5 +162,5 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     if events:
         out += ["", "last events"]
         rows = [[clock(e["at"], now=now), e.get("run_id") or "-", e["kind"]] for e in events]
-        out += ["  " + line for line in _table(rows, right=set())]
+        out += [cut("  " + line, width) for line in _table(rows, right=set())]
     return out
