@@ -133,13 +133,9 @@ def test_status_shows_every_run_id_in_full_within_the_width(campaign, columns):
     for run in runs:                       # one line per run: its full id, then its status
         assert any(re.match(rf"^  {re.escape(run['run_id'])}\s+{run['status']}\s", line)
                    for line in lines), (run["run_id"], term.text)
-    stopped = next(r for r in runs if r["status"] == "stopped")
+    stopped = next(r for r in runs if r["status"] == "stopped")    # a short reason: whole
     reason = f"non_finite_loss at step 3: {stopped['stop']['message']}"
-    shown = next(line for line in lines if "non_finite_loss at step 3" in line).strip()
-    if columns == 120:
-        assert shown.endswith(reason)
-    else:                                  # cut at the width, whole in --json
-        assert shown.endswith("…") and reason.startswith(shown[:-1].split("  ")[-1])
+    assert any(line.endswith(reason) for line in lines), term.text
 
 
 def test_close_shows_progress_on_a_terminal_and_none_in_a_pipe(campaign):
