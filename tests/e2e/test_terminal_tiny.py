@@ -51,7 +51,8 @@ def _campaign(folder: Path) -> Path:
     text = (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8")
     text = text[:text.rindex("[[run]]")]
     lora = 'params = { max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = 0, adapter'
-    for old, new in (("train_limit = 240", "train_limit = 64"), ("test_limit = 80", "test_limit = 16"),
+    for old, new in (("train_limit = 240", "train_limit = 64"),
+                     ("test_limit = 80", "test_limit = 16"),
                      ('tolerated_loss = "1m"', 'tolerated_loss = "2s"'),
                      (lora, lora.replace("epochs = 2", "epochs = 25"))):
         assert text.count(old) == 1, old

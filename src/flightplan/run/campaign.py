@@ -210,6 +210,7 @@ class _Campaign:
     # -- the steps --------------------------------------------------------------------
     def prepare(self) -> None:
         spec, ledger = self.spec, self.ledger
+        activity.doing("freezing the plan")
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())

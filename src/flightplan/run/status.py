@@ -134,7 +134,8 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                  "fits" if v.get("fits") else "over", v["plan_sha256"][:12],
                  clock(v.get("created_at"), now=now)] for v in versions]
         for v, line in zip(versions, _table(rows, right=set())):
-            out += _with_reason(cut("  " + line, width), v.get("reason") or "", width=width, indent=6)
+            out += _with_reason(cut("  " + line, width), v.get("reason") or "", width=width,
+                                indent=6)
     out += ["", *_runs(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
         if snapshot.get("runs") else ["", "runs: none yet"]
     decisions = snapshot.get("decisions") or []
