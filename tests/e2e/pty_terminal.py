@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 
 __all__ = ["Terminal", "strip_ansi"]
 
+_REDRAW = re.compile(r"\r\n|\r|\n|\x1b\[2K|\x1b\[\d*A")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-B]")
 
 
@@ -112,5 +113,7 @@ class Terminal:
         return strip_ansi(self.output.decode("utf-8", "replace"))
 
     def lines(self) -> list[str]:
-        """:attr:`text` split at ``\\r`` and ``\\n`` (each redraw of a line is a line)."""
-        return re.split(r"\r\n|\r|\n", self.text)
+        """What was written, split at ``\\r``, ``\\n`` and the sequences that erase a line
+        or move the cursor up (each redraw of a line is a line), escapes removed."""
+        raw = self.output.decode("utf-8", "replace")
+        return [strip_ansi(part) for part in _REDRAW.split(raw)]
