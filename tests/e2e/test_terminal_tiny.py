@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pty_terminal import Terminal, strip_ansi
+from pty_terminal import Terminal
 
 from flightplan.run.ledger import Ledger
 
