@@ -15,6 +15,7 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     Prints one JSON object (``--json``) or one line per finding; returns 0 when verified,
     1 when anything is wrong (each finding named: check, path, message).
     """
+    from flightplan.activity import WaitDisplay, doing
     from flightplan.run.checkpoint_io import verify_checkpoint
 
     if not directory.is_dir():
@@ -24,8 +25,6 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     if steps and not (directory / "manifest.json").exists():
         raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
                             f"not one; give one of them, e.g. {directory / steps[-1]}")
-    from flightplan.activity import WaitDisplay, doing
-
     with WaitDisplay():
         doing(f"reloading {directory.name} and checking its digests")
         report = verify_checkpoint(directory)
@@ -79,7 +78,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
 
 
 def status_command(spec_path: Path, *, as_json: bool) -> int:
-    """``flightplan status [SPEC] [--json]``: the ledger as rich tables or one JSON object
+    """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
+    (:func:`flightplan.run.status.status_lines`) or one JSON object
     (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
     lock, or null; runs left ``running`` by a runner that is gone show as
     ``interrupted``).
