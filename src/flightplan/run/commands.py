@@ -45,7 +45,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
-    the summary table (run, tier, status, metric, wall time, stop reason) or, with
+    one line per run under its tier (full run id, status, metric, wall time, stop reason;
+    :func:`flightplan.run.status.run_lines`) or, with
     ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
     data_check, pilot, decision, runs, statuses, wall_s}``. A campaign stop is also
     written to stderr as one line.
@@ -57,11 +58,12 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
         worker was killed; the CLI prints the resume line and exits 130 or 143.
     """
     import sys
+    import time
 
     from rich.console import Console
 
     from flightplan.run.campaign import run_campaign
-    from flightplan.run.progress import summary_table
+    from flightplan.run.status import run_lines
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -70,7 +72,9 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
-        console.print(summary_table(outcome.runs, metric=spec.campaign.metric))
+        for line in run_lines(outcome.runs, metric=spec.campaign.metric, title="campaign runs",
+                              width=console.size.width, now=time.time()):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.print(outcome.message, highlight=False, soft_wrap=True)
     if outcome.stopped_by:
         print(f"campaign stopped: {outcome.message}", file=sys.stderr)

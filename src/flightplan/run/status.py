@@ -1,4 +1,5 @@
-"""What ``flightplan status`` prints: the ledger as plain lines that fit the terminal.
+"""What ``flightplan status`` prints (the ledger) and the table that ends ``flightplan run``,
+as plain lines that fit the terminal.
 
 The layout is made for an 80-column terminal and uses more width when it has it. Run
 ids are never cut (every other command and file names a run by its id): one line per
@@ -23,7 +24,7 @@ from rich.text import Text
 
 from flightplan.run.progress import format_stop
 
-__all__ = ["status_lines", "clock", "cut"]
+__all__ = ["status_lines", "run_lines", "clock", "cut"]
 
 _TIERS = ("essential", "useful", "exploratory")
 _EVENTS_SHOWN = 12
@@ -77,17 +78,30 @@ def _run_reason(run: dict[str, Any]) -> str:
         return format_stop(run["stop"])
     if run.get("superseded_by"):
         return f"superseded by {run['superseded_by']}"
-    return ""
+    return run.get("reason") or ""
 
 
-def _runs(runs: list[dict[str, Any]], *, metric: str, width: int, now: float) -> list[str]:
-    header = ["RUN ID", "STATUS", metric.upper(), "WALL (s)", "STARTED"]
+def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float,
+              title: str = "runs") -> list[str]:
+    """One line per run under its tier: full id, status, metric, wall time and (when the
+    rows have ``started_at``) start; its reason at the end of the line or below it, cut.
+
+    Args:
+        runs: ``{run_id, tier, status, metric, wall_s, stop, [started_at, superseded_by,
+            reason]}`` per run (the ledger's rows, or ``flightplan run``'s summary rows).
+        metric: the campaign's decision metric (column header).
+        width: terminal columns. now: unix seconds (times of today show without date).
+        title: the first line.
+    """
+    started = any("started_at" in r for r in runs)
+    header = ["RUN ID", "STATUS", metric.upper(), "WALL (s)"] + (["STARTED"] if started else [])
     rows = [header] + [[r["run_id"], r["status"],
                         "-" if r.get("metric") is None else f"{r['metric']:.4f}",
-                        f"{r.get('wall_s') or 0:.1f}", clock(r.get("started_at"), now=now)]
+                        f"{r.get('wall_s') or 0:.1f}"]
+                       + ([clock(r.get("started_at"), now=now)] if started else [])
                        for r in runs]
     lines = _table(rows, right={2, 3})
-    out = ["runs", cut("  " + lines[0], width)]
+    out = [title, cut("  " + lines[0], width)]
     order = sorted(range(len(runs)), key=lambda i: (_TIERS.index(runs[i]["tier"])
                                                     if runs[i]["tier"] in _TIERS else 3, i))
     tier = None
@@ -136,7 +150,7 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
         for v, line in zip(versions, _table(rows, right=set())):
             out += _with_reason(cut("  " + line, width), v.get("reason") or "", width=width,
                                 indent=6)
-    out += ["", *_runs(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
+    out += ["", *run_lines(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
         if snapshot.get("runs") else ["", "runs: none yet"]
     decisions = snapshot.get("decisions") or []
     if decisions:
