@@ -1,7 +1,9 @@
 """The ``flightplan`` command: parse arguments, call one function per verb, map errors.
 
 Exit codes: 0 success; 1 a check failed or a campaign stopped by a rule; 2 bad input
-(one line on stderr naming the field and the fix; a traceback only with ``--debug``).
+(one line on stderr naming the field and the fix; a traceback only with ``--debug``);
+130 after Ctrl-C (SIGINT), 143 after SIGTERM, each with one "interrupted: …" line on stderr
+naming what stopped and the command that continues (:mod:`flightplan.interrupts`).
 Each verb's work lives in the ``commands`` module of its stage (``plan/``, ``run/``,
 ``close/``); heavy imports (torch) happen only inside the verbs that need them.
 """
@@ -17,6 +19,7 @@ import click
 import typer
 
 from flightplan.errors import FlightplanError
+from flightplan.interrupts import Stoppable, StopNotice
 
 __all__ = ["app", "main"]
 
@@ -36,21 +39,36 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks o
     _state["debug"] = debug
 
 
-def _verb(func: Callable[..., int]) -> Callable[..., None]:
-    """Run a verb; turn its return value and flightplan errors into exit codes."""
+def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to start it over"
+          ) -> Callable[[Callable[..., int]], Callable[..., None]]:
+    """Run a verb; turn its return value, flightplan errors and interruptions into exit codes.
 
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs) -> None:
-        try:
-            code = func(*args, **kwargs)
-        except FlightplanError as exc:
-            if _state["debug"]:
-                raise
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(exc.exit_code) from None
-        raise typer.Exit(code or 0)
+    Args:
+        resume: the command that continues the verb's work, formatted with the verb's
+            arguments (``"flightplan run {spec}"``); the interruption line names it.
+        kept: what "nothing finished was lost" means for this verb.
+        again: what running ``resume`` again does.
+    """
 
-    return wrapper
+    def decorate(func: Callable[..., int]) -> Callable[..., None]:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs) -> None:
+            notice = StopNotice(resume.format(**kwargs), kept=kept, again=again)
+            stop = Stoppable(notice)
+            code = 0
+            try:
+                with stop:
+                    code = func(*args, **kwargs)
+            except FlightplanError as exc:
+                if _state["debug"]:
+                    raise
+                print(f"error: {exc}", file=sys.stderr)
+                raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(stop.exit_code if stop.signum is not None else code or 0)
+
+        return wrapper
+
+    return decorate
 
 
 JSON = typer.Option(False, "--json", help="Print one JSON object on stdout.")
@@ -58,7 +76,7 @@ DEFAULT_SPEC = Path("campaign.toml")
 
 
 @app.command()
-@_verb
+@_verb("flightplan plan {spec}")
 def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
          extend: list[str] = typer.Option([], "--extend", metavar="NAME=+DURATION",
                                           help="Lengthen a stage or run, e.g. lora-r8=+30h (repeatable)."),
@@ -70,7 +88,7 @@ def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 
 @app.command()
-@_verb
+@_verb("flightplan quote --offer '{offer}' --hours {hours:g}")
 def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"RTX 4090\"."),
           hours: float = typer.Option(..., "--hours", help="Length of one continuous job (hours)."),
           gpus: int = typer.Option(1, "--gpus", help="GPUs the job needs at once."),
@@ -82,7 +100,8 @@ def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"
 
 
 @app.command()
-@_verb
+@_verb("flightplan run {spec}", kept="finished runs and saved checkpoints are kept",
+       again="to resume from the last checkpoint")
 def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
@@ -96,7 +115,7 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 
 @app.command()
-@_verb
+@_verb("flightplan status {spec}")
 def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML)."),
            json: bool = JSON) -> int:
     """Show the ledger: plan versions, runs, events, expenses, notes."""
@@ -105,7 +124,8 @@ def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML).
 
 
 @app.command()
-@_verb
+@_verb("flightplan note {name} ...", kept="a note is recorded whole or not at all",
+       again="if `flightplan status` does not list it")
 def note(name: str = typer.Argument(..., help="Stage or run the note explains."),
          text: str = typer.Argument(..., help="The explanation."),
          spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
@@ -116,7 +136,8 @@ def note(name: str = typer.Argument(..., help="Stage or run the note explains.")
 
 
 @app.command()
-@_verb
+@_verb("flightplan close {spec}", kept="every file of results/ written so far is kept",
+       again="to complete and verify results/")
 def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
           json: bool = JSON) -> int:
     """Complete and verify results/: conclusion, budget, plan vs execution, report."""
@@ -125,7 +146,7 @@ def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 
 @app.command()
-@_verb
+@_verb("flightplan verify {directory}")
 def verify(directory: Path = typer.Argument(..., metavar="DIR", help="A results directory."),
            trust_code: bool = typer.Option(False, "--trust-code",
                                            help="Also reload artifacts by running the task "
@@ -138,7 +159,7 @@ def verify(directory: Path = typer.Argument(..., metavar="DIR", help="A results 
 
 
 @checkpoint_app.command("verify")
-@_verb
+@_verb("flightplan checkpoint verify {directory}")
 def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
                                                        help="A checkpoint (step-NNNNNN) directory."),
                       json: bool = JSON) -> int:
@@ -178,8 +199,8 @@ def main() -> None:
         sys.exit(app(standalone_mode=False) or 0)
     except (click.exceptions.Exit, typer.Exit) as exc:
         sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, typer.Abort):
-        print("error: aborted", file=sys.stderr)
+    except (click.exceptions.Abort, typer.Abort):  # Ctrl-C before a verb began
+        print("interrupted: stopped before any verb began; nothing was changed", file=sys.stderr)
         sys.exit(130)
     except (click.ClickException, typer.TyperException) as exc:
         print(f"error: {exc.format_message()}", file=sys.stderr)

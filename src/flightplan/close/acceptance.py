@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flightplan.activity import doing
 from flightplan.close.conclusion import compare_runs
 from flightplan.close.verify import reproduce_run
 from flightplan.errors import CheckFailed
@@ -63,7 +64,9 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
     section = spec.campaign
     metric = parse_metric(section.metric)
     verdicts = []
-    for run in runs:
+    for done, run in enumerate(runs):
+        doing("reloading each artifact in a fresh process", done=done, total=len(runs),
+              unit="runs")
         run_id, reasons = run["run_id"], []
         predictions = _load(results, run_id)
         value, reproduced, usable = None, None, False

@@ -22,6 +22,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from flightplan.activity import WaitDisplay, doing
 from flightplan.close.acceptance import accept_runs, accepted_product_count, comparisons
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
@@ -126,7 +127,8 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
     results = results_dir_of(campaign_dir)
     publish_plan(campaign_dir, original["plan"])
     runs = _latest_runs(ledger)
-    for run in runs:
+    for done, run in enumerate(runs):
+        doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
         if (campaign_dir / "runs" / run["run_id"] / "trial.json").is_file():
             publish_run(campaign_dir, run["run_id"])
 
@@ -150,6 +152,7 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
         analyses.append({"run_id": run_id, "name": run["name"], "analysis": analysis})
 
     section = spec.campaign
+    doing("comparing each variant with its reference (paired bootstrap)")
     conclusion = conclude(question=section.question, metric=section.metric, goal=section.goal,
                           min_gain=section.min_gain,
                           comparisons=comparisons(results, spec, verdicts))
@@ -172,6 +175,7 @@ def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFA
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
 
     run_ids = [r["run_id"] for r in runs]
+    doing("writing README.md and report.html")
     context = {"campaign": section.name, "conclusion": conclusion, "products": verdicts,
                "order_number": spec.rental.order, "metric": section.metric}
     _write_text(results, "README.md", render_readme(
@@ -205,6 +209,9 @@ def _print_findings(findings: list[dict[str, str]]) -> None:
 def close_command(spec_path: Path, *, as_json: bool) -> int:
     """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
+    On a terminal, stderr shows what is being done and how far along while it works
+    (:class:`flightplan.activity.WaitDisplay`); nothing when stderr is not a terminal.
+
     Raises:
         SpecError: the campaign file is invalid. ArgumentError: the campaign never ran.
     """
@@ -213,7 +220,8 @@ def close_command(spec_path: Path, *, as_json: bool) -> int:
     spec = load_spec(spec_path)
     ledger = Ledger.open(spec.campaign_dir, create=False)
     try:
-        outcome = close_campaign(spec, ledger)
+        with WaitDisplay():
+            outcome = close_campaign(spec, ledger)
     finally:
         ledger.close()
     if as_json:
@@ -256,7 +264,8 @@ def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) 
     if not Path(directory).is_dir():
         raise ArgumentError(f"{directory}: not a directory; give the results directory "
                             f"(the folder holding MANIFEST.json)")
-    report = verify_results(Path(directory), trust_code=trust_code)
+    with WaitDisplay():
+        report = verify_results(Path(directory), trust_code=trust_code)
     if as_json:
         print(json.dumps(report))
     else:

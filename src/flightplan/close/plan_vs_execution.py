@@ -25,7 +25,7 @@ from typing import Any
 
 from flightplan.run.ledger import plan_sha256
 
-__all__ = ["plan_vs_execution", "plan_vs_execution_markdown"]
+__all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours"]
 
 _HOUR_S = 3600.0
 
@@ -160,11 +160,42 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
     }
 
 
-def _h(value: float | None) -> str:
-    """Hours for a table: ``–`` when unknown, else with enough places for seconds."""
-    if value is None:
-        return "–"
-    return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}"
+def shown_hours(record: dict[str, Any]) -> dict[str, Any]:
+    """The hours of the plan-versus-execution tables as printed, adding up as printed.
+
+    One precision for every figure of the record: 2 places, or 4 when a non-zero figure
+    is under 0.1 h (a tiny campaign). Planned and observed hours are rounded to it, and a
+    deviation is the printed observed minus the printed planned, so that planned +
+    deviation = observed holds for the digits a reader sees (rounding each separately
+    gave e.g. 0.0056 + 0.0028 ≠ 0.0083).
+
+    Returns:
+        ``{places, items: [{planned, observed, deviation}], totals: {reserved, observed,
+        busy, deviation}}``: strings, ``–`` when unknown, deviations signed.
+    """
+    totals = record["totals"]
+    figures = [v for i in record["items"] for v in (i["planned_hours"], i["observed_hours"])]
+    figures += [totals["reserved_hours"], totals["observed_hours"], totals["busy_hours"]]
+    small = any(v is not None and 0 < abs(v) < 0.1 for v in figures)
+    places = 4 if small else 2
+
+    def text(value: float | None) -> str:
+        return "–" if value is None else f"{value:.{places}f}"
+
+    def deviation(observed: float | None, planned: float | None) -> str:
+        if observed is None or planned is None:
+            return "–"
+        return f"{round(observed, places) - round(planned, places):+.{places}f}"
+
+    return {"places": places,
+            "items": [{"planned": text(i["planned_hours"]), "observed": text(i["observed_hours"]),
+                       "deviation": deviation(i["observed_hours"], i["planned_hours"])}
+                      for i in record["items"]],
+            "totals": {"reserved": text(totals["reserved_hours"]),
+                       "observed": text(totals["observed_hours"]),
+                       "busy": text(totals["busy_hours"]),
+                       "deviation": deviation(totals["observed_hours"],
+                                              totals["reserved_hours"])}}
 
 
 def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
@@ -176,17 +207,16 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
              f"the plan itself is `plan.json`, never rewritten.", "",
              "| stage / run | kind | tier | status | planned (h) | observed (h) | deviation (h) "
              "| runs | explanation |", "|---|---|---|---|---|---|---|---|---|"]
-    for item in record["items"]:
+    shown = shown_hours(record)
+    for item, hours in zip(record["items"], shown["items"]):
         explanation = " / ".join(item["explanation"]).replace("|", "\\|") or "–"
         lines.append(f"| {item['name']} | {item['kind']} | {item['tier'] or '–'} | "
-                     f"{item['status']} | {_h(item['planned_hours'])} | "
-                     f"{_h(item['observed_hours'])} | {_h(item['deviation_hours'])} | "
-                     f"{item['executions']} | {explanation} |")
-    totals = record["totals"]
-    lines += ["", f"Reserved {_h(totals['reserved_hours'])} h; observed "
-              f"{_h(totals['observed_hours'])} h from first start to last end "
-              f"({_h(totals['busy_hours'])} h of stage and run time); deviation "
-              f"{_h(totals['deviation_hours'])} h.", "", "## Decisions", ""]
+                     f"{item['status']} | {hours['planned']} | {hours['observed']} | "
+                     f"{hours['deviation']} | {item['executions']} | {explanation} |")
+    totals = shown["totals"]
+    lines += ["", f"Reserved {totals['reserved']} h; observed {totals['observed']} h from "
+              f"first start to last end ({totals['busy']} h of stage and run time); "
+              f"deviation {totals['deviation']} h.", "", "## Decisions", ""]
     if not record["decisions"]:
         lines.append("No decision was recorded.")
     for d in record["decisions"]:
@@ -206,6 +236,8 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
             lines.append(f"- stopped: {d['name']} (`{d['run_id']}`) by rule {d['rule']}: "
                          f"{d['message']}")
     for version in record["re_estimates"]:
+        reserved = version["reserved_hours"]
         lines.append(f"- re-estimated plan (version {version['version']}): reserved "
-                     f"{_h(version['reserved_hours'])} h; {version['reason'] or 'no reason given'}")
+                     + ("–" if reserved is None else f"{reserved:.{shown['places']}f}")
+                     + f" h; {version['reason'] or 'no reason given'}")
     return "\n".join(lines) + "\n"

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from flightplan.close.plan_vs_execution import shown_hours
+
 __all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
            "render_readme"]
 
@@ -170,7 +172,8 @@ def render_report(context: dict[str, Any]) -> str:
                       if r["analysis"] and r["analysis"]["n_test"]
                       and r["analysis"]["confusion_matrix"]},
     }
-    return environment.get_template("report.html.j2").render(**context, images=images)
+    return environment.get_template("report.html.j2").render(**context, images=images,
+                                                             shown_hours=shown_hours(pve))
 
 
 def render_readme(context: dict[str, Any]) -> str:

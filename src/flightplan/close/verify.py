@@ -54,6 +54,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from flightplan.activity import doing
 from flightplan.close.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
@@ -155,7 +156,9 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str
     findings: list[dict[str, str]] = []
     listed: set[str] = set()
     present: set[str] = set()
-    for entry in manifest["files"]:
+    for done, entry in enumerate(manifest["files"]):
+        doing("checking the files of results/", done=done, total=len(manifest["files"]),
+              unit="files")
         problem = _entry_problem(entry)
         if problem:
             rel = str(entry.get("path", "")) if isinstance(entry, dict) else ""
@@ -467,12 +470,15 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
     findings += _task_findings(results, manifest)
     statuses: dict[str, str] = {}
     if reload:
-        for run_id in sorted({p.split("/")[1] for p in present
-                              if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)}):
+        artifacts = sorted({p.split("/")[1] for p in present
+                            if re.fullmatch(r"artifacts/[^/]+/.+", p)})
+        for done, run_id in enumerate(artifacts):
             if reproduced is not None and run_id in reproduced:
                 status, found = ("failed" if reproduced[run_id] else "reproduced",
                                  reproduced[run_id])
             elif f"predictions/{run_id}.csv" in present:
+                doing("reloading artifacts in fresh processes", done=done,
+                      total=len(artifacts), unit="artifacts")
                 status, found = reproduce_run(results, run_id, limit=sample,
                                               trust_code=trust_code, campaign_dir=campaign_dir)
             else:

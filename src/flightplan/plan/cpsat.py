@@ -184,8 +184,14 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
 
 
 def _solver(limit_s: float) -> cp_model.CpSolver:
-    """One worker, fixed seed, the same wall and deterministic limit (repeatable plans)."""
+    """One worker, fixed seed, the same wall and deterministic limit (repeatable plans).
+
+    ``catch_sigint_signal`` off: CP-SAT otherwise installs its own C-level SIGINT handler
+    during a solve and leaves SIGINT at its default action afterwards, so a later Ctrl-C
+    killed ``flightplan run`` outright, with no "interrupted: …" line (issue 14).
+    """
     solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_time_in_seconds = limit_s

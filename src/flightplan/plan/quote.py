@@ -17,6 +17,9 @@ Which options are listed (:func:`quote_options`):
 - an offer on which some run cannot be placed (more GPUs than a flight has, more memory
   than its GPU has) is listed once per package with ``fits = false`` and the reason in
   ``notes``;
+- every option has ``notes``: ``full protocol`` (with its flights, and the hours over the
+  window when it does not fit), the reduced protocol's tiers left out, or why a run
+  cannot be placed (:func:`quote_for_job`: ``the whole job`` or how much too long);
 - when the chosen option does not fit, the reduced protocol on it: drop exploratory
   stages and runs, then useful ones too (and stages only they needed), re-plan, until it
   fits. Essential work is never dropped.
@@ -241,11 +244,22 @@ def quote_options(spec: CampaignSpec, tasks: list[Task], catalog: Catalog, *,
     return Quote(_order(options, chosen_offer.currency or ""), unquoted)
 
 
+def _full_protocol_notes(flights: int, reserved_s: int, window_s: int) -> tuple[str, ...]:
+    """What a full-protocol option does: every stage and run; how flights are used; by
+    how much it misses its window."""
+    note = "full protocol" + (f" on {flights} flights side by side" if flights > 1 else "")
+    if reserved_s <= window_s:
+        return (note,)
+    return (note, f"{(reserved_s - window_s) / 3600:.1f} h over the window")
+
+
 def _priced(offer: Offer, flights: int, result: Schedule) -> list[Option]:
     """One option per package length of ``offer`` for ``flights`` flights of ``result``."""
-    notes = () if result.optimal else ("schedule not proven shortest (time limit)",)
+    extra = () if result.optimal else ("schedule not proven shortest (time limit)",)
     return [Option(offer.name, days, flights, price * flights, days * 86400, result.makespan_s,
-                   (), notes, result) for days, price in sorted(offer.packages.items())]
+                   (), _full_protocol_notes(flights, result.makespan_s, days * 86400) + extra,
+                   result)
+            for days, price in sorted(offer.packages.items())]
 
 
 def quote_for_job(offer_name: str, job_hours: float, gpus: int, catalog: Catalog) -> Quote:
@@ -270,12 +284,14 @@ def quote_for_job(offer_name: str, job_hours: float, gpus: int, catalog: Catalog
                            f"in a user catalog file (--catalog FILE)", file="catalog",
                            field="--offer", value=offer_name)
     job_s = round(job_hours * 3600)
-    notes: tuple[str, ...] = ()
-    reserved: int | None = job_s
     if gpus > offer.gpus_per_flight:
-        reserved = None
         notes = (f"the job needs {gpus} GPUs; a {offer.name} flight has {offer.gpus_per_flight} "
                  f"and a job never spans flights",)
-    options = [Option(offer.name, days, 1, price, days * 86400, reserved, (), notes)
-               for days, price in sorted(offer.packages.items())]
+        options = [Option(offer.name, days, 1, price, days * 86400, None, (), notes)
+                   for days, price in sorted(offer.packages.items())]
+    else:
+        options = [Option(offer.name, days, 1, price, days * 86400, job_s, (),
+                          (f"the job is {(job_s - days * 86400) / 3600:.1f} h too long",)
+                          if job_s > days * 86400 else ("the whole job",))
+                   for days, price in sorted(offer.packages.items())]
     return Quote(_order(options, offer.currency or ""))

@@ -28,6 +28,7 @@ from typing import Any
 
 from rich.console import Console
 
+from flightplan import activity
 from flightplan.durable import write_json_atomic
 from flightplan.close.results import publish_data_check, publish_plan
 from flightplan.corpus import corpus_root
@@ -202,6 +203,7 @@ class _Campaign:
     # -- the steps --------------------------------------------------------------------
     def prepare(self) -> None:
         spec, ledger = self.spec, self.ledger
+        activity.doing("freezing the plan")
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
@@ -222,6 +224,7 @@ class _Campaign:
 
     def data_check(self) -> dict[str, Any] | CampaignOutcome:
         started = time.time()
+        activity.doing("the data check")
         out = self.dir / ".flightplan" / "data_check.json"
         try:
             report = run_data_check(self.spec, out=out, tasks=self.tasks)
@@ -420,6 +423,8 @@ class _Campaign:
 
     def _progress(self, job: Job, progress: Any) -> None:
         self.board.update(str(job.run_dir), progress)
+        what = f"run {job.run_id}" + (" (resumed)" if job.run_dir.name == "resume" else "")
+        activity.doing(what, done=progress.completed, total=progress.total, unit="steps")
 
 
 def _check_summary(report: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     Prints one JSON object (``--json``) or one line per finding; returns 0 when verified,
     1 when anything is wrong (each finding named: check, path, message).
     """
+    from flightplan.activity import WaitDisplay, doing
     from flightplan.run.checkpoint_io import verify_checkpoint
 
     if not directory.is_dir():
@@ -25,7 +26,9 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     if steps and not (directory / "manifest.json").exists():
         raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
                             f"not one; give one of them, e.g. {directory / steps[-1]}")
-    report = verify_checkpoint(directory)
+    with WaitDisplay():
+        doing(f"reloading {directory.name} and checking its digests")
+        report = verify_checkpoint(directory)
     if as_json:
         print(json.dumps(report, indent=2))
     elif report["verified"]:
@@ -44,37 +47,37 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]... [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
-    the summary table (run, tier, status, metric, wall time, stop reason) or, with
+    one line per run under its tier (full run id, status, metric, wall time, stop reason;
+    :func:`flightplan.run.status.run_lines`) or, with
     ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
     data_check, pilot, decision, runs, statuses, wall_s}``. A campaign stop is also
     written to stderr as one line.
 
     Returns:
         0 when the runs ended (a run stopped by its own rule included); 1 when the
-        campaign was stopped (data check, pilot resume check, decision) or a run crashed;
-        130 on Ctrl-C (the worker is stopped; running again resumes).
+        campaign was stopped (data check, pilot resume check, decision) or a run crashed.
+        Ctrl-C and SIGTERM propagate (:class:`flightplan.interrupts.Interrupted`) after the
+        worker was killed; the CLI prints the resume line and exits 130 or 143.
     """
     import sys
+    import time
 
     from rich.console import Console
 
     from flightplan.run.campaign import run_campaign
-    from flightplan.run.progress import summary_table
+    from flightplan.run.status import run_lines
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
     console = Console()
-    try:
-        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                               restart=restart)
-    except KeyboardInterrupt:
-        print(f"interrupted: the running worker was stopped; run `flightplan run {spec_path}` "
-              f"again to resume from its last checkpoint", file=sys.stderr)
-        return 130
+    outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
+                           restart=restart)
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
-        console.print(summary_table(outcome.runs, metric=spec.campaign.metric))
+        for line in run_lines(outcome.runs, metric=spec.campaign.metric, title="campaign runs",
+                              width=console.size.width, now=time.time()):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.print(outcome.message, highlight=False, soft_wrap=True)
     if outcome.stopped_by:
         print(f"campaign stopped: {outcome.message}", file=sys.stderr)
@@ -82,7 +85,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 
 
 def status_command(spec_path: Path, *, as_json: bool) -> int:
-    """``flightplan status [SPEC] [--json]``: the ledger as rich tables or one JSON object
+    """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
+    (:func:`flightplan.run.status.status_lines`) or one JSON object
     (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
     lock, or null; runs left ``running`` by a runner that is gone show as
     ``interrupted``).
@@ -108,74 +112,20 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(snapshot, indent=2, default=str))
         return 0
-    _print_status(snapshot)
+    _print_status(snapshot, metric=spec.campaign.metric)
     return 0
 
 
-def _when(at: float | None) -> str:
+def _print_status(snapshot: dict, *, metric: str) -> None:
     import time
-    return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
-
-def _print_status(snapshot: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    from flightplan.run.progress import format_stop
+    from flightplan.run.status import status_lines
 
     console = Console()
-    campaign = snapshot["campaign"] or {}
-    runner = snapshot.get("runner")
-    created = _when(campaign.get("created_at"))
-    console.print(f"campaign [bold]{campaign.get('name', '?')}[/bold] "
-                  f"({campaign.get('spec_path', '?')}, created {created}); "
-                  + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
-                  highlight=False)
-    plans = Table(title="plan versions")
-    for header in ("VERSION", "KIND", "RESERVED (h)", "WINDOW (h)", "FITS", "SHA256", "REASON"):
-        plans.add_column(header)
-    for v in snapshot["plan_versions"]:
-        plans.add_row(str(v["version"]), v["kind"], f"{v.get('reserved_hours') or 0:.2f}",
-                      f"{v.get('window_hours') or 0:.0f}", str(v.get("fits")),
-                      v["plan_sha256"][:12], v.get("reason") or "")
-    console.print(plans)
-    runs = Table(title="runs")
-    for header in ("RUN", "TIER", "STATUS", "METRIC", "WALL (s)", "STARTED", "STOP / NOTE"):
-        runs.add_column(header)
-    for r in snapshot["runs"]:
-        extra = format_stop(r["stop"]) or (f"superseded by {r['superseded_by']}"
-                                           if r.get("superseded_by") else "")
-        runs.add_row(f"{r['name']}\n[dim]{r['run_id']}[/dim]", r["tier"], r["status"],
-                     "-" if r["metric"] is None else f"{r['metric']:.4f}",
-                     f"{r['wall_s']:.1f}", _when(r["started_at"]), extra)
-    console.print(runs)
-    if snapshot["decisions"]:
-        decisions = Table(title="decisions")
-        for header in ("AT", "DECISION", "COMPUTED", "DROPPED", "REASON"):
-            decisions.add_column(header)
-        for d in snapshot["decisions"]:
-            decisions.add_row(_when(d["at"]), d["decision"], d["computed"],
-                              ", ".join(d["dropped"]) or "-", d["figures"].get("reason", ""))
-        console.print(decisions)
-    expenses = Table(title="expenses")
-    for header in ("KIND", "LABEL", "AMOUNT"):
-        expenses.add_column(header)
-    for e in snapshot["expenses"]:
-        expenses.add_row(e["kind"], e["label"], f"{e['amount']} {e['currency']}")
-    console.print(expenses)
-    if snapshot["notes"]:
-        notes = Table(title="notes")
-        for header in ("AT", "NAME", "TEXT"):
-            notes.add_column(header)
-        for n in snapshot["notes"]:
-            notes.add_row(_when(n["at"]), n["name"], n["text"])
-        console.print(notes)
-    events = Table(title="last events")
-    for header in ("AT", "RUN", "KIND"):
-        events.add_column(header)
-    for e in snapshot["events"][-12:]:
-        events.add_row(_when(e["at"]), e["run_id"] or "-", e["kind"])
-    console.print(events)
+    for line in status_lines(snapshot, metric=metric, width=console.size.width, now=time.time()):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int:

@@ -10,7 +10,8 @@ each with ``$FLIGHTPLAN_TORCH_THREADS`` threads (:func:`flightplan.run.device.cp
 Each run computes alone in its own process with its recorded thread count, so running side
 by side changes no result. A worker dies with the runner (``PR_SET_PDEATHSIG`` on Linux),
 so a killed runner never leaves a process writing into a run directory that the next
-runner resumes.
+runner resumes, and ignores SIGINT: a Ctrl-C in the terminal stops the runner, which kills
+its workers on the way out.
 
 Progress is read, not reported: :class:`MeasurementTail` follows a run's
 ``measurements.jsonl`` and gives its latest step, loss and planned steps.
@@ -155,6 +156,9 @@ def worker_argv(trial_json: Path) -> list[str]:
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
+    # Ctrl-C reaches the whole foreground process group; the runner alone decides how its
+    # workers stop (flightplan.interrupts), so a worker ignores SIGINT (exec keeps that)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -1,4 +1,5 @@
-"""What ``flightplan run`` shows: progress bars while runs execute, and the summary table.
+"""What ``flightplan run`` shows while runs execute: progress bars (the table at the end is
+:func:`flightplan.run.status.run_lines`).
 
 Bars (run, step/total, loss, ETA) are drawn only on a terminal; with ``--json`` or a
 redirected stdout nothing is drawn, so the JSON object stays the only thing on stdout.
@@ -7,7 +8,6 @@ Usage::
 
     with ProgressBoard(console, enabled=console.is_terminal) as board:
         board.update("control-1a2b", progress)     # from the executor's on_progress
-    console.print(summary_table(rows, metric="macro_f1"))
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from typing import Any
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
                            TimeRemainingColumn)
-from rich.table import Table
 
 from flightplan.run.executor import RunProgress
 
-__all__ = ["ProgressBoard", "summary_table", "format_stop"]
+__all__ = ["ProgressBoard", "format_stop"]
 
 
 class ProgressBoard:
@@ -82,24 +81,3 @@ def format_stop(stop: dict[str, Any] | None) -> str:
     if not stop:
         return ""
     return f"{stop.get('rule')} at step {stop.get('step')}: {stop.get('message')}"
-
-
-def summary_table(rows: list[dict[str, Any]], *, metric: str) -> Table:
-    """The end-of-run table: run, tier, status, metric, wall time, stop reason.
-
-    Args:
-        rows: ``{name, run_id, tier, status, metric, wall_s, stop}`` per run.
-        metric: the campaign's decision metric (column header).
-    """
-    table = Table(title="campaign runs")
-    for header, justify in (("RUN", "left"), ("TIER", "left"), ("STATUS", "left"),
-                            (metric.upper(), "right"), ("WALL (s)", "right"),
-                            ("STOP REASON", "left")):
-        table.add_column(header, justify=justify)
-    for row in rows:
-        value = row.get("metric")
-        table.add_row(f"{row['name']}\n[dim]{row['run_id']}[/dim]", row["tier"], row["status"],
-                      "-" if value is None else f"{value:.4f}",
-                      "-" if not row.get("wall_s") else f"{row['wall_s']:.1f}",
-                      format_stop(row.get("stop")) or row.get("reason", ""))
-    return table

@@ -7,7 +7,8 @@ import io
 from rich.console import Console
 
 from flightplan.run.executor import RunProgress
-from flightplan.run.progress import ProgressBoard, format_stop, summary_table
+from flightplan.run.progress import ProgressBoard, format_stop
+from flightplan.run.status import run_lines
 
 STOP = {"run_id": "lora-1", "rule": "non_finite_loss", "step": 3, "value": "nan",
         "threshold": None, "message": "loss is nan at step 3", "time": 1.0}
@@ -30,21 +31,23 @@ def test_bars_show_run_steps_and_loss_only_when_enabled():
     assert _render(enabled=False, terminal=False) == ""
 
 
-def test_summary_table_rows():
+def test_the_end_of_run_table_has_one_line_per_run_with_its_full_id():
     assert format_stop(STOP) == "non_finite_loss at step 3: loss is nan at step 3"
     assert format_stop(None) == ""
-    out = io.StringIO()
-    Console(file=out, width=140).print(summary_table([
+    rows = [
         {"name": "control", "run_id": "control-1", "tier": "essential", "status": "finished",
          "metric": 0.71234, "wall_s": 12.34, "stop": None, "reason": ""},
         {"name": "lora", "run_id": "lora-1", "tier": "essential", "status": "stopped",
          "metric": None, "wall_s": 3.0, "stop": STOP, "reason": ""},
         {"name": "wild", "run_id": "wild-1", "tier": "exploratory", "status": "cut",
-         "metric": None, "wall_s": 0.0, "stop": None, "reason": "cut at the decision point"}],
-        metric="macro_f1"))
-    text = out.getvalue()
-    for header in ("RUN", "TIER", "STATUS", "MACRO_F1", "WALL (s)", "STOP REASON"):
-        assert header in text
-    assert "0.7123" in text and "12.3" in text
-    assert "non_finite_loss at step 3: loss is nan at step 3" in text
-    assert "cut at the decision point" in text
+         "metric": None, "wall_s": 0.0, "stop": None, "reason": "cut at the decision point"}]
+    assert run_lines(rows, metric="macro_f1", width=80, now=0.0, title="campaign runs") == [
+        "campaign runs",
+        "  RUN ID     STATUS    MACRO_F1  WALL (s)",
+        " essential",
+        "  control-1  finished    0.7123      12.3",
+        "  lora-1     stopped          -       3.0",
+        "    non_finite_loss at step 3: loss is nan at step 3",    # 91 columns on one line
+        " exploratory",
+        "  wild-1     cut              -       0.0  cut at the decision point",
+    ]

@@ -1,0 +1,181 @@
+"""What ``flightplan status`` prints (the ledger) and the table that ends ``flightplan run``,
+as plain lines that fit the terminal.
+
+The layout is made for an 80-column terminal and uses more width when it has it. Run
+ids are never cut (every other command and file names a run by its id): one line per
+run, grouped under its tier, with status, metric, wall time and start. A time of today
+shows without its date. A reason (a stop rule's message, a plan version's reason, a
+decision's reason, a note) goes at the end of its line when it fits there, else on the
+next line, indented, and cut with "…" at the width; ``--json`` keeps every text whole.
+
+Usage::
+
+    for line in status_lines(snapshot, metric="macro_f1", width=80, now=time.time()):
+        print(line)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.cells import cell_len
+from rich.text import Text
+
+from flightplan.run.progress import format_stop
+
+__all__ = ["status_lines", "run_lines", "clock", "cut"]
+
+_TIERS = ("essential", "useful", "exploratory")
+_EVENTS_SHOWN = 12
+_ONE_LINE = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+
+
+def clock(at: float | None, *, now: float) -> str:
+    """Local ``HH:MM:SS`` when ``at`` (unix s) is on ``now``'s date, else
+    ``YYYY-MM-DD HH:MM``; ``-`` for None."""
+    if at is None:
+        return "-"
+    when, today = time.localtime(at), time.localtime(now)
+    if when[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", when)
+    return time.strftime("%Y-%m-%d %H:%M", when)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` terminal cells with a trailing "…"."""
+    flat = str(text).translate(_ONE_LINE)
+    if cell_len(flat) <= width:
+        return flat
+    line = Text(flat)
+    line.truncate(max(1, width), overflow="ellipsis")
+    return line.plain
+
+
+def _with_reason(head: str, reason: str, *, width: int, indent: int) -> list[str]:
+    """``head`` plus ``reason`` at its end when it fits, else on the next line (cut)."""
+    reason = " ".join(reason.split())
+    if not reason:
+        return [head.rstrip()]
+    if cell_len(head) + 2 + cell_len(reason) <= width:
+        return [f"{head}  {reason}"]
+    return [head.rstrip(), " " * indent + cut(reason, width - indent)]
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart (``right``: right-aligned)."""
+    widths = [max(cell_len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = []
+    for row in rows:
+        cells = [cell.rjust(w) if i in right else cell.ljust(w)
+                 for i, (cell, w) in enumerate(zip(row, widths))]
+        out.append("  ".join(cells).rstrip())
+    return out
+
+
+def _run_reason(run: dict[str, Any]) -> str:
+    if run.get("stop"):
+        return format_stop(run["stop"])
+    if run.get("superseded_by"):
+        return f"superseded by {run['superseded_by']}"
+    return run.get("reason") or ""
+
+
+def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float,
+              title: str = "runs") -> list[str]:
+    """One line per run under its tier: full id, status, metric, wall time and (when the
+    rows have ``started_at``) start; its reason at the end of the line or below it, cut.
+
+    Args:
+        runs: ``{run_id, tier, status, metric, wall_s, stop, [started_at, superseded_by,
+            reason]}`` per run (the ledger's rows, or ``flightplan run``'s summary rows).
+        metric: the campaign's decision metric (column header).
+        width: terminal columns. now: unix seconds (times of today show without date).
+        title: the first line.
+    """
+    started = any("started_at" in r for r in runs)
+    header = ["RUN ID", "STATUS", metric.upper(), "WALL (s)"] + (["STARTED"] if started else [])
+    rows = [header] + [[r["run_id"], r["status"],
+                        "-" if r.get("metric") is None else f"{r['metric']:.4f}",
+                        f"{r.get('wall_s') or 0:.1f}"]
+                       + ([clock(r.get("started_at"), now=now)] if started else [])
+                       for r in runs]
+    lines = _table(rows, right={2, 3})
+    out = [title, cut("  " + lines[0], width)]
+    order = sorted(range(len(runs)), key=lambda i: (_TIERS.index(runs[i]["tier"])
+                                                    if runs[i]["tier"] in _TIERS else 3, i))
+    tier = None
+    for i in order:
+        if runs[i]["tier"] != tier:
+            tier = runs[i]["tier"]
+            out.append(f" {tier}")
+        row, reason = "  " + lines[i + 1], _run_reason(runs[i])
+        if cell_len(row) <= width:
+            out += _with_reason(row, reason, width=width, indent=4)
+            continue
+        # a narrow terminal: the id alone on its line, its columns and reason below it
+        rest = lines[i + 1][len(runs[i]["run_id"]):].strip()
+        out += [f"  {runs[i]['run_id']}", cut(f"    {rest}", width)]
+        out += [cut(f"    {reason}", width)] if reason else []
+    return out
+
+
+def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: float
+                 ) -> list[str]:
+    """The ``flightplan status`` text of a ledger snapshot.
+
+    Args:
+        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``.
+        metric: the campaign's decision metric (the runs' metric column header).
+        width: terminal columns; no line is longer unless a run id alone is (a row
+            wider than the terminal puts the id alone on its line, the columns below).
+        now: unix seconds; times on this local date show without the date.
+
+    Returns:
+        The lines, without newlines.
+    """
+    width = max(40, width)
+    campaign = snapshot.get("campaign") or {}
+    runner = snapshot.get("runner")
+    out = [cut(f"campaign {campaign.get('name', '?')} ({campaign.get('spec_path', '?')}), "
+               f"created {clock(campaign.get('created_at'), now=now)}; "
+               + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
+               width), "", "plan versions"]
+    versions = snapshot.get("plan_versions") or []
+    if versions:
+        rows = [[f"v{v['version']}", v["kind"],
+                 f"{v.get('reserved_hours') or 0:.2f} h of {v.get('window_hours') or 0:.0f} h",
+                 "fits" if v.get("fits") else "over", v["plan_sha256"][:12],
+                 clock(v.get("created_at"), now=now)] for v in versions]
+        for v, line in zip(versions, _table(rows, right=set())):
+            out += _with_reason(cut("  " + line, width), v.get("reason") or "", width=width,
+                                indent=6)
+    out += ["", *run_lines(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
+        if snapshot.get("runs") else ["", "runs: none yet"]
+    decisions = snapshot.get("decisions") or []
+    if decisions:
+        out += ["", "decisions"]
+        for d in decisions:
+            head = f"  {clock(d['at'], now=now)}  {d['decision']}" + (
+                f" (computed: {d['computed']})" if d["computed"] != d["decision"] else "")
+            out += _with_reason(head, (d.get("figures") or {}).get("reason", ""),
+                                width=width, indent=6)
+            if d.get("dropped"):
+                out.append(cut("      dropped: " + ", ".join(d["dropped"]), width))
+    expenses = snapshot.get("expenses") or []
+    if expenses:
+        out += ["", "expenses"]
+        rows = [[e["kind"], e["label"], f"{e['amount']} {e['currency']}"] for e in expenses]
+        out += [cut("  " + line, width) for line in _table(rows, right={2})]
+    notes = snapshot.get("notes") or []
+    if notes:
+        out += ["", "notes"]
+        for n in notes:
+            out += _with_reason(f"  {clock(n['at'], now=now)}  {n['name']}", n["text"],
+                                width=width, indent=6)
+    events = (snapshot.get("events") or [])[-_EVENTS_SHOWN:]
+    if events:
+        out += ["", "last events"]
+        rows = [[clock(e["at"], now=now), e.get("run_id") or "-", e["kind"]] for e in events]
+        out += [cut("  " + line, width) for line in _table(rows, right=set())]
+    return out

@@ -1,0 +1,145 @@
+"""`flightplan status` as text: 80 columns, 120 columns, full run ids, cut reasons.
+
+The snapshot is written by hand; the expected lines were checked column by column: run
+ids whole, times of today without their date, a reason at the end of its line when it
+fits and else on the next line, cut with "…" at the width.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from rich.cells import cell_len
+
+from flightplan.run.status import clock, cut, status_lines
+
+def at(day: int, hh: int, mm: int, ss: int, month: int = 12) -> float:
+    """Unix seconds of a local time in 2026 (the tests hold in every time zone)."""
+    return time.mktime((2026, month, day, hh, mm, ss, 0, 0, -1))
+
+
+NOW = at(1, 10, 0, 0)
+"""The status is read at 10:00 on 1 December: earlier times today show without a date."""
+SNAPSHOT = {
+    "campaign": {"name": "tiny", "spec_path": "campaign.toml", "created_at": at(1, 5, 6, 57)},
+    "runner": None,
+    "plan_versions": [
+        {"version": 1, "kind": "original", "plan_sha256": "d3633997e1e8" + "0" * 52,
+         "created_at": at(1, 5, 6, 57), "reason": "planned before the first run",
+         "reserved_hours": 0.015278, "window_hours": 72.0, "fits": True},
+        {"version": 2, "kind": "re-estimate", "plan_sha256": "9f34169b70a8" + "1" * 52,
+         "created_at": at(1, 5, 7, 19), "reason": "re-estimated from the pilot",
+         "reserved_hours": 80.5, "window_hours": 72.0, "fits": False}],
+    "runs": [
+        {"run_id": "control-2c7856a97f", "name": "control", "tier": "essential",
+         "status": "finished", "started_at": at(1, 5, 7, 19), "wall_s": 7.866, "stop": None,
+         "superseded_by": None, "metric": 0.2988505747},
+        {"run_id": "control-nan-0123456789", "name": "control-nan", "tier": "exploratory",
+         "status": "stopped", "started_at": at(30, 23, 59, 0, month=11), "wall_s": 3.14,
+         "stop": {"rule": "non_finite_loss", "step": 3,
+                  "message": "loss is nan at step 3; the run stopped before its first evaluation"},
+         "superseded_by": None, "metric": None},
+        {"run_id": "lora-r4-len128-abcdef0123", "name": "lora-r4-len128", "tier": "useful",
+         "status": "superseded", "started_at": at(1, 5, 8, 0), "wall_s": 12.0, "stop": None,
+         "superseded_by": "lora-r4-len128-9999999999", "metric": None},
+        {"run_id": "lora-r4-62e1d953a6", "name": "lora-r4", "tier": "essential",
+         "status": "interrupted", "started_at": at(1, 5, 7, 27), "wall_s": 0.0, "stop": None,
+         "superseded_by": None, "metric": None}],
+    "decisions": [{"at": at(1, 5, 7, 19), "decision": "cut", "computed": "continue",
+                   "dropped": ["lora-r4-len128"],
+                   "figures": {"reason": "0.01 h of 72.00 h fits"}}],
+    "expenses": [{"kind": "package", "label": "RTX 4090 3-day package × 1", "amount": "47.14",
+                  "currency": "USD"},
+                 {"kind": "external", "label": "dataset licence", "amount": "12.50",
+                  "currency": "USD"}],
+    "notes": [{"name": "lora-r4", "text": "Ctrl-C by mistake\nwhile checking the logs",
+               "at": at(1, 5, 9, 0)}],
+    "events": [{"at": at(1, 5, 7, 1), "run_id": None, "kind": "data_check"},
+               {"at": at(1, 5, 7, 19), "run_id": "control-2c7856a97f", "kind": "started"}],
+}
+
+
+HEAD = [
+    "campaign tiny (campaign.toml), created 05:06:57; no runner active",
+    "",
+    "plan versions",
+]
+RUNS = [
+    "runs",
+    "  RUN ID                     STATUS       MACRO_F1  WALL (s)  STARTED",
+    " essential",
+    "  control-2c7856a97f         finished       0.2989       7.9  05:07:19",
+    "  lora-r4-62e1d953a6         interrupted         -       0.0  05:07:27",
+    " useful",
+]
+TAIL = [
+    "",
+    "decisions",
+    "  05:07:19  cut (computed: continue)  0.01 h of 72.00 h fits",
+    "      dropped: lora-r4-len128",
+    "",
+    "expenses",
+    "  package   RTX 4090 3-day package × 1  47.14 USD",
+    "  external  dataset licence             12.50 USD",
+    "",
+    "notes",
+    "  05:09:00  lora-r4  Ctrl-C by mistake while checking the logs",
+    "",
+    "last events",
+    "  05:07:01  -                   data_check",
+    "  05:07:19  control-2c7856a97f  started",
+]
+
+
+def test_status_at_80_columns() -> None:
+    assert status_lines(SNAPSHOT, metric="macro_f1", width=80, now=NOW) == HEAD + [
+        "  v1  original     0.02 h of 72 h   fits  d3633997e1e8  05:06:57",
+        "      planned before the first run",
+        "  v2  re-estimate  80.50 h of 72 h  over  9f34169b70a8  05:07:19",
+        "      re-estimated from the pilot",
+        "",
+    ] + RUNS + [
+        "  lora-r4-len128-abcdef0123  superseded          -      12.0  05:08:00",
+        "    superseded by lora-r4-len128-9999999999",
+        " exploratory",
+        "  control-nan-0123456789     stopped             -       3.1  2026-11-30 23:59",
+        "    non_finite_loss at step 3: loss is nan at step 3; the run stopped before it…",
+    ] + TAIL
+
+
+def test_status_at_120_columns_puts_the_reasons_that_fit_on_their_line() -> None:
+    assert status_lines(SNAPSHOT, metric="macro_f1", width=120, now=NOW) == HEAD + [
+        "  v1  original     0.02 h of 72 h   fits  d3633997e1e8  05:06:57  planned before the "
+        "first run",
+        "  v2  re-estimate  80.50 h of 72 h  over  9f34169b70a8  05:07:19  re-estimated from "
+        "the pilot",
+        "",
+    ] + RUNS + [
+        "  lora-r4-len128-abcdef0123  superseded          -      12.0  05:08:00  superseded by "
+        "lora-r4-len128-9999999999",
+        " exploratory",
+        "  control-nan-0123456789     stopped             -       3.1  2026-11-30 23:59",
+        "    non_finite_loss at step 3: loss is nan at step 3; the run stopped before its first "
+        "evaluation",
+    ] + TAIL
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 200])
+def test_no_line_is_wider_than_the_terminal_unless_a_run_id_needs_it(width: int) -> None:
+    lines = status_lines(SNAPSHOT, metric="macro_f1", width=width, now=NOW)
+    for run in SNAPSHOT["runs"]:
+        assert sum(line == f"  {run['run_id']}" or line.startswith(f"  {run['run_id']}  ")
+                   for line in lines) == 1
+    for line in lines:
+        ids = [r["run_id"] for r in SNAPSHOT["runs"] if line.startswith(f"  {r['run_id']}")]
+        assert cell_len(line) <= width or ids, line
+
+
+def test_clock_and_cut() -> None:
+    assert clock(at(1, 0, 0, 0), now=NOW) == "00:00:00"
+    assert clock(at(30, 23, 59, 59, month=11), now=NOW) == "2026-11-30 23:59"
+    assert clock(None, now=NOW) == "-"
+    assert cut("a\nb\tc", 10) == "a b c"
+    assert cut("abcdefghij", 5) == "abcd…"
+    assert cut("日本語のテキスト", 7) == "日本語…"          # wide characters count as two cells
