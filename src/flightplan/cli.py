@@ -169,7 +169,8 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
 
 
 @stage_app.command("start")
-@_verb
+@_verb("flightplan stage start {name} --spec {spec}", kept="a mark is recorded whole or not at all",
+       again="if `flightplan status` does not show it")
 def stage_start(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
                 spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
                 json: bool = JSON) -> int:
@@ -179,7 +180,8 @@ def stage_start(name: str = typer.Argument(..., help="A [[stage]] of the campaig
 
 
 @stage_app.command("done")
-@_verb
+@_verb("flightplan stage done {name} --spec {spec}", kept="a mark is recorded whole or not at all",
+       again="if `flightplan status` does not show it")
 def stage_done(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
                took: Optional[str] = typer.Option(None, "--took", metavar="DURATION",
                                                   help="It ended now and took this long "
