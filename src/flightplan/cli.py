@@ -83,10 +83,13 @@ def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"
 def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
+        tracking_uri: Optional[str] = typer.Option(
+            None, "--tracking-uri", help="Mirror the runs into this MLflow store while they "
+                                         "train (default: [tracking] mlflow)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
-    return run_command(spec, decide=decide, as_json=json)
+    return run_command(spec, decide=decide, as_json=json, tracking_uri=tracking_uri)
 
 
 @app.command()
@@ -135,6 +138,22 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
     """Reload a checkpoint in a fresh process and compare it with its save-time digests."""
     from flightplan.run.commands import checkpoint_verify_command
     return checkpoint_verify_command(directory, as_json=json)
+
+
+@app.command()
+@_verb
+def export(target: str = typer.Argument(..., metavar="mlflow", help="Where to export (mlflow)."),
+           results: Path = typer.Argument(..., metavar="RESULTS_DIR", help="A results directory."),
+           tracking_uri: Optional[str] = typer.Option(
+               None, "--tracking-uri", help="MLflow store (default $MLFLOW_TRACKING_URI or "
+                                            "sqlite:///mlflow.db here)."),
+           experiment: Optional[str] = typer.Option(None, "--experiment",
+                                                    help="Experiment name (default the campaign's)."),
+           json: bool = JSON) -> int:
+    """Write a verified results directory into an MLflow tracking store (again: updates)."""
+    from flightplan.integrations.mlflow_export import export_command
+    return export_command(target, results, tracking_uri=tracking_uri, experiment=experiment,
+                          as_json=json)
 
 
 def main() -> None:

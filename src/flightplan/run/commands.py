@@ -38,8 +38,9 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
 
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
 
-def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
-    """``flightplan run SPEC [--decide continue|cut|stop] [--json]``.
+def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
+                tracking_uri: str | None = None) -> int:
+    """``flightplan run SPEC [--decide continue|cut|stop] [--tracking-uri URI] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
     the summary table (run, tier, status, metric, wall time, stop reason) or, with
@@ -63,7 +64,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
     spec = load_spec(spec_path)
     console = Console()
     try:
-        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
+        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
+                               tracking_uri=tracking_uri)
     except KeyboardInterrupt:
         print(f"interrupted: the running worker was stopped; run `flightplan run {spec_path}` "
               f"again to resume from its last checkpoint", file=sys.stderr)
