@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ class _RunState:
     last_ms: int | None = None
     run: MlflowRun | None = None
     status: str | None = None                         # last status the store accepted
+    end_ms: int | None = None                         # end time sent with that status
 
 
 class LiveMirror:
@@ -157,6 +159,8 @@ class LiveMirror:
         path = state.run_dir / "measurements.jsonl"
         try:
             with open(path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size < state.offset:
+                    state.offset = 0                     # a new file: read it whole again
                 handle.seek(state.offset)
                 chunk = handle.read()
         except FileNotFoundError:
@@ -192,11 +196,12 @@ class LiveMirror:
             self.sent += store.log_points(state.run, state.pending)
             state.pending = []
         status, tags = self._status(state, final=final)
-        if status != state.status:
-            if tags:
-                store.set_tags(state.run, tags)
+        # done.json comes just before the trial's last row: a terminal status is sent
+        # again while rows still arrive, so the end time is the last row's
+        if status != state.status or (status != "RUNNING" and state.last_ms != state.end_ms):
+            store.set_tags(state.run, tags)
             store.finish(state.run, status, state.last_ms)
-            state.status = status
+            state.status, state.end_ms = status, state.last_ms
 
     @staticmethod
     def _status(state: _RunState, *, final: bool) -> tuple[str, dict[str, str]]:
