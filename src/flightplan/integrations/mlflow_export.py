@@ -44,9 +44,9 @@ from typing import Any
 from flightplan.errors import ArgumentError, VerificationFailed
 from flightplan.integrations.mlflow_store import (
     MetricPoint, MlflowRun, MlflowStore, default_tracking_uri, flatten, metric_key,
-    metric_points)
+    metric_points, parse_rows, require_mlflow)
 
-__all__ = ["export_results", "export_command", "read_rows", "run_record", "SUMMARY_ID"]
+__all__ = ["export_results", "export_command", "run_record", "SUMMARY_ID"]
 
 SUMMARY_ID = "summary"
 # results/ files of a run, uploaded to the same relative paths (``predictions/<id>.csv``)
@@ -60,15 +60,6 @@ _STATUS = {"finished": "FINISHED", "stopped": "FAILED"}
 
 def _json(path: Path, default: Any = None) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else default
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The complete JSON rows of a ``measurements.jsonl`` (a torn last line is left out)."""
-    if not path.is_file():
-        return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")[:-1]  # the part after the last newline is not complete
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def _ms(unix_s: float | None) -> int | None:
@@ -85,7 +76,8 @@ def run_record(results: Path, run_id: str, manifest: dict[str, Any],
     """
     trial = _json(results / "params" / f"{run_id}.json", {})
     facts = manifest.get("runs", {}).get(run_id, {})
-    rows = read_rows(results / "measurements" / f"{run_id}.jsonl")
+    path = results / "measurements" / f"{run_id}.jsonl"
+    rows = parse_rows(path.read_bytes())[0] if path.is_file() else []
     points = [p for row in rows for p in metric_points(row)]
     times = [float(r["time"]) for r in rows if isinstance(r.get("time"), (int, float))]
     stop = stops.get(run_id)
@@ -231,6 +223,7 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
     """
     from flightplan.close.verify import verify_results
 
+    require_mlflow()  # before the minutes of verification, not after
     results = Path(results)
     if not results.is_dir():
         raise ArgumentError(f"{results}: not a directory; give the results directory "

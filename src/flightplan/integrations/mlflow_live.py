@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from flightplan.integrations.mlflow_store import (
-    MetricPoint, MlflowRun, MlflowStore, flatten, metric_points)
+    MetricPoint, MlflowRun, MlflowStore, flatten, metric_points, parse_rows)
 
 __all__ = ["LiveMirror", "mirror_runs", "resolve_tracking_uri"]
 
@@ -165,17 +165,14 @@ class LiveMirror:
                 chunk = handle.read()
         except FileNotFoundError:
             return
-        end = chunk.rfind(b"\n") + 1                     # a torn last line waits
-        for line in chunk[:end].splitlines():
-            if not line.strip():
-                continue
-            row = json.loads(line)
+        rows, consumed = parse_rows(chunk)
+        for row in rows:
             if isinstance(row.get("time"), (int, float)):
                 stamp = int(round(float(row["time"]) * 1000))
                 state.first_ms = stamp if state.first_ms is None else state.first_ms
                 state.last_ms = stamp
             state.pending.extend(metric_points(row))
-        state.offset += end
+        state.offset += consumed
 
     def _send(self, run_id: str, state: _RunState, *, final: bool) -> None:
         store = self._store

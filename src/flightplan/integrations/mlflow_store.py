@@ -28,6 +28,7 @@ Usage::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -46,6 +47,7 @@ __all__ = [
     "default_tracking_uri",
     "flatten",
     "metric_points",
+    "parse_rows",
     "require_mlflow",
 ]
 
@@ -125,8 +127,6 @@ def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     Lists and scalars become their JSON-like text (``["query", "value"]``, ``0.01``,
     ``true``, ``null``); values are cut to 6000 characters (MLflow's limit).
     """
-    import json
-
     out: dict[str, str] = {}
     for key, item in value.items():
         name = f"{prefix}{key}"
@@ -173,6 +173,28 @@ def metric_points(row: Mapping[str, Any]) -> list[MetricPoint]:
             continue
         points.append(MetricPoint(metric_key(prefix + key), number, step, stamp))
     return points
+
+
+def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a chunk of ``measurements.jsonl``: complete lines only.
+
+    A line that is not a JSON object (the torn row of a killed writer, which the resumed
+    trial's next row then follows on the same line) is skipped.
+
+    Returns:
+        ``(rows, consumed)``: the parsed rows and how many bytes of ``data`` they span
+        (up to and including the last newline; a torn tail waits for its newline).
+    """
+    consumed = data.rfind(b"\n") + 1
+    rows = []
+    for line in data[:consumed].splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows, consumed
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:

@@ -49,8 +49,8 @@ def _wait_for(condition, timeout_s: float = 60.0):
     raise AssertionError("condition not met in time")
 
 
-def _run(client, run_id):
-    experiment = client.get_experiment_by_name("live")
+def _run(client, run_id, experiment_name="live"):
+    experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         return None
     found = client.search_runs([experiment.experiment_id],
@@ -63,10 +63,14 @@ def _losses(client, run) -> list[tuple[int, float, int]]:
                   for m in client.get_metric_history(run.info.run_id, "loss"))
 
 
-def test_mirror_sends_rows_statuses_and_never_duplicates(tmp_path):
-    db = tmp_path / "mlflow.db"
-    uri = resolve_tracking_uri("sqlite:///mlflow.db", tmp_path)
-    assert uri == f"sqlite:///{db}"
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    """One SQLite store for the module (creating its tables takes seconds); each test
+    uses its own experiment."""
+    return resolve_tracking_uri("sqlite:///mlflow.db", tmp_path_factory.mktemp("store"))
+
+
+def test_mirror_sends_rows_statuses_and_never_duplicates(tmp_path, uri):
     a, b = tmp_path / "runs" / "a-1", tmp_path / "runs" / "b-2"
     _trial(a, "a")
     _trial(b, "b")
@@ -116,18 +120,17 @@ def test_mirror_sends_rows_statuses_and_never_duplicates(tmp_path):
     assert len(client.search_runs([experiment.experiment_id])) == 2
 
 
-def test_a_locked_store_keeps_the_rows_and_sends_them_later(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run_dir = tmp_path / "runs" / "a-1"
-    _trial(run_dir, "a")
+def test_a_locked_store_keeps_the_rows_and_sends_them_later(tmp_path, uri):
+    run_dir = tmp_path / "runs" / "c-3"
+    _trial(run_dir, "c")
     _append(run_dir, _row(0, loss=1.0))
     client = MlflowClient(tracking_uri=uri)
-    mirror = LiveMirror(tmp_path, uri, experiment="live", poll_s=0.1)
+    mirror = LiveMirror(tmp_path, uri, experiment="locked", poll_s=0.1)
     mirror.start()
-    run = _wait_for(lambda: _run(client, "a-1"))
+    run = _wait_for(lambda: _run(client, "c-3", "locked"))
     # another process holds the database: every write of the mirror fails (sqlite's
     # busy timeout, then "database is locked"), rows keep arriving
-    holder = sqlite3.connect(tmp_path / "mlflow.db", timeout=30, isolation_level=None)
+    holder = sqlite3.connect(uri[len("sqlite:///"):], timeout=30, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     _append(run_dir, _row(1, loss=0.5) + _row(2, loss=0.25))
     _wait_for(lambda: mirror.error is not None)
