@@ -66,6 +66,13 @@ def _ms(unix_s: float | None) -> int | None:
     return None if unix_s is None else int(round(float(unix_s) * 1000))
 
 
+def _numbers(prefix: str, values: dict[str, Any], step: int, at_ms: int) -> list[MetricPoint]:
+    """The numbers of ``values`` (booleans aside) as points ``<prefix><key>``."""
+    return [MetricPoint(metric_key(prefix + key), float(value), step, at_ms)
+            for key, value in values.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)]
+
+
 def run_record(results: Path, run_id: str, manifest: dict[str, Any],
                references: dict[str, str], stops: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Everything MLflow gets about one run, from ``results/`` alone.
@@ -87,14 +94,9 @@ def run_record(results: Path, run_id: str, manifest: dict[str, Any],
     last_step = max((p.step for p in points), default=0)
     metrics = _json(results / "metrics" / f"{run_id}.json", {})
     final_ms = end_ms if end_ms is not None else 0
-    for key, value in metrics.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            points.append(MetricPoint(metric_key(f"final/{key}"), float(value), last_step, final_ms))
+    points += _numbers("final/", metrics, last_step, final_ms)
     for label, scores in (metrics.get("per_class") or {}).items():
-        for key, value in scores.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                points.append(MetricPoint(metric_key(f"final/{label}/{key}"), float(value),
-                                          last_step, final_ms))
+        points += _numbers(f"final/{label}/", scores, last_step, final_ms)
     name = trial.get("name") or facts.get("name") or run_id
     if state == "finished":
         reason = "finished: done.json written"
@@ -190,9 +192,7 @@ def _pilot(results: Path) -> dict[str, Any] | None:
     end_ms = _ms(check.get("at"))
     hours = stage.get("observed_hours")
     start_ms = end_ms - int(round(hours * 3_600_000)) if hours is not None else end_ms
-    points = [MetricPoint(metric_key(f"pilot/{k}"), float(v), 0, end_ms)
-              for k, v in figures.items()
-              if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    points = _numbers("pilot/", figures, 0, end_ms or 0)
     control_id = check.get("control_id")
     return {"run_id": f"pilot-{control_id}" if control_id else "pilot",
             "name": "pilot", "params": {}, "points": points, "start_ms": start_ms,
