@@ -94,7 +94,9 @@ def test_mirror_sends_rows_statuses_and_never_duplicates(tmp_path, uri):
                                              "time": T0 + 1}))
     _wait_for(lambda: client.get_run(run_b.info.run_id).info.status == "FAILED")
     left = mirror.stop()
-    assert left == {"sent": 4, "pending_points": 0, "unsent_runs": [], "error": None}
+    assert {k: left[k] for k in ("sent", "pending_points", "unsent_runs", "error")} == {
+        "sent": 4, "pending_points": 0, "unsent_runs": [], "error": None}
+    assert left["cpu_s"] > 0
     run_a, run_b = client.get_run(run_a.info.run_id), client.get_run(run_b.info.run_id)
     # a neither finished nor stopped when the runner ended: KILLED, end = its last row
     assert (run_a.info.status, run_a.info.end_time) == ("KILLED", (T0 + 1) * 1000)
