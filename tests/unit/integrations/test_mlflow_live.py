@@ -39,7 +39,7 @@ def _row(step: int, **values) -> str:
     return json.dumps({"step": step, "time": T0 + step} | values) + "\n"
 
 
-def _wait_for(condition, timeout_s: float = 60.0):
+def _wait_for(condition, timeout_s: float = 180.0):  # the mirror runs at nice 19
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = condition()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import pytest
 
 from flightplan.integrations.mlflow_live import resolve_tracking_uri
 from flightplan.integrations.mlflow_store import (
@@ -60,3 +63,17 @@ def test_sqlite_paths_and_the_artifact_location(tmp_path):
     assert resolve_tracking_uri("http://127.0.0.1:5000", tmp_path) == "http://127.0.0.1:5000"
     assert artifact_location_for(f"sqlite:///{tmp_path}/m.db") == (tmp_path / "mlartifacts").as_uri()
     assert artifact_location_for("http://127.0.0.1:5000") is None
+
+
+def test_the_tracking_section_of_a_campaign_file(tmp_path):
+    from flightplan.errors import SpecError
+    from flightplan.spec import load_spec
+
+    tiny = (Path(__file__).resolve().parents[3] / "examples" / "tiny" / "campaign.toml").read_text()
+    path = tmp_path / "campaign.toml"
+    path.write_text(tiny + '\n[tracking]\nmlflow = "sqlite:///mlflow.db"\nexperiment = "mine"\n')
+    tracking = load_spec(path).tracking
+    assert (tracking.mlflow, tracking.experiment) == ("sqlite:///mlflow.db", "mine")
+    path.write_text(tiny + '\n[tracking]\nmlflw = "sqlite:///mlflow.db"\n')
+    with pytest.raises(SpecError, match=r"tracking"):
+        load_spec(path)
