@@ -108,10 +108,14 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         restart: list[str] = typer.Option([], "--restart", metavar="NAME",
                                           help="Start this run over from step 0 on purpose "
                                                "(its folder is kept aside)."),
+        tracking_uri: Optional[str] = typer.Option(
+            None, "--tracking-uri", help="Mirror the runs into this MLflow store while they "
+                                         "train (default: [tracking] mlflow)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
-    return run_command(spec, decide=decide, as_json=json, restart=restart)
+    return run_command(spec, decide=decide, as_json=json, restart=restart,
+                       tracking_uri=tracking_uri)
 
 
 @app.command()
@@ -191,6 +195,24 @@ def stage_done(name: str = typer.Argument(..., help="A [[stage]] of the campaign
     """Record that a stage ended now; plan vs execution compares its observed time."""
     from flightplan.run.commands import stage_command
     return stage_command(spec, name=name, action="done", took=took, as_json=json)
+
+
+@app.command()
+@_verb("flightplan export {target} {results}",
+       kept="an export is repeatable: runs already sent are found by their id",
+       again="to send what is missing")
+def export(target: str = typer.Argument(..., metavar="mlflow", help="Where to export (mlflow)."),
+           results: Path = typer.Argument(..., metavar="RESULTS_DIR", help="A results directory."),
+           tracking_uri: Optional[str] = typer.Option(
+               None, "--tracking-uri", help="MLflow store (default $MLFLOW_TRACKING_URI or "
+                                            "sqlite:///mlflow.db here)."),
+           experiment: Optional[str] = typer.Option(None, "--experiment",
+                                                    help="Experiment name (default the campaign's)."),
+           json: bool = JSON) -> int:
+    """Write a verified results directory into an MLflow tracking store (again: updates)."""
+    from flightplan.integrations.mlflow_export import export_command
+    return export_command(target, results, tracking_uri=tracking_uri, experiment=experiment,
+                          as_json=json)
 
 
 def main() -> None:

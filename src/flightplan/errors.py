@@ -15,7 +15,8 @@
         ├── TrialStopped             a stop rule fired inside a trial (carries the record)
         ├── CampaignStopped          the campaign stopped (a rule or the decision point)
         ├── VerificationFailed       a results directory has findings
-        └── LockHeld                 another process holds the campaign lock
+        ├── LockHeld                 another process holds the campaign lock
+        └── TrackingFailed           the experiment tracker (MLflow) refused or could not be reached
 
 Every message is complete on one line: what was given, why it is wrong, the fix.
 """
@@ -39,6 +40,7 @@ __all__ = [
     "CampaignStopped",
     "VerificationFailed",
     "LockHeld",
+    "TrackingFailed",
 ]
 
 
@@ -135,3 +137,11 @@ class VerificationFailed(CheckFailed):
 
 class LockHeld(CheckFailed):
     """Another flightplan process holds the campaign's lock."""
+
+
+class TrackingFailed(CheckFailed):
+    """The tracking store (MLflow) could not be reached or refused a write. ``uri`` names it."""
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        self.uri = uri
+        super().__init__(message)

@@ -2,7 +2,8 @@
 
 A campaign file is TOML with the tables ``[campaign]``, ``[rental]``, ``[[stage]]``,
 ``[[run]]``, ``[[expense]]``, ``[stop]``, ``[checkpoint]`` and, for campaigns that train,
-``[corpus]`` and ``[base_model]``. Unknown keys are refused with a "did you mean".
+``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow. Unknown keys
+are refused with a "did you mean".
 Checks that need only the file (names, ``after``, cycles, references, durations, money)
 happen here; checks against the catalog (offer, package length, GPUs and memory per
 flight) happen in :mod:`flightplan.plan.catalog`.
@@ -41,6 +42,7 @@ __all__ = [
     "CheckpointPolicy",
     "CorpusSection",
     "BaseModelSection",
+    "TrackingSection",
     "CampaignSpec",
     "load_spec",
     "parse_spec",
@@ -277,6 +279,16 @@ class BaseModelSection(_Strict):
     intermediate_size: Int = Field(default=64, gt=0)
 
 
+class TrackingSection(_Strict):
+    """``[tracking]``: ``mlflow`` is an MLflow tracking URI (``sqlite:///mlflow.db``,
+    ``http://127.0.0.1:5000``) that ``flightplan run`` mirrors the runs into while they
+    train; ``experiment`` names the MLflow experiment (default: the campaign name). A
+    relative ``sqlite:///`` path is relative to the campaign file."""
+
+    mlflow: str = Field(min_length=1)
+    experiment: str | None = Field(default=None, min_length=1)
+
+
 class CampaignSpec(_Strict):
     """A whole campaign file. ``stage``/``run``/``expense`` are the TOML array names."""
 
@@ -289,6 +301,7 @@ class CampaignSpec(_Strict):
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     corpus: CorpusSection | None = None
     base_model: BaseModelSection | None = None
+    tracking: TrackingSection | None = None
 
     # set by load_spec; not part of the file
     source: str = Field(default="campaign.toml", exclude=True)

@@ -124,7 +124,8 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
         if event["kind"] == "pilot":
             decisions.append({"kind": "pilot_check", "at": event["at"], "ok": data.get("ok"),
                               "decision": "resume verified" if data.get("ok") else "failed",
-                              "message": data.get("message")})
+                              "message": data.get("message"),
+                              "control_id": data.get("control_id")})
         elif event["kind"] == "stopped" and event.get("run_id") is None:
             decisions.append({"kind": "campaign_stop", "at": event["at"], "decision": "stop",
                               "message": data.get("message") or data.get("reason")})

@@ -19,12 +19,14 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 from rich.console import Console
 
@@ -436,9 +438,22 @@ def _check_summary(report: dict[str, Any]) -> dict[str, Any]:
             "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}
 
 
+def _live_tracking(spec: CampaignSpec, tracking_uri: str | None) -> ContextManager[Any]:
+    """The MLflow mirror of the runs, or nothing when no tracking URI is set."""
+    uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
+    if not uri:
+        return contextlib.nullcontext()
+    from flightplan.integrations.mlflow_live import mirror_runs
+
+    experiment = (spec.tracking.experiment if spec.tracking else None) or spec.campaign.name
+    return mirror_runs(spec.campaign_dir, uri, experiment=experiment,
+                       say=lambda line: print(line, file=sys.stderr))
+
+
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
-                 quiet: bool = False, restart: list[str] = ()) -> CampaignOutcome:
+                 quiet: bool = False, restart: list[str] = (),
+                 tracking_uri: str | None = None) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -448,6 +463,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         console: where messages, bars and tables go (default stdout).
         quiet: print nothing (``--json``).
         restart: run names to start over on purpose (:meth:`_Campaign.restart`).
+        tracking_uri: mirror the runs into this MLflow store while they train (default
+            ``[tracking] mlflow``; see :mod:`flightplan.integrations.mlflow_live`).
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
@@ -467,6 +484,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     check_spec_against_catalog(spec, catalog)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
+            _live_tracking(spec, tracking_uri), \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, decide=decide,
                              executor=executor or LocalExecutor(),

@@ -43,8 +43,9 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
-                restart: list[str] = ()) -> int:
-    """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]... [--json]``.
+                restart: list[str] = (), tracking_uri: str | None = None) -> int:
+    """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
+    [--tracking-uri URI] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
     one line per run under its tier (full run id, status, metric, wall time, stop reason;
@@ -71,7 +72,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     spec = load_spec(spec_path)
     console = Console()
     outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                           restart=restart)
+                           restart=restart, tracking_uri=tracking_uri)
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
