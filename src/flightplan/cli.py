@@ -83,10 +83,14 @@ def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"
 def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
+        executor: Optional[str] = typer.Option(None, "--executor", metavar="local|ray",
+                                               help="Where runs execute (default: [execution] engine, else local)."),
+        address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
+                                              help="The Ray head of the flights (--executor ray)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
-    return run_command(spec, decide=decide, as_json=json)
+    return run_command(spec, decide=decide, as_json=json, executor=executor, address=address)
 
 
 @app.command()

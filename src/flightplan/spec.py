@@ -2,7 +2,8 @@
 
 A campaign file is TOML with the tables ``[campaign]``, ``[rental]``, ``[[stage]]``,
 ``[[run]]``, ``[[expense]]``, ``[stop]``, ``[checkpoint]`` and, for campaigns that train,
-``[corpus]`` and ``[base_model]``. Unknown keys are refused with a "did you mean".
+``[corpus]`` and ``[base_model]`` (and ``[execution]``: where runs execute). Unknown keys are
+refused with a "did you mean".
 Checks that need only the file (names, ``after``, cycles, references, durations, money)
 happen here; checks against the catalog (offer, package length, GPUs and memory per
 flight) happen in :mod:`flightplan.plan.catalog`.
@@ -40,6 +41,7 @@ __all__ = [
     "CheckpointPolicy",
     "CorpusSection",
     "BaseModelSection",
+    "ExecutionSection",
     "CampaignSpec",
     "load_spec",
     "parse_spec",
@@ -226,6 +228,16 @@ class BaseModelSection(_Strict):
     intermediate_size: Int = Field(default=64, gt=0)
 
 
+class ExecutionSection(_Strict):
+    """``[execution]``: where the runs execute. ``engine = "local"`` (processes on this
+    machine) or ``"ray"`` (nodes of a Ray cluster, one per flight; see
+    docs/distributed.md); ``address`` is the Ray head's ``HOST:PORT``.
+    ``flightplan run --executor/--address`` override both."""
+
+    engine: Literal["local", "ray"] = "local"
+    address: str | None = Field(default=None, min_length=1)
+
+
 class CampaignSpec(_Strict):
     """A whole campaign file. ``stage``/``run``/``expense`` are the TOML array names."""
 
@@ -238,6 +250,7 @@ class CampaignSpec(_Strict):
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     corpus: CorpusSection | None = None
     base_model: BaseModelSection | None = None
+    execution: ExecutionSection = Field(default_factory=ExecutionSection)
 
     # set by load_spec; not part of the file
     source: str = Field(default="campaign.toml", exclude=True)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flightplan.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from flightplan.run.executor import Executor
+    from flightplan.spec import CampaignSpec
 
 
 def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
@@ -38,8 +43,35 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
 
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
 
-def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
-    """``flightplan run SPEC [--decide continue|cut|stop] [--json]``.
+def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
+                  address: str | None = None) -> "Executor":
+    """The executor of ``flightplan run``: ``engine``/``address`` (the command line) over
+    the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``).
+
+    Raises:
+        ArgumentError: an unknown engine, ``--address`` without Ray, or Ray not installed.
+    """
+    engine = engine or spec.execution.engine
+    if engine not in ("local", "ray"):
+        raise ArgumentError(f"--executor {engine}: not an executor; give local or ray")
+    if engine == "local":
+        if address:
+            raise ArgumentError(f"--address {address}: only the ray executor takes an "
+                                f"address; add --executor ray")
+        from flightplan.run.executor import LocalExecutor
+        return LocalExecutor()
+    try:
+        from flightplan.run.ray_executor import RayExecutor
+    except ImportError as exc:
+        raise ArgumentError(f"--executor ray: Ray is not installed ({exc}); install it with "
+                            f"pip install 'flightplan[ray]'") from None
+    return RayExecutor(address=address or spec.execution.address)
+
+
+def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
+                executor: str | None = None, address: str | None = None) -> int:
+    """``flightplan run SPEC [--decide continue|cut|stop] [--executor local|ray]
+    [--address HOST:PORT] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
     the summary table (run, tier, status, metric, wall time, stop reason) or, with
@@ -62,8 +94,10 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool) -> int:
 
     spec = load_spec(spec_path)
     console = Console()
+    runner = make_executor(spec, engine=executor, address=address)
     try:
-        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json)
+        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
+                               executor=runner)
     except KeyboardInterrupt:
         print(f"interrupted: the running worker was stopped; run `flightplan run {spec_path}` "
               f"again to resume from its last checkpoint", file=sys.stderr)
