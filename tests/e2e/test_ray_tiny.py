@@ -35,7 +35,7 @@ from flightplan.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-HANG_S = 900
+HANG_S = 600
 """A campaign that takes longer than this has hung (a safety net, not a speed check)."""
 
 pytestmark = pytest.mark.slow
@@ -90,16 +90,17 @@ def _node_pids(node) -> list[int]:
     return [p.process.pid for procs in node.all_processes.values() for p in procs]
 
 
-def _non_loopback_listeners() -> set[str]:
-    """Socket inodes listening on an address other than 127.0.0.1 / ::1."""
-    inodes = set()
+def _non_loopback_listeners() -> dict[str, str]:
+    """Socket inode → ``/proc/net`` line, for sockets listening on an address other than
+    127.0.0.1 / ::1."""
+    inodes = {}
     for table, loopback in (("/proc/net/tcp", {"0100007F"}),
                             ("/proc/net/tcp6", {"00000000000000000000000001000000",
                                                 "0000000000000000FFFF00000100007F"})):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             if fields[3] == "0A" and fields[1].split(":")[0] not in loopback:   # LISTEN
-                inodes.add(fields[9])
+                inodes[fields[9]] = line
     return inodes
 
 
@@ -162,19 +163,24 @@ def _worker_pid(marker: str) -> int | None:
     return None
 
 
-def _kill_node_of(run_dir: Path, scratch: Path, run_id: str, flights, made) -> dict:
+def _kill_node_of(run_dir: Path, scratch: Path, run_id: str, flights, made,
+                  driver: subprocess.Popen) -> dict:
     """Wait until the run's first checkpoint is home, freeze its worker, kill its node."""
     deadline = time.time() + HANG_S
     frozen = None
-    while time.time() < deadline:
+    while True:
+        if driver.poll() is not None or time.time() > deadline:
+            out, err = driver.communicate(timeout=HANG_S)
+            raise AssertionError(f"no checkpoint of {run_id} came home before the driver "
+                                 f"ended ({driver.returncode}): {err[-3000:]} {out[-2000:]}")
         if frozen is None:
             ready = [p for p in scratch.glob(f"flightplan-{run_id}-*/checkpoints/step-*")
-                     if (p / "manifest.json").is_file()]
+                     if p.name[5:].isdigit()]            # committed (not .tmp)
             if ready:
                 frozen = _worker_pid(str(ready[0].parents[1]))
                 if frozen is not None:
                     os.kill(frozen, signal.SIGSTOP)
-        elif any((run_dir / "checkpoints").glob("step-*/manifest.json")):
+        elif any(p.name[5:].isdigit() for p in (run_dir / "checkpoints").glob("step-*")):
             break
         time.sleep(0.05)
     header = [line for line in (run_dir / "log.txt").read_text().splitlines()
@@ -200,11 +206,14 @@ def campaigns(cluster, tmp_path_factory):
     try:
         exposed = {}
         killed = _kill_node_of(ray_dir / "runs" / ids["lora-r4"], tmp / "scratch",
-                               ids["lora-r4"], flights, made)
+                               ids["lora-r4"], flights, made, driver)
         # inherited from this process (e.g. the harness's own server) is not the cluster's
-        listening = _non_loopback_listeners() - _sockets(os.getpid())
-        exposed = {pid: (Path(f"/proc/{pid}/cmdline").read_bytes()[:120], _sockets(pid) & listening)
-                   for pid in _descendants(started) if _sockets(pid) & listening}
+        listening = _non_loopback_listeners()
+        for inode in _sockets(os.getpid()):
+            listening.pop(inode, None)
+        exposed = {pid: (Path(f"/proc/{pid}/cmdline").read_bytes()[:60],
+                         [listening[i] for i in _sockets(pid) if i in listening])
+                   for pid in _descendants(started) if _sockets(pid) & set(listening)}
         out, err = driver.communicate(timeout=HANG_S)
     finally:
         driver.kill()

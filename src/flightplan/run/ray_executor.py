@@ -118,11 +118,9 @@ class RunHost:
         self._sent: set[str] = set()
 
     def where(self) -> dict[str, Any]:
-        """``{node_id, host, ip, scratch, pid}`` of this actor."""
-        context = ray.get_runtime_context()
-        return {"node_id": context.get_node_id(), "host": socket.gethostname(),
-                "ip": ray.util.get_node_ip_address(), "scratch": str(self.dir),
-                "pid": os.getpid()}
+        """``{node_id, host, scratch, pid}`` of this actor."""
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
 
     def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None) -> dict[str, Any]:
         """Write ``trial.json`` and the sent checkpoint (hash-checked), start the worker.
@@ -223,6 +221,12 @@ def _row(run_dir: Path, step: int, **fields: Any) -> None:
     """Append one home-made row (``event`` …) to the run's ``measurements.jsonl``."""
     row = {"step": step, "time": time.time(), **fields}
     _append(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
+
+
+def _node_address(where: dict[str, Any]) -> str:
+    """The address the node joined the cluster with (what Ray binds), from the GCS."""
+    return next((n["NodeManagerAddress"] for n in ray.nodes()
+                 if n["NodeID"] == where["node_id"]), "?")
 
 
 def _trial(job: Job) -> dict[str, Any]:
@@ -425,7 +429,7 @@ class RayExecutor(Executor):
                         queue.insert(0, ex.job)
                         continue
                     if ex.placing:
-                        ex.placing, ex.where = False, value
+                        ex.placing, ex.where = False, dict(value, ip=_node_address(value))
                         ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
                         _append(ex.job.run_dir / "log.txt",
                                 f"--- flightplan worker started "
