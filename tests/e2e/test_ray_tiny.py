@@ -10,18 +10,18 @@ its worker is frozen (SIGSTOP, so the run cannot end first) and its node is kill
 (raylet and every process under it, SIGKILL). The run must resume on the other flight
 from that checkpoint and end with predictions, metrics and artifact byte-identical to the
 local executor's (the same two runs, side by side); the ledger must show the interruption,
-the node and the work lost; and `verify` of results/ must pass.
+the node and the work lost. Once the run has started again, the driver (`flightplan run`)
+is SIGKILLed: its worker must die with it, and `flightplan run` again must end the
+campaign with nothing lost or duplicated; `verify` of results/ must pass.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +32,9 @@ from flightplan.run.campaign import plan_runs, trial_document
 from flightplan.run.executor import Job, LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.spec import load_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from ray_cluster import descendants, exposed_listeners, kill_node, loopback_cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
@@ -55,100 +58,12 @@ def _campaign(folder: Path) -> Path:
     return spec
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat[stat.rindex(")") + 2:].split()[1])
-            tree.setdefault(parent, []).append(int(entry))
-    return tree
-
-
-def _descendants(pids: list[int]) -> list[int]:
-    """``pids`` and every process under them (read from /proc)."""
-    tree, found, todo = _children(), [], list(pids)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _node_pids(node) -> list[int]:
-    return [p.process.pid for procs in node.all_processes.values() for p in procs]
-
-
-def _non_loopback_listeners() -> dict[str, str]:
-    """Socket inode → ``/proc/net`` line, for sockets listening on an address other than
-    127.0.0.1 / ::1."""
-    inodes = {}
-    for table, loopback in (("/proc/net/tcp", {"0100007F"}),
-                            ("/proc/net/tcp6", {"00000000000000000000000001000000",
-                                                "0000000000000000FFFF00000100007F"})):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[1].split(":")[0] not in loopback:   # LISTEN
-                inodes[fields[9]] = line
-    return inodes
-
-
-def _sockets(pid: int) -> set[str]:
-    found = set()
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if target.startswith("socket:["):
-                found.add(target[8:-1])
-    except OSError:
-        pass
-    return found
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    """Head (no flight) + two flight nodes on 127.0.0.1; stopped by pid afterwards."""
-    from ray.cluster_utils import Cluster
-
-    tmp = Path(tempfile.mkdtemp(prefix="fpray-", dir="/tmp"))   # short: AF_UNIX path limit
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": str(tmp),
-           "FLIGHTPLAN_SCRATCH": str(tmp / "scratch"), "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    started: list[int] = []
-    made = None
-    try:
-        made = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "_system_config": {
-                "health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
-                "health_check_failure_threshold": 3}})
-        flights = [made.add_node(num_cpus=1, resources={"flight": 1}) for _ in range(2)]
-        made.wait_for_nodes()
-        started = _descendants([pid for n in made.list_all_nodes() for pid in _node_pids(n)])
-        yield made, flights, tmp, started
-    finally:
-        started = _descendants(started) if started else []
-        if made is not None:
-            made.shutdown()
-        _kill(_descendants(started))
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Head (no flight) + two flight nodes on 127.0.0.1 (tests/fixtures/ray_cluster.py)."""
+    with loopback_cluster(flights=2, env={"HF_HUB_OFFLINE": "1",
+                                          "TRANSFORMERS_OFFLINE": "1"}) as made:
+        yield made
 
 
 def _worker_pid(marker: str) -> int | None:
@@ -186,37 +101,54 @@ def _kill_node_of(run_dir: Path, scratch: Path, run_id: str, flights, made,
     header = [line for line in (run_dir / "log.txt").read_text().splitlines()
               if "flightplan worker started" in line][-1]
     node = next(n for n in flights if f"on node {n.node_id[:12]}" in header)
-    pids = _descendants(_node_pids(node))
-    assert frozen in pids
-    made.remove_node(node, allow_graceful=False)
-    _kill(pids)
+    assert frozen in kill_node(made, node)
     return {"node_id": node.node_id, "frozen": frozen,
             "home": sorted(p.name for p in (run_dir / "checkpoints").glob("step-*"))}
 
 
+def _kill_driver_once_resumed(run_dir: Path, driver: subprocess.Popen) -> int:
+    """SIGKILL the driver as soon as the run's second execution started; returns that
+    execution's worker pid after checking that it died with the driver's actors."""
+    deadline = time.time() + HANG_S
+    while time.time() < deadline and driver.poll() is None:
+        headers = [line for line in (run_dir / "log.txt").read_text().splitlines()
+                   if "flightplan worker started" in line]
+        if len(headers) == 2:
+            break
+        time.sleep(0.05)
+    scratch = headers[-1].rsplit("scratch ", 1)[1].split(" ---")[0]
+    worker = None
+    while worker is None and time.time() < deadline:
+        worker = _worker_pid(scratch)
+        time.sleep(0.05)
+    driver.kill()
+    driver.wait()
+    while _worker_pid(scratch) is not None and time.time() < deadline:
+        time.sleep(0.1)
+    assert _worker_pid(scratch) is None, "the worker outlived the killed driver"
+    return worker
+
+
 @pytest.fixture(scope="module")
 def campaigns(cluster, tmp_path_factory):
-    made, flights, tmp, started = cluster
+    made, flights, tmp = cluster
     ray_dir = tmp_path_factory.mktemp("ray")
     spec = _campaign(ray_dir)
     ids = {p.run.name: p.run_id for p in plan_runs(load_spec(spec))}
-    driver = subprocess.Popen([str(FLIGHTPLAN), "run", str(spec), "--executor", "ray",
-                               "--address", made.address, "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lora_dir = ray_dir / "runs" / ids["lora-r4"]
+    argv = [str(FLIGHTPLAN), "run", str(spec), "--executor", "ray", "--address", made.address,
+            "--json"]
+    driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        exposed = {}
-        killed = _kill_node_of(ray_dir / "runs" / ids["lora-r4"], tmp / "scratch",
-                               ids["lora-r4"], flights, made, driver)
-        # inherited from this process (e.g. the harness's own server) is not the cluster's
-        listening = _non_loopback_listeners()
-        for inode in _sockets(os.getpid()):
-            listening.pop(inode, None)
-        exposed = {pid: (Path(f"/proc/{pid}/cmdline").read_bytes()[:60],
-                         [listening[i] for i in _sockets(pid) if i in listening])
-                   for pid in _descendants(started) if _sockets(pid) & set(listening)}
-        out, err = driver.communicate(timeout=HANG_S)
+        killed = _kill_node_of(lora_dir, tmp / "scratch", ids["lora-r4"], flights, made, driver)
+        exposed = exposed_listeners(descendants([p.process.pid for n in made.list_all_nodes()
+                                                 for procs in n.all_processes.values()
+                                                 for p in procs]))
+        killed["driver_worker"] = _kill_driver_once_resumed(lora_dir, driver)
     finally:
         driver.kill()
+        driver.wait()
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
     verified = subprocess.run([str(FLIGHTPLAN), "verify", str(ray_dir / "results"), "--json"],
                               capture_output=True, text=True, timeout=HANG_S)
     # the same two runs with the local executor, side by side, from fresh trial.json files
@@ -229,20 +161,20 @@ def campaigns(cluster, tmp_path_factory):
                           trial_document(local_spec, planned, resume=False))
         jobs.append(Job(planned.run_id, planned.run_dir))
     local = LocalExecutor(slots=2).run(jobs)
-    return {"local": (local_dir, local), "ray": (ray_dir, driver.returncode, out, err),
-            "ids": ids, "killed": killed, "exposed": exposed, "verified": verified}
+    return {"local": (local_dir, local), "ray": (ray_dir, again), "ids": ids,
+            "killed": killed, "exposed": exposed, "verified": verified}
 
 
 def test_every_node_listens_on_loopback_only(campaigns):
-    assert campaigns["exposed"] == {}
+    assert campaigns["exposed"] == {}           # pid → its listeners not on 127.0.0.1
 
 
 def test_products_on_two_flights_are_bitwise_those_of_the_local_executor(campaigns):
     local_dir, local = campaigns["local"]
-    ray_dir, code, out, err = campaigns["ray"]
+    ray_dir, again = campaigns["ray"]
     assert sorted(r.exit_code for r in local) == [0, 0]
-    assert code == 0, err[-3000:]
-    outcome = json.loads(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    outcome = json.loads(again.stdout)                  # Ray's own notices went to stderr
     assert outcome["pilot"]["ok"] is True and outcome["pilot"]["mismatches"] == []
     assert outcome["statuses"] == {"control": "finished", "lora-r4": "finished"}
     for run_id in campaigns["ids"].values():
@@ -264,7 +196,7 @@ def test_products_on_two_flights_are_bitwise_those_of_the_local_executor(campaig
 
 
 def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(campaigns):
-    ray_dir, code, out, err = campaigns["ray"]
+    ray_dir, _ = campaigns["ray"]
     lora = campaigns["ids"]["lora-r4"]
     killed = campaigns["killed"]["node_id"][:12]
     with Ledger.open(ray_dir, create=False) as ledger:
@@ -281,12 +213,30 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     assert not finished[0]["data"]["node"].startswith(killed)
     assert run["status"] == "finished"
     log = (ray_dir / "runs" / lora / "log.txt").read_text()
-    assert "lost node" in log and log.count("flightplan worker started") == 2
+    assert "lost node" in log and log.count("flightplan worker started") == 3
     rows = [json.loads(line) for line in
             (ray_dir / "runs" / lora / "measurements.jsonl").read_text().splitlines()]
     restores = [r for r in rows if r.get("event") == "restore"]
-    assert restores[-1]["source"] == data["checkpoint"]
+    assert data["checkpoint"] in [r["source"] for r in restores]
     transfers = [r for r in rows if r.get("event") == "checkpoint_transfer"]
     assert transfers and all(r["bytes"] > 0 for r in transfers)
     verified = campaigns["verified"]
     assert verified.returncode == 0, verified.stderr[-3000:] + verified.stdout[-3000:]
+
+
+def test_a_killed_driver_run_again_loses_and_duplicates_nothing(campaigns):
+    ray_dir, again = campaigns["ray"]
+    assert again.returncode == 0, again.stderr[-3000:]
+    lora = campaigns["ids"]["lora-r4"]
+    with Ledger.open(ray_dir, create=False) as ledger:
+        assert ledger.integrity_check() == "ok"
+        for run_id in campaigns["ids"].values():
+            kinds = [e["kind"] for e in ledger.events(run_id)]
+            assert kinds.count("started") == 1 and kinds.count("finished") == 1, kinds
+        lost = [e["data"] for e in ledger.events(lora, kind="interrupted")]
+    # one loss of the flight, one of the driver (the runner: no data)
+    assert [d and d["cause"] for d in lost] == ["flight_lost", None]
+    manifest = json.loads((ray_dir / "results" / "MANIFEST.json").read_text())
+    paths = [f["path"] for f in manifest["files"]]
+    assert len(paths) == len(set(paths))
+    assert sorted(manifest["expected_run_ids"]) == sorted(campaigns["ids"].values())

@@ -84,6 +84,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
         campaign was stopped (data check, pilot resume check, decision) or a run crashed;
         130 on Ctrl-C (the worker is stopped; running again resumes).
     """
+    import contextlib
     import sys
 
     from rich.console import Console
@@ -95,9 +96,16 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     spec = load_spec(spec_path)
     console = Console()
     runner = make_executor(spec, engine=executor, address=address)
+    # with --json, stdout holds the one JSON object: what an executor's library prints
+    # there (Ray's node-death notices) goes to stderr
+    quiet_stdout = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     try:
-        outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                               executor=runner)
+        with quiet_stdout:
+            try:
+                outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
+                                       executor=runner)
+            finally:
+                runner.close()
     except KeyboardInterrupt:
         print(f"interrupted: the running worker was stopped; run `flightplan run {spec_path}` "
               f"again to resume from its last checkpoint", file=sys.stderr)

@@ -211,6 +211,10 @@ class Executor(ABC):
         """
 
 
+    def close(self) -> None:
+        """Release what the executor holds (a cluster connection); nothing by default."""
+
+
 class LocalExecutor(Executor):
     """Processes on this machine: ``slots`` at once (GPUs, or 1 without GPU).
 

@@ -259,11 +259,19 @@ class RayExecutor(Executor):
         self.env = dict(env or {})
         self.scratch = scratch
         self.no_flight_s = no_flight_s
+        self._connected = False
+
+    def close(self) -> None:
+        """Leave the cluster if :meth:`run` joined it (this process's actors end with it)."""
+        if self._connected and ray.is_initialized():
+            ray.shutdown()
+        self._connected = False
 
     # -- the cluster -------------------------------------------------------------------
     def _connect(self) -> None:
         if ray.is_initialized():
             return
+        self._connected = True
         try:
             ray.init(address=self.address or "auto", log_to_driver=False,
                      logging_level="WARNING", configure_logging=False)
