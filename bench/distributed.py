@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-from ray_cluster import loopback_cluster  # noqa: E402
+from ray_cluster import loopback_cluster
 
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 PRODUCTS = ("predictions.csv", "metrics.json", "artifact")

@@ -34,7 +34,7 @@ from flightplan.run.ledger import Ledger
 from flightplan.spec import load_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from ray_cluster import descendants, exposed_listeners, kill_node, loopback_cluster  # noqa: E402
+from ray_cluster import descendants, exposed_listeners, kill_node, loopback_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"

@@ -1,7 +1,7 @@
 """Executors: where and how the runs of a campaign are carried out.
 
-:class:`Executor` is the interface the runner codes against (a distributed engine can
-implement it later). :class:`LocalExecutor` runs each run in its own process
+:class:`Executor` is the interface the runner codes against (Ray nodes, one per flight:
+:mod:`flightplan.run.ray_executor`). :class:`LocalExecutor` runs each run in its own process
 (``python -m flightplan.run.worker <run_dir>/trial.json``), with its stdout and stderr
 appended to ``runs/<id>/log.txt``, one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
 its GPU) or, on a machine without one, one at a time. A worker dies with the runner

@@ -40,7 +40,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -223,6 +222,14 @@ def _row(run_dir: Path, step: int, **fields: Any) -> None:
     _append(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
 
 
+def _is_save(line: bytes) -> bool:
+    """Whether a measurement row is a ``checkpoint`` (a save) event."""
+    try:
+        return json.loads(line).get("event") == "checkpoint"
+    except (ValueError, AttributeError):
+        return False
+
+
 def _node_address(where: dict[str, Any]) -> str:
     """The address the node joined the cluster with (what Ray binds), from the GCS."""
     return next((n["NodeManagerAddress"] for n in ray.nodes()
@@ -320,9 +327,8 @@ class RayExecutor(Executor):
         _append(run_dir / "measurements.jsonl", delta.measurements)
         _append(run_dir / "log.txt", delta.log)
         if b'"checkpoint"' in delta.measurements:
-            ex.saved_any = ex.saved_any or any(
-                json.loads(line).get("event") == "checkpoint"
-                for line in delta.measurements.splitlines() if line.strip())
+            ex.saved_any = ex.saved_any or any(_is_save(line)
+                                               for line in delta.measurements.splitlines())
         if delta.checkpoint is None:
             return
         name, blobs = delta.checkpoint
