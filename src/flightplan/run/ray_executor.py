@@ -58,7 +58,7 @@ from flightplan.run.transfer import (Blob, blob_bytes, commit_checkpoint, commit
                                      latest_checkpoint, pack, pack_tree)
 
 __all__ = ["FLIGHT_RESOURCE", "SCRATCH_ENV", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "Delta",
-           "RunHost", "RayExecutor"]
+           "RunHost", "RayExecutor", "lost_execution"]
 
 FLIGHT_RESOURCE = "flight"
 """Custom Ray resource that a CPU-only node declares once per run it may hold."""
@@ -240,6 +240,39 @@ def _trial(job: Job) -> dict[str, Any]:
     return json.loads(job.trial_json.read_text(encoding="utf-8"))
 
 
+def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
+                   saved_any: bool, now: float | None = None) -> Interruption:
+    """What an execution lost with its flight cost, from what came home; sets ``resume``
+    in the job's ``trial.json`` for the next execution and notes the loss in ``log.txt``.
+
+    The work lost is everything after the newest checkpoint home: ``steps_lost`` = steps
+    logged home − that checkpoint's steps, ``lost_s`` = now − max(its commit time, the
+    execution's start). ``resume`` is set when a checkpoint is home or the execution saved
+    one (then the run stops by ``no_usable_resume`` rather than restarting from scratch:
+    ``resumes`` is False); a run that never saved starts again from step 0.
+
+    Args:
+        job: the run.   node: where it ran.   reason: one line (the error seen).
+        started_at: unix start of the execution.   saved_any: a ``checkpoint`` row came
+        home from it.   now: unix time of the loss (default: now).
+    """
+    now = time.time() if now is None else now
+    complete, _ = list_checkpoints(job.run_dir / "checkpoints")
+    newest = complete[0] if complete else None
+    progress = MeasurementTail(job.run_dir).read()
+    since = max(newest[1].stat().st_mtime, started_at) if newest else started_at
+    trial = _trial(job)
+    trial["resume"] = newest is not None or saved_any
+    write_json_atomic(job.trial_json, trial)
+    _append(job.run_dir / "log.txt", f"--- flightplan: lost node {node} at "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))}: {reason} ---\n"
+            .encode())
+    return Interruption(job.run_id, node, reason, started_at, now, progress.completed,
+                        newest[1].name if newest else None,
+                        max(0, progress.completed - (newest[0] if newest else 0)),
+                        max(0.0, now - since), newest is not None or not saved_any)
+
+
 class RayExecutor(Executor):
     """Runs on the nodes of a Ray cluster (see the module docstring).
 
@@ -361,30 +394,14 @@ class RayExecutor(Executor):
 
     def _lost(self, ex: _Execution, exc: Exception) -> Interruption:
         """Record a lost execution at home and prepare the job to resume."""
-        run_dir = ex.job.run_dir
-        now = time.time()
-        complete, _ = list_checkpoints(run_dir / "checkpoints")
-        progress = ex.tail.read() if ex.tail else RunProgress()
-        newest = complete[0] if complete else None
-        saved_at = now
-        if newest is not None:
-            saved_at = newest[1].stat().st_mtime
-        since = max(saved_at, ex.started_at)  # work of this execution after the newest home
-        lost_steps = max(0, progress.completed - (newest[0] if newest else 0))
-        resumes = newest is not None or not ex.saved_any
-        trial = _trial(ex.job)
-        trial["resume"] = newest is not None or ex.saved_any
-        write_json_atomic(ex.job.trial_json, trial)
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        _append(run_dir / "log.txt", f"--- flightplan: lost node {ex.node} at "
-                f"{time.strftime('%Y-%m-%dT%H:%M:%S')}: {reason} ---\n".encode())
+        info = lost_execution(ex.job, node=ex.node, reason=reason, started_at=ex.started_at,
+                              saved_any=ex.saved_any)
         try:
             ray.kill(ex.actor)
         except RayError:
             pass
-        return Interruption(ex.job.run_id, ex.node, reason, ex.started_at, now,
-                            progress.completed, newest[1].name if newest else None, lost_steps,
-                            max(0.0, now - since), resumes)
+        return info
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,

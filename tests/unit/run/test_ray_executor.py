@@ -1,9 +1,10 @@
 """Choosing the executor (`flightplan run --executor/--address`, `[execution]`) and the
-one-line errors around it. The Ray executor itself runs on a real cluster in
-tests/e2e/test_ray_tiny.py."""
+one-line errors around it; what a lost execution cost and how it resumes. The Ray
+executor itself runs on a real cluster in tests/e2e/test_ray_tiny.py."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -13,8 +14,8 @@ import pytest
 
 from flightplan.errors import ArgumentError, SpecError
 from flightplan.run.commands import make_executor
-from flightplan.run.executor import LocalExecutor
-from flightplan.run.ray_executor import RayExecutor
+from flightplan.run.executor import Job, LocalExecutor
+from flightplan.run.ray_executor import RayExecutor, lost_execution
 from flightplan.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -61,3 +62,40 @@ def test_the_cli_exits_2_naming_the_option(tmp_path):
         "error: --address 10.0.0.5:6379: only the ray executor takes an address; add "
         "--executor ray"]
     assert not (tmp_path / ".flightplan").exists()
+
+
+def _lost_run(tmp_path, *, home: list[str], logged_steps: int):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    for name in home:
+        (run_dir / "checkpoints" / name).mkdir()
+    (run_dir / "trial.json").write_text(json.dumps({"run_id": "r-1", "resume": False}))
+    (run_dir / "measurements.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(logged_steps)))
+    return Job("r-1", run_dir)
+
+
+def test_a_lost_execution_resumes_from_the_newest_checkpoint_home(tmp_path):
+    job = _lost_run(tmp_path, home=["step-000002", "step-000004"], logged_steps=7)
+    saved = (job.run_dir / "checkpoints" / "step-000004").stat().st_mtime
+    info = lost_execution(job, node="abc (127.0.0.1)", reason="ActorDiedError: gone",
+                          started_at=saved - 100.0, saved_any=True, now=saved + 12.5)
+    assert (info.steps_done, info.checkpoint, info.steps_lost) == (7, "step-000004", 3)
+    assert info.lost_s == 12.5 and info.resumes is True
+    assert json.loads(job.trial_json.read_text())["resume"] is True
+    assert "lost node abc (127.0.0.1)" in (job.run_dir / "log.txt").read_text()
+
+
+def test_checkpoints_lost_everywhere_never_restart_from_scratch(tmp_path):
+    # saved on the flight, none came home: resume without a checkpoint → no_usable_resume
+    job = _lost_run(tmp_path, home=[], logged_steps=3)
+    info = lost_execution(job, node="n", reason="r", started_at=1000.0, saved_any=True,
+                          now=1030.0)
+    assert (info.checkpoint, info.steps_lost, info.lost_s, info.resumes) == (None, 3, 30.0,
+                                                                             False)
+    assert json.loads(job.trial_json.read_text())["resume"] is True
+    # never saved: starting again from step 0 loses nothing that could have been kept
+    job = _lost_run(tmp_path / "b", home=[], logged_steps=0)
+    info = lost_execution(job, node="n", reason="r", started_at=1000.0, saved_any=False,
+                          now=1004.0)
+    assert info.resumes is True and json.loads(job.trial_json.read_text())["resume"] is False
