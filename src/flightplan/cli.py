@@ -84,7 +84,7 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
         executor: Optional[str] = typer.Option(None, "--executor", metavar="local|ray",
-                                               help="Where runs execute (default: [execution] engine, else local)."),
+                                               help="Where runs execute (default: the campaign file's execution.engine, else local)."),
         address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
                                               help="The Ray head of the flights (--executor ray)."),
         json: bool = JSON) -> int:
