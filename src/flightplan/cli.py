@@ -111,11 +111,17 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         tracking_uri: Optional[str] = typer.Option(
             None, "--tracking-uri", help="Mirror the runs into this MLflow store while they "
                                          "train (default: [tracking] mlflow)."),
+        executor: Optional[str] = typer.Option(
+            None, "--executor", metavar="local|ray",
+            help="Where runs execute (default: the campaign file's execution.engine, else "
+                 "local)."),
+        address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
+                                              help="The Ray head of the flights (--executor ray)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
     return run_command(spec, decide=decide, as_json=json, restart=restart,
-                       tracking_uri=tracking_uri)
+                       tracking_uri=tracking_uri, executor=executor, address=address)
 
 
 @app.command()

@@ -10,6 +10,7 @@
     │   └── ArgumentError            a command-line argument
     └── CheckFailed                  exit 1: a check ran and found faults
         ├── CheckpointError          a checkpoint is missing, corrupt or refused
+        │   └── TransferError        a file sent between machines arrived with another hash
         ├── UnsafeFileError          a file that would run code or leave its directory
         ├── CorpusMismatch           a corpus file does not match the hash frozen in the spec
         ├── TrialStopped             a stop rule fired inside a trial (carries the record)
@@ -34,6 +35,7 @@ __all__ = [
     "ArgumentError",
     "CheckFailed",
     "CheckpointError",
+    "TransferError",
     "UnsafeFileError",
     "CorpusMismatch",
     "TrialStopped",
@@ -101,6 +103,11 @@ class CheckFailed(FlightplanError):
 
 class CheckpointError(CheckFailed):
     """A checkpoint is missing, corrupt, from another run, or refused by the safe loader."""
+
+
+class TransferError(CheckpointError):
+    """A file sent between the campaign's machine and a flight does not match its sha256
+    (or the manifest that lists it); nothing of the transfer was committed."""
 
 
 class UnsafeFileError(CheckFailed):

@@ -2,8 +2,8 @@
 
 A campaign file is TOML with the tables ``[campaign]``, ``[rental]``, ``[[stage]]``,
 ``[[run]]``, ``[[expense]]``, ``[stop]``, ``[checkpoint]`` and, for campaigns that train,
-``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow. Unknown keys
-are refused with a "did you mean".
+``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow and
+``[execution]`` says where runs execute. Unknown keys are refused with a "did you mean".
 Checks that need only the file (names, ``after``, cycles, references, durations, money)
 happen here; checks against the catalog (offer, package length, GPUs and memory per
 flight) happen in :mod:`flightplan.plan.catalog`.
@@ -43,6 +43,7 @@ __all__ = [
     "CorpusSection",
     "BaseModelSection",
     "TrackingSection",
+    "ExecutionSection",
     "CampaignSpec",
     "load_spec",
     "parse_spec",
@@ -287,6 +288,14 @@ class TrackingSection(_Strict):
 
     mlflow: str = Field(min_length=1)
     experiment: str | None = Field(default=None, min_length=1)
+class ExecutionSection(_Strict):
+    """``[execution]``: where the runs execute. ``engine = "local"`` (processes on this
+    machine) or ``"ray"`` (nodes of a Ray cluster, one per flight; see
+    docs/distributed.md); ``address`` is the Ray head's ``HOST:PORT``.
+    ``flightplan run --executor/--address`` override both."""
+
+    engine: Literal["local", "ray"] = "local"
+    address: str | None = Field(default=None, min_length=1)
 
 
 class CampaignSpec(_Strict):
@@ -302,6 +311,7 @@ class CampaignSpec(_Strict):
     corpus: CorpusSection | None = None
     base_model: BaseModelSection | None = None
     tracking: TrackingSection | None = None
+    execution: ExecutionSection = Field(default_factory=ExecutionSection)
 
     # set by load_spec; not part of the file
     source: str = Field(default="campaign.toml", exclude=True)

@@ -42,7 +42,7 @@ from flightplan.run.data_check import run_data_check
 from flightplan.run.decision import (DECISIONS, PilotFigures, PilotRecord, choose,
                                      control_steps, cut_steps, estimate_run_seconds,
                                      replan_from_options)
-from flightplan.run.executor import Executor, Job, JobResult, LocalExecutor
+from flightplan.run.executor import Executor, Interruption, Job, JobResult, LocalExecutor
 from flightplan.run.ids import config_hash, run_config, run_id
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
@@ -361,7 +361,7 @@ class _Campaign:
             planned.run_dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(planned.run_dir / "trial.json",
                               trial_document(self.spec, planned, resume=resume))
-            jobs.append(Job(planned.run_id, planned.run_dir))
+            jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
         by_id = {p.run_id: p for p in self.planned}
 
         def start(job: Job) -> None:
@@ -376,7 +376,17 @@ class _Campaign:
                      + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                      + (f"; {row['reason']}" if row.get("reason") else ""))
 
-        self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress)
+        def interrupted(job: Job, info: Interruption) -> None:
+            self.recorder.interrupted(by_id[job.run_id], info)
+            self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): flight {info.node} lost "
+                     f"after {info.steps_done} steps; {info.steps_lost} steps "
+                     f"({info.lost_s:.0f} s) lost; "
+                     + (f"resumes from {info.checkpoint}" if info.checkpoint else
+                        "restarts from step 0" if info.resumes else
+                        "no checkpoint came home: stops with no_usable_resume"))
+
+        self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress,
+                          on_interrupted=interrupted)
 
     def _saved_before(self, planned: PlannedRun) -> bool:
         """Whether this run id saved a checkpoint since it was last (re)started: a

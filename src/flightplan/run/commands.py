@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flightplan.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from flightplan.run.executor import Executor
+    from flightplan.spec import CampaignSpec
 
 
 def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
@@ -42,10 +47,36 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
 
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
 
+def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
+                  address: str | None = None) -> "Executor":
+    """The executor of ``flightplan run``: ``engine``/``address`` (the command line) over
+    the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``).
+
+    Raises:
+        ArgumentError: an unknown engine, ``--address`` without Ray, or Ray not installed.
+    """
+    engine = engine or spec.execution.engine
+    if engine not in ("local", "ray"):
+        raise ArgumentError(f"--executor {engine}: not an executor; give local or ray")
+    if engine == "local":
+        if address:
+            raise ArgumentError(f"--address {address}: only the ray executor takes an "
+                                f"address; add --executor ray")
+        from flightplan.run.executor import LocalExecutor
+        return LocalExecutor()
+    try:
+        from flightplan.run.ray_executor import RayExecutor
+    except ImportError as exc:
+        raise ArgumentError(f"--executor ray: Ray is not installed ({exc}); install it with "
+                            f"pip install 'flightplan[ray]'") from None
+    return RayExecutor(address=address or spec.execution.address)
+
+
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
-                restart: list[str] = (), tracking_uri: str | None = None) -> int:
+                restart: list[str] = (), tracking_uri: str | None = None,
+                executor: str | None = None, address: str | None = None) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
-    [--tracking-uri URI] [--json]``.
+    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
     one line per run under its tier (full run id, status, metric, wall time, stop reason;
@@ -60,6 +91,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
         Ctrl-C and SIGTERM propagate (:class:`flightplan.interrupts.Interrupted`) after the
         worker was killed; the CLI prints the resume line and exits 130 or 143.
     """
+    import contextlib
     import sys
     import time
 
@@ -71,8 +103,16 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 
     spec = load_spec(spec_path)
     console = Console()
-    outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                           restart=restart, tracking_uri=tracking_uri)
+    runner = make_executor(spec, engine=executor, address=address)
+    # with --json, stdout holds the one JSON object: what an executor's library prints
+    # there (Ray's node-death notices) goes to stderr
+    quiet_stdout = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+    with quiet_stdout:
+        try:
+            outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
+                                   restart=restart, tracking_uri=tracking_uri, executor=runner)
+        finally:
+            runner.close()
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:

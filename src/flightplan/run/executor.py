@@ -1,7 +1,7 @@
 """Executors: where and how the runs of a campaign are carried out.
 
-:class:`Executor` is the interface the runner codes against (a distributed engine can
-implement it later). :class:`LocalExecutor` runs each run in its own process
+:class:`Executor` is the interface the runner codes against (Ray nodes, one per flight:
+:mod:`flightplan.run.ray_executor`). :class:`LocalExecutor` runs each run in its own process
 (``python -m flightplan.run.worker <run_dir>/trial.json``), with its stdout and stderr
 appended to ``runs/<id>/log.txt``, one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
 its GPU, one of the runner's own visible GPUs; ``CUBLAS_WORKSPACE_CONFIG`` set for
@@ -39,8 +39,8 @@ from typing import Callable, Iterable
 from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, THREADS_ENV, cpu_slots,
                                    torch_threads)
 
-__all__ = ["Job", "JobResult", "RunProgress", "MeasurementTail", "Executor", "LocalExecutor",
-           "worker_argv", "gpu_count"]
+__all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
+           "LocalExecutor", "worker_argv", "gpu_count"]
 
 WORKER_MODULE = "flightplan.run.worker"
 _PR_SET_PDEATHSIG = 1
@@ -48,10 +48,12 @@ _PR_SET_PDEATHSIG = 1
 
 @dataclass(frozen=True)
 class Job:
-    """One run to execute: its id and its directory (which holds ``trial.json``)."""
+    """One run to execute: its id, its directory (which holds ``trial.json``) and the GPUs
+    its ``[[run]]`` declares (one flight's GPUs; an executor never shares one)."""
 
     run_id: str
     run_dir: Path
+    gpus: int = 1
 
     @property
     def trial_json(self) -> Path:
@@ -61,18 +63,47 @@ class Job:
 
 @dataclass(frozen=True)
 class JobResult:
-    """How one execution ended: the process's exit code and its unix start/end times."""
+    """How one execution ended: the process's exit code, its unix start/end times and,
+    for a remote executor, the node it ran on (None on this machine)."""
 
     run_id: str
     run_dir: Path
     exit_code: int
     started_at: float
     ended_at: float
+    node: str | None = None
 
     @property
     def wall_s(self) -> float:
         """Seconds the process ran."""
         return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """An execution lost with the machine it ran on (a remote executor's flight went away).
+
+    Attributes:
+        run_id, node: the run and where it was lost.   reason: one line (the error seen).
+        started_at, at: unix seconds the execution started and was found lost.
+        steps_done: steps the run had logged home (last step + 1).
+        checkpoint: the newest checkpoint home (``step-NNNNNN``) or None.
+        steps_lost: steps done after that checkpoint (redone on resume).
+        lost_s: seconds of work lost: since the checkpoint's save (or the start).
+        resumes: True when the executor starts it again (from ``checkpoint``, or from 0
+            when it never saved one); False when it saved some but none came home.
+    """
+
+    run_id: str
+    node: str
+    reason: str
+    started_at: float
+    at: float
+    steps_done: int
+    checkpoint: str | None
+    steps_lost: int
+    lost_s: float
+    resumes: bool
 
 
 @dataclass
@@ -173,18 +204,26 @@ class Executor(ABC):
     @abstractmethod
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
             on_done: Callable[[JobResult], None] | None = None,
-            on_progress: Callable[[Job, RunProgress], None] | None = None) -> list[JobResult]:
+            on_progress: Callable[[Job, RunProgress], None] | None = None,
+            on_interrupted: Callable[[Job, Interruption], None] | None = None
+            ) -> list[JobResult]:
         """Execute ``jobs`` (in the given order as slots free up).
 
         Args:
             jobs: the runs, each with ``trial.json`` written.
-            on_start: called just before a job's process starts.
+            on_start: called just before a job's process starts (again after a resume).
             on_done: called as soon as a job's process has ended.
             on_progress: called with a job's latest progress while it runs.
+            on_interrupted: called when an execution was lost with its machine, before
+                the executor starts it again elsewhere (never for local processes).
 
         Returns:
             One result per job, in the order they ended.
         """
+
+
+    def close(self) -> None:
+        """Release what the executor holds (a cluster connection); nothing by default."""
 
 
 class LocalExecutor(Executor):
@@ -238,7 +277,9 @@ class LocalExecutor(Executor):
 
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
             on_done: Callable[[JobResult], None] | None = None,
-            on_progress: Callable[[Job, RunProgress], None] | None = None) -> list[JobResult]:
+            on_progress: Callable[[Job, RunProgress], None] | None = None,
+            on_interrupted: Callable[[Job, Interruption], None] | None = None
+            ) -> list[JobResult]:
         queue = list(jobs)
         free = list(range(self.slots))
         running: dict[int, tuple[Job, subprocess.Popen, float, MeasurementTail]] = {}

@@ -263,12 +263,14 @@ class Ledger:
     def record_run_end(self, run_id: str, *, status: str, started_at: float, ended_at: float,
                        stop: dict[str, Any] | None = None, metric: float | None = None,
                        data: dict[str, Any] | None = None,
-                       extra_events: list[dict[str, Any]] = ()) -> None:
+                       extra_events: list[dict[str, Any]] = (),
+                       event: str | None = None) -> None:
         """Close one execution of a run: status, end time, wall time added, stop record,
-        its event (``finished``/``stopped``/``failed``) and the run's own events
-        (``extra_events``: ``{kind, at, data}`` read from its measurements), atomically.
+        its event (``finished``/``stopped``/``failed``, or ``event`` when given, e.g.
+        ``interrupted``) and the run's own events (``extra_events``: ``{kind, at, data}``
+        read from its measurements), atomically.
         """
-        kind = {"finished": "finished", "stopped": "stopped"}.get(status, "failed")
+        kind = event or {"finished": "finished", "stopped": "stopped"}.get(status, "failed")
         with self._write() as tx:
             tx.execute("UPDATE runs SET status = ?, ended_at = ?, wall_s = wall_s + ?, "
                        "stop_json = ?, metric = ? WHERE run_id = ?",

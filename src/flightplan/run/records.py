@@ -25,7 +25,7 @@ from flightplan.close.manifest import read_manifest
 from flightplan.close.results import RESULTS_DIRNAME, publish_run
 from flightplan.errors import CheckFailed, SpecError, VerificationFailed
 from flightplan.metrics import metric_value, read_predictions
-from flightplan.run.executor import JobResult
+from flightplan.run.executor import Interruption, JobResult
 from flightplan.run.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -34,7 +34,9 @@ if TYPE_CHECKING:
 __all__ = ["RunRecorder", "run_dir_status", "EVENT_KINDS"]
 
 EVENT_KINDS = {"checkpoint": "checkpoint_saved", "checkpoint_rejected": "checkpoint_rejected",
-               "checkpoint_failed": "checkpoint_failed"}
+               "checkpoint_failed": "checkpoint_failed",
+               "checkpoint_transfer": "checkpoint_transferred",
+               "checkpoint_transfer_failed": "checkpoint_transfer_failed"}
 """Measurement row ``event`` → ledger event kind. A ``restore`` row with a ``source``
 becomes ``checkpoint_verified`` (restore checks every hash before loading)."""
 
@@ -174,6 +176,8 @@ class RunRecorder:
             status = "failed"
         stop = _read_json(planned.run_dir / "stop.json") if status == "stopped" else None
         data = {"exit_code": result.exit_code, "wall_s": result.wall_s}
+        if result.node is not None:
+            data["node"] = result.node
         if status == "failed":
             data["log_tail"] = _log_tail(planned.run_dir)
         self.ledger.record_run_end(planned.run_id, status=status, started_at=result.started_at,
@@ -183,6 +187,17 @@ class RunRecorder:
         if (planned.run_dir / "trial.json").is_file():
             publish_run(self.dir, planned.run_id)
         return self.row(planned, exit_code=result.exit_code)
+
+    def interrupted(self, planned: "PlannedRun", info: Interruption) -> None:
+        """Record an execution lost with its flight: wall time counted, its measurement
+        events, and an ``interrupted`` event with the node and the work lost; the run is
+        ``pending`` until the executor starts it again."""
+        data = {"cause": "flight_lost", "node": info.node, "reason": info.reason,
+                "steps_done": info.steps_done, "checkpoint": info.checkpoint,
+                "steps_lost": info.steps_lost, "lost_s": info.lost_s, "resumes": info.resumes}
+        self.ledger.record_run_end(planned.run_id, status="pending", started_at=info.started_at,
+                                   ended_at=info.at, data=data, event="interrupted",
+                                   extra_events=self._events(planned))
 
     def row(self, planned: "PlannedRun", *, exit_code: int | None = None) -> dict[str, Any]:
         """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason}``."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.campaign import run_campaign
-from flightplan.run.executor import Executor, JobResult
+from flightplan.run.executor import Executor, Interruption, JobResult
 from flightplan.run.ledger import Ledger
 from flightplan.spec import load_spec
 
@@ -35,12 +35,18 @@ class FakeExecutor(Executor):
     """Runs nothing: writes a worker's files. ``params.fake``: ``"stop"`` (non_finite_loss
     at step 2, exit 1) or ``"crash"`` (exit 3); otherwise 8 steps, finished, macro_f1 0.5."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lose: set[str] = frozenset()) -> None:
         self.started: list[str] = []
+        self.lose = set(lose)   # run names whose first execution is lost with its flight
 
-    def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
+    def run(self, jobs, *, on_start=None, on_done=None, on_progress=None, on_interrupted=None):
         results = []
         for job in jobs:
+            trial = json.loads(job.trial_json.read_text())
+            if trial["name"] in self.lose:
+                self.lose.discard(trial["name"])
+                on_start(job)
+                self._lost(job, trial, on_interrupted)
             if on_start:
                 on_start(job)
             self.started.append(job.run_id)
@@ -51,6 +57,20 @@ class FakeExecutor(Executor):
             if on_done:
                 on_done(results[-1])
         return results
+
+    @staticmethod
+    def _lost(job, trial: dict, on_interrupted) -> None:
+        """Two steps and a checkpoint, then the flight goes away (as RayExecutor reports it)."""
+        rows = [{"step": 0, "loss": 1.0}, {"step": 1, "event": "checkpoint", "name": "step-000001",
+                                            "stall_s": 0.01, "persist_s": 0.05},
+                {"step": 1, "loss": 0.5}]
+        with open(job.run_dir / "measurements.jsonl", "a") as out:
+            out.writelines(json.dumps(r) + "\n" for r in rows)
+        (job.run_dir / "checkpoints" / "step-000001").mkdir(parents=True)
+        now = time.time()
+        on_interrupted(job, Interruption(job.run_id, "n1 (10.0.0.1)", "ActorDiedError: gone",
+                                         now - 30.0, now, 2, "step-000001", 1, 25.0, True))
+        job.trial_json.write_text(json.dumps(dict(trial, resume=True)))
 
     @staticmethod
     def _work(run_dir: Path, trial: dict) -> int:
@@ -172,3 +192,20 @@ def test_a_bad_decide_value_is_refused(tmp_path):
 
     with pytest.raises(ArgumentError, match="--decide maybe: not a decision; give continue"):
         run_campaign(load_spec(_spec(tmp_path)), decide="maybe", executor=FakeExecutor())
+
+
+def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
+    outcome = run_campaign(load_spec(_spec(tmp_path)), executor=FakeExecutor(lose={"control"}),
+                           quiet=True)
+    control = next(r for r in outcome.runs if r["name"] == "control")
+    assert control["status"] == "finished"
+    with Ledger.open(tmp_path, create=False) as ledger:
+        events = ledger.events(control["run_id"])
+        run = ledger.run(control["run_id"])
+    assert [e["kind"] for e in events] == ["started", "checkpoint_saved", "interrupted",
+                                           "resumed", "checkpoint_verified", "finished"]
+    assert events[2]["data"] == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
+                                 "reason": "ActorDiedError: gone", "steps_done": 2,
+                                 "checkpoint": "step-000001", "steps_lost": 1, "lost_s": 25.0,
+                                 "resumes": True}
+    assert run["wall_s"] >= 30.0          # the lost execution's time is a cost too

@@ -1,0 +1,511 @@
+"""Runs on Ray nodes, one node per flight, with every file streamed home as it is made.
+
+The campaign directory (ledger, ``runs/``, ``results/``) stays on the machine that runs
+``flightplan run`` ("home"); each rented flight joins its Ray cluster as a node. Each
+execution of a run is a :class:`RunHost` actor placed on a flight with the resources the
+run declares (``num_gpus`` = its ``[[run]] gpus``; on a cluster without GPUs, one unit of
+the custom resource :data:`FLIGHT_RESOURCE` per run, so a CPU node stands in for a
+one-GPU flight). Ray never retries anything (``max_restarts=0``, ``max_task_retries=0``):
+flightplan decides what runs again and from which checkpoint.
+
+One execution, seen from home::
+
+    trial.json + latest verified checkpoint ──▶ RunHost.start (scratch folder on the flight,
+                                                  python -m flightplan.run.worker)
+    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the newest committed
+                                     checkpoint not yet home, and at the end every output
+    home: rows appended; checkpoint committed after hash checks (run/transfer.py), with a
+          ``checkpoint_transfer`` row {name, bytes, fetch_s, commit_s, node}; outputs
+          committed, done.json/stop.json last
+
+When a flight goes away (its node dies: the actor call raises), the run's execution is
+reported through ``on_interrupted`` (:class:`~flightplan.run.executor.Interruption`: node,
+steps done, the checkpoint home, steps and seconds lost) and the run is queued again at
+the front, with ``resume`` set when a checkpoint came home or any was saved: a run whose
+checkpoints are all lost is then stopped by its own ``no_usable_resume`` rule instead of
+restarting silently from scratch. The actors belong to this process, so a killed
+``flightplan run`` takes its executions with it (the worker dies with its actor:
+``PR_SET_PDEATHSIG``); running it again resumes from what came home.
+
+Usage::
+
+    executor = RayExecutor(address="10.0.0.5:6379")
+    executor.run(jobs, on_start=..., on_done=..., on_progress=..., on_interrupted=...)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+
+from flightplan.durable import write_json_atomic
+from flightplan.errors import ArgumentError, TransferError
+from flightplan.run.checkpoint import list_checkpoints
+from flightplan.run.executor import (Executor, Interruption, Job, JobResult, MeasurementTail,
+                                     RunProgress, _die_with_parent, worker_argv)
+from flightplan.run.transfer import (Blob, blob_bytes, commit_checkpoint, commit_outputs,
+                                     latest_checkpoint, pack, pack_tree)
+
+__all__ = ["FLIGHT_RESOURCE", "SCRATCH_ENV", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "Delta",
+           "RunHost", "RayExecutor", "lost_execution"]
+
+FLIGHT_RESOURCE = "flight"
+"""Custom Ray resource that a CPU-only node declares once per run it may hold."""
+
+SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
+"""On a flight: the folder under which each execution gets its scratch folder (default:
+the system's temp folder)."""
+
+EXIT_NO_FLIGHT = 4
+"""Exit code given to a run that no flight of the cluster can hold any more."""
+
+EXIT_HOST_ERROR = 5
+"""Exit code given to an execution whose flight-side host raised (e.g. a checkpoint sent
+to it arrived damaged); the error is appended to the run's ``log.txt``."""
+
+_KEPT_AT_HOME = {"trial.json", "measurements.jsonl", "log.txt", "checkpoints"}
+"""Scratch entries that are not outputs (streamed separately or sent from home)."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one :meth:`RunHost.poll` sends home.
+
+    Attributes:
+        measurements: new complete rows of ``measurements.jsonl`` (bytes, newline-ended).
+        log: new bytes of the worker's stdout/stderr.
+        checkpoint: the newest committed checkpoint not sent before, ``(name, blobs)``.
+        exit_code: the worker's exit code once it ended, else None.
+        outputs: once ended, every other file of the scratch folder.
+    """
+
+    measurements: bytes
+    log: bytes
+    checkpoint: tuple[str, list[Blob]] | None
+    exit_code: int | None
+    outputs: list[Blob]
+
+
+class RunHost:
+    """The flight's side of one execution (a Ray actor; plain Python, so it is testable).
+
+    Args:
+        run_id: names the scratch folder.
+        scratch: parent of the scratch folder (default ``$FLIGHTPLAN_SCRATCH`` or the temp
+            folder of the node).
+        env: extra environment variables for the worker.
+    """
+
+    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str]) -> None:
+        root = scratch or os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()
+        os.makedirs(root, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
+        self.env = dict(env)
+        self.proc: subprocess.Popen | None = None
+        self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
+        self._sent: set[str] = set()
+
+    def where(self) -> dict[str, Any]:
+        """``{node_id, host, scratch, pid}`` of this actor."""
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
+
+    def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None) -> dict[str, Any]:
+        """Write ``trial.json`` and the sent checkpoint (hash-checked), start the worker.
+
+        Returns:
+            :meth:`where`.
+
+        Raises:
+            TransferError: the checkpoint arrived damaged.
+        """
+        (self.dir / "trial.json").write_bytes(trial)
+        if checkpoint is not None:
+            name, blobs = checkpoint
+            commit_checkpoint(self.dir / "checkpoints", name, blobs)
+            self._sent.add(name)
+        trial_json = self.dir / "trial.json"
+        env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
+                   PYTHONUNBUFFERED="1")
+        with open(self.dir / "log.txt", "ab") as log:
+            self.proc = subprocess.Popen(worker_argv(trial_json), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=str(self.dir),
+                                         preexec_fn=_die_with_parent)
+        return self.where()
+
+    def _read_new(self, name: str, *, whole_lines: bool) -> bytes:
+        try:
+            with open(self.dir / name, "rb") as handle:
+                handle.seek(self._offsets[name])
+                data = handle.read()
+        except FileNotFoundError:
+            return b""
+        if whole_lines:
+            data = data[:data.rfind(b"\n") + 1]
+        self._offsets[name] += len(data)
+        return data
+
+    def _newest_checkpoint(self) -> tuple[str, list[Blob]] | None:
+        complete, _ = list_checkpoints(self.dir / "checkpoints")
+        for _, path in complete:
+            if path.name in self._sent:
+                return None
+            try:
+                manifest = json.loads((path / "manifest.json").read_bytes())
+                blobs = pack(path, ["manifest.json", *manifest["files"]])
+            except (OSError, ValueError, KeyError, TypeError, TransferError):
+                continue  # pruned or renamed meanwhile: an older one may still be whole
+            self._sent.update(p.name for _, p in complete)
+            return path.name, blobs
+        return None
+
+    def poll(self) -> Delta:
+        """What is new since the last poll (see :class:`Delta`)."""
+        assert self.proc is not None, "start() before poll()"
+        code = self.proc.poll()  # read first: everything written before the exit is below
+        outputs = pack_tree(self.dir, skip=_KEPT_AT_HOME) if code is not None else []
+        return Delta(self._read_new("measurements.jsonl", whole_lines=True),
+                     self._read_new("log.txt", whole_lines=False), self._newest_checkpoint(),
+                     code, outputs)
+
+    def close(self) -> None:
+        """Remove the scratch folder (everything it made is home)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@dataclass
+class _Execution:
+    """Home's view of one execution in flight."""
+
+    job: Job
+    actor: Any
+    ref: Any                      # the pending start() or poll() call, or None
+    placing: bool = True
+    where: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0
+    last_poll: float = 0.0
+    saved_any: bool = False       # a checkpoint row came home from this execution
+    tail: MeasurementTail | None = None
+
+    @property
+    def node(self) -> str:
+        """``<node id[:12]> (<ip>)``."""
+        return f"{str(self.where.get('node_id', '?'))[:12]} ({self.where.get('ip', '?')})"
+
+
+def _append(path: Path, data: bytes) -> None:
+    if not data:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _row(run_dir: Path, step: int, **fields: Any) -> None:
+    """Append one home-made row (``event`` …) to the run's ``measurements.jsonl``."""
+    row = {"step": step, "time": time.time(), **fields}
+    _append(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
+
+
+def _is_save(line: bytes) -> bool:
+    """Whether a measurement row is a ``checkpoint`` (a save) event."""
+    try:
+        return json.loads(line).get("event") == "checkpoint"
+    except (ValueError, AttributeError):
+        return False
+
+
+def _node_address(where: dict[str, Any]) -> str:
+    """The address the node joined the cluster with (what Ray binds), from the GCS."""
+    return next((n["NodeManagerAddress"] for n in ray.nodes()
+                 if n["NodeID"] == where["node_id"]), "?")
+
+
+def _trial(job: Job) -> dict[str, Any]:
+    return json.loads(job.trial_json.read_text(encoding="utf-8"))
+
+
+def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
+                   saved_any: bool, now: float | None = None) -> Interruption:
+    """What an execution lost with its flight cost, from what came home; sets ``resume``
+    in the job's ``trial.json`` for the next execution and notes the loss in ``log.txt``.
+
+    The work lost is everything after the newest checkpoint home: ``steps_lost`` = steps
+    logged home − that checkpoint's steps, ``lost_s`` = now − max(its commit time, the
+    execution's start). ``resume`` is set when a checkpoint is home or the execution saved
+    one (then the run stops by ``no_usable_resume`` rather than restarting from scratch:
+    ``resumes`` is False); a run that never saved starts again from step 0.
+
+    Args:
+        job: the run.   node: where it ran.   reason: one line (the error seen).
+        started_at: unix start of the execution.   saved_any: a ``checkpoint`` row came
+        home from it.   now: unix time of the loss (default: now).
+    """
+    now = time.time() if now is None else now
+    complete, _ = list_checkpoints(job.run_dir / "checkpoints")
+    newest = complete[0] if complete else None
+    progress = MeasurementTail(job.run_dir).read()
+    since = max(newest[1].stat().st_mtime, started_at) if newest else started_at
+    trial = _trial(job)
+    trial["resume"] = newest is not None or saved_any
+    write_json_atomic(job.trial_json, trial)
+    _append(job.run_dir / "log.txt", f"--- flightplan: lost node {node} at "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))}: {reason} ---\n"
+            .encode())
+    return Interruption(job.run_id, node, reason, started_at, now, progress.completed,
+                        newest[1].name if newest else None,
+                        max(0, progress.completed - (newest[0] if newest else 0)),
+                        max(0.0, now - since), newest is not None or not saved_any)
+
+
+class RayExecutor(Executor):
+    """Runs on the nodes of a Ray cluster (see the module docstring).
+
+    Args:
+        address: the cluster's ``HOST:PORT`` (None: ``$RAY_ADDRESS``, or a cluster this
+            process already joined).
+        poll_s: seconds between polls of each execution.
+        env: extra environment variables for every worker.
+        scratch: parent folder of the scratch folders on every flight (None: each node's
+            ``$FLIGHTPLAN_SCRATCH`` or temp folder).
+        no_flight_s: how long a run waits for a flight that the cluster no longer has
+            (all lost) before it ends with :data:`EXIT_NO_FLIGHT`.
+
+    Raises:
+        ArgumentError: (at ``run``) no cluster answers at ``address``, or it has neither
+            GPUs nor the ``flight`` resource.
+    """
+
+    def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
+                 env: dict[str, str] | None = None, scratch: str | None = None,
+                 no_flight_s: float = 120.0) -> None:
+        self.address = address
+        self.poll_s = poll_s
+        self.env = dict(env or {})
+        self.scratch = scratch
+        self.no_flight_s = no_flight_s
+        self._connected = False
+
+    def close(self) -> None:
+        """Leave the cluster if :meth:`run` joined it (this process's actors end with it)."""
+        if self._connected and ray.is_initialized():
+            ray.shutdown()
+        self._connected = False
+
+    # -- the cluster -------------------------------------------------------------------
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return
+        self._connected = True
+        try:
+            ray.init(address=self.address or "auto", log_to_driver=False,
+                     logging_level="WARNING", configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ArgumentError(
+                f"--address {self.address or '(none: $RAY_ADDRESS or auto)'}: no Ray cluster "
+                f"answers ({str(exc).splitlines()[0]}); start the head with `ray start --head "
+                f"--node-ip-address HOST --port 6379` and give HOST:6379") from None
+
+    def _needs(self, job: Job) -> dict[str, float]:
+        """The resources one execution of ``job`` holds."""
+        if ray.cluster_resources().get("GPU", 0) > 0:
+            return {"GPU": float(job.gpus)}
+        return {FLIGHT_RESOURCE: 1.0}
+
+    def _check_cluster(self) -> None:
+        total = ray.cluster_resources()
+        if total.get("GPU", 0) <= 0 and total.get(FLIGHT_RESOURCE, 0) <= 0:
+            raise ArgumentError(
+                f"the Ray cluster at {self.address or 'auto'} has no GPU and no "
+                f"{FLIGHT_RESOURCE!r} resource, so no flight to run on; join each flight "
+                f"with `ray start --address HOST:PORT --num-gpus N` (a CPU machine: "
+                f"--resources '{{\"{FLIGHT_RESOURCE}\": 1}}')")
+
+    @staticmethod
+    def _has(pool: dict[str, float], needs: dict[str, float]) -> bool:
+        return all(pool.get(k, 0.0) >= v for k, v in needs.items())
+
+    def _launch(self, job: Job) -> _Execution:
+        needs = self._needs(job)
+        options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
+        if "GPU" in needs:
+            options["num_gpus"] = needs["GPU"]
+        else:
+            options["resources"] = needs
+        actor = ray.remote(RunHost).options(**options).remote(job.run_id, self.scratch,
+                                                              self.env)
+        trial = _trial(job)
+        shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
+        ref = actor.start.remote(job.trial_json.read_bytes(), shipped)
+        return _Execution(job, actor, ref)
+
+    # -- one execution's deltas ----------------------------------------------------------
+    def _absorb(self, ex: _Execution, delta: Delta, asked_at: float) -> None:
+        run_dir = ex.job.run_dir
+        _append(run_dir / "measurements.jsonl", delta.measurements)
+        _append(run_dir / "log.txt", delta.log)
+        if b'"checkpoint"' in delta.measurements:
+            ex.saved_any = ex.saved_any or any(_is_save(line)
+                                               for line in delta.measurements.splitlines())
+        if delta.checkpoint is None:
+            return
+        name, blobs = delta.checkpoint
+        fetched = time.time()
+        keep = (_trial(ex.job).get("checkpoint") or {}).get("keep_last")
+        try:
+            commit_checkpoint(run_dir / "checkpoints", name, blobs, keep_last=keep)
+        except TransferError as exc:
+            _row(run_dir, int(name[5:]), event="checkpoint_transfer_failed", name=name,
+                 error=str(exc), node=ex.node)
+            return
+        _row(run_dir, int(name[5:]), event="checkpoint_transfer", name=name,
+             bytes=blob_bytes(blobs), fetch_s=fetched - asked_at,
+             commit_s=time.time() - fetched, node=ex.node)
+
+    def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
+        code = int(delta.exit_code)
+        try:
+            commit_outputs(ex.job.run_dir, delta.outputs)
+        except TransferError as exc:
+            _append(ex.job.run_dir / "log.txt",
+                    f"flightplan: outputs not committed: {exc}\n".encode())
+        try:
+            ray.get(ex.actor.close.remote(), timeout=30)
+        except RayError:
+            pass
+        ray.kill(ex.actor)
+        return JobResult(ex.job.run_id, ex.job.run_dir, code, ex.started_at, time.time(),
+                         node=ex.node)
+
+    def _lost(self, ex: _Execution, exc: Exception) -> Interruption:
+        """Record a lost execution at home and prepare the job to resume."""
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        info = lost_execution(ex.job, node=ex.node, reason=reason, started_at=ex.started_at,
+                              saved_any=ex.saved_any)
+        try:
+            ray.kill(ex.actor)
+        except RayError:
+            pass
+        return info
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
+            on_done: Callable[[JobResult], None] | None = None,
+            on_progress: Callable[[Job, RunProgress], None] | None = None,
+            on_interrupted: Callable[[Job, Interruption], None] | None = None
+            ) -> list[JobResult]:
+        self._connect()
+        self._check_cluster()
+        queue = list(jobs)
+        active: list[_Execution] = []
+        results: list[JobResult] = []
+        waiting_since: float | None = None
+        try:
+            while queue or active:
+                if queue and not any(e.placing for e in active):
+                    needs = self._needs(queue[0])
+                    if self._has(ray.available_resources(), needs):
+                        active.append(self._launch(queue.pop(0)))
+                        waiting_since = None
+                    elif not active and not self._has(ray.cluster_resources(), needs):
+                        waiting_since = waiting_since or time.time()
+                        if time.time() - waiting_since > self.no_flight_s:
+                            results.append(self._no_flight(queue.pop(0), needs, on_done))
+                            waiting_since = None
+                            continue
+                now = time.time()
+                for ex in active:
+                    if ex.ref is None and now - ex.last_poll >= self.poll_s:
+                        ex.last_poll = now
+                        ex.ref = ex.actor.poll.remote()
+                refs = [e.ref for e in active if e.ref is not None]
+                if not refs:
+                    time.sleep(self.poll_s)
+                    continue
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_s)
+                for ex in [e for e in active if e.ref in ready]:
+                    ref, ex.ref = ex.ref, None
+                    try:
+                        value = ray.get(ref)
+                    except RayTaskError as exc:  # the host raised: this execution failed
+                        active.remove(ex)
+                        result = self._host_error(ex, exc)
+                        results.append(result)
+                        if on_done:
+                            on_done(result)
+                        continue
+                    except RayError as exc:  # actor or node gone: the flight was lost
+                        active.remove(ex)
+                        if not ex.placing:
+                            info = self._lost(ex, exc)
+                            if on_interrupted:
+                                on_interrupted(ex.job, info)
+                        else:
+                            ray.kill(ex.actor)
+                        queue.insert(0, ex.job)
+                        continue
+                    if ex.placing:
+                        ex.placing, ex.where = False, dict(value, ip=_node_address(value))
+                        ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
+                        _append(ex.job.run_dir / "log.txt",
+                                f"--- flightplan worker started "
+                                f"{time.strftime('%Y-%m-%dT%H:%M:%S')} on node {ex.node}, "
+                                f"host {value['host']}, scratch {value['scratch']} ---\n"
+                                .encode())
+                        if on_start:
+                            on_start(ex.job)
+                        continue
+                    self._absorb(ex, value, ex.last_poll)
+                    if on_progress:
+                        on_progress(ex.job, ex.tail.read())
+                    if value.exit_code is not None:
+                        active.remove(ex)
+                        result = self._finish(ex, value)
+                        results.append(result)
+                        if on_done:
+                            on_done(result)
+        finally:
+            for ex in active:
+                try:
+                    ray.kill(ex.actor)
+                except RayError:
+                    pass
+        return results
+
+    def _host_error(self, ex: _Execution, exc: RayTaskError) -> JobResult:
+        _append(ex.job.run_dir / "log.txt", f"--- flightplan: the host on node {ex.node} "
+                f"failed: {exc} ---\n".encode())
+        try:
+            ray.kill(ex.actor)
+        except RayError:
+            pass
+        now = time.time()
+        return JobResult(ex.job.run_id, ex.job.run_dir, EXIT_HOST_ERROR, ex.started_at or now,
+                         now, node=ex.node)
+
+    def _no_flight(self, job: Job, needs: dict[str, float],
+                   on_done: Callable[[JobResult], None] | None) -> JobResult:
+        _append(job.run_dir / "log.txt",
+                f"--- flightplan: no flight of the cluster has {needs} any more (waited "
+                f"{self.no_flight_s:.0f} s); join a flight and run again to resume ---\n"
+                .encode())
+        now = time.time()
+        result = JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)
+        if on_done:
+            on_done(result)
+        return result
