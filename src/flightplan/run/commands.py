@@ -93,7 +93,6 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     """
     import contextlib
     import sys
-    import time
 
     from rich.console import Console
 
