@@ -9,5 +9,3 @@ from pathlib import Path
 # MLflow's usage telemetry stays off in tests (documented switch of mlflow 3.x)
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "close"))
-
-from close_fixture import fake_task_env  # noqa: E402,F401

@@ -186,7 +186,7 @@ def test_the_pilot_is_a_run_marked_as_such(exported):
     assert pilot.info.end_time == (T0 + 11) * 1000
 
 
-def test_exporting_again_changes_nothing(exported, fake_task_env):
+def test_exporting_again_changes_nothing(exported):
     results, uri, _ = exported
     before = _snapshot(uri)
     again = export_results(results, tracking_uri=uri)
@@ -194,7 +194,7 @@ def test_exporting_again_changes_nothing(exported, fake_task_env):
     assert _snapshot(uri) == before
 
 
-def test_a_directory_that_does_not_verify_is_refused(exported, tmp_path, fake_task_env):
+def test_a_directory_that_does_not_verify_is_refused(exported, tmp_path):
     results, uri, _ = exported
     copy = tmp_path / "results"
     shutil.copytree(results, copy)
