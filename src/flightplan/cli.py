@@ -152,7 +152,8 @@ def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
           json: bool = JSON) -> int:
     """Complete and verify results/: conclusion, budget, plan vs execution, report."""
     from flightplan.close.commands import close_command
-    return close_command(spec, as_json=json)
+    from flightplan.run.ledger import Ledger       # close reads it; the CLI wires the stages
+    return close_command(spec, as_json=json, open_ledger=Ledger.open_existing)
 
 
 @app.command()

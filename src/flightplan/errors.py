@@ -13,6 +13,7 @@
         │   └── TransferError        a file sent between machines arrived with another hash
         ├── UnsafeFileError          a file that would run code or leave its directory
         ├── CorpusMismatch           a corpus file does not match the hash frozen in the spec
+        ├── RunDirectoryDamaged      a run directory lacks or garbles a file the runner wrote
         ├── TrialStopped             a stop rule fired inside a trial (carries the record)
         ├── CampaignStopped          the campaign stopped (a rule or the decision point)
         ├── VerificationFailed       a results directory has findings
@@ -38,6 +39,7 @@ __all__ = [
     "TransferError",
     "UnsafeFileError",
     "CorpusMismatch",
+    "RunDirectoryDamaged",
     "TrialStopped",
     "CampaignStopped",
     "VerificationFailed",
@@ -116,6 +118,12 @@ class UnsafeFileError(CheckFailed):
 
 class CorpusMismatch(CheckFailed):
     """A corpus file's sha256 differs from the hash frozen in the campaign file."""
+
+
+class RunDirectoryDamaged(CheckFailed):
+    """A run directory ``runs/<id>/`` lacks or garbles a file the runner or the task wrote
+    (trial.json, stop.json, done.json, metrics.json): a check of what is on disk failed,
+    not bad input."""
 
 
 class TrialStopped(CheckFailed):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.close.manifest import update_manifest
+from flightplan.publish.manifest import update_manifest
 from flightplan.close.verify import prediction_differences
 
 REPO = Path(__file__).resolve().parents[2]

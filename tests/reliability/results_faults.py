@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator
 
-from flightplan.close.manifest import MANIFEST_NAME, update_manifest
+from flightplan.publish.manifest import MANIFEST_NAME, update_manifest
 
 __all__ = ["RUN_ID", "make_results", "edit_manifest", "TRAVERSALS", "MALFORMED", "PLANTED",
            "plant", "run_all"]

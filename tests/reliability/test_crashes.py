@@ -127,13 +127,13 @@ def test_a_publish_killed_mid_write_leaves_nothing_that_blocks_verify(tmp_path: 
     """The runner and ``close`` write results/ with temp files beside the target; a kill
     before the rename leaves one behind. The next publish must leave a directory that
     verifies (internals.md: a campaign cut short still leaves a verifiable results/)."""
-    from flightplan.close.results import publish_plan
+    from flightplan.publish.results import publish_plan
     from flightplan.close.verify import verify_results
 
     campaign = tmp_path / "campaign"
     campaign.mkdir()
     plan = {"stages": [], "reserved_hours": 1.0}
-    code = (f"from pathlib import Path\nfrom flightplan.close.results import publish_plan\n"
+    code = (f"from pathlib import Path\nfrom flightplan.publish.results import publish_plan\n"
             f"publish_plan(Path({str(campaign)!r}), {plan!r})\n")
     point = CrashPoint("any", "replace", nth=1, contains="results")
     crashed = run_with_crash([sys.executable, "-c", code], cwd=tmp_path, point=point,

@@ -11,7 +11,8 @@ names each finding and exits 1.
 
 Usage::
 
-    close_command(Path("examples/tiny/campaign.toml"), as_json=True)
+    close_command(Path("examples/tiny/campaign.toml"), as_json=True,
+                  open_ledger=Ledger.open_existing)   # the CLI passes run's ledger
     verify_command(Path("examples/tiny/results"), as_json=False)
 """
 
@@ -27,14 +28,15 @@ from flightplan.close.acceptance import accept_runs, accepted_product_count, com
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
-from flightplan.close.manifest import read_manifest, update_manifest
-from flightplan.durable import write_atomic, write_json_atomic
+from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
-from flightplan.close.results import portable, publish_plan, publish_run, results_dir_of
 from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
+from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.metrics import read_predictions
+from flightplan.publish.manifest import read_manifest, update_manifest
+from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import reload_argv
@@ -67,7 +69,7 @@ def _input_limit(results: Path, run_id: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _latest_runs(ledger: Any) -> list[dict[str, Any]]:
+def _latest_runs(ledger: LedgerReader) -> list[dict[str, Any]]:
     """The ledger's runs the campaign still owes (not cut, not superseded), in order."""
     return [r for r in ledger.runs() if r["status"] not in _NOT_OWED]
 
@@ -103,13 +105,13 @@ def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]
     return out
 
 
-def close_campaign(spec: CampaignSpec, ledger: Any, *, sample: int | None = DEFAULT_SAMPLE
+def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | None = DEFAULT_SAMPLE
                    ) -> dict[str, Any]:
     """Complete and verify ``results/`` of a campaign.
 
     Args:
         spec: the campaign.
-        ledger: an object with the read API of :class:`flightplan.run.ledger.Ledger`.
+        ledger: the campaign's ledger, read through :class:`LedgerReader`.
         sample: test examples re-predicted per artifact by the final verification, for
             artifacts the acceptance step did not already reload in full.
 
@@ -206,19 +208,19 @@ def _print_findings(findings: list[dict[str, str]]) -> None:
         print(f"  {f['check']}: {f['path']}: {f['message']}")
 
 
-def close_command(spec_path: Path, *, as_json: bool) -> int:
+def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) -> int:
     """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
-    On a terminal, stderr shows what is being done and how far along while it works
+    ``open_ledger(campaign_dir)`` opens the campaign's ledger for reading (the command
+    line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). On a
+    terminal, stderr shows what is being done and how far along while it works
     (:class:`flightplan.activity.WaitDisplay`); nothing when stderr is not a terminal.
 
     Raises:
         SpecError: the campaign file is invalid. ArgumentError: the campaign never ran.
     """
-    from flightplan.run.ledger import Ledger
-
     spec = load_spec(spec_path)
-    ledger = Ledger.open(spec.campaign_dir, create=False)
+    ledger = open_ledger(spec.campaign_dir)
     try:
         with WaitDisplay():
             outcome = close_campaign(spec, ledger)

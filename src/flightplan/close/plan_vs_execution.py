@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flightplan.run.ledger import plan_sha256
+from flightplan.canonical import plan_sha256
 
 __all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours"]
 
@@ -70,7 +70,7 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
     """The ``plan_vs_execution.json`` object.
 
     Args:
-        ledger: an object with the read API of :class:`flightplan.run.ledger.Ledger`.
+        ledger: the campaign's ledger (:class:`~flightplan.close.ledger_reader.LedgerReader`).
 
     Returns:
         ``{original_plan: {version, plan_sha256, created_at, file, reserved_hours,

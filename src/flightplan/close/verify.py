@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.activity import doing
-from flightplan.close.manifest import MANIFEST_NAME, read_manifest
+from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 from flightplan.tasks.archive import check_kept, task_record

@@ -44,7 +44,8 @@ from typing import Any
 from flightplan.errors import ArgumentError, VerificationFailed
 from flightplan.integrations.mlflow_store import (
     MetricPoint, MlflowRun, MlflowStore, default_tracking_uri, flatten, metric_key,
-    metric_points, parse_rows, require_mlflow)
+    metric_points, require_mlflow)
+from flightplan.rundir import parse_rows
 
 __all__ = ["export_results", "export_command", "run_record", "SUMMARY_ID"]
 

@@ -26,7 +26,6 @@ Usage (the runner)::
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -35,7 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from flightplan.integrations.mlflow_store import (
-    MetricPoint, MlflowRun, MlflowStore, flatten, metric_points, parse_rows)
+    MetricPoint, MlflowRun, MlflowStore, flatten, metric_points)
+from flightplan.rundir import RunDir
 
 __all__ = ["LiveMirror", "mirror_runs", "resolve_tracking_uri"]
 
@@ -150,7 +150,7 @@ class LiveMirror:
 
     def _pass(self, *, final: bool) -> None:
         runs_dir = self.campaign_dir / "runs"
-        folders = sorted(p for p in runs_dir.iterdir() if (p / "trial.json").is_file()) \
+        folders = sorted(p for p in runs_dir.iterdir() if RunDir(p).trial_json.is_file()) \
             if runs_dir.is_dir() else []
         for folder in folders:
             state = self._runs.setdefault(folder.name, _RunState(folder))
@@ -168,29 +168,25 @@ class LiveMirror:
 
     def _read(self, state: _RunState) -> None:
         """Parse the complete rows appended since the last pass into ``state.pending``."""
-        path = state.run_dir / "measurements.jsonl"
+        run = RunDir(state.run_dir)
         try:
-            with open(path, "rb") as handle:
-                if os.fstat(handle.fileno()).st_size < state.offset:
-                    state.offset = 0                     # a new file: read it whole again
-                handle.seek(state.offset)
-                chunk = handle.read()
+            if run.measurements.stat().st_size < state.offset:
+                state.offset = 0                         # a new file: read it whole again
         except FileNotFoundError:
             return
-        rows, consumed = parse_rows(chunk)
+        rows, state.offset = run.read_rows(state.offset)
         for row in rows:
             if isinstance(row.get("time"), (int, float)):
                 stamp = int(round(float(row["time"]) * 1000))
                 state.first_ms = stamp if state.first_ms is None else state.first_ms
                 state.last_ms = stamp
             state.pending.extend(metric_points(row))
-        state.offset += consumed
 
     def _send(self, run_id: str, state: _RunState, *, final: bool) -> None:
         store = self._store
         assert store is not None and self._experiment_id is not None
         if state.run is None:
-            trial = json.loads((state.run_dir / "trial.json").read_text(encoding="utf-8"))
+            trial = RunDir(state.run_dir).read_json(RunDir.TRIAL) or {}
             tags = {"flightplan.config_hash": str(trial.get("config_hash")),
                     "flightplan.tier": str(trial.get("tier")),
                     "flightplan.task": str(trial.get("task")), "flightplan.live": "true"}
@@ -214,15 +210,15 @@ class LiveMirror:
 
     @staticmethod
     def _status(state: _RunState, *, final: bool) -> tuple[str, dict[str, str]]:
-        stop_path = state.run_dir / "stop.json"
-        if stop_path.is_file():
-            stop = json.loads(stop_path.read_text(encoding="utf-8"))
+        run = RunDir(state.run_dir)
+        if run.stop_json.is_file():
+            stop = run.read_json(RunDir.STOP) or {}
             reason = (f"stopped by rule {stop.get('rule')} at step {stop.get('step')}: "
                       f"{stop.get('message')}")
             return "FAILED", {"flightplan.status": "stopped", "flightplan.status_reason": reason,
                               "flightplan.stop_rule": str(stop.get("rule")),
                               "flightplan.stop_reason": str(stop.get("message"))}
-        if (state.run_dir / "done.json").is_file():
+        if run.done_json.is_file():
             return "FINISHED", {"flightplan.status": "finished",
                                 "flightplan.status_reason": "finished: done.json written"}
         if final:

@@ -47,7 +47,6 @@ __all__ = [
     "default_tracking_uri",
     "flatten",
     "metric_points",
-    "parse_rows",
     "require_mlflow",
 ]
 
@@ -173,28 +172,6 @@ def metric_points(row: Mapping[str, Any]) -> list[MetricPoint]:
             continue
         points.append(MetricPoint(metric_key(prefix + key), number, step, stamp))
     return points
-
-
-def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The rows of a chunk of ``measurements.jsonl``: complete lines only.
-
-    A line that is not a JSON object (the torn row of a killed writer, which the resumed
-    trial's next row then follows on the same line) is skipped.
-
-    Returns:
-        ``(rows, consumed)``: the parsed rows and how many bytes of ``data`` they span
-        (up to and including the last newline; a torn tail waits for its newline).
-    """
-    consumed = data.rfind(b"\n") + 1
-    rows = []
-    for line in data[:consumed].splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows, consumed
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:

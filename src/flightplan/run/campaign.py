@@ -32,7 +32,7 @@ from rich.console import Console
 
 from flightplan import activity
 from flightplan.durable import write_json_atomic
-from flightplan.close.results import publish_data_check, publish_plan
+from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.corpus import corpus_root
 from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
@@ -46,9 +46,10 @@ from flightplan.run.executor import Executor, Interruption, Job, JobResult, Loca
 from flightplan.run.ids import config_hash, run_config, run_id
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
-from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, read_rows, run_pilot
+from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
+from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec, Run
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
 from flightplan.units import Duration
@@ -162,12 +163,6 @@ def expense_rows(spec: CampaignSpec, offer: Offer) -> list[dict[str, Any]]:
                      "package_days": None, "flights": None, "amount": str(expense.money),
                      "currency": expense.currency})
     return rows
-
-
-def _has_checkpoint(run_dir: Path) -> bool:
-    folder = run_dir / "checkpoints"
-    return folder.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp")
-                                   for p in folder.glob("step-*"))
 
 
 class _Campaign:
@@ -321,7 +316,7 @@ class _Campaign:
         figures = PilotFigures(**pilot["figures"])
         control = next(p for p in self.planned if p.run.name == self.spec.control.name)
         pilot_dir = self.dir / "runs" / pilot_id(control.run_id)
-        record = PilotRecord(figures, read_rows(pilot_dir), read_rows(pilot_dir / "resume"))
+        record = PilotRecord(figures, RunDir(pilot_dir).rows(), RunDir(pilot_dir / "resume").rows())
         report = self._data_check_report()
         policy = self.spec.checkpoint
         mtbi = policy.mean_time_between_interruptions
@@ -357,9 +352,9 @@ class _Campaign:
             if planned.run.name in dropped:
                 self.recorder.cut(planned)
                 continue
-            resume = _has_checkpoint(planned.run_dir) or self._saved_before(planned)
+            resume = RunDir(planned.run_dir).has_checkpoint() or self._saved_before(planned)
             planned.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(planned.run_dir / "trial.json",
+            write_json_atomic(RunDir(planned.run_dir).trial_json,
                               trial_document(self.spec, planned, resume=resume))
             jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
         by_id = {p.run_id: p for p in self.planned}
@@ -399,11 +394,7 @@ class _Campaign:
         since = events[restarts[-1] + 1:] if restarts else events
         if any(e["kind"] == "checkpoint_saved" for e in since):
             return True
-        path = planned.run_dir / "measurements.jsonl"
-        return path.is_file() and any('"event": "checkpoint"' in line or
-                                      '"event":"checkpoint"' in line
-                                      for line in path.read_text(encoding="utf-8",
-                                                                 errors="replace").splitlines())
+        return RunDir(planned.run_dir).saved_checkpoint()
 
     def restart(self, names: list[str]) -> None:
         """Start the runs called ``names`` over on purpose: each run directory is moved

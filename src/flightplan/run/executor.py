@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from flightplan.rundir import RunDir
 from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, THREADS_ENV, cpu_slots,
                                    torch_threads)
 
@@ -58,7 +58,7 @@ class Job:
     @property
     def trial_json(self) -> Path:
         """``<run_dir>/trial.json``."""
-        return self.run_dir / "trial.json"
+        return RunDir(self.run_dir).trial_json
 
 
 @dataclass(frozen=True)
@@ -130,16 +130,12 @@ class MeasurementTail:
     """
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir = Path(run_dir)
+        self.run_dir = RunDir(run_dir)
         self.progress = RunProgress()
         self._offset = 0
-        self._cap: int | None = None
-        try:
-            trial = json.loads((self.run_dir / "trial.json").read_text(encoding="utf-8"))
-            self._cap = trial.get("max_steps")
-            self._set_total(trial.get("planned_steps"))
-        except (OSError, ValueError):
-            pass
+        trial = self.run_dir.read_json(RunDir.TRIAL) or {}
+        self._cap: int | None = trial.get("max_steps")
+        self._set_total(trial.get("planned_steps"))
 
     def _set_total(self, planned: int | None) -> None:
         if planned is None:
@@ -148,22 +144,8 @@ class MeasurementTail:
 
     def read(self) -> RunProgress:
         """Read new complete rows and return the updated progress."""
-        path = self.run_dir / "measurements.jsonl"
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read()
-        except FileNotFoundError:
-            return self.progress
-        end = chunk.rfind(b"\n")
-        if end < 0:
-            return self.progress
-        self._offset += end + 1
-        for line in chunk[:end].splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
+        rows, self._offset = self.run_dir.read_rows(self._offset)
+        for row in rows:
             if "planned_steps" in row:
                 self._set_total(row["planned_steps"])
             if "loss" in row and isinstance(row.get("step"), int):
@@ -266,7 +248,7 @@ class LocalExecutor(Executor):
         else:
             env[THREADS_ENV] = str(self.threads)
         preexec = _die_with_parent if sys.platform == "linux" else None
-        with open(job.run_dir / "log.txt", "ab") as log:
+        with open(RunDir(job.run_dir).log, "ab") as log:
             where = device if self._gpus else f"cpu, {self.threads} thread(s)"
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
                       f"(device {where}) ---\n".encode())

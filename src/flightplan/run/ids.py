@@ -25,11 +25,10 @@ Usage::
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any, Mapping
 
-from flightplan.errors import SpecError
+from flightplan.canonical import canonical_json
 
 __all__ = ["canonical_json", "config_hash", "run_config", "run_id", "slug", "HASH_CHARS"]
 
@@ -38,23 +37,6 @@ HASH_CHARS = 10
 
 _SLUG_MAX = 40
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
-
-
-def canonical_json(value: Any) -> bytes:
-    """``value`` as canonical JSON bytes: sorted keys, no spaces, UTF-8, no NaN/inf.
-
-    Raises:
-        SpecError: ``value`` holds something JSON cannot represent exactly (NaN, a set,
-            an object); the message names the offending type.
-    """
-    try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SpecError(f"the run configuration cannot be written as canonical JSON ({exc}); "
-                        f"use only strings, numbers, booleans, lists and tables in params",
-                        field="params") from None
-    return text.encode("utf-8")
 
 
 def slug(name: str) -> str:

@@ -19,7 +19,6 @@ Usage::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 import time
@@ -28,9 +27,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from flightplan.errors import ArgumentError
-from flightplan.run.ids import canonical_json
+from flightplan.canonical import canonical_json, plan_sha256
 
-__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES", "plan_sha256"]
+__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES"]
 
 LEDGER_FILE = Path(".flightplan") / "ledger.sqlite"
 RUN_STATUSES = ("pending", "running", "finished", "stopped", "cut", "failed", "superseded")
@@ -80,11 +79,6 @@ CREATE TABLE IF NOT EXISTS stage_times (
 """
 
 
-def plan_sha256(plan: dict[str, Any]) -> str:
-    """sha256 (hex) of the plan's canonical JSON bytes (``run.ids.canonical_json``)."""
-    return hashlib.sha256(canonical_json(plan)).hexdigest()
-
-
 def _dump(value: Any) -> str:
     """JSON text of a stored value (sorted keys; NaN kept, as stop records may carry it)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -132,6 +126,15 @@ class Ledger:
                     tx.execute(statement)
                 tx.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         return ledger
+
+    @classmethod
+    def open_existing(cls, campaign_dir: str | Path) -> "Ledger":
+        """:meth:`open` without creating: the ledger of a campaign that has run.
+
+        Raises:
+            ArgumentError: the campaign has no ledger yet.
+        """
+        return cls.open(campaign_dir, create=False)
 
     def close(self) -> None:
         """Close the connection (the WAL is checkpointed by SQLite)."""

@@ -30,7 +30,6 @@ Usage::
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -40,10 +39,11 @@ from typing import Any, Callable
 from flightplan.durable import write_json_atomic
 from flightplan.run.decision import PilotFigures
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
+from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
 __all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "PilotResult", "pilot_id",
-           "pilot_limits", "read_rows", "compare_losses", "figures_from_rows", "run_pilot"]
+           "pilot_limits", "compare_losses", "figures_from_rows", "run_pilot"]
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
@@ -92,20 +92,6 @@ class PilotResult:
                 "compared_steps": self.compared_steps, "mismatches": self.mismatches,
                 "resumed_from": self.resumed_from, "started_at": self.started_at,
                 "ended_at": self.ended_at, "wall_s": self.ended_at - self.started_at}
-
-
-def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    """The complete JSON rows of ``<run_dir>/measurements.jsonl`` ([] when missing)."""
-    path = Path(run_dir) / "measurements.jsonl"
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
 
 
 def _losses(rows: list[dict[str, Any]]) -> dict[int, Any]:
@@ -250,7 +236,7 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
     corpus = dict(control_trial.get("corpus") or {}, train_limit=n_train, test_limit=n_test)
     trial = dict(control_trial, run_id=run_id, name="pilot", resume=False, max_steps=steps,
                  corpus=corpus)
-    write_json_atomic(pilot_dir / "trial.json", trial)
+    write_json_atomic(RunDir(pilot_dir).trial_json, trial)
 
     def fail(cause: str, message: str, **extra: Any) -> PilotResult:
         return PilotResult(False, message, cause, started_at=started, ended_at=time.time(),
@@ -264,13 +250,13 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
         return fail("no_checkpoint", f"the pilot saved no checkpoint in "
                                      f"{pilot_dir / 'checkpoints'}; no usable resume")
     shutil.copytree(early, resume_dir / "checkpoints" / early.name)
-    write_json_atomic(resume_dir / "trial.json", dict(trial, resume=True))
+    write_json_atomic(RunDir(resume_dir).trial_json, dict(trial, resume=True))
     second = _one(executor, Job(run_id, resume_dir), on_start, on_progress)
     resumed_from = str(early.relative_to(campaign_dir))
     if second.exit_code != 0:
         return _process_failed(fail, second, resume_dir, "resumed pilot",
                                resumed_from=resumed_from)
-    rows, resumed_rows = read_rows(pilot_dir), read_rows(resume_dir)
+    rows, resumed_rows = RunDir(pilot_dir).rows(), RunDir(resume_dir).rows()
     compared, mismatches = compare_losses(rows, resumed_rows)
     if not compared:
         return fail("nothing_compared",
@@ -299,12 +285,8 @@ def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir
                     what: str, **extra: Any) -> PilotResult:
     """The failure of a pilot process: ``stopped`` with its stop.json's rule and message,
     else ``crashed`` with its exit code and log."""
-    stop_file = run_dir / "stop.json"
-    if stop_file.is_file():
-        try:
-            stop = json.loads(stop_file.read_text(encoding="utf-8"))
-        except ValueError:
-            stop = {}
+    if RunDir(run_dir).stop_json.is_file():
+        stop = RunDir(run_dir).read_json(RunDir.STOP) or {}
         return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
                                f"{stop.get('message')}", **extra)
     return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}); see "

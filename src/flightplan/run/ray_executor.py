@@ -51,6 +51,7 @@ from ray.exceptions import RayError, RayTaskError
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TransferError
+from flightplan.rundir import RunDir
 from flightplan.run.checkpoint import list_checkpoints
 from flightplan.run.executor import (Executor, Interruption, Job, JobResult, MeasurementTail,
                                      RunProgress, _die_with_parent, worker_argv)
@@ -74,7 +75,7 @@ EXIT_HOST_ERROR = 5
 """Exit code given to an execution whose flight-side host raised (e.g. a checkpoint sent
 to it arrived damaged); the error is appended to the run's ``log.txt``."""
 
-_KEPT_AT_HOME = {"trial.json", "measurements.jsonl", "log.txt", "checkpoints"}
+_KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS}
 """Scratch entries that are not outputs (streamed separately or sent from home)."""
 
 

@@ -17,21 +17,21 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flightplan.close.manifest import read_manifest
-from flightplan.close.results import RESULTS_DIRNAME, publish_run
+from flightplan.publish.manifest import read_manifest
+from flightplan.publish.results import RESULTS_DIRNAME, publish_run
 from flightplan.errors import CheckFailed, SpecError, VerificationFailed
 from flightplan.metrics import metric_value, read_predictions
 from flightplan.run.executor import Interruption, JobResult
 from flightplan.run.ledger import Ledger
+from flightplan.rundir import RunDir
 
 if TYPE_CHECKING:
     from flightplan.run.campaign import PlannedRun
 
-__all__ = ["RunRecorder", "run_dir_status", "EVENT_KINDS"]
+__all__ = ["RunRecorder", "EVENT_KINDS"]
 
 EVENT_KINDS = {"checkpoint": "checkpoint_saved", "checkpoint_rejected": "checkpoint_rejected",
                "checkpoint_failed": "checkpoint_failed",
@@ -41,30 +41,6 @@ EVENT_KINDS = {"checkpoint": "checkpoint_saved", "checkpoint_rejected": "checkpo
 becomes ``checkpoint_verified`` (restore checks every hash before loading)."""
 
 _LOG_TAIL_LINES = 5
-
-
-def run_dir_status(run_dir: Path) -> str | None:
-    """``"stopped"`` (stop.json), ``"finished"`` (done.json) or None."""
-    if (run_dir / "stop.json").is_file():
-        return "stopped"
-    if (run_dir / "done.json").is_file():
-        return "finished"
-    return None
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _log_tail(run_dir: Path) -> str:
-    try:
-        lines = (run_dir / "log.txt").read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
 class RunRecorder:
@@ -84,12 +60,12 @@ class RunRecorder:
         self._offsets: dict[str, int] = {}
 
     def _metric(self, run_dir: Path) -> float | None:
-        metrics = _read_json(run_dir / "metrics.json") or {}
+        metrics = RunDir(run_dir).read_json(RunDir.METRICS) or {}
         value = metrics.get(self.metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         try:
-            return metric_value(self.metric, read_predictions(run_dir / "predictions.csv"))
+            return metric_value(self.metric, read_predictions(RunDir(run_dir).predictions))
         except (CheckFailed, SpecError):
             return None
 
@@ -107,15 +83,15 @@ class RunRecorder:
         run that the ledger does not know as such is recorded now, and published if the
         manifest lacks it (a runner killed in between). Returns the status."""
         entry = self.ledger.run(planned.run_id) or {}
-        on_disk = run_dir_status(planned.run_dir)
+        on_disk = RunDir(planned.run_dir).status()
         if on_disk is None:
             return entry.get("status", "pending")
         if entry.get("status") == on_disk:
             if not self._published(planned.run_id, on_disk):
                 publish_run(self.dir, planned.run_id)
             return on_disk
-        stop = _read_json(planned.run_dir / "stop.json") if on_disk == "stopped" else None
-        done = _read_json(planned.run_dir / "done.json") or {}
+        stop = RunDir(planned.run_dir).read_json(RunDir.STOP) if on_disk == "stopped" else None
+        done = RunDir(planned.run_dir).read_json(RunDir.DONE) or {}
         ended = (stop or {}).get("time") or _iso_to_unix(done.get("finished_at"))
         ended = float(ended) if ended else planned.run_dir.stat().st_mtime
         started = entry.get("started_at") or ended - float(done.get("wall_s") or 0.0)
@@ -133,24 +109,16 @@ class RunRecorder:
     def start(self, planned: "PlannedRun") -> None:
         """Mark the run running (``started`` or ``resumed``); remember where its
         measurements end, so that only this execution's rows become events."""
-        path = planned.run_dir / "measurements.jsonl"
-        self._offsets[planned.run_id] = path.stat().st_size if path.is_file() else 0
-        trial = _read_json(planned.run_dir / "trial.json") or {}
+        run = RunDir(planned.run_dir)
+        self._offsets[planned.run_id] = (run.measurements.stat().st_size
+                                         if run.measurements.is_file() else 0)
+        trial = run.read_json(RunDir.TRIAL) or {}
         self.ledger.record_run_start(planned.run_id, resumed=bool(trial.get("resume")))
 
     def _events(self, planned: "PlannedRun") -> list[dict[str, Any]]:
-        path = planned.run_dir / "measurements.jsonl"
-        if not path.is_file():
-            return []
-        with open(path, "rb") as handle:
-            handle.seek(self._offsets.get(planned.run_id, 0))
-            data = handle.read()
+        rows, _ = RunDir(planned.run_dir).read_rows(self._offsets.get(planned.run_id, 0))
         events = []
-        for line in data.splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
+        for row in rows:
             kind = row.get("event")
             if kind == "restore" and row.get("source"):
                 kind = "checkpoint_verified"
@@ -167,24 +135,24 @@ class RunRecorder:
         Exit 0 with ``done.json``: finished; exit 1 with ``stop.json``: stopped (its record
         kept); anything else: failed (exit code and the log's last lines in the event).
         """
-        on_disk = run_dir_status(planned.run_dir)
+        on_disk = RunDir(planned.run_dir).status()
         if result.exit_code == 0 and on_disk == "finished":
             status = "finished"
         elif result.exit_code == 1 and on_disk == "stopped":
             status = "stopped"
         else:
             status = "failed"
-        stop = _read_json(planned.run_dir / "stop.json") if status == "stopped" else None
+        stop = RunDir(planned.run_dir).read_json(RunDir.STOP) if status == "stopped" else None
         data = {"exit_code": result.exit_code, "wall_s": result.wall_s}
         if result.node is not None:
             data["node"] = result.node
         if status == "failed":
-            data["log_tail"] = _log_tail(planned.run_dir)
+            data["log_tail"] = RunDir(planned.run_dir).log_tail(_LOG_TAIL_LINES)
         self.ledger.record_run_end(planned.run_id, status=status, started_at=result.started_at,
                                    ended_at=result.ended_at, stop=stop,
                                    metric=self._metric(planned.run_dir), data=data,
                                    extra_events=self._events(planned))
-        if (planned.run_dir / "trial.json").is_file():
+        if RunDir(planned.run_dir).trial_json.is_file():
             publish_run(self.dir, planned.run_id)
         return self.row(planned, exit_code=result.exit_code)
 

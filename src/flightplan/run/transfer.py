@@ -37,13 +37,14 @@ from typing import Iterable
 
 from flightplan.durable import fsync_dir, hash_file
 from flightplan.errors import CheckpointError, TransferError
+from flightplan.rundir import RunDir
 from flightplan.run.checkpoint import list_checkpoints, prune, set_aside
 from flightplan.run.checkpoint_io import MANIFEST, read_manifest
 
 __all__ = ["Blob", "STATUS_MARKERS", "INCOMING", "pack", "pack_tree", "commit_checkpoint",
            "commit_outputs", "latest_checkpoint", "blob_bytes"]
 
-STATUS_MARKERS = ("done.json", "stop.json")
+STATUS_MARKERS = (RunDir.DONE, RunDir.STOP)
 """Files that say a run ended (``run/records.py`` reads them); committed last."""
 
 INCOMING = ".incoming"

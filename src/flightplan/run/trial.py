@@ -53,14 +53,12 @@ from flightplan.run.library_checkpoint import (commit_library_checkpoint,
 from flightplan.run.ids import run_id as make_run_id
 from flightplan.run.interval import CheckpointSchedule
 from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
+from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
-__all__ = ["Trial", "TrialFile", "TRIAL_ENV", "MEASUREMENTS", "STOP_FILE", "DONE_FILE"]
+__all__ = ["Trial", "TrialFile", "TRIAL_ENV"]
 
 TRIAL_ENV = "FLIGHTPLAN_TRIAL"
-MEASUREMENTS = "measurements.jsonl"
-STOP_FILE = "stop.json"
-DONE_FILE = "done.json"
 _COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "loader")
 
 
@@ -345,7 +343,7 @@ class Trial:
         with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
             if self._log_fd is None:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
-                self._log_fd = os.open(self.run_dir / MEASUREMENTS,
+                self._log_fd = os.open(self.run_dir / RunDir.MEASUREMENTS,
                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(self._log_fd, line.encode("utf-8"))
 
@@ -356,7 +354,7 @@ class Trial:
         except CheckpointError as exc:
             print(f"flightplan: {exc}", file=sys.stderr)
         record = stop_record(self.run_id, stop)
-        write_json_atomic(self.run_dir / STOP_FILE, record)
+        write_json_atomic(self.run_dir / RunDir.STOP, record)
         self._row(stop.step, event="stop", rule=stop.rule, message=stop.message)
         raise TrialStopped(record)
 
@@ -546,7 +544,7 @@ class Trial:
             CheckpointError: the last background save failed.
         """
         self._writer.close()
-        write_json_atomic(self.run_dir / DONE_FILE, {
+        write_json_atomic(self.run_dir / RunDir.DONE, {
             "run_id": self.run_id, "steps": self._steps_done,
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_s": round(time.monotonic() - self._started_s, 3)})

@@ -20,7 +20,7 @@ import closefake.textclf as fake_task  # noqa: E402
 from closefake.textclf import (LABELS, N_TEST, REVISION, TEXTS, rows,  # noqa: E402
                                write_outputs)
 
-from flightplan.close.results import publish_data_check, publish_plan, publish_run  # noqa: E402
+from flightplan.publish.results import publish_data_check, publish_plan, publish_run  # noqa: E402
 from flightplan.spec import load_spec  # noqa: E402
 from flightplan.tasks.loader import resolve_task  # noqa: E402
 
@@ -97,7 +97,7 @@ class FakeLedger:
         return [self.original_plan()]
 
     def original_plan(self):
-        from flightplan.run.ledger import plan_sha256
+        from flightplan.canonical import plan_sha256
         return {"version": 1, "kind": "original", "plan_sha256": plan_sha256(self.plan),
                 "plan": self.plan, "created_at": T0, "reason": None}
 

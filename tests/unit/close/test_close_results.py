@@ -1,4 +1,4 @@
-"""Publishing into results/ during the campaign (flightplan.close.results)."""
+"""Publishing into results/ during the campaign (flightplan.publish.results)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 from close_fixture import FAKES, make_campaign
 
-from flightplan.close.manifest import read_manifest
-from flightplan.close.results import publish_plan, publish_run
+from flightplan.publish.manifest import read_manifest
+from flightplan.publish.results import publish_plan, publish_run
 
 
 def test_publish_writes_every_run_file_with_a_matching_manifest(tmp_path):
@@ -78,7 +78,7 @@ def test_republishing_a_run_replaces_its_artifact_files(tmp_path):
 
 
 def test_portable_turns_campaign_paths_relative(tmp_path):
-    from flightplan.close.results import portable
+    from flightplan.publish.results import portable
     camp = (tmp_path / "camp").resolve()
     value = {"campaign_dir": str(camp), "corpus": {"root": "/x", "path": "corpus"},
              "message": f"see {camp}/runs/a/log.txt; dir {camp}, other {camp}2/x",

@@ -14,7 +14,7 @@ import pytest
 from close_fixture import TASK_FILE, make_campaign
 
 from flightplan.close.commands import close_campaign, verify_command
-from flightplan.close.manifest import read_manifest, update_manifest
+from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.close.verify import verify_results
 from flightplan.tasks.reload import NO_RELOAD_HOOK
 

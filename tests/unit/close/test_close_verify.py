@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from close_fixture import make_campaign
 
-from flightplan.close.manifest import read_manifest, update_manifest
+from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.durable import write_json_atomic
 from flightplan.close.verify import verify_results
 

@@ -9,7 +9,8 @@ import pytest
 
 from flightplan.integrations.mlflow_live import resolve_tracking_uri
 from flightplan.integrations.mlflow_store import (
-    MetricPoint, artifact_location_for, flatten, metric_points, parse_rows)
+    MetricPoint, artifact_location_for, flatten, metric_points)
+from flightplan.rundir import parse_rows
 
 
 def test_a_training_row_gives_one_point_per_number():

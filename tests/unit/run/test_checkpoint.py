@@ -105,8 +105,8 @@ def test_verify_command_in_a_fresh_process(tmp_path, capsys):
 
 def test_verify_command_given_the_checkpoints_folder_names_a_step_folder(tmp_path):
     _, _, step_dir = _saved(tmp_path)
-    with pytest.raises(ArgumentError, match=rf"holds checkpoints \(step-000005\), it is not one; "
-                                            rf"give one of them, e.g. .*step-000005$"):
+    with pytest.raises(ArgumentError, match=r"holds checkpoints \(step-000005\), it is not one; "
+                                            r"give one of them, e.g. .*step-000005$"):
         checkpoint_verify_command(step_dir.parent, as_json=False)
     with pytest.raises(ArgumentError, match="no such directory"):
         checkpoint_verify_command(tmp_path / "nowhere", as_json=False)

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from flightplan.run.ledger import Ledger, plan_sha256
+from flightplan.canonical import plan_sha256
+from flightplan.run.ledger import Ledger
 
 PLAN = {"campaign": "tiny", "reserved_hours": 48.0, "window_hours": 72.0,
         "uncommitted_hours": 24.0, "fits": True, "note": "é"}

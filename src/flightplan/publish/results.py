@@ -31,16 +31,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from flightplan.close.manifest import update_manifest
+from flightplan.canonical import plan_sha256
 from flightplan.durable import write_atomic, write_json_atomic
-from flightplan.errors import ArgumentError
-from flightplan.run.ledger import plan_sha256
+from flightplan.errors import RunDirectoryDamaged
+from flightplan.publish.manifest import update_manifest
+from flightplan.rundir import RunDir
 from flightplan.tasks.archive import keep_task_source
 
 __all__ = [
     "RESULTS_DIRNAME",
     "results_dir_of",
-    "run_status",
     "portable",
     "publish_plan",
     "publish_data_check",
@@ -77,21 +77,13 @@ def portable(value: Any, campaign_dir: Path) -> Any:
     return value
 
 
-def run_status(run_dir: Path) -> str:
-    """``"stopped"`` (stop.json), ``"finished"`` (done.json) or ``"incomplete"``."""
-    if (run_dir / "stop.json").is_file():
-        return "stopped"
-    if (run_dir / "done.json").is_file():
-        return "finished"
-    return "incomplete"
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ArgumentError(f"{path}: cannot read JSON ({exc}); the run directory is damaged, "
-                            f"re-run the campaign to rewrite it") from None
+        raise RunDirectoryDamaged(f"{path}: cannot read JSON ({exc}); the run directory is "
+                                  f"damaged: run flightplan run again to rewrite it, or "
+                                  f"--restart the run") from None
 
 
 def publish_plan(campaign_dir: Path, plan: dict[str, Any]) -> Path:
@@ -151,14 +143,15 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
         The relative paths written, sorted.
 
     Raises:
-        ArgumentError: ``runs/<run_id>/trial.json`` is missing or unreadable.
+        RunDirectoryDamaged: ``runs/<run_id>/trial.json`` is missing or unreadable.
     """
     campaign_dir = Path(campaign_dir)
-    run_dir = campaign_dir / "runs" / run_id
-    trial_path = run_dir / "trial.json"
+    run = RunDir.of(campaign_dir, run_id)
+    trial_path = run.trial_json
     if not trial_path.is_file():
-        raise ArgumentError(f"{trial_path}: no such file; publish_run needs a run directory "
-                            f"written by `flightplan run` (check the run id {run_id!r})")
+        raise RunDirectoryDamaged(f"{trial_path}: no such file; publish_run needs a run "
+                                  f"directory written by flightplan run (check the run id "
+                                  f"{run_id!r})")
     trial = _read_json(trial_path)
     results = results_dir_of(campaign_dir)
     written: list[str] = []
@@ -166,11 +159,11 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
     params = portable(trial, campaign_dir)
     write_json_atomic(results / "params" / f"{run_id}.json", params)
     written.append(f"params/{run_id}.json")
-    for source, rel in (("measurements.jsonl", f"measurements/{run_id}.jsonl"),
-                        ("metrics.json", f"metrics/{run_id}.json"),
-                        ("predictions.csv", f"predictions/{run_id}.csv")):
-        if (run_dir / source).is_file():
-            _copy_file(run_dir / source, results / rel)
+    for source, rel in ((run.measurements, f"measurements/{run_id}.jsonl"),
+                        (run.metrics, f"metrics/{run_id}.json"),
+                        (run.predictions, f"predictions/{run_id}.csv")):
+        if source.is_file():
+            _copy_file(source, results / rel)
             written.append(rel)
 
     artifact_prefix = f"artifacts/{run_id}/"
@@ -178,7 +171,7 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
     if target.is_dir():
         for old in sorted(target.rglob("*"), reverse=True):
             old.rmdir() if old.is_dir() and not old.is_symlink() else old.unlink()
-    artifact = run_dir / "artifact"
+    artifact = run.artifact
     if artifact.is_dir():
         for source in sorted(p for p in artifact.rglob("*") if p.is_file()):
             rel = artifact_prefix + source.relative_to(artifact).as_posix()
@@ -188,12 +181,12 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
     task, kept = keep_task_source(results, trial.get("task_source"), str(trial.get("task")))
     written += kept
 
-    status = run_status(run_dir)
-    stop = _read_json(run_dir / "stop.json") if status == "stopped" else None
+    status = run.status() or "incomplete"
+    stop = _read_json(run.stop_json) if status == "stopped" else None
     _publish_stop(results, stop, run_id)
     written.append("stops.json")
 
-    done = _read_json(run_dir / "done.json") if status == "finished" else {}
+    done = _read_json(run.done_json) if status == "finished" else {}
     revision = None
     if (artifact / "artifact.json").is_file():
         revision = _read_json(artifact / "artifact.json").get("base_revision")

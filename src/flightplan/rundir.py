@@ -1,0 +1,181 @@
+"""One run's directory ``runs/<run_id>/``: the one class that owns its layout.
+
+Who writes what (docs/internals.md, "Run directory")::
+
+    trial.json          the runner          what to run (TrialFile)
+    measurements.jsonl  the trial runtime   one JSON row per log call, events included
+    checkpoints/        the trial runtime   step-NNNNNN/ folders (a manifest marks each done)
+    stop.json           the trial runtime   the stop record: the run was stopped by a rule
+    done.json           the trial runtime   the run finished
+    predictions.csv     the task            one row per test example
+    metrics.json        the task            the task's figures
+    artifact/           the task            what reloads the model
+    log.txt             the executor        the worker's stdout and stderr
+
+Every reader of these files goes through :class:`RunDir`; measurement rows are read by
+:meth:`RunDir.read_rows`, which takes complete lines only (a row being written waits for its
+newline) and skips a line that is not a JSON object (the torn row of a killed writer).
+
+Usage::
+
+    run = RunDir.of(campaign_dir, run_id)
+    run.status()                      # "finished", "stopped" or None
+    rows, offset = run.read_rows()    # later: run.read_rows(offset) for what was appended
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunDir", "parse_rows"]
+
+
+def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a chunk of ``measurements.jsonl``: complete lines only.
+
+    Returns:
+        ``(rows, consumed)``: the parsed JSON objects and how many bytes of ``data`` they
+        span (up to and including the last newline). A line that is not a JSON object is
+        skipped.
+    """
+    consumed = data.rfind(b"\n") + 1
+    rows = []
+    for line in data[:consumed].splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows, consumed
+
+
+class RunDir:
+    """A run directory and the names of its files (module docstring).
+
+    Args:
+        path: the folder (``<campaign>/runs/<run_id>``, or a pilot's ``resume/``).
+    """
+
+    TRIAL = "trial.json"
+    MEASUREMENTS = "measurements.jsonl"
+    CHECKPOINTS = "checkpoints"
+    STOP = "stop.json"
+    DONE = "done.json"
+    PREDICTIONS = "predictions.csv"
+    METRICS = "metrics.json"
+    ARTIFACT = "artifact"
+    LOG = "log.txt"
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def of(cls, campaign_dir: Path | str, run_id: str) -> "RunDir":
+        """``<campaign_dir>/runs/<run_id>``."""
+        return cls(Path(campaign_dir) / "runs" / run_id)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def trial_json(self) -> Path:
+        """``trial.json``."""
+        return self.path / self.TRIAL
+
+    @property
+    def measurements(self) -> Path:
+        """``measurements.jsonl``."""
+        return self.path / self.MEASUREMENTS
+
+    @property
+    def checkpoints(self) -> Path:
+        """``checkpoints/``."""
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def stop_json(self) -> Path:
+        """``stop.json``."""
+        return self.path / self.STOP
+
+    @property
+    def done_json(self) -> Path:
+        """``done.json``."""
+        return self.path / self.DONE
+
+    @property
+    def predictions(self) -> Path:
+        """``predictions.csv``."""
+        return self.path / self.PREDICTIONS
+
+    @property
+    def metrics(self) -> Path:
+        """``metrics.json``."""
+        return self.path / self.METRICS
+
+    @property
+    def artifact(self) -> Path:
+        """``artifact/``."""
+        return self.path / self.ARTIFACT
+
+    @property
+    def log(self) -> Path:
+        """``log.txt``."""
+        return self.path / self.LOG
+
+    def status(self) -> str | None:
+        """``"stopped"`` (stop.json), ``"finished"`` (done.json) or None."""
+        if self.stop_json.is_file():
+            return "stopped"
+        if self.done_json.is_file():
+            return "finished"
+        return None
+
+    def read_json(self, name: str) -> dict[str, Any] | None:
+        """The JSON object in file ``name`` of the run directory; None when it is missing,
+        unreadable or not an object."""
+        try:
+            value = json.loads((self.path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def read_rows(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Measurement rows appended after byte ``offset`` (:func:`parse_rows`).
+
+        Returns:
+            ``(rows, new_offset)``; ``([], offset)`` while the file does not exist.
+        """
+        try:
+            with open(self.measurements, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return [], offset
+        rows, consumed = parse_rows(data)
+        return rows, offset + consumed
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every complete measurement row ([] when there is none)."""
+        return self.read_rows()[0]
+
+    def saved_checkpoint(self) -> bool:
+        """Whether the measurements show a checkpoint this run saved (an ``event:
+        checkpoint`` row), whatever is left in ``checkpoints/``."""
+        return any(row.get("event") == "checkpoint" for row in self.rows())
+
+    def has_checkpoint(self) -> bool:
+        """Whether ``checkpoints/`` holds a finished ``step-*`` folder (not a ``.tmp``)."""
+        folder = self.checkpoints
+        return folder.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp")
+                                       for p in folder.glob("step-*"))
+
+    def log_tail(self, lines: int = 5) -> str:
+        """The last ``lines`` lines of ``log.txt`` ("" when there is none)."""
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
