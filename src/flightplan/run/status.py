@@ -156,12 +156,12 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     flights = snapshot.get("flights") or []
     if flights:
         out += ["", "flights (packages)"]
-        rows = [[f["flight"], f"started {clock(f['started_at'], now=now)}",
-                 f"ends {clock(f['ends_at'], now=now)}",
-                 f"{f['hours_left']:.2f} h left" if f["hours_left"] > 0 else "ended",
-                 "([rental] started)" if f["source"] == "spec" else "(from its first run)"]
+        rows = [[f["flight"], f"{f['hours_left']:.2f} h left" if f["hours_left"] > 0
+                 else "ended", f"ends {clock(f['ends_at'], now=now)}",
+                 f"started {clock(f['started_at'], now=now)} "
+                 + ("([rental] started)" if f["source"] == "spec" else "(its first run)")]
                 for f in flights]
-        out += [cut("  " + line, width) for line in _table(rows, right={3})]
+        out += [cut("  " + line, width) for line in _table(rows, right={1})]
     decisions = snapshot.get("decisions") or []
     if decisions:
         out += ["", "decisions"]
