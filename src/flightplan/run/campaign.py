@@ -381,7 +381,7 @@ class _Campaign:
                          f"{waiting_reasons(self.ledger.events(job.run_id))[job.run_id]}")
                 return False
             left = self.rental.window(flight).hours_left(time.time())
-            self._flight_of[job.run_id] = f"{flight}, {left:.1f} h left"
+            self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
             return True
 
         def start(job: Job) -> None:

@@ -18,6 +18,7 @@ import pytest
 from flightplan.run.campaign import run_campaign
 from flightplan.run.executor import Executor, Interruption, JobResult
 from flightplan.run.ledger import Ledger
+from flightplan.run.progress import ProgressBoard
 from flightplan.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -215,7 +216,8 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
     assert run["wall_s"] >= 30.0          # the lost execution's time is a cost too
 
 
-def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys):
+def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
+                                                                         monkeypatch):
     import datetime as dt
 
     from flightplan.run.commands import status_command
@@ -268,10 +270,20 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     flights = lines.index("flights (packages)")
     assert lines[flights + 1].split()[0] == "local" and "h left" in lines[flights + 1]
 
-    # with the user's say-so it runs, and the ledger keeps that it ran past the end
+    # with the user's say-so it runs, and the ledger keeps that it ran past the end; its
+    # progress bar names the flight and the hours left
     fake.started.clear()
+    labels: dict[str, str] = {}
+
+    class Board(ProgressBoard):
+        def add(self, key: str, label: str) -> None:
+            labels[Path(key).name] = label
+
+    monkeypatch.setattr("flightplan.run.campaign.ProgressBoard", Board)
     outcome = run_campaign(load_spec(path), executor=fake, quiet=True, past_end=True)
     assert waiting["run_id"] in fake.started
+    assert re.fullmatch(re.escape(waiting["run_id"]) + r" on local, (0\.9\d|1\.00) h left",
+                        labels[waiting["run_id"]])
     assert outcome.to_json()["statuses"]["lora-r4-len128"] == "finished"
     with Ledger.open(tmp_path, create=False) as ledger:
         kinds = [e["kind"] for e in ledger.events(waiting["run_id"])]
