@@ -117,11 +117,15 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
                  "local)."),
         address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
                                               help="The Ray head of the flights (--executor ray)."),
+        past_end: bool = typer.Option(False, "--past-end",
+                                      help="Start runs even where they cannot finish before "
+                                           "their flight's package ends."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
     return run_command(spec, decide=decide, as_json=json, restart=restart,
-                       tracking_uri=tracking_uri, executor=executor, address=address)
+                       tracking_uri=tracking_uri, executor=executor, address=address,
+                       past_end=past_end)
 
 
 @app.command()

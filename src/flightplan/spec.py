@@ -17,6 +17,7 @@ Usage::
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 import tomllib
 from pathlib import Path
@@ -123,7 +124,10 @@ class CampaignSection(_Strict):
 
 
 class RentalSection(_Strict):
-    """``[rental]``: what is bought. ``catalog`` is relative to the campaign file."""
+    """``[rental]``: what is bought. ``catalog`` is relative to the campaign file.
+    ``started`` (optional, with a UTC offset, e.g. ``"2026-12-01T09:00:00Z"``) is when
+    every flight's package started; without it each flight's package starts at its first
+    run (:mod:`flightplan.run.rental`)."""
 
     offer: str = Field(min_length=1)
     package_days: Int = Field(gt=0)
@@ -131,6 +135,15 @@ class RentalSection(_Strict):
     people: Int = Field(default=1, ge=1, le=64)
     catalog: str | None = None
     order: str | None = None
+    started: dt.datetime | None = None
+
+    @field_validator("started")
+    @classmethod
+    def _started_has_offset(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None and value.utcoffset() is None:
+            raise ValueError(f"{value.isoformat()} has no UTC offset; write it as "
+                             f"\"{value.isoformat()}Z\" (UTC) or with +HH:MM")
+        return value
 
 
 class Stage(_Strict):

@@ -12,7 +12,9 @@ from that checkpoint and end with predictions, metrics and artifact byte-identic
 local executor's (the same two runs, side by side); the ledger must show the interruption,
 the node and the work lost. Once the run has started again, the driver (`flightplan run`)
 is SIGKILLed: its worker must die with it, and `flightplan run` again must end the
-campaign with nothing lost or duplicated; `verify` of results/ must pass.
+campaign with nothing lost or duplicated; `verify` of results/ must pass. Before that, on
+the same cluster: a run refused on the flight it was placed on (its package ends first)
+starts on the other flight, and a run refused on both is not started at all.
 """
 
 from __future__ import annotations
@@ -163,6 +165,41 @@ def campaigns(cluster, tmp_path_factory):
     local = LocalExecutor(slots=2).run(jobs)
     return {"local": (local_dir, local), "ray": (ray_dir, again), "ids": ids,
             "killed": killed, "exposed": exposed, "verified": verified}
+
+
+def test_a_run_refused_on_one_flight_starts_on_the_other_or_nowhere(cluster, tmp_path):
+    from flightplan.run.ray_executor import RayExecutor
+
+    made, flights, tmp = cluster
+    names = {f"{n.node_id[:12]} (127.0.0.1)" for n in flights}
+    jobs = {}
+    for run_id in ("r-1", "r-2"):
+        (tmp_path / run_id).mkdir()
+        # a trial the worker refuses at once (exit 2): what matters is where it starts
+        (tmp_path / run_id / "trial.json").write_text(json.dumps({"run_id": run_id}))
+        jobs[run_id] = Job(run_id, tmp_path / run_id)
+    asked: list[tuple[str, str]] = []
+
+    def admit(job: Job, flight: str) -> bool:
+        asked.append((job.run_id, flight))
+        # r-1: the first flight it is placed on ends first; r-2: both do
+        return job.run_id == "r-1" and len(asked) > 1
+
+    executor = RayExecutor(address=made.address, scratch=str(tmp / "scratch"))
+    try:
+        [started] = executor.run([jobs["r-1"]], admit=admit)
+        assert [r for r, _ in asked] == ["r-1", "r-1"] and {f for _, f in asked} == names
+        assert started.node == asked[1][1] and started.exit_code == 2
+        asked.clear()
+        assert executor.run([jobs["r-2"]], admit=admit) == []
+    finally:
+        executor.close()
+    assert [r for r, _ in asked] == ["r-2", "r-2"] and {f for _, f in asked} == names
+    log = (tmp_path / "r-2" / "log.txt").read_text()
+    assert log.splitlines()[-1] == ("--- flightplan: not started: no flight left where it can "
+                                    "finish before the package ends (flightplan status says "
+                                    "why) ---")
+    assert "flightplan worker started" not in log
 
 
 def test_every_node_listens_on_loopback_only(campaigns):

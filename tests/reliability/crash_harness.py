@@ -196,7 +196,8 @@ def fingerprint(campaign_dir: Path) -> dict[str, str]:
 _VALID_RUN = re.compile(r"^(?:[SR]C*[FI]|I)*(?:[SR]C*T|T|X)?$")
 _TOKENS = {"started": "S", "resumed": "R", "checkpoint_saved": "C", "checkpoint_verified": "C",
            "checkpoint_rejected": "C", "checkpoint_failed": "C", "finished": "T", "stopped": "T",
-           "failed": "F", "interrupted": "I", "cut": "X"}
+           "failed": "F", "interrupted": "I", "cut": "X",
+           "not_started": "", "past_end": ""}     # the rental's end: before an execution
 
 
 def event_order_ok(kinds: list[str]) -> bool:

@@ -49,6 +49,7 @@ from flightplan.run.lock import CampaignLock
 from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
+from flightplan.run.rental import RentalClock, run_needs_s, waiting_reasons
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec, Run
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
@@ -170,12 +171,15 @@ class _Campaign:
 
     def __init__(self, spec: CampaignSpec, ledger: Ledger, *, catalog: Catalog,
                  decide: str | None, executor: Executor, console: Console,
-                 board: ProgressBoard, quiet: bool) -> None:
+                 board: ProgressBoard, quiet: bool, past_end: bool = False) -> None:
         self.spec, self.ledger, self.decide, self.catalog = spec, ledger, decide, catalog
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
         self.recorder = RunRecorder(ledger, self.dir, metric=spec.campaign.metric)
         self.started = time.time()
+        self.rental = RentalClock(ledger, package_days=spec.rental.package_days,
+                                  started=spec.rental.started, past_end=past_end)
+        self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -188,6 +192,10 @@ class _Campaign:
     def outcome(self, message: str, *, code: int, stopped_by: str | None = None,
                 **parts: Any) -> CampaignOutcome:
         rows = self.recorder.summary(self.planned)
+        waiting = waiting_reasons(self.ledger.events())
+        for row in rows:
+            if row["status"] == "pending" and row["run_id"] in waiting:
+                row["reason"] = waiting[row["run_id"]]
         return CampaignOutcome(self.spec.campaign.name, code, message, stopped_by,
                                runs=rows, wall_s=time.time() - self.started, **parts)
 
@@ -358,6 +366,18 @@ class _Campaign:
                               trial_document(self.spec, planned, resume=resume))
             jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
         by_id = {p.run_id: p for p in self.planned}
+        decisions = self.ledger.decisions()
+
+        def admit(job: Job, flight: str) -> bool:
+            planned = by_id[job.run_id]
+            if not self.rental.admit(job.run_id, needs_s=run_needs_s(planned.run, decisions),
+                                     flight=flight):
+                self.say(f"{planned.run.name} ({job.run_id}): "
+                         f"{waiting_reasons(self.ledger.events(job.run_id))[job.run_id]}")
+                return False
+            left = self.rental.window(flight).hours_left(time.time())
+            self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
+            return True
 
         def start(job: Job) -> None:
             self._bar(job)
@@ -381,7 +401,7 @@ class _Campaign:
                         "no checkpoint came home: stops with no_usable_resume"))
 
         self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress,
-                          on_interrupted=interrupted)
+                          on_interrupted=interrupted, admit=admit)
 
     def _saved_before(self, planned: PlannedRun) -> bool:
         """Whether this run id saved a checkpoint since it was last (re)started: a
@@ -421,8 +441,10 @@ class _Campaign:
             self.say(f"{name} ({planned.run_id}) restarts from step 0 on purpose")
 
     def _bar(self, job: Job) -> None:
-        self.board.add(str(job.run_dir), job.run_id if job.run_dir.name != "resume"
-                       else f"{job.run_id} (resumed)")
+        flight = self._flight_of.get(job.run_id)
+        self.board.add(str(job.run_dir), (job.run_id if job.run_dir.name != "resume"
+                                          else f"{job.run_id} (resumed)")
+                       + (f" on {flight}" if flight else ""))
 
     def _progress(self, job: Job, progress: Any) -> None:
         self.board.update(str(job.run_dir), progress)
@@ -454,7 +476,7 @@ def _live_tracking(spec: CampaignSpec, tracking_uri: str | None) -> ContextManag
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
                  quiet: bool = False, restart: list[str] = (),
-                 tracking_uri: str | None = None) -> CampaignOutcome:
+                 tracking_uri: str | None = None, past_end: bool = False) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -466,6 +488,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         restart: run names to start over on purpose (:meth:`_Campaign.restart`).
         tracking_uri: mirror the runs into this MLflow store while they train (default
             ``[tracking] mlflow``; see :mod:`flightplan.integrations.mlflow_live`).
+        past_end: start runs that cannot finish before their flight's package ends
+            (``--past-end``); without it they stay pending (:mod:`flightplan.run.rental`).
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
@@ -489,7 +513,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, decide=decide,
                              executor=executor or LocalExecutor(),
-                             console=console, board=board, quiet=quiet)
+                             console=console, board=board, quiet=quiet, past_end=past_end)
         campaign.prepare()
         campaign.restart(list(restart))
         report = campaign.data_check()
@@ -507,11 +531,14 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         campaign.runs(decision["dropped"] if decision["decision"] == "cut" else [])
         outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
         failed = [r for r in outcome.runs if r["status"] == "failed"]
+        waiting = [r for r in outcome.runs if r["status"] == "pending" and r["reason"]]
         stopped = [r for r in outcome.runs if r["status"] == "stopped"]
         outcome.exit_code = 1 if failed else 0
         outcome.message = (f"{sum(r['status'] == 'finished' for r in outcome.runs)} finished, "
                            f"{len(stopped)} stopped by a rule, "
                            f"{sum(r['status'] == 'cut' for r in outcome.runs)} cut, "
                            f"{len(failed)} failed"
+                           + (f", {len(waiting)} not started (the rental ends first; "
+                              f"--past-end starts them)" if waiting else "")
                            + ("; run again to retry the failed runs" if failed else ""))
         return outcome

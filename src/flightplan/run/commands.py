@@ -74,9 +74,10 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
                 restart: list[str] = (), tracking_uri: str | None = None,
-                executor: str | None = None, address: str | None = None) -> int:
+                executor: str | None = None, address: str | None = None,
+                past_end: bool = False) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
-    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--json]``.
+    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--past-end] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
     one line per run under its tier (full run id, status, metric, wall time, stop reason;
@@ -109,7 +110,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     with quiet_stdout:
         try:
             outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                                   restart=restart, tracking_uri=tracking_uri, executor=runner)
+                                   restart=restart, tracking_uri=tracking_uri, executor=runner,
+                                   past_end=past_end)
         finally:
             runner.close()
     if as_json:
@@ -129,7 +131,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     (:func:`flightplan.run.status.status_lines`) or one JSON object
     (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
     lock, or null; runs left ``running`` by a runner that is gone show as
-    ``interrupted``).
+    ``interrupted``; ``flights``: each flight's package window and hours left; a pending
+    run that was not started because its flight's package ends first has that ``reason``).
 
     Raises:
         SpecError: the campaign file is missing or invalid.
@@ -143,6 +146,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     ledger = Ledger.open(spec.campaign_dir, create=False)
     with ledger:
         snapshot = ledger.snapshot()
+    _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
     snapshot["runner"] = holder
     if holder is None:
@@ -154,6 +158,18 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         return 0
     _print_status(snapshot, metric=spec.campaign.metric)
     return 0
+
+
+def _add_rental(snapshot: dict, *, now: float) -> None:
+    """Add ``flights`` (:meth:`FlightWindow.to_json`) and each waiting run's ``reason``."""
+    from flightplan.run.rental import flight_windows, waiting_reasons
+
+    events = snapshot["events"]
+    snapshot["flights"] = [w.to_json(now=now) for w in flight_windows(events).values()]
+    waiting = waiting_reasons(events)
+    for run in snapshot["runs"]:
+        if run["status"] == "pending" and run["run_id"] in waiting:
+            run["reason"] = waiting[run["run_id"]]
 
 
 def _print_status(snapshot: dict, *, metric: str) -> None:

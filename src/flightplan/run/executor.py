@@ -40,9 +40,11 @@ from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, THREADS_ENV, cp
                                    torch_threads)
 
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
-           "LocalExecutor", "worker_argv", "gpu_count"]
+           "LocalExecutor", "worker_argv", "gpu_count", "LOCAL_FLIGHT"]
 
 WORKER_MODULE = "flightplan.run.worker"
+LOCAL_FLIGHT = "local"
+"""The one flight of the local executor: this machine."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -187,8 +189,8 @@ class Executor(ABC):
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
             on_done: Callable[[JobResult], None] | None = None,
             on_progress: Callable[[Job, RunProgress], None] | None = None,
-            on_interrupted: Callable[[Job, Interruption], None] | None = None
-            ) -> list[JobResult]:
+            on_interrupted: Callable[[Job, Interruption], None] | None = None,
+            admit: Callable[[Job, str], bool] | None = None) -> list[JobResult]:
         """Execute ``jobs`` (in the given order as slots free up).
 
         Args:
@@ -198,6 +200,10 @@ class Executor(ABC):
             on_progress: called with a job's latest progress while it runs.
             on_interrupted: called when an execution was lost with its machine, before
                 the executor starts it again elsewhere (never for local processes).
+            admit: asked just before a job would start on a flight (the local executor:
+                :data:`LOCAL_FLIGHT`; Ray: the node's name); False leaves it unstarted
+                there: another flight is tried, or, when none is left, the job is dropped
+                without a result (it stays pending; :mod:`flightplan.run.rental`).
 
         Returns:
             One result per job, in the order they ended.
@@ -260,8 +266,8 @@ class LocalExecutor(Executor):
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
             on_done: Callable[[JobResult], None] | None = None,
             on_progress: Callable[[Job, RunProgress], None] | None = None,
-            on_interrupted: Callable[[Job, Interruption], None] | None = None
-            ) -> list[JobResult]:
+            on_interrupted: Callable[[Job, Interruption], None] | None = None,
+            admit: Callable[[Job, str], bool] | None = None) -> list[JobResult]:
         queue = list(jobs)
         free = list(range(self.slots))
         running: dict[int, tuple[Job, subprocess.Popen, float, MeasurementTail]] = {}
@@ -269,7 +275,10 @@ class LocalExecutor(Executor):
         try:
             while queue or running:
                 while queue and free:
-                    job, device = queue.pop(0), free.pop(0)
+                    job = queue.pop(0)
+                    if admit and not admit(job, LOCAL_FLIGHT):
+                        continue
+                    device = free.pop(0)
                     if on_start:
                         on_start(job)
                     started = time.time()

@@ -23,7 +23,15 @@ reported through ``on_interrupted`` (:class:`~flightplan.run.executor.Interrupti
 steps done, the checkpoint home, steps and seconds lost) and the run is queued again at
 the front, with ``resume`` set when a checkpoint came home or any was saved: a run whose
 checkpoints are all lost is then stopped by its own ``no_usable_resume`` rule instead of
-restarting silently from scratch. The actors belong to this process, so a killed
+restarting silently from scratch.
+
+Before a run's worker starts, the runner is asked (``admit``) whether it may start on the
+flight its actor was placed on (:mod:`flightplan.run.rental`: can it finish before that
+flight's package ends?). When it may not, the actor goes and the run is placed again,
+pinned (``NodeAffinitySchedulingStrategy``) to a live flight that it was not refused on
+and that has the resources it needs; when no such flight is left, the run is dropped
+without a result (it stays pending) and ``log.txt`` says so. The actors belong to this
+process, so a killed
 ``flightplan run`` takes its executions with it (the worker dies with its actor:
 ``PR_SET_PDEATHSIG``); running it again resumes from what came home.
 
@@ -48,6 +56,7 @@ from typing import Any, Callable, Iterable
 
 import ray
 from ray.exceptions import RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TransferError
@@ -192,8 +201,10 @@ class _Execution:
 
     job: Job
     actor: Any
-    ref: Any                      # the pending start() or poll() call, or None
+    ref: Any                      # the pending where(), start() or poll() call, or None
+    start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint)
     placing: bool = True
+    admitted: bool = False        # the runner let it start where it was placed
     where: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
     last_poll: float = 0.0
@@ -341,19 +352,30 @@ class RayExecutor(Executor):
     def _has(pool: dict[str, float], needs: dict[str, float]) -> bool:
         return all(pool.get(k, 0.0) >= v for k, v in needs.items())
 
-    def _launch(self, job: Job) -> _Execution:
+    def _launch(self, job: Job, node_id: str | None) -> _Execution:
+        """An actor for ``job`` (on ``node_id`` when given, else where Ray places it),
+        asked first where it is; its worker starts once the runner admits it there."""
         needs = self._needs(job)
         options: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
         if "GPU" in needs:
             options["num_gpus"] = needs["GPU"]
         else:
             options["resources"] = needs
+        if node_id is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
         actor = ray.remote(RunHost).options(**options).remote(job.run_id, self.scratch,
                                                               self.env)
         trial = _trial(job)
         shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
-        ref = actor.start.remote(job.trial_json.read_bytes(), shipped)
-        return _Execution(job, actor, ref)
+        return _Execution(job, actor, actor.where.remote(),
+                          start_args=(job.trial_json.read_bytes(), shipped))
+
+    def _other_flight(self, job: Job, refused: set[str]) -> str | None:
+        """A live node that ``job`` was not refused on and whose resources can hold it."""
+        needs = self._needs(job)
+        return next((n["NodeID"] for n in ray.nodes() if n["Alive"]
+                     and n["NodeID"] not in refused and self._has(n["Resources"], needs)),
+                    None)
 
     # -- one execution's deltas ----------------------------------------------------------
     def _absorb(self, ex: _Execution, delta: Delta, asked_at: float) -> None:
@@ -408,20 +430,30 @@ class RayExecutor(Executor):
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
             on_done: Callable[[JobResult], None] | None = None,
             on_progress: Callable[[Job, RunProgress], None] | None = None,
-            on_interrupted: Callable[[Job, Interruption], None] | None = None
-            ) -> list[JobResult]:
+            on_interrupted: Callable[[Job, Interruption], None] | None = None,
+            admit: Callable[[Job, str], bool] | None = None) -> list[JobResult]:
         self._connect()
         self._check_cluster()
         queue = list(jobs)
         active: list[_Execution] = []
         results: list[JobResult] = []
+        refused: dict[str, set[str]] = {}     # run id → node ids the runner refused it on
         waiting_since: float | None = None
         try:
             while queue or active:
                 if queue and not any(e.placing for e in active):
                     needs = self._needs(queue[0])
+                    pinned = None
+                    if refused.get(queue[0].run_id):
+                        pinned = self._other_flight(queue[0], refused[queue[0].run_id])
+                        if pinned is None:
+                            _append(queue.pop(0).run_dir / "log.txt",
+                                    b"--- flightplan: not started: no flight left where it "
+                                    b"can finish before the package ends (flightplan status "
+                                    b"says why) ---\n")
+                            continue
                     if self._has(ray.available_resources(), needs):
-                        active.append(self._launch(queue.pop(0)))
+                        active.append(self._launch(queue.pop(0), pinned))
                         waiting_since = None
                     elif not active and not self._has(ray.cluster_resources(), needs):
                         waiting_since = waiting_since or time.time()
@@ -459,6 +491,16 @@ class RayExecutor(Executor):
                         else:
                             ray.kill(ex.actor)
                         queue.insert(0, ex.job)
+                        continue
+                    if not ex.admitted:
+                        ex.where = dict(value, ip=_node_address(value))
+                        if admit and not admit(ex.job, ex.node):
+                            active.remove(ex)
+                            refused.setdefault(ex.job.run_id, set()).add(value["node_id"])
+                            ray.kill(ex.actor)
+                            queue.insert(0, ex.job)
+                            continue
+                        ex.admitted, ex.ref = True, ex.actor.start.remote(*ex.start_args)
                         continue
                     if ex.placing:
                         ex.placing, ex.where = False, dict(value, ip=_node_address(value))

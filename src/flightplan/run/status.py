@@ -125,7 +125,8 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     """The ``flightplan status`` text of a ledger snapshot.
 
     Args:
-        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``.
+        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner`` and
+            ``flights`` (:mod:`flightplan.run.rental`; a section when present).
         metric: the campaign's decision metric (the runs' metric column header).
         width: terminal columns; no line is longer unless a run id alone is (a row
             wider than the terminal puts the id alone on its line, the columns below).
@@ -152,6 +153,15 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                                 indent=6)
     out += ["", *run_lines(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
         if snapshot.get("runs") else ["", "runs: none yet"]
+    flights = snapshot.get("flights") or []
+    if flights:
+        out += ["", "flights (packages)"]
+        rows = [[f["flight"], f"{f['hours_left']:.2f} h left" if f["hours_left"] > 0
+                 else "ended", f"ends {clock(f['ends_at'], now=now)}",
+                 f"started {clock(f['started_at'], now=now)} "
+                 + ("([rental] started)" if f["source"] == "spec" else "(its first run)")]
+                for f in flights]
+        out += [cut("  " + line, width) for line in _table(rows, right={1})]
     decisions = snapshot.get("decisions") or []
     if decisions:
         out += ["", "decisions"]

@@ -8,6 +8,7 @@ done.json or stop.json, metrics); the data check, planning, ledger and results a
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from flightplan.run.campaign import run_campaign
 from flightplan.run.executor import Executor, Interruption, JobResult
 from flightplan.run.ledger import Ledger
+from flightplan.run.progress import ProgressBoard
 from flightplan.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -39,9 +41,12 @@ class FakeExecutor(Executor):
         self.started: list[str] = []
         self.lose = set(lose)   # run names whose first execution is lost with its flight
 
-    def run(self, jobs, *, on_start=None, on_done=None, on_progress=None, on_interrupted=None):
+    def run(self, jobs, *, on_start=None, on_done=None, on_progress=None, on_interrupted=None,
+            admit=None):
         results = []
         for job in jobs:
+            if admit and not admit(job, "local"):
+                continue
             trial = json.loads(job.trial_json.read_text())
             if trial["name"] in self.lose:
                 self.lose.discard(trial["name"])
@@ -209,3 +214,78 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
                                  "checkpoint": "step-000001", "steps_lost": 1, "lost_s": 25.0,
                                  "resumes": True}
     assert run["wall_s"] >= 30.0          # the lost execution's time is a cost too
+
+
+def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
+                                                                         monkeypatch):
+    import datetime as dt
+
+    from flightplan.run.commands import status_command
+    from flightplan.run.status import status_lines
+
+    # the package started 71 h ago: 1 h of the 3 days is left. lora-r4-len128 with 2000
+    # epochs needs 240 / 16 × 2000 = 30000 steps × 1.92 s (the fake pilot's step time at
+    # 128 tokens) = 57600 s = 16 h of training alone (plus an evaluation per epoch); the
+    # other runs need under a minute.
+    started = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=71)
+    path = _spec(tmp_path)
+    text = path.read_text(encoding="utf-8").replace(
+        "package_days = 3", f'package_days = 3\nstarted = "{started.isoformat()}"')
+    last = text.index('name = "lora-r4-len128"')
+    path.write_text(text[:last] + text[last:].replace("epochs = 2", "epochs = 2000", 1),
+                    encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    rows = {r["name"]: r for r in outcome.runs}
+    waiting = rows["lora-r4-len128"]
+    assert outcome.to_json()["statuses"] == {"control": "finished", "lora-r4": "stopped",
+                                             "lora-r4-len128": "pending", "wild": "failed"}
+    assert waiting["run_id"] not in fake.started
+    ends = (started + dt.timedelta(hours=72)).strftime("%Y-%m-%d %H:%M UTC")
+    assert re.fullmatch(r"not started: needs 1[6-9]\.\d\d h but flight local has "
+                        r"(0\.9\d|1\.00) h left \(its package ends " + ends +
+                        r"\); --past-end starts it anyway", waiting["reason"])
+    assert "1 not started (the rental ends first; --past-end starts them)" in outcome.message
+    with Ledger.open(tmp_path, create=False) as ledger:
+        [flight] = ledger.events(kind="flight_started")
+        [refused] = ledger.events(waiting["run_id"])[-1:]
+    assert flight["data"] == {"flight": "local", "started_at": started.timestamp(),
+                              "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
+                              "source": "spec"}
+    assert refused["kind"] == "not_started" and refused["data"]["flight"] == "local"
+    assert 16.0 < refused["data"]["needs_hours"] < 20.0
+    assert 0.9 < refused["data"]["hours_left"] <= 1.0
+
+    # status says why and how much time is left, in JSON and in the text
+    assert status_command(path, as_json=True) == 0
+    snapshot = json.loads(capsys.readouterr().out)
+    [window] = snapshot["flights"]
+    assert window["flight"] == "local" and window["source"] == "spec"
+    assert 0.9 < window["hours_left"] <= 1.0
+    run = next(r for r in snapshot["runs"] if r["run_id"] == waiting["run_id"])
+    assert run["status"] == "pending" and run["reason"] == refused["data"]["message"]
+    lines = status_lines(snapshot, metric="macro_f1", width=200, now=time.time())
+    row = next(i for i, line in enumerate(lines) if waiting["run_id"] in line)
+    assert lines[row].endswith(refused["data"]["message"])
+    flights = lines.index("flights (packages)")
+    assert lines[flights + 1].split()[0] == "local" and "h left" in lines[flights + 1]
+
+    # with the user's say-so it runs, and the ledger keeps that it ran past the end; its
+    # progress bar names the flight and the hours left
+    fake.started.clear()
+    labels: dict[str, str] = {}
+
+    class Board(ProgressBoard):
+        def add(self, key: str, label: str) -> None:
+            labels[Path(key).name] = label
+
+    monkeypatch.setattr("flightplan.run.campaign.ProgressBoard", Board)
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True, past_end=True)
+    assert waiting["run_id"] in fake.started
+    assert re.fullmatch(re.escape(waiting["run_id"]) + r" on local, (0\.9\d|1\.00) h left",
+                        labels[waiting["run_id"]])
+    assert outcome.to_json()["statuses"]["lora-r4-len128"] == "finished"
+    with Ledger.open(tmp_path, create=False) as ledger:
+        kinds = [e["kind"] for e in ledger.events(waiting["run_id"])]
+        assert len(ledger.events(kind="flight_started")) == 1
+    assert kinds[:3] == ["not_started", "past_end", "started"]

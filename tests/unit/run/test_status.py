@@ -143,3 +143,26 @@ def test_clock_and_cut() -> None:
     assert cut("a\nb\tc", 10) == "a b c"
     assert cut("abcdefghij", 5) == "abcd…"
     assert cut("日本語のテキスト", 7) == "日本語…"          # wide characters count as two cells
+
+
+def test_the_flights_section_shows_each_package_and_the_hours_left():
+    # two flights: one from [rental] started at 05:06:57 today (3 days: ends on the 4th),
+    # one whose package (started 3 days and 1 h ago) ended at 09:00 today
+    flights = [{"flight": "local", "started_at": at(1, 5, 6, 57), "ends_at": at(4, 5, 6, 57),
+                "source": "spec", "hours_left": 67.12},
+               {"flight": "0a1b2c3d4e5f (127.0.0.1)", "started_at": at(27, 9, 0, 0, month=11),
+                "ends_at": at(1, 9, 0, 0), "source": "first_run", "hours_left": 0.0}]
+    lines = status_lines(dict(SNAPSHOT, flights=flights), metric="macro_f1", width=80, now=NOW)
+    start = lines.index("flights (packages)")
+    assert lines[start:start + 3] == [
+        "flights (packages)",
+        # 65 cells before the last column: 14 of it and "…" fit in 80
+        "  local                     67.12 h left  ends 2026-12-04 05:06  started 05:06:…",
+        "  0a1b2c3d4e5f (127.0.0.1)         ended  ends 09:00:00          started 2026-1…"]
+    wide = status_lines(dict(SNAPSHOT, flights=flights), metric="macro_f1", width=120, now=NOW)
+    start = wide.index("flights (packages)")
+    assert wide[start + 1:start + 3] == [
+        "  local                     67.12 h left  ends 2026-12-04 05:06  started 05:06:57 "
+        "([rental] started)",
+        "  0a1b2c3d4e5f (127.0.0.1)         ended  ends 09:00:00          started 2026-11-27 "
+        "09:00 (its first run)"]

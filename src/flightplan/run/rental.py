@@ -1,0 +1,164 @@
+"""The rental's end: when each flight's package started and ends, and whether a run can
+still finish on a flight before its package ends.
+
+A flight is where runs execute: this machine for the local executor (flight
+:data:`~flightplan.run.executor.LOCAL_FLIGHT`), each Ray node for the Ray executor (named
+``<node id[:12]> (<ip>)``). Its package started at ``[rental] started`` (one time for every
+flight) or, when that is not given, when the runner first asked to start a run on it; it
+ends ``package_days`` × 24 h later. Both live in the ledger as events:
+
+- ``flight_started`` (no run id) ``{flight, started_at, ends_at, package_days, source}``:
+  unix seconds; ``source`` is ``"spec"`` or ``"first_run"``; the latest per flight counts
+  (a changed ``[rental] started`` adds a new one).
+- ``not_started`` (run id) ``{flight, needs_hours, hours_left, message}``: the run's
+  estimate is longer than what is left of that flight's package, so it was not started
+  there and stays ``pending``; ``past_end`` (same data): it was started anyway because the
+  user said so (``flightplan run --past-end``).
+
+A run needs its re-estimated duration from the decision point (the last decision's
+``figures.estimates[name].total_s``), else its planned ``duration``: the whole estimate,
+also for a run that resumes (a cautious figure).
+
+Usage::
+
+    clock = RentalClock(ledger, package_days=3, started=None, past_end=False)
+    clock.admit("control-1a2b3c4d5e", needs_s=5400.0, flight="local")   # False: not_started
+    flight_windows(ledger.events(kind="flight_started"))   # {flight: FlightWindow}
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from flightplan.run.ledger import Ledger
+from flightplan.spec import Run
+
+__all__ = ["FlightWindow", "RentalClock", "flight_windows", "run_needs_s", "waiting_reasons",
+           "HOUR_S"]
+
+HOUR_S = 3600.0
+"""Seconds per hour (package days are 24 h each)."""
+
+
+@dataclass(frozen=True)
+class FlightWindow:
+    """One flight's package: unix ``started_at`` and ``ends_at`` (seconds) and where the
+    start came from (``"spec"``: ``[rental] started``; ``"first_run"``: the runner's first
+    start on it)."""
+
+    flight: str
+    started_at: float
+    ends_at: float
+    source: str
+
+    def hours_left(self, now: float) -> float:
+        """Hours until the package ends (0 once it has ended)."""
+        return max(0.0, (self.ends_at - now) / HOUR_S)
+
+    def to_json(self, *, now: float) -> dict[str, Any]:
+        """``{flight, started_at, ends_at, source, hours_left}`` (hours rounded to 0.01)."""
+        return {"flight": self.flight, "started_at": self.started_at, "ends_at": self.ends_at,
+                "source": self.source, "hours_left": round(self.hours_left(now), 2)}
+
+
+def flight_windows(events: list[dict[str, Any]]) -> dict[str, FlightWindow]:
+    """Each flight's current window from the ledger's ``flight_started`` events (the latest
+    per flight), in the order the flights first appeared."""
+    windows: dict[str, FlightWindow] = {}
+    for event in events:
+        if event["kind"] != "flight_started":
+            continue
+        data = event["data"] or {}
+        windows[data["flight"]] = FlightWindow(data["flight"], float(data["started_at"]),
+                                               float(data["ends_at"]), data["source"])
+    return windows
+
+
+def run_needs_s(run: Run, decisions: list[dict[str, Any]]) -> float:
+    """Seconds ``run`` needs: the last decision's ``estimates[run.name].total_s``, else the
+    run's planned ``duration``."""
+    estimates = ((decisions[-1]["figures"] or {}).get("estimates") or {}) if decisions else {}
+    total = (estimates.get(run.name) or {}).get("total_s")
+    return float(total) if total is not None else float(run.duration.seconds)
+
+
+def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
+    """``{run_id: message}`` for every run whose latest event is ``not_started``."""
+    last: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event["run_id"]:
+            last[event["run_id"]] = event
+    return {run_id: (e["data"] or {}).get("message", "not started")
+            for run_id, e in last.items() if e["kind"] == "not_started"}
+
+
+def _iso(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+class RentalClock:
+    """Decides whether a run may start on a flight before its package ends, and records
+    each flight's window and each refusal in the ledger (see the module docstring).
+
+    Args:
+        ledger: the campaign's ledger (an open connection; written as runs are admitted).
+        package_days: ``[rental] package_days``.
+        started: ``[rental] started`` (timezone-aware) or None (each flight's first run).
+        past_end: start a run even when it cannot finish before its flight's package ends
+            (``flightplan run --past-end``); it is recorded as ``past_end``.
+        now: the clock (unix seconds; tests pass a fixed one).
+    """
+
+    def __init__(self, ledger: Ledger, *, package_days: int, started: dt.datetime | None,
+                 past_end: bool, now: Callable[[], float] = time.time) -> None:
+        self.ledger, self.package_s = ledger, package_days * 24 * HOUR_S
+        self.package_days, self.past_end, self.now = package_days, past_end, now
+        self.started = None if started is None else started.timestamp()
+
+    def window(self, flight: str) -> FlightWindow:
+        """``flight``'s window; recorded (``flight_started``) when it is new or when
+        ``[rental] started`` changed since it was recorded."""
+        current = flight_windows(self.ledger.events(kind="flight_started")).get(flight)
+        if self.started is not None and (current is None or current.source != "spec"
+                                         or current.started_at != self.started):
+            current = self._record(flight, self.started, "spec")
+        elif current is None:
+            current = self._record(flight, self.now(), "first_run")
+        return current
+
+    def _record(self, flight: str, started_at: float, source: str) -> FlightWindow:
+        window = FlightWindow(flight, started_at, started_at + self.package_s, source)
+        self.ledger.add_event("flight_started", data={
+            "flight": flight, "started_at": started_at, "ends_at": window.ends_at,
+            "package_days": self.package_days, "source": source})
+        return window
+
+    def admit(self, run_id: str, *, needs_s: float, flight: str) -> bool:
+        """Whether run ``run_id`` (needing ``needs_s`` seconds) may start on ``flight`` now.
+
+        Returns:
+            True when it can finish before the package ends, or ``past_end`` is set (then a
+            ``past_end`` event is recorded); False otherwise, with a ``not_started`` event
+            whose message says how much time is left and how to start it anyway.
+        """
+        window = self.window(flight)
+        now = self.now()
+        left_s = window.ends_at - now
+        if needs_s <= left_s:
+            return True
+        left_h, needs_h = max(0.0, left_s) / HOUR_S, needs_s / HOUR_S
+        ended = "ended" if left_s <= 0 else "ends"
+        data = {"flight": flight, "needs_hours": round(needs_h, 4),
+                "hours_left": round(left_h, 4)}
+        what = (f"needs {needs_h:.2f} h but flight {flight} has {left_h:.2f} h left (its "
+                f"package {ended} {_iso(window.ends_at)})")
+        if self.past_end:
+            self.ledger.add_event("past_end", run_id=run_id,
+                                  data=dict(data, message=f"started with --past-end: {what}"))
+            return True
+        self.ledger.add_event("not_started", run_id=run_id, data=dict(data, message=(
+            f"not started: {what}; --past-end starts it anyway")))
+        return False
