@@ -284,10 +284,10 @@ def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
 def _column(metric: Metric, predictions: Predictions, source: str) -> np.ndarray:
     values = predictions.columns.get(metric.column or "")
     if values is None:
-        numeric = ", ".join(predictions.columns) or "none"
+        numeric = ", ".join(predictions.columns) or "none besides prob_<label>"
         raise CheckFailed(f"{source} has no numeric column {metric.column!r} for the decision "
-                          f"metric {metric.name} (its numeric columns: {numeric}); the task "
-                          f"must write it, or fix campaign.metric")
+                          f"metric {metric.name} (its per-example numeric columns: {numeric}); "
+                          f"the task must write it, or fix campaign.metric")
     if not np.all(np.isfinite(values)):
         bad = [predictions.ids[i] for i in np.flatnonzero(~np.isfinite(values))[:5]]
         raise CheckFailed(f"{source}: column {metric.column!r} is empty or not finite for "

@@ -34,7 +34,7 @@ from flightplan import activity
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.corpus import corpus_root
-from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
+from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec,
                                      check_spec_against_catalog, rental_price)
@@ -50,6 +50,7 @@ from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.run.rental import RentalClock, run_needs_s, waiting_reasons
+from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec, Run
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
@@ -187,7 +188,7 @@ class _Campaign:
         if self.board.enabled:
             self.board.note(text)
         else:
-            self.console.print(text, highlight=False, soft_wrap=True)
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def outcome(self, message: str, *, code: int, stopped_by: str | None = None,
                 **parts: Any) -> CampaignOutcome:
@@ -278,7 +279,28 @@ class _Campaign:
                                               f"{result.message}", pilot=data)
         else:
             self.say(f"pilot ok: {result.message}")
+            problem = self._metric_problem(control)
+            if problem:
+                data = dict(data, ok=False, cause="metric_unavailable", message=problem)
+                self.ledger.add_event("pilot", data=data)
+                return self._stopped("pilot", f"campaign stopped: the pilot's predictions "
+                                              f"cannot give the decision metric: {problem}",
+                                     pilot=data)
         return data
+
+    def _metric_problem(self, control: PlannedRun) -> str | None:
+        """Why the pilot's predictions cannot give the campaign's metric (a column the task
+        does not write, no gold/predicted labels), or None: found before any run is paid
+        for, not at close."""
+        path = RunDir(self.dir / "runs" / pilot_id(control.run_id)).predictions
+        if not path.is_file():
+            return f"the pilot wrote no {RunDir.PREDICTIONS}; the task must write it"
+        try:
+            metric_value(parse_metric(self.spec.campaign.metric), read_predictions(path),
+                         source=RunDir.PREDICTIONS)
+        except CheckFailed as exc:
+            return str(exc)
+        return None
 
     def decision(self, pilot: dict[str, Any]) -> dict[str, Any]:
         previous = self.ledger.decisions()
@@ -504,9 +526,12 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         raise SpecError("the campaign has no [corpus], so it has nothing to train on; add "
                         "[corpus] with package or path and sha256 (plan works without it)",
                         file=spec.source, field="corpus")
-    # a campaign that does not plan is refused before anything is written
+    # a campaign that does not plan, or whose tasks cannot be loaded, is refused before
+    # anything is written
     catalog = catalog_for_spec(spec)           # read once for the whole command
     check_spec_against_catalog(spec, catalog)
+    for run in spec.runs:
+        _load_task(run, spec)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             _live_tracking(spec, tracking_uri), \

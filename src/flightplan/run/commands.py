@@ -120,9 +120,11 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
         for line in run_lines(outcome.runs, metric=spec.campaign.metric, title="campaign runs",
                               width=console.size.width, now=time.time()):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
-        console.print(outcome.message, highlight=False, soft_wrap=True)
+        console.print(outcome.message, markup=False, highlight=False, soft_wrap=True)
     if outcome.stopped_by:
-        print(f"campaign stopped: {outcome.message}", file=sys.stderr)
+        line = outcome.message if outcome.message.startswith("campaign stopped") else \
+            f"campaign stopped: {outcome.message}"
+        print(line, file=sys.stderr)
     return outcome.exit_code
 
 

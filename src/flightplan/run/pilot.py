@@ -289,8 +289,10 @@ def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir
         stop = RunDir(run_dir).read_json(RunDir.STOP) or {}
         return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
                                f"{stop.get('message')}", **extra)
-    return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}); see "
-                           f"{run_dir / 'log.txt'}", **extra)
+    last = RunDir(run_dir).log_tail(1).strip()
+    return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}"
+                           + (f": {last[:160]}" if last else "")
+                           + f"); see {RunDir(run_dir).log}", **extra)
 
 
 def _one(executor: Executor, job: Job, on_start: Callable[[Job], None] | None,

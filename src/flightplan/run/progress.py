@@ -67,7 +67,7 @@ class ProgressBoard:
     def note(self, text: str) -> None:
         """A line above the bars (a stage that started or ended)."""
         if self.enabled:
-            self._progress.console.print(text, highlight=False, soft_wrap=True)
+            self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _short(value: Any) -> str:

@@ -174,8 +174,10 @@ class RunRecorder:
         reason = ""
         if status == "failed":
             code = exit_code if exit_code is not None else self._last_exit(planned.run_id)
-            reason = (f"process exited with code {code}; see "
-                      f"{(planned.run_dir / 'log.txt').relative_to(self.dir)}")
+            last = RunDir(planned.run_dir).log_tail(1).strip()
+            reason = (f"process exited with code {code}"
+                      + (f" ({last[:160]})" if last else "")
+                      + f"; see {RunDir(planned.run_dir).log.relative_to(self.dir)}")
         elif status == "cut":
             reason = "cut at the decision point"
         return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,

@@ -170,7 +170,8 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     wild = next(r for r in outcome.runs if r["name"] == "wild")
     assert fake.started == [wild["run_id"]]
     assert outcome.exit_code == 1 and wild["status"] == "failed"
-    assert wild["reason"] == f"process exited with code 3; see runs/{wild['run_id']}/log.txt"
+    assert wild["reason"] == (f"process exited with code 3 (fake worker); "
+                              f"see runs/{wild['run_id']}/log.txt")    # the log's last line
     assert outcome.message.endswith("1 failed; run again to retry the failed runs")
     for name in ("control", "lora-r4", "lora-r4-len128"):
         assert (tmp_path / "results" / "params" / f"{rows[name]['run_id']}.json").is_file()
@@ -289,3 +290,19 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
         kinds = [e["kind"] for e in ledger.events(waiting["run_id"])]
         assert len(ledger.events(kind="flight_started")) == 1
     assert kinds[:3] == ["not_started", "past_end", "started"]
+
+
+def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_path):
+    path = _spec(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('metric = "macro_f1"\ngoal = "max"',
+                                 'metric = "mean:abs_error"\ngoal = "min"'), encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert outcome.exit_code == 1 and outcome.stopped_by == "pilot"
+    assert outcome.pilot["cause"] == "metric_unavailable"
+    assert "no numeric column 'abs_error'" in outcome.message
+    assert all(run_id.startswith("pilot-") for run_id in fake.started)   # no run paid for
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert [e["data"]["by"] for e in ledger.events(kind="stopped")
+                if e["run_id"] is None] == ["pilot"]
