@@ -32,8 +32,6 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 from flightplan.integrations.lightning import fit
 from flightplan.run.trial import Trial
 
-CODE_VERSION = "digits-lightning/1"
-
 
 class DigitsMLP(pl.LightningModule):
     """64 pixels → 128 → 10 classes; ``lr`` decays linearly to 0 over ``steps``."""

@@ -31,15 +31,14 @@ from flightplan.corpus import load_corpus
 from flightplan.integrations.transformers import train as train_in_flightplan
 from flightplan.integrations.transformers import write_outputs
 from flightplan.spec import BaseModelSection, CorpusSection
+from flightplan.tasks.textclf.data import clean_text
 from flightplan.tasks.textclf.inference import classification_metrics
 from flightplan.tasks.textclf.model import base_revision, model_dir
 
-CODE_VERSION = "drug-reviews-trainer/1"
-
-
 def _encode(tokenizer: Any, examples: list, labels: list[str], max_length: int) -> list[dict]:
-    cut = tokenizer([e.text for e in examples], truncation=True, max_length=max_length)
-    full = tokenizer([e.text for e in examples], truncation=False, verbose=False)["input_ids"]
+    texts = [clean_text(e) for e in examples]      # the review without its quotes and entities
+    cut = tokenizer(texts, truncation=True, max_length=max_length)
+    full = tokenizer(texts, truncation=False, verbose=False)["input_ids"]
     return [{"input_ids": ids, "attention_mask": mask, "labels": labels.index(e.label),
              "n_tokens": len(whole)}
             for e, ids, mask, whole in zip(examples, cut["input_ids"], cut["attention_mask"], full)]

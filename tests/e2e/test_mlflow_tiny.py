@@ -71,10 +71,13 @@ def test_live_tracking_survives_a_locked_store_and_export_completes_it(tmp_path)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and runner.poll() is None:
-            if db.exists() and _has_pilot(uri):
+            # the mirror has its experiment and the campaign reached its pilot: from now
+            # on nothing can be sent (the mirror thread is niced; waiting for the pilot
+            # to appear in MLflow can outlast a fast campaign on busy cores)
+            if db.exists() and _has_experiment(uri) and any((tmp_path / "runs").glob("pilot-*")):
                 break
             time.sleep(0.5)
-        assert runner.poll() is None, "the campaign ended before the mirror wrote the pilot"
+        assert runner.poll() is None, "the campaign ended before its pilot started"
         holder = sqlite3.connect(db, timeout=60, isolation_level=None)
         holder.execute("BEGIN EXCLUSIVE")
         try:
@@ -124,10 +127,8 @@ def test_live_tracking_survives_a_locked_store_and_export_completes_it(tmp_path)
         assert run.info.end_time == round(rows[-1]["time"] * 1000)
 
 
-def _has_pilot(uri: str) -> bool:
+def _has_experiment(uri: str) -> bool:
     try:
-        experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name("tiny")
-        return experiment is not None and bool(MlflowClient(tracking_uri=uri).search_runs(
-            [experiment.experiment_id], filter_string="tags.`flightplan.pilot` = 'true'"))
+        return MlflowClient(tracking_uri=uri).get_experiment_by_name("tiny") is not None
     except Exception:  # the runner's mirror may be creating the tables right now
         return False

@@ -130,6 +130,7 @@ class Trial:
         self._restored: CheckpointFiles | None = None
         self._pending: set[str] = set()
         self._loop_started = False
+        self._planned_logged: int | None = None
         self._restore_called = False
         self._steps_done = 0
         self._started_s = time.monotonic()
@@ -361,12 +362,18 @@ class Trial:
     def log(self, step: int, **measurements: Any) -> None:
         """Append ``{"step", "time" (unix s), **measurements}`` to measurements.jsonl and apply
         the stop rules (non-finite numbers are written as ``"nan"``, ``"inf"``, ``"-inf"``).
+        The first row after ``planned_steps`` is set or changed carries it too (the pilot
+        and the progress bars read it).
 
         Raises:
             TrialStopped: a rule fired (stop.json written, earlier checkpoints intact).
         """
         self._begin_loop()
         values = {k: _item(v) for k, v in measurements.items()}
+        if "planned_steps" not in values and self.planned_steps is not None \
+                and self.planned_steps != self._planned_logged:
+            values["planned_steps"] = int(self.planned_steps)
+        self._planned_logged = values.get("planned_steps", self._planned_logged)
         self._row(step, **values)
         self._steps_done = max(self._steps_done, step + 1)
         for rule in self._rules:
