@@ -44,6 +44,7 @@ __all__ = [
     "ASSUMED_EVALUATIONS",
     "estimate_run_seconds",
     "control_steps",
+    "require_figure",
     "cut_steps",
     "choose",
     "replan_from_options",
@@ -153,6 +154,18 @@ def estimate_run_seconds(figures: PilotFigures, *, steps: int, tolerated_loss_s:
             "evaluations": evaluations, "interval_s": interval, "checkpoints": checkpoints,
             "checkpoint_s": checkpoint_s, "load_s": figures.load_s,
             "output_s": figures.output_s, "total_s": total}
+
+
+def require_figure(name: str, values: list[float]) -> list[float]:
+    """``values``, the pilot's measurements of figure ``name``, when there are any.
+
+    Raises:
+        ValueError: none was logged (names the figure and where tasks log it).
+    """
+    if not values:
+        raise ValueError(f"the pilot logged no {name}; the task must log it through "
+                         f"trial.log (docs/tasks.md)")
+    return values
 
 
 def control_steps(figures: PilotFigures) -> int | None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flightplan.durable import write_json_atomic
-from flightplan.run.decision import PilotFigures
+from flightplan.run.decision import PilotFigures, require_figure
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
@@ -159,15 +159,9 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
     """
-    def needed(name: str, values: list[float]) -> list[float]:
-        if not values:
-            raise ValueError(f"the pilot logged no {name}; a task must log its loss every "
-                             f"step through trial.log (docs/tasks.md)")
-        return values
-
     gaps = _gaps(rows, started_at)
     steps = [(row, gap) for row, gap in gaps if "loss" in row and "event" not in row]
-    needed("loss", [gap for _, gap in steps])
+    require_figure("loss", [gap for _, gap in steps])
     logged_steps = [r["step_s"] for r, _ in steps if "step_s" in r]
     times = [float(r["time"]) for r, _ in steps if "time" in r]
     between = [b - a for a, b in zip(times, times[1:])]
@@ -190,9 +184,9 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
         pilot_n_train=pilot_n_train or 0, pilot_n_test=pilot_n_test or 0,
         setup_s=float(data_check.get("wall_s", 0.0)), load_s=float(load_s),
         step_s=float(step_s), eval_s=float(eval_s),
-        save_stall_s=_mean(needed("checkpoint stall_s", [r["stall_s"] for r in saves])),
+        save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
         persist_s=_mean([r["persist_s"] for r in saves]),
-        restore_s=needed("restore_s", restores)[0],
+        restore_s=require_figure("restore_s", restores)[0],
         output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
         pilot_steps=len(steps), planned_steps=planned[-1] if planned else None)
 

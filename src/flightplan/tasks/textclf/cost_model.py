@@ -47,6 +47,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from flightplan.run.decision import require_figure
 from flightplan.run.interval import choose_interval
 
 __all__ = ["EncoderFigures", "RunShape", "TRAIN_FORWARDS", "DEFAULT_BATCH_SIZE",
@@ -200,12 +201,6 @@ def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
     """
-    def needed(name: str, values: list[float]) -> list[float]:
-        if not values:
-            raise ValueError(f"the pilot logged no {name}; the task must log it "
-                             f"(see docs/internals.md)")
-        return values
-
     logged = [(r["tokens"], r["encode_s"]) for r in rows if "encode_s" in r]
     encode = sorted(logged[1:] or logged, key=lambda pair: pair[0])
     half = len(encode) // 2
@@ -218,22 +213,22 @@ def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any
                 if r.get("event") == "restore" and r.get("restore_s") is not None]
     splits = data_check.get("splits", {})
     return EncoderFigures(
-        max_length=int(needed("seq_len", [r["seq_len"] for r in rows
+        max_length=int(require_figure("seq_len", [r["seq_len"] for r in rows
                                           if "step_s" in r and "seq_len" in r])[0]),
         n_train=int(splits.get("train", {}).get("rows", 0)),
         n_test=int(splits.get("test", {}).get("rows", 0)),
         pilot_n_train=pilot_n_train, pilot_n_test=pilot_n_test,
         setup_s=float(data_check.get("wall_s", 0.0)),
-        load_s=needed("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
+        load_s=require_figure("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
         encode_total_s=sum(e for _, e in logged),
         short_tokens=_mean([t for t, _ in short]), short_fwd_s=_mean([e for _, e in short]),
         long_tokens=_mean([t for t, _ in long]), long_fwd_s=_mean([e for _, e in long]),
-        head_step_s=_mean(needed("step_s", steady)),
-        head_eval_s=_mean(needed("eval_s", [r["eval_s"] for r in rows if "eval_s" in r])),
+        head_step_s=_mean(require_figure("step_s", steady)),
+        head_eval_s=_mean(require_figure("eval_s", [r["eval_s"] for r in rows if "eval_s" in r])),
         mean_len=float(data_check.get("lengths", {}).get("mean", 0.0)),
-        save_stall_s=_mean(needed("checkpoint stall_s", [r["stall_s"] for r in saves])),
+        save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
         persist_s=_mean([r["persist_s"] for r in saves]),
-        restore_s=needed("restore_s", restores)[0],
+        restore_s=require_figure("restore_s", restores)[0],
         output_s=sum(r["output_s"] for r in rows if "output_s" in r))
 
 
