@@ -83,8 +83,8 @@ def test_a_regression_file_without_labels(tmp_path):
     # (0.5 + 2.0 + 1.0 + 0.25) / 4
     assert metric_value("mean:abs_error", predictions) == 0.9375
     with pytest.raises(CheckFailed, match="has no numeric column 'loss' for the decision metric "
-                                          "mean:loss \\(its per-example numeric columns: abs_error, "
-                                          "truncated\\)"):
+                                          "mean:loss \\(its per-example numeric columns: "
+                                          "abs_error, truncated\\)"):
         metric_value("mean:loss", predictions)
     with pytest.raises(CheckFailed, match="no gold and predicted columns for the decision "
                                           "metric macro_f1"):

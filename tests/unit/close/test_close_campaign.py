@@ -203,6 +203,6 @@ def test_close_on_a_per_example_metric(tmp_path):
     assert outcome["accepted"] == [] and manifest["accepted_run_ids"] == []
     assert manifest["runs"][CONTROL]["reasons"] == [
         f"predictions/{CONTROL}.csv has no numeric column 'abs_error' for the decision metric "
-        f"mean:abs_error (its per-example numeric columns: n_tokens, truncated); the task must write it, "
-        f"or fix campaign.metric"]
+        f"mean:abs_error (its per-example numeric columns: n_tokens, truncated); the task must "
+        f"write it, or fix campaign.metric"]
     assert outcome["conclusion"]["comparisons"][0]["verdict"] == "not_available"
