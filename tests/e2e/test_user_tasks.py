@@ -20,6 +20,7 @@ import pytest
 
 from flightplan.run.campaign import plan_runs
 from flightplan.run.ledger import Ledger
+from flightplan.rundir import RunDir
 from flightplan.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,10 +158,13 @@ def _loss_rows(folder: Path) -> int:
 
 
 def _killed_runs(folder: Path) -> list[str]:
-    """Run ids the ledger shows as running (their runner was killed) with checkpoints."""
+    """Run ids the ledger shows as running (their runner was killed) that had finished a
+    checkpoint save (a ``checkpoint`` row: a kill during the first save leaves only a
+    partial ``.tmp``, and such a run rightly starts afresh)."""
     with Ledger.open(folder, create=False) as ledger:
         running = [r["run_id"] for r in ledger.runs() if r["status"] == "running"]
-    return [r for r in running if any((folder / "runs" / r / "checkpoints").glob("step-*"))]
+    return [r for r in running if RunDir.of(folder, r).saved_checkpoint()
+            and RunDir.of(folder, r).status() is None]          # not finished meanwhile
 
 
 def test_digits_killed_at_random_points_ends_bitwise_identical(digits_reference, tmp_path):
