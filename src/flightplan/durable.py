@@ -7,6 +7,7 @@ is the one sha256 used by checkpoints, the results manifest and verify.
 Usage::
 
     write_json_atomic(run_dir / "done.json", {"steps": 120})
+    append_durable(run_dir / "log.txt", b"a line\n")
     size_bytes, sha256_hex = hash_file(path)
 """
 
@@ -20,7 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHUNK_BYTES", "fsync_dir", "hash_file", "write_atomic", "write_json_atomic"]
+__all__ = ["CHUNK_BYTES", "fsync_dir", "hash_file", "write_atomic", "write_json_atomic",
+           "append_durable"]
 
 CHUNK_BYTES = 1 << 20  # 1 MiB reads: close to hashlib's own throughput on large files
 
@@ -88,3 +90,21 @@ def write_json_atomic(path: Path, value: Any) -> None:
     """Write ``value`` as indented, key-sorted UTF-8 JSON (trailing newline), atomically."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     write_atomic(path, text.encode("utf-8"))
+
+
+def append_durable(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` (created) in one ``write(2)`` and fsync it; nothing for
+    empty ``data``. For append-only logs: a reader sees whole appends only when each is
+    one line or block.
+
+    Raises:
+        OSError: from the disk.
+    """
+    if not data:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

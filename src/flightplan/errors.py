@@ -41,6 +41,7 @@ __all__ = [
     "CorpusMismatch",
     "RunDirectoryDamaged",
     "TrialStopped",
+    "TrialPreempted",
     "CampaignStopped",
     "VerificationFailed",
     "LockHeld",
@@ -136,6 +137,17 @@ class TrialStopped(CheckFailed):
         self.record = record
         super().__init__(f"run {record.get('run_id')} stopped by rule "
                          f"'{record.get('rule')}': {record.get('message')}")
+
+
+class TrialPreempted(FlightplanError):
+    """The run left its flight before the package's end (:mod:`flightplan.run.preemption`):
+    its checkpoint at step ``steps_done`` is saved and durable; it is not over and resumes
+    from that checkpoint. The worker exits with ``EXIT_PREEMPTED`` (75)."""
+
+    def __init__(self, run_id: str, steps_done: int, checkpoint: str) -> None:
+        self.run_id, self.steps_done, self.checkpoint = run_id, steps_done, checkpoint
+        super().__init__(f"run {run_id} left its flight after {steps_done} steps with "
+                         f"checkpoint {checkpoint} saved; it resumes from there")
 
 
 class CampaignStopped(CheckFailed):

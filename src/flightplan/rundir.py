@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunDir", "parse_rows"]
+__all__ = ["RunDir", "parse_rows", "list_checkpoints"]
 
 
 def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
@@ -50,6 +50,21 @@ def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
         if isinstance(row, dict):
             rows.append(row)
     return rows, consumed
+
+
+def list_checkpoints(parent: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
+    """(complete ``step-NNNNNN`` dirs newest first as (steps, path), partial ``.tmp`` dirs)."""
+    complete, partial = [], []
+    if parent.is_dir():
+        for path in parent.iterdir():
+            stem, _, suffix = path.name.partition(".")
+            if not (stem.startswith("step-") and stem[5:].isdigit() and path.is_dir()):
+                continue
+            if suffix == "":
+                complete.append((int(stem[5:]), path))
+            elif suffix == "tmp":
+                partial.append(path)
+    return sorted(complete, reverse=True), sorted(partial)
 
 
 class RunDir:
@@ -168,9 +183,7 @@ class RunDir:
 
     def has_checkpoint(self) -> bool:
         """Whether ``checkpoints/`` holds a finished ``step-*`` folder (not a ``.tmp``)."""
-        folder = self.checkpoints
-        return folder.is_dir() and any(p.is_dir() and not p.name.endswith(".tmp")
-                                       for p in folder.glob("step-*"))
+        return bool(list_checkpoints(self.checkpoints)[0])
 
     def log_tail(self, lines: int = 5) -> str:
         """The last ``lines`` lines of ``log.txt`` ("" when there is none)."""

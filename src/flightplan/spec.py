@@ -127,7 +127,10 @@ class RentalSection(_Strict):
     """``[rental]``: what is bought. ``catalog`` is relative to the campaign file.
     ``started`` (optional, with a UTC offset, e.g. ``"2026-12-01T09:00:00Z"``) is when
     every flight's package started; without it each flight's package starts at its first
-    run (:mod:`flightplan.run.rental`)."""
+    run (:mod:`flightplan.run.rental`). ``checkpoint_before_end`` (default 15m) is how long
+    before a flight's package ends its runs checkpoint, bring their files home and leave it
+    (longer when a run was measured to need more: :mod:`flightplan.run.preemption`); a run
+    is started on a flight only when its estimate fits before that point."""
 
     offer: str = Field(min_length=1)
     package_days: Int = Field(gt=0)
@@ -136,6 +139,7 @@ class RentalSection(_Strict):
     catalog: str | None = None
     order: str | None = None
     started: dt.datetime | None = None
+    checkpoint_before_end: DurationField = Field(default_factory=lambda: Duration.parse("15m"))
 
     @field_validator("started")
     @classmethod

@@ -178,8 +178,9 @@ class _Campaign:
         self.dir = spec.campaign_dir
         self.recorder = RunRecorder(ledger, self.dir, metric=spec.campaign.metric)
         self.started = time.time()
-        self.rental = RentalClock(ledger, package_days=spec.rental.package_days,
-                                  started=spec.rental.started, past_end=past_end)
+        self.rental = RentalClock(
+            ledger, package_days=spec.rental.package_days, started=spec.rental.started,
+            past_end=past_end, leave_before_s=float(spec.rental.checkpoint_before_end.seconds))
         self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
 
     def say(self, text: str) -> None:
@@ -415,6 +416,12 @@ class _Campaign:
 
         def interrupted(job: Job, info: Interruption) -> None:
             self.recorder.interrupted(by_id[job.run_id], info)
+            if info.cause != "flight_lost":
+                self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): left flight "
+                         f"{info.node} after {info.steps_done} steps with {info.checkpoint} "
+                         f"home ({info.reason}); it resumes from there on a flight with "
+                         f"time left")
+                return
             self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): flight {info.node} lost "
                      f"after {info.steps_done} steps; {info.steps_lost} steps "
                      f"({info.lost_s:.0f} s) lost; "
@@ -423,7 +430,8 @@ class _Campaign:
                         "no checkpoint came home: stops with no_usable_resume"))
 
         self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress,
-                          on_interrupted=interrupted, admit=admit)
+                          on_interrupted=interrupted, admit=admit,
+                          leave_by=lambda job, flight: self.rental.leave_by(flight))
 
     def _saved_before(self, planned: PlannedRun) -> bool:
         """Whether this run id saved a checkpoint since it was last (re)started: a

@@ -42,11 +42,12 @@ import numpy as np
 import torch
 
 from flightplan.errors import CheckpointError, UnsafeFileError
+from flightplan.rundir import list_checkpoints
 from flightplan.run.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint,
                                           step_dir_name, write_checkpoint)
 
 __all__ = ["Components", "Captured", "Snapshot", "SaveResult", "BackgroundWriter",
-           "capture_rng", "restore_rng", "apply_state", "list_checkpoints", "set_aside",
+           "capture_rng", "restore_rng", "apply_state", "set_aside",
            "prune", "Rejection", "select_checkpoint"]
 
 
@@ -351,21 +352,6 @@ class BackgroundWriter:
     def close(self) -> None:
         """Wait for the save in flight (raising its error)."""
         self.wait()
-
-
-def list_checkpoints(parent: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
-    """(complete ``step-NNNNNN`` dirs newest first as (steps, path), partial ``.tmp`` dirs)."""
-    complete, partial = [], []
-    if parent.is_dir():
-        for path in parent.iterdir():
-            stem, _, suffix = path.name.partition(".")
-            if not (stem.startswith("step-") and stem[5:].isdigit() and path.is_dir()):
-                continue
-            if suffix == "":
-                complete.append((int(stem[5:]), path))
-            elif suffix == "tmp":
-                partial.append(path)
-    return sorted(complete, reverse=True), sorted(partial)
 
 
 def set_aside(path: Path, reason: str) -> Path:

@@ -35,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from flightplan.rundir import RunDir
+from flightplan.durable import append_durable, write_json_atomic
+from flightplan.rundir import RunDir, list_checkpoints
+from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason
 from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, THREADS_ENV, cpu_slots,
                                    torch_threads)
 
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
-           "LocalExecutor", "worker_argv", "gpu_count", "LOCAL_FLIGHT"]
+           "LocalExecutor", "worker_argv", "gpu_count", "lost_execution", "LOCAL_FLIGHT"]
 
 WORKER_MODULE = "flightplan.run.worker"
 LOCAL_FLIGHT = "local"
@@ -94,6 +96,8 @@ class Interruption:
         lost_s: seconds of work lost: since the checkpoint's save (or the start).
         resumes: True when the executor starts it again (from ``checkpoint``, or from 0
             when it never saved one); False when it saved some but none came home.
+        cause: ``"flight_lost"`` (the machine went away) or ``"package_end"`` (the run
+            left its flight before the package's end, :mod:`flightplan.run.preemption`).
     """
 
     run_id: str
@@ -106,6 +110,7 @@ class Interruption:
     steps_lost: int
     lost_s: float
     resumes: bool
+    cause: str = "flight_lost"
 
 
 @dataclass
@@ -156,6 +161,43 @@ class MeasurementTail:
         return self.progress
 
 
+def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
+                   saved_any: bool, now: float | None = None,
+                   cause: str = "flight_lost") -> Interruption:
+    """What an execution that ended without its run ending cost, from what is home; sets
+    ``resume`` in the job's ``trial.json`` for the next execution and notes it in
+    ``log.txt``.
+
+    The work lost is everything after the newest checkpoint home: ``steps_lost`` = steps
+    logged home − that checkpoint's steps, ``lost_s`` = now − max(its commit time, the
+    execution's start). ``resume`` is set when a checkpoint is home or the execution saved
+    one (then the run stops by ``no_usable_resume`` rather than restarting from scratch:
+    ``resumes`` is False); a run that never saved starts again from step 0.
+
+    Args:
+        job: the run.   node: where it ran.   reason: one line (the error seen, or why it
+        left).   started_at: unix start of the execution.   saved_any: a ``checkpoint``
+        row came home from it.   now: unix time of the end (default: now).
+        cause: ``"flight_lost"`` or ``"package_end"`` (:class:`Interruption`).
+    """
+    now = time.time() if now is None else now
+    complete, _ = list_checkpoints(RunDir(job.run_dir).checkpoints)
+    newest = complete[0] if complete else None
+    progress = MeasurementTail(job.run_dir).read()
+    since = max(newest[1].stat().st_mtime, started_at) if newest else started_at
+    trial = RunDir(job.run_dir).read_json(RunDir.TRIAL) or {}
+    trial["resume"] = newest is not None or saved_any
+    write_json_atomic(job.trial_json, trial)
+    what = "lost node" if cause == "flight_lost" else "left flight"
+    append_durable(RunDir(job.run_dir).log, f"--- flightplan: {what} {node} at "
+                   f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))}: {reason} "
+                   f"---\n".encode())
+    return Interruption(job.run_id, node, reason, started_at, now, progress.completed,
+                        newest[1].name if newest else None,
+                        max(0, progress.completed - (newest[0] if newest else 0)),
+                        max(0.0, now - since), newest is not None or not saved_any, cause)
+
+
 def gpu_count() -> int:
     """CUDA devices visible to this process (0 without CUDA or without torch)."""
     try:
@@ -190,7 +232,8 @@ class Executor(ABC):
             on_done: Callable[[JobResult], None] | None = None,
             on_progress: Callable[[Job, RunProgress], None] | None = None,
             on_interrupted: Callable[[Job, Interruption], None] | None = None,
-            admit: Callable[[Job, str], bool] | None = None) -> list[JobResult]:
+            admit: Callable[[Job, str], bool] | None = None,
+            leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
         """Execute ``jobs`` (in the given order as slots free up).
 
         Args:
@@ -204,9 +247,15 @@ class Executor(ABC):
                 :data:`LOCAL_FLIGHT`; Ray: the node's name); False leaves it unstarted
                 there: another flight is tried, or, when none is left, the job is dropped
                 without a result (it stays pending; :mod:`flightplan.run.rental`).
+            leave_by: asked when a job starts on a flight: by when its last checkpoint must
+                be home (:class:`~flightplan.run.preemption.LeaveBy`, None: no end). Near
+                it the executor asks the run to checkpoint and, unless ``stop`` is False,
+                to leave; a run that left is reported through ``on_interrupted`` (cause
+                ``package_end``), then started again on another flight or, when none has
+                time left, left pending without a result.
 
         Returns:
-            One result per job, in the order they ended.
+            One result per job that ended, in the order they ended.
         """
 
 
@@ -267,10 +316,12 @@ class LocalExecutor(Executor):
             on_done: Callable[[JobResult], None] | None = None,
             on_progress: Callable[[Job, RunProgress], None] | None = None,
             on_interrupted: Callable[[Job, Interruption], None] | None = None,
-            admit: Callable[[Job, str], bool] | None = None) -> list[JobResult]:
+            admit: Callable[[Job, str], bool] | None = None,
+            leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
         queue = list(jobs)
         free = list(range(self.slots))
         running: dict[int, tuple[Job, subprocess.Popen, float, MeasurementTail]] = {}
+        watches: dict[str, LeaveWatch] = {}
         results: list[JobResult] = []
         try:
             while queue or running:
@@ -284,14 +335,29 @@ class LocalExecutor(Executor):
                     started = time.time()
                     running[device] = (job, self._start(job, device), started,
                                        MeasurementTail(job.run_dir))
+                    deadline = leave_by(job, LOCAL_FLIGHT) if leave_by else None
+                    if deadline is not None:
+                        watches[job.run_id] = LeaveWatch(deadline, job.run_dir,
+                                                         poll_s=self._poll_s)
                 for device, (job, proc, started, tail) in list(running.items()):
                     code = proc.poll()
                     if on_progress:
                         on_progress(job, tail.read())
+                    watch = watches.get(job.run_id)
                     if code is None:
+                        if watch is not None and watch.due(time.time()):
+                            watch.ask(proc.send_signal)
                         continue
                     del running[device]
                     free.append(device)
+                    watches.pop(job.run_id, None)
+                    if code == EXIT_PREEMPTED:
+                        info = lost_execution(job, node=LOCAL_FLIGHT, reason=left_reason(watch),
+                                              started_at=started, saved_any=True,
+                                              cause="package_end" if watch else "preempted")
+                        if on_interrupted:
+                            on_interrupted(job, info)
+                        continue
                     result = JobResult(job.run_id, job.run_dir, code, started, time.time())
                     results.append(result)
                     if on_done:
@@ -303,3 +369,4 @@ class LocalExecutor(Executor):
                 proc.kill()
                 proc.wait()
         return results
+

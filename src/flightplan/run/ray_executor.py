@@ -58,17 +58,17 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from flightplan.durable import write_json_atomic
+from flightplan.durable import append_durable
 from flightplan.errors import ArgumentError, TransferError
 from flightplan.rundir import RunDir
-from flightplan.run.checkpoint import list_checkpoints
 from flightplan.run.executor import (Executor, Interruption, Job, JobResult, MeasurementTail,
-                                     RunProgress, _die_with_parent, worker_argv)
+                                     RunProgress, _die_with_parent, lost_execution, worker_argv)
+from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason
 from flightplan.run.transfer import (Blob, blob_bytes, commit_checkpoint, commit_outputs,
                                      latest_checkpoint, pack, pack_tree)
 
 __all__ = ["FLIGHT_RESOURCE", "SCRATCH_ENV", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "Delta",
-           "RunHost", "RayExecutor", "lost_execution"]
+           "RunHost", "RayExecutor"]
 
 FLIGHT_RESOURCE = "flight"
 """Custom Ray resource that a CPU-only node declares once per run it may hold."""
@@ -190,6 +190,12 @@ class RunHost:
                      self._read_new("log.txt", whole_lines=False), self._newest_checkpoint(),
                      code, outputs)
 
+    def leave(self, signum: int) -> None:
+        """Send ``signum`` to the worker while it runs: the request to checkpoint and leave
+        the flight, or to checkpoint and go on (:mod:`flightplan.run.preemption`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
     def close(self) -> None:
         """Remove the scratch folder (everything it made is home)."""
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -210,6 +216,7 @@ class _Execution:
     last_poll: float = 0.0
     saved_any: bool = False       # a checkpoint row came home from this execution
     tail: MeasurementTail | None = None
+    watch: LeaveWatch | None = None   # when to ask it to leave before the package ends
 
     @property
     def node(self) -> str:
@@ -217,21 +224,10 @@ class _Execution:
         return f"{str(self.where.get('node_id', '?'))[:12]} ({self.where.get('ip', '?')})"
 
 
-def _append(path: Path, data: bytes) -> None:
-    if not data:
-        return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _row(run_dir: Path, step: int, **fields: Any) -> None:
     """Append one home-made row (``event`` …) to the run's ``measurements.jsonl``."""
     row = {"step": step, "time": time.time(), **fields}
-    _append(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
+    append_durable(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
 
 
 def _is_save(line: bytes) -> bool:
@@ -250,39 +246,6 @@ def _node_address(where: dict[str, Any]) -> str:
 
 def _trial(job: Job) -> dict[str, Any]:
     return json.loads(job.trial_json.read_text(encoding="utf-8"))
-
-
-def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
-                   saved_any: bool, now: float | None = None) -> Interruption:
-    """What an execution lost with its flight cost, from what came home; sets ``resume``
-    in the job's ``trial.json`` for the next execution and notes the loss in ``log.txt``.
-
-    The work lost is everything after the newest checkpoint home: ``steps_lost`` = steps
-    logged home − that checkpoint's steps, ``lost_s`` = now − max(its commit time, the
-    execution's start). ``resume`` is set when a checkpoint is home or the execution saved
-    one (then the run stops by ``no_usable_resume`` rather than restarting from scratch:
-    ``resumes`` is False); a run that never saved starts again from step 0.
-
-    Args:
-        job: the run.   node: where it ran.   reason: one line (the error seen).
-        started_at: unix start of the execution.   saved_any: a ``checkpoint`` row came
-        home from it.   now: unix time of the loss (default: now).
-    """
-    now = time.time() if now is None else now
-    complete, _ = list_checkpoints(job.run_dir / "checkpoints")
-    newest = complete[0] if complete else None
-    progress = MeasurementTail(job.run_dir).read()
-    since = max(newest[1].stat().st_mtime, started_at) if newest else started_at
-    trial = _trial(job)
-    trial["resume"] = newest is not None or saved_any
-    write_json_atomic(job.trial_json, trial)
-    _append(job.run_dir / "log.txt", f"--- flightplan: lost node {node} at "
-            f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(now))}: {reason} ---\n"
-            .encode())
-    return Interruption(job.run_id, node, reason, started_at, now, progress.completed,
-                        newest[1].name if newest else None,
-                        max(0, progress.completed - (newest[0] if newest else 0)),
-                        max(0.0, now - since), newest is not None or not saved_any)
 
 
 class RayExecutor(Executor):
@@ -380,8 +343,8 @@ class RayExecutor(Executor):
     # -- one execution's deltas ----------------------------------------------------------
     def _absorb(self, ex: _Execution, delta: Delta, asked_at: float) -> None:
         run_dir = ex.job.run_dir
-        _append(run_dir / "measurements.jsonl", delta.measurements)
-        _append(run_dir / "log.txt", delta.log)
+        append_durable(run_dir / "measurements.jsonl", delta.measurements)
+        append_durable(run_dir / "log.txt", delta.log)
         if b'"checkpoint"' in delta.measurements:
             ex.saved_any = ex.saved_any or any(_is_save(line)
                                                for line in delta.measurements.splitlines())
@@ -405,7 +368,7 @@ class RayExecutor(Executor):
         try:
             commit_outputs(ex.job.run_dir, delta.outputs)
         except TransferError as exc:
-            _append(ex.job.run_dir / "log.txt",
+            append_durable(ex.job.run_dir / "log.txt",
                     f"flightplan: outputs not committed: {exc}\n".encode())
         try:
             ray.get(ex.actor.close.remote(), timeout=30)
@@ -414,6 +377,19 @@ class RayExecutor(Executor):
         ray.kill(ex.actor)
         return JobResult(ex.job.run_id, ex.job.run_dir, code, ex.started_at, time.time(),
                          node=ex.node)
+
+    def _left(self, ex: _Execution) -> Interruption:
+        """Record at home an execution that left its flight with its checkpoint (exit
+        :data:`~flightplan.run.preemption.EXIT_PREEMPTED`) and prepare it to resume."""
+        info = lost_execution(ex.job, node=ex.node, saved_any=True, started_at=ex.started_at,
+                              reason=left_reason(ex.watch),
+                              cause="package_end" if ex.watch else "preempted")
+        try:
+            ray.get(ex.actor.close.remote(), timeout=30)
+        except RayError:
+            pass
+        ray.kill(ex.actor)
+        return info
 
     def _lost(self, ex: _Execution, exc: Exception) -> Interruption:
         """Record a lost execution at home and prepare the job to resume."""
@@ -431,7 +407,8 @@ class RayExecutor(Executor):
             on_done: Callable[[JobResult], None] | None = None,
             on_progress: Callable[[Job, RunProgress], None] | None = None,
             on_interrupted: Callable[[Job, Interruption], None] | None = None,
-            admit: Callable[[Job, str], bool] | None = None) -> list[JobResult]:
+            admit: Callable[[Job, str], bool] | None = None,
+            leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
         self._connect()
         self._check_cluster()
         queue = list(jobs)
@@ -447,7 +424,7 @@ class RayExecutor(Executor):
                     if refused.get(queue[0].run_id):
                         pinned = self._other_flight(queue[0], refused[queue[0].run_id])
                         if pinned is None:
-                            _append(queue.pop(0).run_dir / "log.txt",
+                            append_durable(queue.pop(0).run_dir / "log.txt",
                                     b"--- flightplan: not started: no flight left where it "
                                     b"can finish before the package ends (flightplan status "
                                     b"says why) ---\n")
@@ -501,11 +478,14 @@ class RayExecutor(Executor):
                             queue.insert(0, ex.job)
                             continue
                         ex.admitted, ex.ref = True, ex.actor.start.remote(*ex.start_args)
+                        deadline = leave_by(ex.job, ex.node) if leave_by else None
+                        if deadline is not None:
+                            ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
                         continue
                     if ex.placing:
                         ex.placing, ex.where = False, dict(value, ip=_node_address(value))
                         ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
-                        _append(ex.job.run_dir / "log.txt",
+                        append_durable(ex.job.run_dir / "log.txt",
                                 f"--- flightplan worker started "
                                 f"{time.strftime('%Y-%m-%dT%H:%M:%S')} on node {ex.node}, "
                                 f"host {value['host']}, scratch {value['scratch']} ---\n"
@@ -516,6 +496,17 @@ class RayExecutor(Executor):
                     self._absorb(ex, value, ex.last_poll)
                     if on_progress:
                         on_progress(ex.job, ex.tail.read())
+                    if value.exit_code == EXIT_PREEMPTED:  # its checkpoint came with it
+                        active.remove(ex)
+                        info = self._left(ex)
+                        if on_interrupted:
+                            on_interrupted(ex.job, info)
+                        refused.setdefault(ex.job.run_id, set()).add(ex.where["node_id"])
+                        queue.insert(0, ex.job)
+                        continue
+                    if value.exit_code is None and ex.watch is not None \
+                            and ex.watch.due(time.time()):
+                        ex.watch.ask(ex.actor.leave.remote)
                     if value.exit_code is not None:
                         active.remove(ex)
                         result = self._finish(ex, value)
@@ -531,7 +522,7 @@ class RayExecutor(Executor):
         return results
 
     def _host_error(self, ex: _Execution, exc: RayTaskError) -> JobResult:
-        _append(ex.job.run_dir / "log.txt", f"--- flightplan: the host on node {ex.node} "
+        append_durable(ex.job.run_dir / "log.txt", f"--- flightplan: the host on node {ex.node} "
                 f"failed: {exc} ---\n".encode())
         try:
             ray.kill(ex.actor)
@@ -543,7 +534,7 @@ class RayExecutor(Executor):
 
     def _no_flight(self, job: Job, needs: dict[str, float],
                    on_done: Callable[[JobResult], None] | None) -> JobResult:
-        _append(job.run_dir / "log.txt",
+        append_durable(job.run_dir / "log.txt",
                 f"--- flightplan: no flight of the cluster has {needs} any more (waited "
                 f"{self.no_flight_s:.0f} s); join a flight and run again to resume ---\n"
                 .encode())

@@ -36,7 +36,8 @@ __all__ = ["RunRecorder", "EVENT_KINDS"]
 EVENT_KINDS = {"checkpoint": "checkpoint_saved", "checkpoint_rejected": "checkpoint_rejected",
                "checkpoint_failed": "checkpoint_failed",
                "checkpoint_transfer": "checkpoint_transferred",
-               "checkpoint_transfer_failed": "checkpoint_transfer_failed"}
+               "checkpoint_transfer_failed": "checkpoint_transfer_failed",
+               "forced_checkpoint": "checkpoint_forced"}
 """Measurement row ``event`` → ledger event kind. A ``restore`` row with a ``source``
 becomes ``checkpoint_verified`` (restore checks every hash before loading)."""
 
@@ -157,10 +158,11 @@ class RunRecorder:
         return self.row(planned, exit_code=result.exit_code)
 
     def interrupted(self, planned: "PlannedRun", info: Interruption) -> None:
-        """Record an execution lost with its flight: wall time counted, its measurement
-        events, and an ``interrupted`` event with the node and the work lost; the run is
-        ``pending`` until the executor starts it again."""
-        data = {"cause": "flight_lost", "node": info.node, "reason": info.reason,
+        """Record an execution that ended without its run ending (its flight was lost, or it
+        left a flight whose package ends): wall time counted, its measurement events, and an
+        ``interrupted`` event with the cause, the node and the work lost; the run is
+        ``pending`` until an executor starts it again."""
+        data = {"cause": info.cause, "node": info.node, "reason": info.reason,
                 "steps_done": info.steps_done, "checkpoint": info.checkpoint,
                 "steps_lost": info.steps_lost, "lost_s": info.lost_s, "resumes": info.resumes}
         self.ledger.record_run_end(planned.run_id, status="pending", started_at=info.started_at,

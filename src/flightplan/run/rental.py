@@ -17,11 +17,17 @@ ends ``package_days`` × 24 h later. Both live in the ledger as events:
 
 A run needs its re-estimated duration from the decision point (the last decision's
 ``figures.estimates[name].total_s``), else its planned ``duration``: the whole estimate,
-also for a run that resumes (a cautious figure).
+also for a run that resumes (a cautious figure). It must fit before the flight's runs
+leave it: ``[rental] checkpoint_before_end`` before the end. From then on a run still on
+the flight is asked to checkpoint, bring its files home and leave
+(:meth:`RentalClock.leave_by`, :mod:`flightplan.run.preemption`); it is then recorded as
+``interrupted`` with cause ``package_end`` and waits, like a run not started, for a
+flight with time left.
 
 Usage::
 
-    clock = RentalClock(ledger, package_days=3, started=None, past_end=False)
+    clock = RentalClock(ledger, package_days=3, started=None, past_end=False,
+                        leave_before_s=900.0)
     clock.admit("control-1a2b3c4d5e", needs_s=5400.0, flight="local")   # False: not_started
     flight_windows(ledger.events(kind="flight_started"))   # {flight: FlightWindow}
 """
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from flightplan.run.ledger import Ledger
+from flightplan.run.preemption import LeaveBy
 from flightplan.spec import Run
 
 __all__ = ["FlightWindow", "RentalClock", "flight_windows", "run_needs_s", "waiting_reasons",
@@ -86,13 +93,22 @@ def run_needs_s(run: Run, decisions: list[dict[str, Any]]) -> float:
 
 
 def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
-    """``{run_id: message}`` for every run whose latest event is ``not_started``."""
+    """``{run_id: message}`` for every run whose latest event is ``not_started``, or an
+    ``interrupted`` one with cause ``package_end`` (it left a flight whose package ends)."""
     last: dict[str, dict[str, Any]] = {}
     for event in events:
         if event["run_id"]:
             last[event["run_id"]] = event
-    return {run_id: (e["data"] or {}).get("message", "not started")
-            for run_id, e in last.items() if e["kind"] == "not_started"}
+    reasons = {}
+    for run_id, event in last.items():
+        data = event["data"] or {}
+        if event["kind"] == "not_started":
+            reasons[run_id] = data.get("message", "not started")
+        elif event["kind"] == "interrupted" and data.get("cause") == "package_end":
+            reasons[run_id] = (f"left flight {data.get('node')} after {data.get('steps_done')} "
+                               f"steps, {data.get('checkpoint')} home: {data.get('reason')}; "
+                               f"resumes on a flight with time left")
+    return reasons
 
 
 def _iso(at: float) -> str:
@@ -108,14 +124,19 @@ class RentalClock:
         package_days: ``[rental] package_days``.
         started: ``[rental] started`` (timezone-aware) or None (each flight's first run).
         past_end: start a run even when it cannot finish before its flight's package ends
-            (``flightplan run --past-end``); it is recorded as ``past_end``.
+            (``flightplan run --past-end``); it is recorded as ``past_end``, and near the end
+            it checkpoints and goes on instead of leaving.
+        leave_before_s: ``[rental] checkpoint_before_end`` (seconds): runs leave a flight
+            this long before its package ends, so a run must fit before that.
         now: the clock (unix seconds; tests pass a fixed one).
     """
 
     def __init__(self, ledger: Ledger, *, package_days: int, started: dt.datetime | None,
-                 past_end: bool, now: Callable[[], float] = time.time) -> None:
+                 past_end: bool, leave_before_s: float = 0.0,
+                 now: Callable[[], float] = time.time) -> None:
         self.ledger, self.package_s = ledger, package_days * 24 * HOUR_S
         self.package_days, self.past_end, self.now = package_days, past_end, now
+        self.leave_before_s = leave_before_s
         self.started = None if started is None else started.timestamp()
 
     def window(self, flight: str) -> FlightWindow:
@@ -140,21 +161,24 @@ class RentalClock:
         """Whether run ``run_id`` (needing ``needs_s`` seconds) may start on ``flight`` now.
 
         Returns:
-            True when it can finish before the package ends, or ``past_end`` is set (then a
-            ``past_end`` event is recorded); False otherwise, with a ``not_started`` event
-            whose message says how much time is left and how to start it anyway.
+            True when it can finish before its runs must leave the flight (``leave_before_s``
+            before the package ends), or ``past_end`` is set (then a ``past_end`` event is
+            recorded); False otherwise, with a ``not_started`` event whose message says how
+            much time is left and how to start it anyway.
         """
         window = self.window(flight)
         now = self.now()
         left_s = window.ends_at - now
-        if needs_s <= left_s:
+        if needs_s + self.leave_before_s <= left_s:
             return True
         left_h, needs_h = max(0.0, left_s) / HOUR_S, needs_s / HOUR_S
         ended = "ended" if left_s <= 0 else "ends"
         data = {"flight": flight, "needs_hours": round(needs_h, 4),
                 "hours_left": round(left_h, 4)}
+        before = (f"; runs leave it {self.leave_before_s / 60:.0f} min before its end"
+                  if self.leave_before_s and left_s > 0 else "")
         what = (f"needs {needs_h:.2f} h but flight {flight} has {left_h:.2f} h left (its "
-                f"package {ended} {_iso(window.ends_at)})")
+                f"package {ended} {_iso(window.ends_at)}{before})")
         if self.past_end:
             self.ledger.add_event("past_end", run_id=run_id,
                                   data=dict(data, message=f"started with --past-end: {what}"))
@@ -162,3 +186,10 @@ class RentalClock:
         self.ledger.add_event("not_started", run_id=run_id, data=dict(data, message=(
             f"not started: {what}; --past-end starts it anyway")))
         return False
+
+    def leave_by(self, flight: str) -> LeaveBy:
+        """When runs on ``flight`` must have their last checkpoint home: ``leave_before_s``
+        before its package ends; they then leave it, or go on with ``past_end``."""
+        window = self.window(flight)
+        return LeaveBy(at=window.ends_at - self.leave_before_s, ends_at=window.ends_at,
+                       stop=not self.past_end, flight=flight)

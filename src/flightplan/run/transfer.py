@@ -37,8 +37,8 @@ from typing import Iterable
 
 from flightplan.durable import fsync_dir, hash_file
 from flightplan.errors import CheckpointError, TransferError
-from flightplan.rundir import RunDir
-from flightplan.run.checkpoint import list_checkpoints, prune, set_aside
+from flightplan.rundir import RunDir, list_checkpoints
+from flightplan.run.checkpoint import prune, set_aside
 from flightplan.run.checkpoint_io import MANIFEST, read_manifest
 
 __all__ = ["Blob", "STATUS_MARKERS", "INCOMING", "pack", "pack_tree", "commit_checkpoint",

@@ -43,7 +43,8 @@ from typing import Any, Callable, Mapping
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from flightplan.durable import write_json_atomic
-from flightplan.errors import ArgumentError, CheckpointError, SpecError, TrialStopped
+from flightplan.errors import (ArgumentError, CheckpointError, SpecError, TrialPreempted,
+                               TrialStopped)
 from flightplan.run.checkpoint import (BackgroundWriter, Components, Rejection, SaveResult,
                                        Snapshot, apply_state, prune, restore_rng,
                                        select_checkpoint)
@@ -134,6 +135,7 @@ class Trial:
         self._restore_called = False
         self._steps_done = 0
         self._started_s = time.monotonic()
+        self._leave: bool | None = None  # a request to leave the flight: True = then stop
 
     # -- construction -------------------------------------------------------------------
 
@@ -435,19 +437,46 @@ class Trial:
 
     def maybe_checkpoint(self, step: int, *, epoch: int | None = None,
                          micro_step: int | None = None) -> bool:
-        """Save if the measured interval has passed and no save is in flight.
+        """Save if the measured interval has passed and no save is in flight, or at once
+        (waiting until it is durable) when the run was asked to leave its flight.
 
         Returns:
             Whether a save was started.
 
         Raises:
             CheckpointError: a background save failed.
+            TrialPreempted: the run was asked to leave its flight and stop (:meth:`request_leave`):
+                this save was made at once and is durable.
         """
         self._writer.raise_if_failed()
+        if self._leave is not None:
+            self.checkpoint(step, epoch=epoch, micro_step=micro_step)
+            self._writer.wait()
+            self._left(step + 1)
+            return True
         if self._writer.busy or not self._schedule.due(time.monotonic()):
             return False
         self.checkpoint(step, epoch=epoch, micro_step=micro_step)
         return True
+
+    def request_leave(self, *, stop: bool) -> None:
+        """Ask for a checkpoint at the next step boundary (the next :meth:`maybe_checkpoint`
+        or library save) and then, when ``stop``, to end with :class:`TrialPreempted`
+        (:mod:`flightplan.run.preemption`; the worker calls this from a signal handler).
+
+        Safe in a signal handler: it only sets a flag. ``TrialPreempted`` is raised later,
+        by that save.
+        """
+        self._leave = stop or bool(self._leave)
+
+    def _left(self, steps_done: int) -> None:
+        """The requested checkpoint is durable: log it, and raise when asked to stop."""
+        stop, self._leave = self._leave, None
+        name = f"step-{steps_done:06d}"
+        self._row(steps_done, event="forced_checkpoint", name=name,
+                  then="stop" if stop else "continue")
+        if stop:
+            raise TrialPreempted(self.run_id, steps_done, name)
 
     def wait_for_checkpoint(self) -> None:
         """Block until the save in flight is durable (e.g. before an evaluation that may crash).
@@ -509,8 +538,9 @@ class Trial:
 
     def library_checkpoint_due(self) -> bool:
         """Whether the measured interval policy (:mod:`flightplan.run.interval`) wants a save
-        now; the first call is True (that save measures its cost)."""
-        return self._schedule.due(time.monotonic())
+        now; the first call is True (that save measures its cost). True as well when the
+        executor asked the run to leave its flight (:meth:`request_leave`)."""
+        return self._leave is not None or self._schedule.due(time.monotonic())
 
     def commit_library_checkpoint(self, source: Path, steps_done: int, *, kind: str,
                                   save_s: float) -> Path:
@@ -528,6 +558,7 @@ class Trial:
 
         Raises:
             CheckpointError: ``source`` is not a flat folder.   OSError: from the disk.
+            TrialPreempted: the run was asked to leave its flight and stop (after the commit).
         """
         self._begin_loop()
         start = time.monotonic()
@@ -539,6 +570,8 @@ class Trial:
         stall_s = save_s + time.monotonic() - start  # the save is synchronous: C = D
         self._schedule.record_start(start - save_s)
         self._saved(SaveResult(steps_done, path, size, stall_s, stall_s))
+        if self._leave is not None:
+            self._left(steps_done)
         return path
 
     # -- the end ------------------------------------------------------------------------

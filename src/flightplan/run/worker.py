@@ -15,6 +15,8 @@ Exit codes:
 2     bad trial.json, no such task, a task that breaks the protocol, or a task whose
       code changed since the run id was made
 3     crashed (traceback on stderr, which the executor keeps in log.txt)
+75    left its flight before the package's end with a durable checkpoint
+      (SIGUSR1: :mod:`flightplan.run.preemption`); it resumes from it
 ====  ==================================================================
 """
 
@@ -24,9 +26,11 @@ import os
 import sys
 import traceback
 
-from flightplan.errors import InputError, TrialStopped
+from flightplan.errors import InputError, TrialPreempted, TrialStopped
+from flightplan.run.preemption import EXIT_PREEMPTED, install_leave_handlers
 
-__all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED"]
+__all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED",
+           "EXIT_PREEMPTED"]
 
 EXIT_FINISHED, EXIT_STOPPED, EXIT_BAD_INPUT, EXIT_CRASHED = 0, 1, 2, 3
 
@@ -58,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    install_leave_handlers(trial)
     try:
         task.train(trial)
         if not trial.finished:
@@ -65,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrialStopped as exc:
         print(f"stopped: {exc}", file=sys.stderr)
         return EXIT_STOPPED
+    except TrialPreempted as exc:
+        print(f"left the flight: {exc}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except Exception:  # noqa: BLE001 - any crash of the task is exit 3, with its traceback
         traceback.print_exc()
         return EXIT_CRASHED

@@ -42,7 +42,7 @@ class FakeExecutor(Executor):
         self.lose = set(lose)   # run names whose first execution is lost with its flight
 
     def run(self, jobs, *, on_start=None, on_done=None, on_progress=None, on_interrupted=None,
-            admit=None):
+            admit=None, leave_by=None):
         results = []
         for job in jobs:
             if admit and not admit(job, "local"):
@@ -245,7 +245,8 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     ends = (started + dt.timedelta(hours=72)).strftime("%Y-%m-%d %H:%M UTC")
     assert re.fullmatch(r"not started: needs 1[6-9]\.\d\d h but flight local has "
                         r"(0\.9\d|1\.00) h left \(its package ends " + ends +
-                        r"\); --past-end starts it anyway", waiting["reason"])
+                        r"; runs leave it 15 min before its end\); --past-end starts it "
+                        r"anyway", waiting["reason"])
     assert "1 not started (the rental ends first; --past-end starts them)" in outcome.message
     with Ledger.open(tmp_path, create=False) as ledger:
         [flight] = ledger.events(kind="flight_started")
@@ -265,7 +266,7 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     assert 0.9 < window["hours_left"] <= 1.0
     run = next(r for r in snapshot["runs"] if r["run_id"] == waiting["run_id"])
     assert run["status"] == "pending" and run["reason"] == refused["data"]["message"]
-    lines = status_lines(snapshot, metric="macro_f1", width=200, now=time.time())
+    lines = status_lines(snapshot, metric="macro_f1", width=260, now=time.time())
     row = next(i for i, line in enumerate(lines) if waiting["run_id"] in line)
     assert lines[row].endswith(refused["data"]["message"])
     flights = lines.index("flights (packages)")
