@@ -86,10 +86,12 @@ def leave_need_s(*, step_s: float, save_s: float, transfer_s: float, poll_s: flo
 class LeaveWatch:
     """Home's watch over one execution: when to ask it to leave its flight.
 
-    Reads the run's new measurement rows at each :meth:`due` call (only what was appended)
-    and keeps the step time (median of the last :data:`_STEP_GAPS` ``step_s`` values or
+    Reads the run's measurement rows (at each :meth:`due` call only what was appended) and
+    keeps the step time (median of the last :data:`_STEP_GAPS` ``step_s`` values or
     gaps between step rows), the last save's stall + persist and the last transfer's fetch
-    + commit seconds.
+    + commit seconds. It asks only once this execution has logged a row: the worker has
+    then set up its handlers (a signal before that would end it unsaved) and reached the
+    training loop, where the checkpoint is made.
 
     Args:
         leave_by: the flight's deadline.   run_dir: the run's folder at home.
@@ -106,6 +108,10 @@ class LeaveWatch:
         self._last_step_at: float | None = None
         self._save_s = 0.0
         self._transfer_s = 0.0
+        rows, self._offset = self.run_dir.read_rows()   # earlier executions: figures only
+        for row in rows:
+            self._take(row)
+        self._running = False         # set once this execution logged a row
 
     @property
     def signal(self) -> signal.Signals:
@@ -114,6 +120,7 @@ class LeaveWatch:
 
     def _read(self) -> None:
         rows, self._offset = self.run_dir.read_rows(self._offset)
+        self._running = self._running or bool(rows)
         for row in rows:
             self._take(row)
         del self._steps[:-_STEP_GAPS]
@@ -156,7 +163,7 @@ class LeaveWatch:
 
     def due(self, now: float) -> bool:
         """True once, when the request should be sent at unix time ``now``."""
-        if self.sent or now < self.leave_by.at - self.need_s():
+        if self.sent or now < self.leave_by.at - self.need_s() or not self._running:
             return False
         self.sent = True
         return True

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    install_leave_handlers(trial)  # before the task loads: a request may come at any time
     os.environ[TRIAL_ENV] = os.path.abspath(args[0])
     from flightplan.tasks.loader import load_task
 
@@ -62,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    install_leave_handlers(trial)
     try:
         task.train(trial)
         if not trial.finished:
