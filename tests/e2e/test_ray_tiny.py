@@ -202,6 +202,54 @@ def test_a_run_refused_on_one_flight_starts_on_the_other_or_nowhere(cluster, tmp
     assert "flightplan worker started" not in log
 
 
+def _paced_job(folder: Path, run_id: str) -> Job:
+    """A 60-step MLP run at 0.05 s a step (tests/fixtures/paced_task.py)."""
+    folder.mkdir(parents=True)
+    (folder / "trial.json").write_text(json.dumps({
+        "run_id": run_id, "task": "paced_task.py", "campaign_dir": str(REPO / "tests" / "fixtures"),
+        "params": {"steps": 60, "step_sleep_s": 0.05}}))
+    return Job(run_id, folder)
+
+
+def test_a_run_leaves_a_flight_whose_package_ends_and_resumes_on_the_other(cluster, tmp_path):
+    from flightplan.run.preemption import LeaveBy
+    from flightplan.run.ray_executor import RayExecutor
+
+    made, flights, tmp = cluster
+    [plain] = LocalExecutor(slots=1).run([_paced_job(tmp_path / "plain", "p-1")])
+    expected = (tmp_path / "plain" / "weights.bin").read_bytes()
+    job = _paced_job(tmp_path / "left", "l-1")
+    now = time.time()
+    asked: list[str] = []
+
+    def leave_by(job: Job, flight: str):
+        asked.append(flight)       # the first flight's runs must leave it at once
+        return LeaveBy(at=now, ends_at=now + 120.0, stop=True, flight=flight) \
+            if len(asked) == 1 else None
+
+    interruptions = []
+    executor = RayExecutor(address=made.address, scratch=str(tmp / "scratch"), poll_s=0.1)
+    try:
+        [result] = executor.run([job], leave_by=leave_by,
+                                on_interrupted=lambda j, info: interruptions.append(info))
+    finally:
+        executor.close()
+    assert plain.exit_code == 0 and result.exit_code == 0
+    assert len(asked) == 2 and asked[0] != asked[1] and result.node == asked[1]
+    [info] = interruptions
+    assert (info.cause, info.node, info.steps_lost, info.resumes) == ("package_end", asked[0],
+                                                                      0, True)
+    rows = [json.loads(line) for line in (job.run_dir / "measurements.jsonl").open()]
+    [forced] = [r for r in rows if r.get("event") == "forced_checkpoint"]
+    assert forced["name"] == info.checkpoint and forced["then"] == "stop"
+    [home] = [r for r in rows if r.get("event") == "checkpoint_transfer"
+              and r["name"] == info.checkpoint]
+    assert home["node"] == asked[0] and home["time"] < now + 120.0    # home before the end
+    restored = [r for r in rows if r.get("event") == "restore" and r.get("source")]
+    assert [r["source"] for r in restored] == [info.checkpoint]
+    assert (job.run_dir / "weights.bin").read_bytes() == expected
+
+
 def test_every_node_listens_on_loopback_only(campaigns):
     assert campaigns["exposed"] == {}           # pid → its listeners not on 127.0.0.1
 

@@ -60,7 +60,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flightplan.durable import append_durable
 from flightplan.errors import ArgumentError, TransferError
-from flightplan.rundir import RunDir
+from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.run.executor import (Executor, Interruption, Job, JobResult, MeasurementTail,
                                      RunProgress, _die_with_parent, lost_execution, worker_argv)
 from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason

@@ -13,7 +13,7 @@ import torch
 
 from flightplan.errors import TrialPreempted
 from flightplan.run.executor import Job, LocalExecutor
-from flightplan.run.preemption import (EXIT_PREEMPTED, LEAVE_SIGNAL, SAVE_SIGNAL, LeaveBy,
+from flightplan.run.preemption import (LEAVE_SIGNAL, SAVE_SIGNAL, LeaveBy,
                                        LeaveWatch, leave_need_s)
 from flightplan.run.trial import Trial
 from flightplan.rundir import RunDir
