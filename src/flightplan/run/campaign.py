@@ -565,6 +565,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
         failed = [r for r in outcome.runs if r["status"] == "failed"]
         waiting = [r for r in outcome.runs if r["status"] == "pending" and r["reason"]]
+        left = [r for r in waiting if r["reason"].startswith("left flight")]
+        waiting = [r for r in waiting if r not in left]
         stopped = [r for r in outcome.runs if r["status"] == "stopped"]
         outcome.exit_code = 1 if failed else 0
         outcome.message = (f"{sum(r['status'] == 'finished' for r in outcome.runs)} finished, "
@@ -573,5 +575,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                            f"{len(failed)} failed"
                            + (f", {len(waiting)} not started (the rental ends first; "
                               f"--past-end starts them)" if waiting else "")
+                           + (f", {len(left)} left a flight whose package ends (each resumes "
+                              f"from its checkpoint on a flight with time left)" if left else "")
                            + ("; run again to retry the failed runs" if failed else ""))
         return outcome

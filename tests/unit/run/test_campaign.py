@@ -37,9 +37,11 @@ class FakeExecutor(Executor):
     """Runs nothing: writes a worker's files. ``params.fake``: ``"stop"`` (non_finite_loss
     at step 2, exit 1) or ``"crash"`` (exit 3); otherwise 8 steps, finished, macro_f1 0.5."""
 
-    def __init__(self, *, lose: set[str] = frozenset()) -> None:
+    def __init__(self, *, lose: set[str] = frozenset(), leave: set[str] = frozenset()) -> None:
         self.started: list[str] = []
         self.lose = set(lose)   # run names whose first execution is lost with its flight
+        self.leave = set(leave)  # run names that leave their flight (its package ends)
+        self.deadlines: dict[str, object] = {}   # run id → the LeaveBy it was given
 
     def run(self, jobs, *, on_start=None, on_done=None, on_progress=None, on_interrupted=None,
             admit=None, leave_by=None):
@@ -48,6 +50,12 @@ class FakeExecutor(Executor):
             if admit and not admit(job, "local"):
                 continue
             trial = json.loads(job.trial_json.read_text())
+            if leave_by:
+                self.deadlines[job.run_id] = leave_by(job, "local")
+            if trial["name"] in self.leave:
+                on_start(job)
+                self._lost(job, trial, on_interrupted, cause="package_end")
+                continue
             if trial["name"] in self.lose:
                 self.lose.discard(trial["name"])
                 on_start(job)
@@ -64,8 +72,9 @@ class FakeExecutor(Executor):
         return results
 
     @staticmethod
-    def _lost(job, trial: dict, on_interrupted) -> None:
-        """Two steps and a checkpoint, then the flight goes away (as RayExecutor reports it)."""
+    def _lost(job, trial: dict, on_interrupted, cause: str = "flight_lost") -> None:
+        """Two steps and a checkpoint, then the flight goes away (as RayExecutor reports it),
+        or the run leaves it (``cause="package_end"``, as both executors report it)."""
         rows = [{"step": 0, "loss": 1.0}, {"step": 1, "event": "checkpoint", "name": "step-000001",
                                             "stall_s": 0.01, "persist_s": 0.05},
                 {"step": 1, "loss": 0.5}]
@@ -74,7 +83,8 @@ class FakeExecutor(Executor):
         (job.run_dir / "checkpoints" / "step-000001").mkdir(parents=True)
         now = time.time()
         on_interrupted(job, Interruption(job.run_id, "n1 (10.0.0.1)", "ActorDiedError: gone",
-                                         now - 30.0, now, 2, "step-000001", 1, 25.0, True))
+                                         now - 30.0, now, 2, "step-000001", 1, 25.0, True,
+                                         cause))
         job.trial_json.write_text(json.dumps(dict(trial, resume=True)))
 
     @staticmethod
@@ -307,3 +317,34 @@ def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_pa
     with Ledger.open(tmp_path, create=False) as ledger:
         assert [e["data"]["by"] for e in ledger.events(kind="stopped")
                 if e["run_id"] is None] == ["pilot"]
+
+
+def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_left(tmp_path,
+                                                                                   capsys):
+    from flightplan.run.commands import status_command
+
+    path = _spec(tmp_path)
+    text = path.read_text(encoding="utf-8").replace(
+        "package_days = 3", 'package_days = 3\ncheckpoint_before_end = "20m"')
+    path.write_text(text, encoding="utf-8")
+    fake = FakeExecutor(leave={"lora-r4-len128"})
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    rows = {r["name"]: r for r in outcome.runs}
+    left = rows["lora-r4-len128"]
+    assert left["status"] == "pending"
+    assert left["reason"] == ("left flight n1 (10.0.0.1) after 2 steps, step-000001 home: "
+                              "ActorDiedError: gone; resumes on a flight with time left")
+    assert (", 1 left a flight whose package ends (each resumes from its checkpoint on a "
+            "flight with time left)") in outcome.message
+    # every run was told to leave 20 min before its flight's package ends, and to stop there
+    with Ledger.open(tmp_path, create=False) as ledger:
+        [window] = ledger.events(kind="flight_started")
+        [event] = ledger.events(left["run_id"], kind="interrupted")
+    ends_at = window["data"]["ends_at"]
+    assert {(d.at, d.ends_at, d.stop, d.flight) for d in fake.deadlines.values()} == {
+        (ends_at - 1200.0, ends_at, True, "local")}
+    assert event["data"]["cause"] == "package_end"
+    assert status_command(path, as_json=True) == 0
+    snapshot = json.loads(capsys.readouterr().out)
+    run = next(r for r in snapshot["runs"] if r["run_id"] == left["run_id"])
+    assert run["status"] == "pending" and run["reason"] == left["reason"]
