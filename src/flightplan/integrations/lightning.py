@@ -24,7 +24,10 @@ What :func:`fit` adds to Lightning:
   with ``ArgumentError`` before the first batch, since it would restart the epoch from its
   first batch after a resume.
 - **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`),
-  or every ``every_n_steps`` optimizer steps if given. Lightning's own ``ModelCheckpoint``
+  or every ``every_n_steps`` optimizer steps if given, and at once when the run is asked to
+  leave its flight (:mod:`flightplan.run.preemption`). A save due after an epoch's last
+  batch is made after the next step instead: resumed from there, Lightning 2.6 with a
+  ``StatefulDataLoader`` gives the next epoch another first batch (measured: not bitwise). Lightning's own ``ModelCheckpoint``
   (non-atomic) is refused: build the Trainer with ``enable_checkpointing=False``.
 - **Stop rules** from logged metrics: after each optimizer step, every logged value whose
   name contains ``loss`` goes to ``trial.log`` (with ``lr`` and ``step_s``); after each
@@ -83,6 +86,7 @@ class FlightplanCallback(pl.Callback):
         self._rng_to_restore: dict[str, Any] | None = None
         self._step_start = 0.0
         self._last_step = -1
+        self._owed = False      # a save due at an epoch's last batch, made one step later
 
     def _stop(self, exc: TrialStopped, trainer: pl.Trainer) -> None:
         self.stopped = exc
@@ -124,9 +128,13 @@ class FlightplanCallback(pl.Callback):
         except TrialStopped as exc:
             self._stop(exc, trainer)
             return
-        due = (step % self.every_n_steps == 0 if self.every_n_steps
-               else self.trial.library_checkpoint_due())
-        if due:
+        due = self._owed or (step % self.every_n_steps == 0 if self.every_n_steps and
+                             not self.trial.leave_requested
+                             else self.trial.library_checkpoint_due())
+        # a checkpoint after an epoch's last batch does not resume bitwise (the next epoch's
+        # first batch differs with a StatefulDataLoader): it is taken one step later
+        self._owed = due and batch_idx + 1 >= trainer.num_training_batches
+        if due and not self._owed:
             self._save(trainer, step)
 
     def _save(self, trainer: pl.Trainer, step: int) -> None:

@@ -116,7 +116,7 @@ class FlightplanCallback(TrainerCallback):
         self._steps_timed += 1
         if self.stopped is not None:
             control.should_save = False
-        elif self.policy_saves:
+        elif self.policy_saves or self.trial.leave_requested:
             control.should_save = self.trial.library_checkpoint_due()
         if control.should_save:
             control.should_log = True  # the loss since the last row is checked before the save

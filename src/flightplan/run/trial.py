@@ -469,6 +469,12 @@ class Trial:
         """
         self._leave = stop or bool(self._leave)
 
+    @property
+    def leave_requested(self) -> bool:
+        """Whether the run was asked to checkpoint now (:meth:`request_leave`); loops whose
+        library saves on its own schedule save at their next step end when True."""
+        return self._leave is not None
+
     def _left(self, steps_done: int) -> None:
         """The requested checkpoint is durable: log it, and raise when asked to stop."""
         stop, self._leave = self._leave, None
@@ -540,7 +546,7 @@ class Trial:
         """Whether the measured interval policy (:mod:`flightplan.run.interval`) wants a save
         now; the first call is True (that save measures its cost). True as well when the
         executor asked the run to leave its flight (:meth:`request_leave`)."""
-        return self._leave is not None or self._schedule.due(time.monotonic())
+        return self.leave_requested or self._schedule.due(time.monotonic())
 
     def commit_library_checkpoint(self, source: Path, steps_done: int, *, kind: str,
                                   save_s: float) -> Path:

@@ -91,6 +91,17 @@ class _KillAfterStep(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _LeaveAtStep(pl.Callback):
+    """Asks the trial to leave its flight at global step ``at`` (as SIGUSR1 would)."""
+
+    def __init__(self, trial: Trial, at: int) -> None:
+        self.trial, self.at = trial, at
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.at:
+            self.trial.request_leave(stop=True)
+
+
 def _kill_mid_save(trainer: pl.Trainer, at: int) -> None:
     checkpoint_io = trainer.strategy.checkpoint_io
     original = checkpoint_io.save_checkpoint
@@ -108,12 +119,15 @@ def _kill_mid_save(trainer: pl.Trainer, at: int) -> None:
 
 def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | None = None,
         nan_at: int | None = None, stateful: bool = True, val_every: int | None = None,
-        stop: dict[str, Any] | None = None, cap: int | None = None) -> pl.LightningModule:
+        stop: dict[str, Any] | None = None, cap: int | None = None,
+        leave_at: int | None = None) -> pl.LightningModule:
     """Train (resuming from the newest verified checkpoint) and write ``final.pt``;
-    ``cap`` is trial.json's ``max_steps`` (the pilot's).
+    ``cap`` is trial.json's ``max_steps`` (the pilot's); ``leave_at``: asked to leave its
+    flight at that global step.
 
     Raises:
         TrialStopped: a stop rule fired.   ArgumentError: a loader that cannot resume.
+        TrialPreempted: it left (``leave_at``).
     """
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -121,8 +135,11 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
     module = Module(steps, nan_at)
     callbacks: list[pl.Callback] = []
     where, _, at = (kill or "").partition(":")
+    trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID, stop=stop, max_steps=cap)
     if where == "step":
         callbacks.append(_KillAfterStep(int(at)))
+    if leave_at is not None:
+        callbacks.append(_LeaveAtStep(trial, leave_at))
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, callbacks=callbacks,
@@ -131,7 +148,6 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
                          check_val_every_n_epoch=None if val_every else 1)
     if where == "save":
         _kill_mid_save(trainer, int(at))
-    trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID, stop=stop, max_steps=cap)
     integration.fit(trainer, module, trial, every_n_steps=every,
                     train_dataloaders=_loader(stateful),
                     val_dataloaders=_loader() if val_every else None)

@@ -16,7 +16,7 @@ import torch
 
 import lightning_script  # pytest puts this folder on sys.path
 
-from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.errors import ArgumentError, TrialPreempted, TrialStopped
 from flightplan.run.checkpoint_io import check_checkpoint
 
 SCRIPT = Path(lightning_script.__file__)
@@ -54,6 +54,36 @@ def test_killed_mid_save_and_after_a_step_then_rerun_ends_bitwise_identical(
     committed = sorted((killed / "checkpoints").iterdir())
     assert [p.name for p in committed] == ["step-000009", "step-000012"]
     assert all(check_checkpoint(p)["verified"] for p in committed)
+
+
+def test_asked_to_leave_it_saves_at_that_step_and_resumes_bitwise(tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    lightning_script.run(reference)  # 12 steps, a save every 3
+    left = tmp_path / "left"
+    with pytest.raises(TrialPreempted) as caught:   # asked at step 4: saved there at once
+        lightning_script.run(left, leave_at=4)
+    assert caught.value.checkpoint == "step-000004"          # not on the every-3 schedule
+    assert [(r["name"], r["then"]) for r in _rows(left)
+            if r.get("event") == "forced_checkpoint"] == [("step-000004", "stop")]
+    assert check_checkpoint(left / "checkpoints" / "step-000004")["verified"]
+    lightning_script.run(left)
+    # asked at step 5, an epoch's last batch (40 examples / 8): saved one step later
+    later = tmp_path / "later"
+    with pytest.raises(TrialPreempted) as caught:
+        lightning_script.run(later, leave_at=5)
+    assert caught.value.checkpoint == "step-000006"
+    lightning_script.run(later)
+    assert [r["source"] for r in _rows(left) if r.get("event") == "restore"] == [
+        None, "step-000004"]
+    theirs = torch.load(reference / "final.pt", weights_only=True)
+    for resumed in (left, later):
+        ours = torch.load(resumed / "final.pt", weights_only=True)
+        for name, tensor in theirs["model"].items():
+            assert torch.equal(tensor, ours["model"][name]), (resumed.name, name)
+        for index, state in theirs["optimizer"]["state"].items():
+            for key, value in state.items():
+                assert torch.equal(value, ours["optimizer"]["state"][index][key]), (
+                    resumed.name, index, key)
 
 
 def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) -> None:
