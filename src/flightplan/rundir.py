@@ -11,6 +11,8 @@ Who writes what (docs/internals.md, "Run directory")::
     metrics.json        the task            the task's figures
     artifact/           the task            what reloads the model
     log.txt             the executor        the worker's stdout and stderr
+    transfer.json       the Ray executor    on a flight only: how long a checkpoint takes
+                                            to come home (run/transfer_time.py)
 
 Every reader of these files goes through :class:`RunDir`; measurement rows are read by
 :meth:`RunDir.read_rows`, which takes complete lines only (a row being written waits for its
@@ -83,6 +85,9 @@ class RunDir:
     METRICS = "metrics.json"
     ARTIFACT = "artifact"
     LOG = "log.txt"
+    TRANSFER = "transfer.json"
+    """In a flight's scratch folder only (never committed home): the Ray executor's
+    latest checkpoint transfer figure, read by the trial when a save completes."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)

@@ -307,7 +307,16 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     restores = [r for r in rows if r.get("event") == "restore"]
     assert data["checkpoint"] in [r["source"] for r in restores]
     transfers = [r for r in rows if r.get("event") == "checkpoint_transfer"]
-    assert transfers and all(r["bytes"] > 0 for r in transfers)
+    assert transfers and all(r["bytes"] > 0 and r["wait_s"] >= 0 for r in transfers)
+    # the pilot's transfers are its figures; the run's trial bounded its interval by them
+    with Ledger.open(ray_dir, create=False) as ledger:
+        figures = ledger.decisions()[0]["figures"]
+    assert figures["pilot"]["transfer_s"] > 0 and figures["pilot"]["transfer_bytes_per_s"] > 0
+    assert figures["estimates"]["lora-r4"]["transfer_s"] > 0
+    intervals = [r for r in rows if r.get("event") == "checkpoint_interval"]
+    assert intervals[0]["transfer_s"] > 0
+    assert intervals[0]["interval_s"] == pytest.approx(
+        60 - intervals[0]["persist_s"] - intervals[0]["transfer_s"] - intervals[0]["restore_s"])
     verified = campaigns["verified"]
     assert verified.returncode == 0, verified.stderr[-3000:] + verified.stdout[-3000:]
 

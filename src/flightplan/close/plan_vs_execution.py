@@ -10,6 +10,13 @@ decision point (and the pilot's resume check), the runs cut, the runs stopped by
 rule and a campaign stop, in time order. Totals: the plan's
 ``reserved_hours`` against the observed span from the first start to the last end.
 
+Checkpoint transfer home (runs on Ray flights) is a stage cost of its own, beside the runs
+(a checkpoint travels while the loop trains on, so it is not in any run's hours): observed =
+Σ (wait_s + fetch_s + commit_s) of the run's ``checkpoint_transferred`` events, from durable
+on the flight to durable at home; planned = the last decision point's re-estimate
+(``estimates[name].transfer_s``). The frozen original plan holds no transfer figure, and
+none is made up for it.
+
 The original plan is read, never rewritten; ``plan_intact`` says whether it still hashes
 to the sha256 frozen with it.
 
@@ -25,9 +32,12 @@ from typing import Any
 
 from flightplan.canonical import plan_sha256
 
-__all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours"]
+__all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours",
+           "shown_transfers"]
 
 _HOUR_S = 3600.0
+_NO_ORIGINAL = ("the original plan has no transfer figure: planned is the decision point's "
+                "re-estimate (null without one)")
 
 
 def _r(value: float | None) -> float | None:
@@ -66,6 +76,43 @@ def _observed(ledger: Any) -> tuple[dict[str, list[tuple[float, float]]], dict[s
     return spans, latest
 
 
+def _hours(planned_s: float | None, observed_s: float, *, compared: bool = True
+           ) -> dict[str, float | None]:
+    """``{planned_hours, observed_hours, deviation_hours}`` from seconds; the deviation
+    only when there is a planned figure and ``compared``."""
+    return {"planned_hours": None if planned_s is None else _r(planned_s / _HOUR_S),
+            "observed_hours": _r(observed_s / _HOUR_S),
+            "deviation_hours": _r((observed_s - planned_s) / _HOUR_S)
+            if planned_s is not None and compared else None}
+
+
+def _transfers(ledger: Any) -> dict[str, Any]:
+    """The ``transfers`` object of :func:`plan_vs_execution` (module docstring)."""
+    decisions = ledger.decisions()
+    figures = (decisions[-1].get("figures") or {}) if decisions else {}
+    estimates = figures.get("estimates") or {}
+    rows, planned_s, observed_s = [], [], []
+    for run in ledger.runs():
+        events = [e["data"] for e in ledger.events(run["run_id"], kind="checkpoint_transferred")]
+        planned = None if run["status"] in ("cut", "superseded") else \
+            (estimates.get(run["name"]) or {}).get("transfer_s")
+        if not events and not planned:
+            continue
+        observed = sum(float(d.get("wait_s") or 0.0) + float(d["fetch_s"]) + float(d["commit_s"])
+                       for d in events)
+        planned_s.append(planned)
+        observed_s.append(observed)
+        rows.append({"name": run["name"], "run_id": run["run_id"], "checkpoints": len(events),
+                     "bytes": sum(int(d["bytes"]) for d in events), **_hours(planned, observed)})
+    known = [p for p in planned_s if p is not None]
+    totals = {"checkpoints": sum(r["checkpoints"] for r in rows),
+              "bytes": sum(r["bytes"] for r in rows),
+              **_hours(sum(known) if known else None, sum(observed_s),
+                       compared=len(known) == len(planned_s))}
+    return {"planned_from": {"plan_version": figures.get("plan_version")} if decisions
+            else None, "note": _NO_ORIGINAL, "runs": rows, "totals": totals}
+
+
 def plan_vs_execution(ledger: Any) -> dict[str, Any]:
     """The ``plan_vs_execution.json`` object.
 
@@ -78,7 +125,14 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
         status, planned_hours, planned_start_hours, observed_hours, observed_start_hours,
         executions, deviation_hours, deviation_fraction, explanation: [str]}],
         decisions: [...], totals: {reserved_hours, observed_hours, busy_hours,
-        deviation_hours}}``; hours from the campaign's first observed start.
+        deviation_hours}, transfers: {planned_from ({plan_version} of the re-estimate, or
+        null without a decision), note, runs: [{name, run_id, checkpoints, bytes,
+        planned_hours, observed_hours, deviation_hours}], totals: {checkpoints, bytes,
+        planned_hours, observed_hours, deviation_hours}}}``; hours from the campaign's
+        first observed start. ``transfers.runs`` lists the runs with a checkpoint that
+        came home or a planned transfer (a run cut or superseded has no planned figure);
+        a planned figure is null when the re-estimate gave none, and the total's
+        deviation is null unless every run listed has one.
     """
     original = ledger.original_plan() or {"plan": {}, "plan_sha256": None, "version": None,
                                           "created_at": None}
@@ -158,6 +212,7 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
                    "busy_hours": _r(busy),
                    "deviation_hours": _r(observed_span - reserved)
                    if observed_span is not None and reserved is not None else None},
+        "transfers": _transfers(ledger),
     }
 
 
@@ -197,6 +252,47 @@ def shown_hours(record: dict[str, Any]) -> dict[str, Any]:
                        "busy": text(totals["busy_hours"]),
                        "deviation": deviation(totals["observed_hours"],
                                               totals["reserved_hours"])}}
+
+
+def shown_transfers(record: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint-transfer table as printed: seconds with two places (a transfer takes
+    seconds, not hours), each deviation the printed observed minus the printed planned.
+
+    Returns:
+        ``{runs: [{planned, observed, deviation}], totals: {planned, observed,
+        deviation}}``: strings, ``–`` when unknown, deviations signed.
+    """
+    def row(entry: dict[str, Any]) -> dict[str, str]:
+        planned, observed = (None if entry[k] is None else round(entry[k] * _HOUR_S, 2)
+                             for k in ("planned_hours", "observed_hours"))
+        return {"planned": "–" if planned is None else f"{planned:.2f}",
+                "observed": "–" if observed is None else f"{observed:.2f}",
+                "deviation": "–" if planned is None or observed is None
+                else f"{observed - planned:+.2f}"}
+
+    transfers = record["transfers"]
+    return {"runs": [row(r) for r in transfers["runs"]], "totals": row(transfers["totals"])}
+
+
+def _transfer_lines(record: dict[str, Any]) -> list[str]:
+    transfers = record["transfers"]
+    if not transfers["runs"]:
+        return []
+    shown = shown_transfers(record)
+    source = transfers["planned_from"]
+    lines = ["", "## Checkpoint transfer home", "",
+             "A stage cost beside the runs (a checkpoint travels while the run trains on, so "
+             "it is in no run's hours above): observed from durable on the flight to durable "
+             "at home; planned as the decision point's re-estimate"
+             + (f" (plan version {source['plan_version']})" if source else "")
+             + " gave it: the original plan has no transfer figure.", "",
+             "| run | checkpoints | MB | planned (s) | observed (s) | deviation (s) |",
+             "|---|---|---|---|---|---|"]
+    for run, text in [*zip(transfers["runs"], shown["runs"]),
+                      ({"name": "total", **transfers["totals"]}, shown["totals"])]:
+        lines.append(f"| {run['name']} | {run['checkpoints']} | {run['bytes'] / 1e6:.1f} | "
+                     f"{text['planned']} | {text['observed']} | {text['deviation']} |")
+    return lines
 
 
 def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
@@ -241,4 +337,4 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
         lines.append(f"- re-estimated plan (version {version['version']}): reserved "
                      + ("–" if reserved is None else f"{reserved:.{shown['places']}f}")
                      + f" h; {version['reason'] or 'no reason given'}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _transfer_lines(record)) + "\n"

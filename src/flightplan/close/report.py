@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from flightplan.close.plan_vs_execution import shown_hours
+from flightplan.close.plan_vs_execution import shown_hours, shown_transfers
 
 __all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
            "render_readme"]
@@ -172,8 +172,9 @@ def render_report(context: dict[str, Any]) -> str:
                       if r["analysis"] and r["analysis"]["n_test"]
                       and r["analysis"]["confusion_matrix"]},
     }
-    return environment.get_template("report.html.j2").render(**context, images=images,
-                                                             shown_hours=shown_hours(pve))
+    return environment.get_template("report.html.j2").render(
+        **context, images=images, shown_hours=shown_hours(pve),
+        shown_transfers=shown_transfers(pve))
 
 
 def render_readme(context: dict[str, Any]) -> str:

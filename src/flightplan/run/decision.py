@@ -5,18 +5,21 @@ the pilot's figures and the plans it computes, and records what they return.
 
 The pilot is a short run of the control on the first examples of the corpus. Its
 figures (:class:`PilotFigures`) are generic: load time, steady step time, one evaluation,
-checkpoint stall C, persist time D, restore time R and output time, and the control's
-planned steps as the task reported them. A run of the whole campaign is re-estimated as
-(seconds)::
+checkpoint stall C, persist time D, restore time R, transfer time home X (0 when the pilot
+ran at home), output time, and the control's planned steps as the task reported them. A run
+of the whole campaign is re-estimated as (seconds)::
 
     steps      = the run's ``steps`` from the campaign file, else the control's planned
                  steps from the pilot, scaled by n_train / n'_train (the pilot's share)
     train_s    = steps · step_s
     eval_s     = evaluations · eval_s · n_test / n'_test
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
-                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M)
-                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − R, ≥ D)
+                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
+                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D)
     total_s    = load_s + train_s + eval_s + saves · C + output_s
+    transfer_s = saves · X                          reported beside total_s, not in it: a
+                 checkpoint travels home while the loop trains on (only the last one, if
+                 any is under way when the run ends, holds the run's end back)
 
 with ``evaluations`` = :data:`ASSUMED_EVALUATIONS` (the pilot cannot see how often a run
 evaluates). A task with a finer cost model gives it as its ``estimate_run`` hook (the
@@ -76,6 +79,12 @@ class PilotFigures:
         pilot_steps: steps the pilot ran.
         planned_steps: the control's planned steps on the whole corpus (None: the task
             never set ``trial.planned_steps``).
+        transfer_s: ``X``, seconds from a checkpoint durable on the flight to durable at
+            home: the mean of ``wait_s + fetch_s + commit_s`` over the pilot's
+            ``checkpoint_transfer`` rows (:mod:`flightplan.run.transfer_time`); 0.0 when
+            the pilot ran at home.
+        transfer_bytes_per_s: Σ bytes / Σ (fetch_s + commit_s) of those rows (bytes per
+            second); None without a transfer.
     """
 
     n_train: int
@@ -92,6 +101,8 @@ class PilotFigures:
     output_s: float
     pilot_steps: int
     planned_steps: int | None
+    transfer_s: float = 0.0
+    transfer_bytes_per_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a JSON object (keys as the attribute names)."""
@@ -139,21 +150,23 @@ def estimate_run_seconds(figures: PilotFigures, *, steps: int, tolerated_loss_s:
 
     Returns:
         ``{steps, step_s, train_s, eval_s, evaluations, interval_s, checkpoints,
-        checkpoint_s, load_s, output_s, total_s}`` (seconds, counts).
+        checkpoint_s, load_s, output_s, total_s, transfer_s}`` (seconds, counts);
+        ``transfer_s`` is the run's total transfer time home, not part of ``total_s``.
     """
     train_s = steps * figures.step_s
     scale = figures.n_test / figures.pilot_n_test if figures.pilot_n_test else 1.0
     eval_s = evaluations * figures.eval_s * scale
     interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
                                restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
-                               mtbi_s=mtbi_s).interval_s
+                               mtbi_s=mtbi_s, transfer_s=figures.transfer_s).interval_s
     checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
     checkpoint_s = checkpoints * figures.save_stall_s
     total = figures.load_s + train_s + eval_s + checkpoint_s + figures.output_s
     return {"steps": steps, "step_s": figures.step_s, "train_s": train_s, "eval_s": eval_s,
             "evaluations": evaluations, "interval_s": interval, "checkpoints": checkpoints,
             "checkpoint_s": checkpoint_s, "load_s": figures.load_s,
-            "output_s": figures.output_s, "total_s": total}
+            "output_s": figures.output_s, "total_s": total,
+            "transfer_s": checkpoints * figures.transfer_s}
 
 
 def require_figure(name: str, values: list[float]) -> list[float]:

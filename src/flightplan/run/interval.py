@@ -4,6 +4,8 @@ Symbols (all seconds):
 
     C  save cost: the stall the training loop sees per checkpoint (snapshot into memory)
     D  persist time: from the snapshot until the background write is durable (renamed, fsync'd)
+    X  transfer time: from durable on a remote flight until durable at home (the Ray
+       executor measures it, :mod:`flightplan.run.transfer_time`); 0 for a run at home
     R  restore time: reading and applying a checkpoint at start (measured by ``restore()``;
        until one is measured, D stands in for it and the record says so)
     L  tolerated loss: work one accepts to redo after an interruption (``[checkpoint]``)
@@ -11,8 +13,8 @@ Symbols (all seconds):
 
 Interval between the starts of two saves::
 
-    with M:     T = min(T_opt(C, M), L − D − R),  at least D
-    without M:  T = L − D − R,                    at least D
+    with M:     T = min(T_opt(C, M), L − D − X − R),  at least D
+    without M:  T = L − D − X − R,                    at least D
 
 ``T_opt`` is Young's first-order optimum ``√(2·C·M)`` (J. W. Young, "A first order
 approximation to the optimum checkpoint interval", CACM 17(9), 1974) while ``C/M`` is small
@@ -22,9 +24,13 @@ order estimate of the optimum checkpoint interval for restart dumps", FGCS 22(3)
     T_opt = √(2CM)·[1 + ⅓·√(C/2M) + ⅑·(C/2M)] − C     if C < 2M
     T_opt = M                                         otherwise
 
-``L − D − R`` bounds the work lost to one interruption by L: the last durable checkpoint
-is at most ``T + D`` old when the process dies, and restarting costs R more. "At least D"
-keeps a single save in flight: a save never waits long for the previous one.
+``L − D − X − R`` bounds the work lost to one interruption by L: the last checkpoint
+durable where the run resumes from is at most ``T + D + X`` old when the process dies
+(on a remote flight a checkpoint protects work only once it is home), and restarting costs
+R more. X does not move the optimum: a transfer runs beside the training loop and stalls
+nothing, so C alone is the price of a save. "At least D" keeps a single save in flight: a
+save never waits long for the previous one (a save made while an older one travels is
+sent when it is the newest, and skipped otherwise).
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ class IntervalChoice:
     """A chosen checkpoint interval and the numbers behind it (seconds).
 
     ``formula`` is ``"young"``, ``"daly"`` or ``"tolerated_loss"`` (no M); ``bound`` names
-    what decided T: ``"optimum"``, ``"tolerated_loss"`` or ``"persist_time"``.
+    what decided T: ``"optimum"``, ``"tolerated_loss"`` or ``"persist_time"``;
+    ``transfer_s`` is X (0.0 for a run at home).
     """
 
     interval_s: float
@@ -61,6 +68,7 @@ class IntervalChoice:
     optimum_s: float | None
     formula: str
     bound: str
+    transfer_s: float = 0.0
 
     def as_row(self) -> dict[str, object]:
         """The ``checkpoint_interval`` event row for ``measurements.jsonl`` (without step/time)."""
@@ -90,18 +98,20 @@ def daly_interval(save_s: float, mtbi_s: float) -> float:
 
 def choose_interval(*, save_stall_s: float, persist_s: float, restore_s: float,
                     tolerated_loss_s: float, mtbi_s: float | None = None,
-                    restore_measured: bool = True) -> IntervalChoice:
+                    restore_measured: bool = True, transfer_s: float = 0.0) -> IntervalChoice:
     """The checkpoint interval T (see the module docstring for the formula).
 
     Args:
         save_stall_s: C.   persist_s: D.   restore_s: R.   tolerated_loss_s: L.
         mtbi_s: M, or None when the campaign file gives none.
         restore_measured: False when ``restore_s`` is an estimate (D), kept in the record.
+        transfer_s: X, seconds until a checkpoint durable on a remote flight is durable at
+            home (0.0: the run is at home).
 
     Returns:
         The choice with every input, the optimum (None without M) and what bounded T.
     """
-    budget = tolerated_loss_s - persist_s - restore_s
+    budget = tolerated_loss_s - persist_s - transfer_s - restore_s
     if mtbi_s is None:
         optimum, formula = None, "tolerated_loss"
         interval, bound = budget, "tolerated_loss"
@@ -115,7 +125,7 @@ def choose_interval(*, save_stall_s: float, persist_s: float, restore_s: float,
     return IntervalChoice(interval_s=interval, save_stall_s=save_stall_s, persist_s=persist_s,
                           restore_s=restore_s, restore_measured=restore_measured,
                           tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s, optimum_s=optimum,
-                          formula=formula, bound=bound)
+                          formula=formula, bound=bound, transfer_s=transfer_s)
 
 
 class CheckpointSchedule:
@@ -123,7 +133,8 @@ class CheckpointSchedule:
 
     The first call to :meth:`due` is True (the first save measures C and D); afterwards a
     save is due once ``interval_s`` seconds have passed since the last save started. C and
-    D are the means over the saves seen; R is the last measured restore.
+    D are the means over the saves seen; R is the last measured restore; X is the one given
+    with the latest save (it is already a mean over the transfers measured at home).
 
     Args:
         tolerated_loss_s: L.   mtbi_s: M or None.
@@ -149,8 +160,9 @@ class CheckpointSchedule:
         self._started_any = True
         self._last_start_s = now_s
 
-    def record_save(self, stall_s: float, persist_s: float) -> IntervalChoice | None:
-        """Add one save's C and D and recompute T.
+    def record_save(self, stall_s: float, persist_s: float,
+                    transfer_s: float = 0.0) -> IntervalChoice | None:
+        """Add one save's C and D (seconds), take X = ``transfer_s`` and recompute T.
 
         Returns:
             The new choice when it should be recorded (the first one, or one that moved by
@@ -164,7 +176,7 @@ class CheckpointSchedule:
         self.choice = choose_interval(save_stall_s=save_s, persist_s=persist,
                                       restore_s=self._restore_s if measured else persist,
                                       tolerated_loss_s=self.tolerated_loss_s, mtbi_s=self.mtbi_s,
-                                      restore_measured=measured)
+                                      restore_measured=measured, transfer_s=transfer_s)
         new = self.choice.interval_s
         last = self._recorded_s
         if last is None or abs(new - last) > RECORD_CHANGE * last:

@@ -39,6 +39,7 @@ from typing import Any, Callable
 from flightplan.durable import write_json_atomic
 from flightplan.run.decision import PilotFigures, require_figure
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
+from flightplan.run.transfer_time import TransferTally
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
@@ -154,7 +155,9 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
     as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −
     process start, step = mean time between consecutive step rows, evaluation =
     the gap before each evaluation row, output = process end − last row. C and D are the
-    means of the ``checkpoint`` rows, R the resumed process's ``restore`` row.
+    means of the ``checkpoint`` rows, R the resumed process's ``restore`` row; the transfer
+    figures come from the ``checkpoint_transfer`` rows of both processes (none: the pilot
+    ran at home, X = 0).
 
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
@@ -177,6 +180,7 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
     restores = [r["restore_s"] for r in resumed_rows
                 if r.get("event") == "restore" and r.get("restore_s") is not None]
     planned = [int(r["planned_steps"]) for r in rows if r.get("planned_steps") is not None]
+    transfers = TransferTally.from_rows([*rows, *resumed_rows])
     splits = data_check.get("splits", {})
     return PilotFigures(
         n_train=int(splits.get("train", {}).get("rows", 0)),
@@ -188,7 +192,8 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
         persist_s=_mean([r["persist_s"] for r in saves]),
         restore_s=require_figure("restore_s", restores)[0],
         output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
-        pilot_steps=len(steps), planned_steps=planned[-1] if planned else None)
+        pilot_steps=len(steps), planned_steps=planned[-1] if planned else None,
+        transfer_s=transfers.transfer_s, transfer_bytes_per_s=transfers.bytes_per_s)
 
 
 def _earliest_checkpoint(run_dir: Path) -> Path | None:

@@ -15,8 +15,12 @@ One execution, seen from home::
     every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the newest committed
                                      checkpoint not yet home, and at the end every output
     home: rows appended; checkpoint committed after hash checks (run/transfer.py), with a
-          ``checkpoint_transfer`` row {name, bytes, fetch_s, commit_s, node}; outputs
+          ``checkpoint_transfer`` row {name, bytes, wait_s, fetch_s, commit_s, node}; outputs
           committed, done.json/stop.json last
+
+The transfers this executor measured (every run's, the pilot's too) go to the flight with
+``start`` and each ``poll`` as one figure, kept in ``<scratch>/transfer.json`` for the
+trial's interval policy (:mod:`flightplan.run.transfer_time`).
 
 When a flight goes away (its node dies: the actor call raises), the run's execution is
 reported through ``on_interrupted`` (:class:`~flightplan.run.executor.Interruption`: node,
@@ -58,7 +62,7 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from flightplan.durable import append_durable
+from flightplan.durable import append_durable, write_json_atomic
 from flightplan.errors import ArgumentError, TransferError
 from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.run.executor import (Executor, Interruption, Job, JobResult, MeasurementTail,
@@ -66,6 +70,7 @@ from flightplan.run.executor import (Executor, Interruption, Job, JobResult, Mea
 from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason
 from flightplan.run.transfer import (Blob, blob_bytes, commit_checkpoint, commit_outputs,
                                      latest_checkpoint, pack, pack_tree)
+from flightplan.run.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "SCRATCH_ENV", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "Delta",
            "RunHost", "RayExecutor"]
@@ -84,7 +89,8 @@ EXIT_HOST_ERROR = 5
 """Exit code given to an execution whose flight-side host raised (e.g. a checkpoint sent
 to it arrived damaged); the error is appended to the run's ``log.txt``."""
 
-_KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS}
+_KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS,
+                 RunDir.TRANSFER}
 """Scratch entries that are not outputs (streamed separately or sent from home)."""
 
 
@@ -98,6 +104,8 @@ class Delta:
         checkpoint: the newest committed checkpoint not sent before, ``(name, blobs)``.
         exit_code: the worker's exit code once it ended, else None.
         outputs: once ended, every other file of the scratch folder.
+        wait_s: seconds ``checkpoint`` waited on the flight, from its manifest being
+            written to this poll packing it (0.0 without a checkpoint).
     """
 
     measurements: bytes
@@ -105,6 +113,7 @@ class Delta:
     checkpoint: tuple[str, list[Blob]] | None
     exit_code: int | None
     outputs: list[Blob]
+    wait_s: float = 0.0
 
 
 class RunHost:
@@ -125,14 +134,17 @@ class RunHost:
         self.proc: subprocess.Popen | None = None
         self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
         self._sent: set[str] = set()
+        self._transfer: dict[str, Any] | None = None
 
     def where(self) -> dict[str, Any]:
         """``{node_id, host, scratch, pid}`` of this actor."""
         return {"node_id": ray.get_runtime_context().get_node_id(),
                 "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
 
-    def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None) -> dict[str, Any]:
-        """Write ``trial.json`` and the sent checkpoint (hash-checked), start the worker.
+    def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None,
+              transfer: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write ``trial.json``, the sent checkpoint (hash-checked) and the transfer
+        figure (:meth:`_note_transfer`), start the worker.
 
         Returns:
             :meth:`where`.
@@ -145,6 +157,7 @@ class RunHost:
             name, blobs = checkpoint
             commit_checkpoint(self.dir / "checkpoints", name, blobs)
             self._sent.add(name)
+        self._note_transfer(transfer)
         trial_json = self.dir / "trial.json"
         env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
                    PYTHONUNBUFFERED="1")
@@ -167,28 +180,44 @@ class RunHost:
         self._offsets[name] += len(data)
         return data
 
-    def _newest_checkpoint(self) -> tuple[str, list[Blob]] | None:
+    def _newest_checkpoint(self) -> tuple[tuple[str, list[Blob]], float] | None:
+        """The newest committed checkpoint not sent yet and the seconds it waited here."""
         complete, _ = list_checkpoints(self.dir / "checkpoints")
         for _, path in complete:
             if path.name in self._sent:
                 return None
             try:
+                wait_s = max(0.0, time.time() - (path / "manifest.json").stat().st_mtime)
                 manifest = json.loads((path / "manifest.json").read_bytes())
                 blobs = pack(path, ["manifest.json", *manifest["files"]])
             except (OSError, ValueError, KeyError, TypeError, TransferError):
                 continue  # pruned or renamed meanwhile: an older one may still be whole
             self._sent.update(p.name for _, p in complete)
-            return path.name, blobs
+            return (path.name, blobs), wait_s
         return None
 
-    def poll(self) -> Delta:
-        """What is new since the last poll (see :class:`Delta`)."""
+    def _note_transfer(self, transfer: dict[str, Any] | None) -> None:
+        """Keep home's latest transfer figure in ``<scratch>/transfer.json`` (written
+        atomically, only when it changed; None leaves the file as it is)."""
+        if transfer is not None and transfer != self._transfer:
+            write_json_atomic(self.dir / RunDir.TRANSFER, transfer)
+            self._transfer = dict(transfer)
+
+    def poll(self, transfer: dict[str, Any] | None = None) -> Delta:
+        """What is new since the last poll (see :class:`Delta`).
+
+        Args:
+            transfer: home's latest transfer figure (:meth:`_note_transfer`) or None.
+        """
         assert self.proc is not None, "start() before poll()"
+        self._note_transfer(transfer)
         code = self.proc.poll()  # read first: everything written before the exit is below
         outputs = pack_tree(self.dir, skip=_KEPT_AT_HOME) if code is not None else []
-        return Delta(self._read_new("measurements.jsonl", whole_lines=True),
-                     self._read_new("log.txt", whole_lines=False), self._newest_checkpoint(),
-                     code, outputs)
+        rows = self._read_new("measurements.jsonl", whole_lines=True)
+        log = self._read_new("log.txt", whole_lines=False)
+        found = self._newest_checkpoint()  # after the rows: a saved row's checkpoint is here
+        return Delta(rows, log, found[0] if found else None, code, outputs,
+                     found[1] if found else 0.0)
 
     def leave(self, signum: int) -> None:
         """Send ``signum`` to the worker while it runs: the request to checkpoint and leave
@@ -275,6 +304,7 @@ class RayExecutor(Executor):
         self.scratch = scratch
         self.no_flight_s = no_flight_s
         self._connected = False
+        self._transfers = TransferTally()   # every checkpoint that came home through it
 
     def close(self) -> None:
         """Leave the cluster if :meth:`run` joined it (this process's actors end with it)."""
@@ -331,7 +361,8 @@ class RayExecutor(Executor):
         trial = _trial(job)
         shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
         return _Execution(job, actor, actor.where.remote(),
-                          start_args=(job.trial_json.read_bytes(), shipped))
+                          start_args=(job.trial_json.read_bytes(), shipped,
+                                      self._transfers.figure()))
 
     def _other_flight(self, job: Job, refused: set[str]) -> str | None:
         """A live node that ``job`` was not refused on and whose resources can hold it."""
@@ -359,9 +390,12 @@ class RayExecutor(Executor):
             _row(run_dir, int(name[5:]), event="checkpoint_transfer_failed", name=name,
                  error=str(exc), node=ex.node)
             return
-        _row(run_dir, int(name[5:]), event="checkpoint_transfer", name=name,
-             bytes=blob_bytes(blobs), fetch_s=fetched - asked_at,
-             commit_s=time.time() - fetched, node=ex.node)
+        committed = time.time()
+        size = blob_bytes(blobs)
+        _row(run_dir, int(name[5:]), event="checkpoint_transfer", name=name, bytes=size,
+             wait_s=delta.wait_s, fetch_s=fetched - asked_at, commit_s=committed - fetched,
+             node=ex.node)
+        self._transfers.add(size, committed - asked_at, delta.wait_s)
 
     def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
         code = int(delta.exit_code)
@@ -442,7 +476,7 @@ class RayExecutor(Executor):
                 for ex in active:
                     if ex.ref is None and now - ex.last_poll >= self.poll_s:
                         ex.last_poll = now
-                        ex.ref = ex.actor.poll.remote()
+                        ex.ref = ex.actor.poll.remote(self._transfers.figure())
                 refs = [e.ref for e in active if e.ref is not None]
                 if not refs:
                     time.sleep(self.poll_s)

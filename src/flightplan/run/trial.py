@@ -54,6 +54,7 @@ from flightplan.run.library_checkpoint import (commit_library_checkpoint,
 from flightplan.run.ids import run_id as make_run_id
 from flightplan.run.interval import CheckpointSchedule
 from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
+from flightplan.run.transfer_time import checkpoint_transfer_s
 from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
@@ -495,7 +496,9 @@ class Trial:
     def _saved(self, result: SaveResult) -> None:
         self._row(result.steps_done, event="checkpoint", name=result.path.name, bytes=result.bytes,
                   stall_s=result.stall_s, persist_s=result.persist_s)
-        choice = self._schedule.record_save(result.stall_s, result.persist_s)
+        transfer = RunDir(self.run_dir).read_json(RunDir.TRANSFER)  # on a flight: X home
+        choice = self._schedule.record_save(result.stall_s, result.persist_s,
+                                            checkpoint_transfer_s(transfer, result.bytes))
         if choice is not None:
             self._row(result.steps_done, **choice.as_row())
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from close_fixture import make_campaign
+from close_fixture import T0, make_campaign
 
 from flightplan.close.commands import close_campaign, verify_command
 from flightplan.errors import ArgumentError
@@ -21,8 +21,15 @@ VARIANT = "variant-0000000001"
 
 @pytest.fixture(scope="module")
 def closed(tmp_path_factory):
-    """The fixture campaign, closed once (both runs finished and accepted)."""
+    """The fixture campaign, closed once (both runs finished and accepted); the variant ran
+    on a flight: one checkpoint came home in 0.5 + 2 + 1.5 = 4 s, 6 s were re-estimated."""
     spec, ledger = make_campaign(tmp_path_factory.mktemp("closed"))
+    ledger.decision_rows[0]["figures"] = {"plan_version": 2,
+                                          "estimates": {"variant": {"transfer_s": 6.0}}}
+    ledger.event_rows.append({"id": 2, "run_id": VARIANT, "kind": "checkpoint_transferred",
+                              "at": T0 + 50, "data": {
+                                  "step": 2, "name": "step-000002", "bytes": 2_500_000,
+                                  "wait_s": 0.5, "fetch_s": 2.0, "commit_s": 1.5, "node": "n"}})
     return spec, close_campaign(spec, ledger)
 
 
@@ -46,6 +53,21 @@ def test_close_writes_a_verified_directory(closed):
     listed = {e["path"] for e in manifest["files"]}
     on_disk = {p.relative_to(results).as_posix() for p in results.rglob("*") if p.is_file()}
     assert listed == on_disk - {"MANIFEST.json"}
+
+
+def test_checkpoint_transfer_is_in_plan_vs_execution_and_the_report(closed):
+    _, outcome = closed
+    results = Path(outcome["results_dir"])
+    pve = json.loads((results / "plan_vs_execution.json").read_text())
+    # 4 s = 0.001111 h observed against 6 s = 0.001667 h planned
+    assert pve["transfers"]["totals"] == {"checkpoints": 1, "bytes": 2_500_000,
+                                          "planned_hours": 0.001667,
+                                          "observed_hours": 0.001111,
+                                          "deviation_hours": -0.000556}
+    assert "| variant | 1 | 2.5 | 6.00 | 4.00 | -2.00 |" in \
+        (results / "plan_vs_execution.md").read_text()
+    report = (results / "report.html").read_text()
+    assert "Checkpoint transfer home" in report and "<td class=\"num\">-2.00</td>" in report
 
 
 def test_budget_and_conclusion(closed):

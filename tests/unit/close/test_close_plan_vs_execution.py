@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from close_fixture import make_campaign
+from close_fixture import T0, make_campaign
 
 from flightplan.close.plan_vs_execution import (plan_vs_execution, plan_vs_execution_markdown,
                                                 shown_hours)
@@ -66,3 +66,75 @@ def test_a_tampered_original_plan_is_reported(tmp_path):
     frozen = ledger.original_plan()
     ledger.original_plan = lambda: dict(frozen, plan=dict(frozen["plan"], reserved_hours=1.0))
     assert plan_vs_execution(ledger)["plan_intact"] is False
+
+
+def _transferred(run_id, at, **data):
+    return {"id": 100 + int(at), "run_id": run_id, "kind": "checkpoint_transferred",
+            "at": T0 + at, "data": {"node": "abc (127.0.0.1)", **data}}
+
+
+def test_checkpoint_transfer_is_a_stage_cost_planned_by_the_re_estimate(tmp_path):
+    _, ledger = make_campaign(tmp_path, publish=False)
+    ledger.decision_rows[0]["figures"] = {"plan_version": 2, "estimates": {
+        "control": {"total_s": 20.0, "transfer_s": 36.0},
+        "variant": {"total_s": 20.0, "transfer_s": 18.0}}}
+    ledger.event_rows += [
+        # control: 1.5 + 6 + 4.5 = 12 s and 0.5 + 3 + 2.5 = 6 s home
+        _transferred("control-0000000000", 20, step=1, name="step-000001", bytes=30_000_000,
+                     wait_s=1.5, fetch_s=6.0, commit_s=4.5),
+        _transferred("control-0000000000", 30, step=3, name="step-000003", bytes=20_000_000,
+                     wait_s=0.5, fetch_s=3.0, commit_s=2.5),
+        # variant: a row from before wait_s was measured: 5 + 4 = 9 s
+        _transferred("variant-0000000001", 50, step=2, name="step-000002", bytes=10_000_000,
+                     fetch_s=5.0, commit_s=4.0)]
+    record = plan_vs_execution(ledger)
+    transfers = record["transfers"]
+    assert transfers["planned_from"] == {"plan_version": 2}
+    assert transfers["note"].startswith("the original plan has no transfer figure")
+    # 18 s observed = 0.005 h against 36 s = 0.01 h planned; 9 s = 0.0025 h against 0.005 h
+    assert transfers["runs"] == [
+        {"name": "control", "run_id": "control-0000000000", "checkpoints": 2,
+         "bytes": 50_000_000, "planned_hours": 0.01, "observed_hours": 0.005,
+         "deviation_hours": -0.005},
+        {"name": "variant", "run_id": "variant-0000000001", "checkpoints": 1,
+         "bytes": 10_000_000, "planned_hours": 0.005, "observed_hours": 0.0025,
+         "deviation_hours": -0.0025}]
+    # 27 s = 0.0075 h of 54 s = 0.015 h planned
+    assert transfers["totals"] == {"checkpoints": 3, "bytes": 60_000_000,
+                                   "planned_hours": 0.015, "observed_hours": 0.0075,
+                                   "deviation_hours": -0.0075}
+    # the stage table and its totals are those of a campaign without transfers
+    assert [i["name"] for i in record["items"]] == ["data-check", "control", "variant"]
+    assert record["totals"]["busy_hours"] == 0.02
+    markdown = plan_vs_execution_markdown(record)
+    assert "## Checkpoint transfer home" in markdown
+    assert "planned as the decision point's re-estimate (plan version 2) gave it: the " \
+        "original plan has no transfer figure." in markdown
+    assert "| control | 2 | 50.0 | 36.00 | 18.00 | -18.00 |" in markdown
+    assert "| variant | 1 | 10.0 | 18.00 | 9.00 | -9.00 |" in markdown
+    assert "| total | 3 | 60.0 | 54.00 | 27.00 | -27.00 |" in markdown
+
+
+def test_a_re_estimate_without_a_transfer_figure_plans_none(tmp_path):
+    _, ledger = make_campaign(tmp_path, publish=False)
+    ledger.event_rows.append(_transferred("variant-0000000001", 50, step=2,
+                                          name="step-000002", bytes=1_000_000, wait_s=0.0,
+                                          fetch_s=0.72, commit_s=0.18))
+    transfers = plan_vs_execution(ledger)["transfers"]
+    # the decision's figures hold no estimates: observed 0.9 s = 0.00025 h, planned unknown
+    assert transfers["runs"][0]["planned_hours"] is None
+    assert transfers["runs"][0]["observed_hours"] == 0.00025
+    assert transfers["totals"]["deviation_hours"] is None
+    assert "| variant | 1 | 1.0 | – | 0.90 | – |" in plan_vs_execution_markdown(
+        plan_vs_execution(ledger))
+
+
+def test_a_campaign_at_home_has_no_transfer_section(tmp_path):
+    _, ledger = make_campaign(tmp_path, publish=False)
+    ledger.decision_rows[0]["figures"] = {"estimates": {"control": {"transfer_s": 0.0}}}
+    record = plan_vs_execution(ledger)
+    assert record["transfers"]["runs"] == []
+    assert record["transfers"]["totals"] == {"checkpoints": 0, "bytes": 0,
+                                             "planned_hours": None, "observed_hours": 0.0,
+                                             "deviation_hours": None}
+    assert "Checkpoint transfer" not in plan_vs_execution_markdown(record)

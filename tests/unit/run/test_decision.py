@@ -21,6 +21,24 @@ def test_generic_re_estimate_by_hand():
     # interval L − D − R = 20 − 1 − 2 = 17 s; saves 1 + floor(50 / 17) = 3 → 0.6 s
     assert est["interval_s"] == 17.0 and est["checkpoints"] == 3
     assert est["total_s"] == pytest.approx(10 + 50 + 20 + 0.6 + 3)
+    assert est["transfer_s"] == 0.0                     # the pilot ran at home
+
+
+def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_total():
+    remote = PilotFigures(**{**FIGURES.to_json(), "transfer_s": 5.0,
+                             "transfer_bytes_per_s": 2e6})
+    est = estimate_run_seconds(remote, steps=100, tolerated_loss_s=20)
+    # L − D − X − R = 20 − 1 − 5 − 2 = 12 s; saves 1 + floor(50 / 12) = 5 → 1.0 s of stalls
+    assert est["interval_s"] == 12.0 and est["checkpoints"] == 5
+    assert est["total_s"] == pytest.approx(10 + 50 + 20 + 1.0 + 3)
+    # 5 transfers of 5 s, beside the training loop: not in total_s
+    assert est["transfer_s"] == 25.0
+
+
+def test_figures_recorded_before_the_transfer_figures_still_load():
+    old = {k: v for k, v in FIGURES.to_json().items()
+           if k not in ("transfer_s", "transfer_bytes_per_s")}
+    assert PilotFigures(**old) == FIGURES
 
 
 def test_control_steps_scale_with_the_pilots_share_of_the_training_set():

@@ -67,3 +67,31 @@ def test_schedule_saves_first_then_by_the_measured_interval():
     schedule.record_restore(900.0)
     moved = schedule.record_save(0.01, 60.0)  # T = 1800 − 60 − 900 = 840 s, 50 % shorter
     assert moved is not None and moved.interval_s == 840 and moved.restore_measured
+
+
+def test_the_transfer_home_shifts_the_bound_from_the_optimum_to_the_tolerated_loss():
+    # optimum √(2·18·10 000) = 600 s; at home L − D − R = 1800 − 60 − 40 = 1700 s ≥ 600
+    home = choose_interval(save_stall_s=18, persist_s=60, restore_s=40, tolerated_loss_s=1800,
+                           mtbi_s=10_000)
+    assert (home.interval_s, home.bound, home.transfer_s) == (600.0, "optimum", 0.0)
+    # X = 1200 s home from the flight: L − D − X − R = 1800 − 60 − 1200 − 40 = 500 s < 600
+    remote = choose_interval(save_stall_s=18, persist_s=60, restore_s=40,
+                             tolerated_loss_s=1800, mtbi_s=10_000, transfer_s=1200)
+    assert (remote.interval_s, remote.bound, remote.optimum_s) == (500, "tolerated_loss", 600.0)
+    assert remote.as_row()["transfer_s"] == 1200
+    # without M: 1800 − 60 − 100 − 40 = 1600 s; X never lowers T below D
+    assert choose_interval(save_stall_s=1, persist_s=60, restore_s=40, tolerated_loss_s=1800,
+                           transfer_s=100).interval_s == 1600
+    floor = choose_interval(save_stall_s=1, persist_s=60, restore_s=40, tolerated_loss_s=1800,
+                            transfer_s=1750)
+    assert (floor.interval_s, floor.bound) == (60, "persist_time")
+
+
+def test_schedule_takes_the_transfer_given_with_the_latest_save():
+    schedule = CheckpointSchedule(tolerated_loss_s=1800, mtbi_s=None)
+    schedule.record_start(0.0)
+    first = schedule.record_save(0.01, 60.0)        # at home: 1800 − 60 − 60 = 1680 s
+    assert first.interval_s == 1680 and first.transfer_s == 0.0
+    # a figure arrived: 1800 − 60 − 900 − 60 = 780 s (moved > 25 %: recorded)
+    moved = schedule.record_save(0.01, 60.0, transfer_s=900.0)
+    assert moved is not None and (moved.interval_s, moved.transfer_s) == (780, 900.0)

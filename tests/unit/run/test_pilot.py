@@ -65,6 +65,24 @@ def test_logged_figures_win_over_time_stamps():
     # steady steps leave out step 0: (0.01 + 0.03) / 2
     assert figures.step_s == pytest.approx(0.02)
     assert (figures.load_s, figures.eval_s, figures.output_s) == (2.5, 0.4, 0.6)
+    # the pilot ran at home: no transfer
+    assert (figures.transfer_s, figures.transfer_bytes_per_s) == (0.0, None)
+
+
+def test_transfer_figures_from_both_pilot_processes():
+    # on a flight: the executor's rows at home, one per checkpoint that came home
+    sent = {"step": 1, "event": "checkpoint_transfer", "name": "step-000001",
+            "bytes": 600_000, "wait_s": 0.25, "fetch_s": 0.5, "commit_s": 0.25, "node": "a"}
+    again = {"step": 3, "event": "checkpoint_transfer", "name": "step-000003",
+             "bytes": 200_000, "wait_s": 0.0, "fetch_s": 0.125, "commit_s": 0.125, "node": "b"}
+    figures = figures_from_rows(ROWS[:8] + [sent] + ROWS[8:], RESUMED + [again], DATA_CHECK,
+                                pilot_n_train=48, pilot_n_test=8, started_at=0.0, ended_at=0.0)
+    # durable there → durable home: (0.25 + 0.5 + 0.25 + 0 + 0.125 + 0.125) / 2 = 0.625 s;
+    # 800 000 bytes moved in 0.75 + 0.25 = 1.0 s
+    assert figures.transfer_s == 0.625 and figures.transfer_bytes_per_s == 800_000.0
+    assert figures.to_json()["transfer_s"] == 0.625
+    # every other figure as without the transfer rows
+    assert figures.step_s == pytest.approx(0.02) and figures.output_s == 0.6
 
 
 def test_a_missing_figure_is_named():

@@ -5,8 +5,10 @@ executor itself runs on a real cluster in tests/e2e/test_ray_tiny.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from flightplan.errors import ArgumentError, SpecError
 from flightplan.run.commands import make_executor
 from flightplan.run.executor import Job, LocalExecutor
 from flightplan.run.executor import lost_execution
-from flightplan.run.ray_executor import RayExecutor
+from flightplan.run.ray_executor import RayExecutor, RunHost
 from flightplan.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,3 +102,32 @@ def test_checkpoints_lost_everywhere_never_restart_from_scratch(tmp_path):
     info = lost_execution(job, node="n", reason="r", started_at=1000.0, saved_any=False,
                           now=1004.0)
     assert info.resumes is True and json.loads(job.trial_json.read_text())["resume"] is False
+
+
+def test_the_host_keeps_homes_transfer_figure_and_measures_the_wait(tmp_path):
+    """RunHost without Ray: its worker is a process that has already ended."""
+    host = RunHost("r-1", str(tmp_path), {})
+    with open(host.dir / "log.txt", "wb") as log:
+        host.proc = subprocess.Popen([sys.executable, "-c", "print('done')"], stdout=log)
+    host.proc.wait()
+    step = host.dir / "checkpoints" / "step-000003"
+    step.mkdir(parents=True)
+    (step / "model.safetensors").write_bytes(b"w" * 10)
+    (step / "manifest.json").write_text(json.dumps({"files": {"model.safetensors": {}}}))
+    durable = time.time() - 2.5            # the checkpoint became durable 2.5 s ago
+    os.utime(step / "manifest.json", (durable, durable))
+    figure = {"transfer_s": 0.75, "bytes_per_s": 4e6, "wait_s": 0.25, "checkpoints": 3}
+    before = time.time()
+    first = host.poll(figure)
+    assert json.loads((host.dir / "transfer.json").read_text()) == figure
+    assert first.checkpoint[0] == "step-000003"
+    assert 2.5 <= first.wait_s <= 2.5 + (time.time() - before) + 0.01
+    # transfer.json stays on the flight: it is not an output
+    assert first.exit_code == 0 and [b.path for b in first.outputs] == []
+    second = host.poll(None)               # no figure: the file is left as it was
+    assert second.checkpoint is None and second.wait_s == 0.0
+    assert json.loads((host.dir / "transfer.json").read_text()) == figure
+    host.poll(dict(figure, checkpoints=4, transfer_s=0.5))
+    assert json.loads((host.dir / "transfer.json").read_text())["checkpoints"] == 4
+    host.close()
+    assert not host.dir.exists()

@@ -125,6 +125,40 @@ def test_policy_saves_first_then_waits_for_the_interval(tmp_path):
     assert (done["run_id"], done["steps"]) == (trial.run_id, 0)
 
 
+def _rows(run_dir, event):
+    return [r for r in map(json.loads, (run_dir / "measurements.jsonl").read_text().splitlines())
+            if r.get("event") == event]
+
+
+def test_the_transfer_figure_of_a_flight_moves_the_interval(tmp_path):
+    model, optimizer = _tiny()
+    trial = Trial.local(tmp_path, checkpoint={"tolerated_loss": "1h"})
+    trial.register(model, optimizer)
+    trial.restore()
+    trial.checkpoint(0)
+    trial.wait_for_checkpoint()         # no transfer.json (a run at home): X = 0
+    # what the Ray executor's host writes on a flight: 30 min per checkpoint home
+    (tmp_path / "transfer.json").write_text(json.dumps(
+        {"transfer_s": 1800.0, "bytes_per_s": None, "wait_s": 0.0, "checkpoints": 2}))
+    trial.checkpoint(1)
+    trial.wait_for_checkpoint()
+    # a throughput: X = the checkpoint's bytes / 1000 B/s + 0.5 s of waiting
+    (tmp_path / "transfer.json").write_text(json.dumps(
+        {"transfer_s": 9.0, "bytes_per_s": 1000.0, "wait_s": 0.5, "checkpoints": 3}))
+    trial.checkpoint(2)
+    trial.finish()
+    saved = _rows(tmp_path, "checkpoint")
+    home, flight, scaled = _rows(tmp_path, "checkpoint_interval")
+    assert home["transfer_s"] == 0.0
+    assert home["interval_s"] == 3600 - home["persist_s"] - home["restore_s"]
+    # 3600 − D − 1800 − R: moved by about half, so recorded again
+    assert flight["transfer_s"] == 1800.0
+    assert flight["interval_s"] == 3600 - flight["persist_s"] - 1800.0 - flight["restore_s"]
+    assert scaled["transfer_s"] == saved[2]["bytes"] / 1000.0 + 0.5
+    assert scaled["interval_s"] == pytest.approx(
+        3600 - scaled["persist_s"] - scaled["transfer_s"] - scaled["restore_s"], abs=1e-9)
+
+
 def test_keep_last_deletes_older_checkpoints_after_a_newer_one(tmp_path):
     model, optimizer = _tiny()
     trial = Trial.local(tmp_path, checkpoint={"keep_last": 3})

@@ -73,6 +73,15 @@ def test_mean_time_between_interruptions_shortens_the_interval():
     assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.4 + 3)
 
 
+def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_total():
+    est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, transfer_s=27.0)
+    # L − D − X − R = 60 − 1 − 27 − 2 = 30 s; saves 1 + floor(136.8 / 30) = 5 → 1.0 s
+    assert est["interval_s"] == 30.0 and est["checkpoints"] == 5
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.0 + 3)
+    assert est["transfer_s"] == 135.0                              # 5 · 27 s, not in total
+    assert estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60)["transfer_s"] == 0.0
+
+
 def test_batch_size_changes_steps_and_tokens():
     est = estimate_run_seconds(RunShape("b32", "useful", 128, 32, 1, True), FIGURES,
                                tolerated_loss_s=60)

@@ -18,8 +18,9 @@ output writing. A run on the whole corpus is re-estimated as (seconds)::
     one_s      = (load_s − Σ encode_s − setup_s) / n'_test   one test example embedded alone
     steps      = ceil(n_train / B) · epochs
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
-                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M)
-                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − R, ≥ D)
+                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
+                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D;
+                 X: the pilot's transfer time home per checkpoint, 0 when it ran at home)
 
     frozen encoder (control):
         load_s  = setup_s + Σ encode_s · n_train / n'_train + n_test · one_s
@@ -32,6 +33,9 @@ output writing. A run on the whole corpus is re-estimated as (seconds)::
                                                       et al. 2020)
         eval_s  = epochs · n_test · one_s · min(mean_len, L) / min(mean_len, L0)
     total_s = load_s + train_s + eval_s + saves · C + output_s
+    transfer_s = saves · X        beside total_s, not in it (a checkpoint travels home while
+                                  the loop trains on); X is the control's checkpoint's, the
+                                  pilot's: an adapter's larger checkpoint is not scaled
 
 ``setup_s`` (reading, hashing and tokenising the corpus, loading the tokenizer) is the
 data check's wall time: the same work a run does before it builds its model. ``B · L``
@@ -144,13 +148,18 @@ def forward_seconds(tokens: float, figures: EncoderFigures) -> float:
 
 
 def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_loss_s: float,
-                         mtbi_s: float | None = None) -> dict[str, float]:
+                         mtbi_s: float | None = None, transfer_s: float = 0.0
+                         ) -> dict[str, float]:
     """Re-estimate one run from the pilot (formula in the module docstring).
+
+    Args:
+        transfer_s: X, seconds per checkpoint to come home from a flight (0.0: at home).
 
     Returns:
         ``{steps, tokens_per_batch, step_s, train_s, eval_s, interval_s, checkpoints,
-        checkpoint_s, load_s, output_s, total_s}`` (seconds, counts, tokens);
-        ``eval_s`` is the sum over the run's evaluations.
+        checkpoint_s, load_s, output_s, total_s, transfer_s}`` (seconds, counts, tokens);
+        ``eval_s`` is the sum over the run's evaluations; ``transfer_s`` the run's total
+        transfer time home, not part of ``total_s``.
     """
     steps = math.ceil(figures.n_train / shape.batch_size) * shape.epochs
     one_s = figures.one_example_s
@@ -171,14 +180,14 @@ def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_
     eval_s = shape.epochs * one_eval
     interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
                                restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
-                               mtbi_s=mtbi_s).interval_s
+                               mtbi_s=mtbi_s, transfer_s=transfer_s).interval_s
     checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
     checkpoint_s = checkpoints * figures.save_stall_s
     total = load_s + train_s + eval_s + checkpoint_s + figures.output_s
     return {"steps": steps, "tokens_per_batch": tokens, "step_s": step_s, "train_s": train_s,
             "eval_s": eval_s, "interval_s": interval, "checkpoints": checkpoints,
             "checkpoint_s": checkpoint_s, "load_s": load_s, "output_s": figures.output_s,
-            "total_s": total}
+            "total_s": total, "transfer_s": checkpoints * transfer_s}
 
 
 def _mean(values: list[float]) -> float:
@@ -255,7 +264,7 @@ def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str,
 
     Args:
         pilot: the pilot's measurements (``rows``, ``resumed_rows``, ``figures`` with
-            ``pilot_n_train``/``pilot_n_test``).
+            ``pilot_n_train``/``pilot_n_test``/``transfer_s``).
         data_check: the data check's report (rows per split, mean length, wall time).
         params: the run's params.
         tolerated_loss_s, mtbi_s: the campaign's checkpoint policy (seconds).
@@ -267,4 +276,5 @@ def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str,
                               pilot_n_train=pilot.figures.pilot_n_train,
                               pilot_n_test=pilot.figures.pilot_n_test)
     return estimate_run_seconds(run_shape("run", "", params), figures,
-                                tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s)
+                                tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s,
+                                transfer_s=pilot.figures.transfer_s)
