@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.durable import write_json_atomic
-from flightplan.run.campaign import plan_runs, trial_document
+from flightplan.run.planned import plan_runs, trial_document
 from flightplan.run.executor import Job, LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.spec import load_spec

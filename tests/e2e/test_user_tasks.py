@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.run.campaign import plan_runs
+from flightplan.run.planned import plan_runs
 from flightplan.run.ledger import Ledger
 from flightplan.rundir import RunDir
 from flightplan.spec import load_spec

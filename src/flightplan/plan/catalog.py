@@ -37,7 +37,7 @@ from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 
 __all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec", "rental_price",
-           "check_spec_against_catalog", "placement_problems", "suggest"]
+           "expense_rows", "check_spec_against_catalog", "placement_problems", "suggest"]
 
 _OFFER_KEYS = ("name", "gpus_per_flight", "gpu_memory_gb", "currency", "package")
 _PACKAGE_KEYS = ("days", "price")
@@ -307,3 +307,19 @@ def _placement_faults(spec: CampaignSpec, offer: Offer) -> list[tuple[str, Any, 
                            f"{run.name!r} needs {run.gpu_memory_gb:g} GB per GPU but a {offer.name} "
                            f"GPU has {offer.gpu_memory_gb:g} GB (flights do not pool memory)"))
     return faults
+
+
+def expense_rows(spec: CampaignSpec, offer: Offer) -> list[dict[str, Any]]:
+    """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog's
+    ``offer`` (amount = flights × package price) and each ``[[expense]]``."""
+    rental = spec.rental
+    price = rental_price(spec, offer)
+    rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
+             "flights": rental.flights, "amount": str(price), "currency": price.currency,
+             "label": f"{offer.name} {rental.package_days}-day package × {rental.flights}"
+                      + (f" (order {rental.order})" if rental.order else "")}]
+    for expense in spec.expenses:
+        rows.append({"kind": "external", "label": expense.label, "offer": None,
+                     "package_days": None, "flights": None, "amount": str(expense.money),
+                     "currency": expense.currency})
+    return rows

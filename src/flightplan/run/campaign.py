@@ -33,46 +33,31 @@ from rich.console import Console
 from flightplan import activity
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
-from flightplan.corpus import corpus_root
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
-from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec,
-                                     check_spec_against_catalog, rental_price)
-from flightplan.run.data_check import run_data_check
+from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
+                                     expense_rows)
+from flightplan.run.data_check import check_summary, run_data_check
 from flightplan.run.decision import (DECISIONS, PilotFigures, PilotRecord, choose,
                                      control_steps, cut_steps, estimate_run_seconds,
                                      replan_from_options)
 from flightplan.run.executor import Executor, Interruption, Job, JobResult, LocalExecutor
-from flightplan.run.ids import config_hash, run_config, run_id
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
+from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
 from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.run.rental import RentalClock, run_needs_s, waiting_reasons
 from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
-from flightplan.spec import CampaignSpec, Run
-from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
+from flightplan.spec import CampaignSpec
 from flightplan.units import Duration
 
-__all__ = ["PlannedRun", "CampaignOutcome", "plan_runs", "trial_document", "expense_rows",
-           "run_campaign", "TIER_ORDER", "DATA_CHECK_STAGE", "PILOT_STAGE"]
+__all__ = ["CampaignOutcome", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE"]
 
-TIER_ORDER = {"essential": 0, "useful": 1, "exploratory": 2}
 DATA_CHECK_STAGE = "data-check"
 PILOT_STAGE = "pilot"
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """A run of the spec with its id: ``run_id = slug(name)-hash[:10]`` (run/ids.py)."""
-
-    run: Run
-    run_id: str
-    config_hash: str
-    run_dir: Path
-    task_source: TaskSource
 
 
 @dataclass
@@ -99,72 +84,6 @@ class CampaignOutcome:
                 "data_check": self.data_check, "pilot": self.pilot, "decision": self.decision,
                 "runs": self.runs, "statuses": {r["name"]: r["status"] for r in self.runs},
                 "wall_s": self.wall_s}
-
-
-def _load_task(run: Run, spec: CampaignSpec) -> LoadedTask:
-    """The run's task, loaded as the worker will load it.
-
-    Raises:
-        TaskError: no such task, or it breaks the protocol (names ``run[i].task``).
-    """
-    index = spec.runs.index(run)
-    return load_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
-
-
-def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
-    """Every run of the spec with its id, in tier order (essential, useful,
-    exploratory; file order within a tier).
-
-    Raises:
-        TaskError: a run's task cannot be loaded.
-    """
-    from flightplan.spec import BaseModelSection
-
-    corpus = dict(spec.corpus.sha256) if spec.corpus else {}
-    base_model = spec.base_model or BaseModelSection()
-    planned = []
-    for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
-        task = _load_task(run, spec)
-        identity = (run.task, run.params, corpus, task.base_revision(base_model, run.params),
-                    task.source.code_version)
-        ident = run_id(run.name, *identity)
-        planned.append(PlannedRun(run, ident, config_hash(run_config(*identity)),
-                                  spec.campaign_dir / "runs" / ident, task.source))
-    return planned
-
-
-def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> dict[str, Any]:
-    """The run's ``trial.json`` (keys in docs/internals.md)."""
-    corpus = None
-    if spec.corpus is not None:
-        corpus = dict(spec.corpus.model_dump(mode="json"),
-                      root=corpus_root(spec.corpus, spec.campaign_dir))
-    return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
-            "task": planned.run.task, "params": planned.run.params, "planned_steps": None,
-            "stop": spec.stop.model_dump(mode="json"),
-            "checkpoint": spec.checkpoint.model_dump(mode="json"), "corpus": corpus,
-            "base_model": None if spec.base_model is None
-            else spec.base_model.model_dump(mode="json"),
-            "campaign_dir": str(spec.campaign_dir), "resume": resume,
-            "config_hash": planned.config_hash, "max_steps": None,
-            "code_version": planned.task_source.code_version,
-            "task_source": planned.task_source.to_json()}
-
-
-def expense_rows(spec: CampaignSpec, offer: Offer) -> list[dict[str, Any]]:
-    """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog's
-    ``offer`` (amount = flights × package price) and each ``[[expense]]``."""
-    rental = spec.rental
-    price = rental_price(spec, offer)
-    rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
-             "flights": rental.flights, "amount": str(price), "currency": price.currency,
-             "label": f"{offer.name} {rental.package_days}-day package × {rental.flights}"
-                      + (f" (order {rental.order})" if rental.order else "")}]
-    for expense in spec.expenses:
-        rows.append({"kind": "external", "label": expense.label, "offer": None,
-                     "package_days": None, "flights": None, "amount": str(expense.money),
-                     "currency": expense.currency})
-    return rows
 
 
 class _Campaign:
@@ -224,7 +143,7 @@ class _Campaign:
         for interrupted in ledger.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         self.planned = plan_runs(spec)
-        self.tasks = {run.name: _load_task(run, spec) for run in spec.runs}
+        self.tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
         for planned in self.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
@@ -239,12 +158,12 @@ class _Campaign:
             report = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {
                 "status": "corpus_mismatch", "message": str(exc)}
             self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
-                                     event="data_check", data=_check_summary(report))
+                                     event="data_check", data=check_summary(report))
             publish_data_check(self.dir, report)
             return self._stopped("data_check", f"data check: {exc}",
-                                 data_check=_check_summary(report))
+                                 data_check=check_summary(report))
         self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
-                                 event="data_check", data=_check_summary(report))
+                                 event="data_check", data=check_summary(report))
         publish_data_check(self.dir, report)
         dups = len(report.get("cross_split_duplicates", []))
         summary = f"{report['summary']}; " if report.get("summary") else ""
@@ -482,15 +401,6 @@ class _Campaign:
         activity.doing(what, done=progress.completed, total=progress.total, unit="steps")
 
 
-def _check_summary(report: dict[str, Any]) -> dict[str, Any]:
-    """The data check's outcome as stored in the ledger (the full report is in results/)."""
-    return {"status": report.get("status"), "message": report.get("message"),
-            "files": {name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
-                      for name, f in (report.get("files") or {}).items()},
-            "summary": report.get("summary"),
-            "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}
-
-
 def _live_tracking(spec: CampaignSpec, tracking_uri: str | None) -> ContextManager[Any]:
     """The MLflow mirror of the runs, or nothing when no tracking URI is set."""
     uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
@@ -539,7 +449,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     catalog = catalog_for_spec(spec)           # read once for the whole command
     check_spec_against_catalog(spec, catalog)
     for run in spec.runs:
-        _load_task(run, spec)
+        load_run_task(run, spec)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             _live_tracking(spec, tracking_uri), \
@@ -556,7 +466,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         if isinstance(pilot, CampaignOutcome):
             return pilot
         decision = campaign.decision(pilot)
-        check = _check_summary(report)
+        check = check_summary(report)
         if decision["decision"] == "stop":
             return campaign._stopped("decision", f"campaign stopped at the decision point: "
                                                  f"{decision['reason']}",

@@ -48,7 +48,8 @@ from flightplan.durable import write_json_atomic
 from flightplan.errors import CorpusMismatch, SpecError, TaskError
 from flightplan.spec import CampaignSpec
 
-__all__ = ["run_data_check", "split_report", "cross_split", "MAX_LABELS", "PREVIEW_CHARS"]
+__all__ = ["run_data_check", "check_summary", "split_report", "cross_split", "MAX_LABELS",
+           "PREVIEW_CHARS"]
 
 PREVIEW_CHARS = 80
 MAX_LABELS = 100
@@ -213,3 +214,12 @@ def run_data_check(spec: CampaignSpec, *, out: Path | None = None,
     if out is not None:
         write_json_atomic(Path(out), report)
     return report
+
+
+def check_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The data check's outcome as stored in the ledger (the full report is in results/)."""
+    return {"status": report.get("status"), "message": report.get("message"),
+            "files": {name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
+                      for name, f in (report.get("files") or {}).items()},
+            "summary": report.get("summary"),
+            "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}

@@ -88,8 +88,8 @@ class LeaveWatch:
 
     Reads the run's measurement rows (at each :meth:`due` call only what was appended) and
     keeps the step time (median of the last :data:`_STEP_GAPS` ``step_s`` values or
-    gaps between step rows), the last save's stall + persist and the last transfer's fetch
-    + commit seconds. It asks only once this execution has logged a row: the worker has
+    gaps between step rows), the last save's stall + persist and the last transfer's wait
+    + fetch + commit seconds (:mod:`flightplan.run.transfer_time`). It asks only once this execution has logged a row: the worker has
     then set up its handlers (a signal before that would end it unsaved) and reached the
     training loop, where the checkpoint is made.
 
@@ -130,7 +130,8 @@ class LeaveWatch:
         if event == "checkpoint":
             self._save_s = float(row.get("stall_s") or 0.0) + float(row.get("persist_s") or 0.0)
         elif event == "checkpoint_transfer":
-            self._transfer_s = float(row.get("fetch_s") or 0.0) + float(row.get("commit_s") or 0.0)
+            self._transfer_s = sum(float(row.get(key) or 0.0)
+                                   for key in ("wait_s", "fetch_s", "commit_s"))
         elif event is None and "loss" in row:
             if isinstance(row.get("step_s"), (int, float)):
                 self._steps.append(float(row["step_s"]))

@@ -29,7 +29,7 @@ from flightplan.run.ledger import Ledger
 from flightplan.rundir import RunDir
 
 if TYPE_CHECKING:
-    from flightplan.run.campaign import PlannedRun
+    from flightplan.run.planned import PlannedRun
 
 __all__ = ["RunRecorder", "EVENT_KINDS"]
 

@@ -40,50 +40,24 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from flightplan.durable import write_json_atomic
-from flightplan.errors import (ArgumentError, CheckpointError, SpecError, TrialPreempted,
-                               TrialStopped)
+from flightplan.errors import ArgumentError, CheckpointError, TrialPreempted, TrialStopped
 from flightplan.run.checkpoint import (BackgroundWriter, Components, Rejection, SaveResult,
-                                       Snapshot, apply_state, prune, restore_rng,
+                                       Snapshot, apply_state, restore_rng,
                                        select_checkpoint)
 from flightplan.run.checkpoint_io import CheckpointFiles, load_checkpoint
-from flightplan.run.library_checkpoint import (commit_library_checkpoint,
-                                               load_library_checkpoint, missing_files)
 from flightplan.run.ids import run_id as make_run_id
 from flightplan.run.interval import CheckpointSchedule
 from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
 from flightplan.run.transfer_time import checkpoint_transfer_s
+from flightplan.run.trial_file import TRIAL_ENV, TrialFile, read_trial_file
+from flightplan.run.trial_library import LibraryCheckpoints
 from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
-__all__ = ["Trial", "TrialFile", "TRIAL_ENV"]
+__all__ = ["Trial"]
 
-TRIAL_ENV = "FLIGHTPLAN_TRIAL"
 _COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "loader")
-
-
-class TrialFile(BaseModel):
-    """``trial.json`` as the runner writes it (unknown keys are ignored, for newer runners)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    run_id: str
-    name: str | None = None
-    tier: str | None = None
-    task: str
-    params: dict[str, Any] = {}
-    planned_steps: int | None = None
-    max_steps: int | None = None
-    stop: StopRules = StopRules()
-    checkpoint: CheckpointPolicy = CheckpointPolicy()
-    corpus: dict[str, Any] | None = None
-    base_model: dict[str, Any] | None = None
-    campaign_dir: str | None = None
-    resume: bool = False
-    config_hash: str | None = None
-    code_version: str | None = None
 
 
 def _item(value: Any) -> Any:
@@ -93,7 +67,7 @@ def _item(value: Any) -> Any:
     return value.item() if callable(getattr(value, "item", None)) else value
 
 
-class Trial:
+class Trial(LibraryCheckpoints):
     """One training run inside its process: checkpoints, measurements and stop rules.
 
     Attributes:
@@ -147,23 +121,7 @@ class Trial:
         Raises:
             SpecError: the file is missing, not JSON, or a field is invalid (names the field).
         """
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise SpecError("no such file; give the trial.json the runner wrote",
-                            file=str(path)) from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SpecError(f"not valid JSON ({exc}); rewrite it with the runner",
-                            file=str(path)) from None
-        try:
-            config = TrialFile.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            raise SpecError(f"{first['msg']} (given {first.get('input')!r}); fix trial.json",
-                            file=str(path), field=field or None) from None
-        return cls(path.parent, config)
+        return cls(Path(path).parent, read_trial_file(path))
 
     @classmethod
     def from_env(cls) -> "Trial":
@@ -506,82 +464,6 @@ class Trial:
         print(f"flightplan: checkpoint after {steps_done} steps failed: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         self._row(steps_done, event="checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
-
-    # -- loops whose library saves and loads its own checkpoints (integrations) -----------
-
-    def restore_library(self, *, required: Mapping[str, str]) -> Path | None:
-        """Pick the checkpoint a library (Trainer, Lightning) should resume from, instead of
-        :meth:`restore`: the newest committed folder whose every byte matches its manifest
-        (partials removed, bad ones set aside as in :meth:`restore`), and which holds every
-        file of ``required`` (file name → what it holds).
-
-        Returns:
-            The folder to hand to the library, or None to start at step 0.
-
-        Raises:
-            TrialStopped: rule ``no_usable_resume``: as :meth:`restore`, or (with
-                ``require_resume`` on) the newest valid checkpoint lacks a required file,
-                e.g. one saved with the Trainer's ``save_only_model=True``.
-        """
-        start = time.monotonic()
-        files, path, rejected = self._select(load_library_checkpoint)
-        if files is None or path is None:
-            return None
-        missing = missing_files(files.manifest, required)
-        if missing:
-            reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "
-                      f"with a fresh optimizer, schedule and random streams; save full "
-                      f"checkpoints (the Trainer's save_only_model=False)")
-            if self.stop_rules.require_resume:
-                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected)))
-            self._row(0, event="restore", source=None, rejected=[r.name for r in rejected],
-                      message=f"{reason}; starting at step 0 (require_resume is off)")
-            return None
-        self._steps_done = int(files.manifest["step"])
-        self.epoch = int(files.manifest.get("epoch", 0))
-        restore_s = time.monotonic() - start
-        self._schedule.record_restore(restore_s)
-        self._row(self._steps_done, event="restore", source=path.name, restore_s=restore_s,
-                  rejected=[r.name for r in rejected], not_yet_registered=[])
-        return path
-
-    def library_checkpoint_due(self) -> bool:
-        """Whether the measured interval policy (:mod:`flightplan.run.interval`) wants a save
-        now; the first call is True (that save measures its cost). True as well when the
-        executor asked the run to leave its flight (:meth:`request_leave`)."""
-        return self.leave_requested or self._schedule.due(time.monotonic())
-
-    def commit_library_checkpoint(self, source: Path, steps_done: int, *, kind: str,
-                                  save_s: float) -> Path:
-        """Commit the library's finished folder ``source`` as ``step-{steps_done:06d}``
-        (:func:`flightplan.run.library_checkpoint.commit_library_checkpoint`), keep the newest
-        ``keep_last``, log the ``checkpoint`` row and feed the interval policy.
-
-        Args:
-            source: the folder the library wrote (in its staging folder).
-            steps_done: optimizer steps done.   kind: the library (``"transformers"``).
-            save_s: seconds the loop spent in the library's own save, before this call.
-
-        Returns:
-            The committed directory.
-
-        Raises:
-            CheckpointError: ``source`` is not a flat folder.   OSError: from the disk.
-            TrialPreempted: the run was asked to leave its flight and stop (after the commit).
-        """
-        self._begin_loop()
-        start = time.monotonic()
-        meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
-                "epoch": self.epoch, "saved_at": time.time()}
-        parent = self.run_dir / "checkpoints"
-        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta)
-        prune(parent, self.checkpoint_policy.keep_last)
-        stall_s = save_s + time.monotonic() - start  # the save is synchronous: C = D
-        self._schedule.record_start(start - save_s)
-        self._saved(SaveResult(steps_done, path, size, stall_s, stall_s))
-        if self._leave is not None:
-            self._left(steps_done)
-        return path
 
     # -- the end ------------------------------------------------------------------------
 

@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m flightplan.run.worker RUN_DIR/trial.json", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from flightplan.run.trial import TRIAL_ENV, Trial
+    from flightplan.run.trial import Trial
+    from flightplan.run.trial_file import TRIAL_ENV
 
     try:
         trial = Trial.from_file(args[0])

@@ -74,7 +74,7 @@ def test_an_expense_in_another_currency_is_refused():
 
 
 def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
-    # the runner records amount = flights × package price (run/campaign.py expense_rows)
+    # the runner records amount = flights × package price (plan/catalog.py expense_rows)
     from close_fixture import make_campaign
 
     from flightplan.close.budget import budget_inputs

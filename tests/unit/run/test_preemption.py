@@ -74,21 +74,21 @@ def test_the_watch_asks_once_the_run_logs_and_the_deadline_less_its_need_has_com
     rows = [{"step": 0, "time": 100.0, "loss": 1.0}, {"step": 1, "time": 102.0, "loss": 1.0},
             {"step": 2, "time": 105.0, "loss": 1.0},
             {"step": 3, "time": 106.0, "event": "checkpoint", "stall_s": 0.5, "persist_s": 1.5},
-            {"step": 3, "time": 107.0, "event": "checkpoint_transfer", "fetch_s": 3.0,
-             "commit_s": 1.0}]
+            {"step": 3, "time": 107.0, "event": "checkpoint_transfer", "wait_s": 0.5,
+             "fetch_s": 3.0, "commit_s": 1.0}]
     (run_dir / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     watch = LeaveWatch(LeaveBy(at=1000.0, ends_at=1900.0, stop=True, flight="n1"), run_dir,
                        poll_s=0.5)
-    # step gaps 2 s and 3 s: median 2.5; save 0.5 + 1.5; transfer 3 + 1; two polls of 0.5
-    assert watch.need_s() == 2 * (2.5 + 2.0 + 4.0) + 2 * 0.5 == 18.0
-    assert leave_need_s(step_s=2.5, save_s=2.0, transfer_s=4.0, poll_s=0.5) == 18.0
+    # step gaps 2 s and 3 s: median 2.5; save 0.5 + 1.5; transfer 0.5 + 3 + 1; two polls
+    assert watch.need_s() == 2 * (2.5 + 2.0 + 4.5) + 2 * 0.5 == 19.0
+    assert leave_need_s(step_s=2.5, save_s=2.0, transfer_s=4.5, poll_s=0.5) == 19.0
     assert watch.signal == LEAVE_SIGNAL
     # those rows are an earlier execution's: this one has logged nothing yet
     assert watch.due(999.0) is False
     with open(run_dir / "measurements.jsonl", "a") as out:
         out.write(json.dumps({"step": 4, "time": 110.0, "step_s": 2.5, "loss": 1.0}) + "\n")
-    assert watch.due(981.0) is False           # 1000 − 18 = 982
-    assert watch.due(982.0) is True
+    assert watch.due(980.0) is False           # 1000 − 19 = 981
+    assert watch.due(981.0) is True
     assert watch.due(990.0) is False           # asked once
     sent = []
     watch.ask(sent.append)

@@ -1,0 +1,88 @@
+"""The runs of a campaign file as the runner carries them out: each run with its id, its
+task loaded as the worker will load it, and its ``trial.json``.
+
+A run's id is ``slug(name)-hash[:10]`` over its task, params, corpus hashes, base
+revision and code version (:mod:`flightplan.run.ids`); runs come in tier order
+(essential, useful, exploratory; file order within a tier).
+
+Usage::
+
+    for planned in plan_runs(spec):
+        write_json_atomic(planned.run_dir / "trial.json",
+                          trial_document(spec, planned, resume=False))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flightplan.corpus import corpus_root
+from flightplan.run.ids import config_hash, run_config, run_id
+from flightplan.spec import BaseModelSection, CampaignSpec, Run
+from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
+
+__all__ = ["PlannedRun", "TIER_ORDER", "plan_runs", "trial_document", "load_run_task"]
+
+TIER_ORDER = {"essential": 0, "useful": 1, "exploratory": 2}
+"""Order in which tiers run (and sort)."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """A run of the spec with its id: ``run_id = slug(name)-hash[:10]`` (run/ids.py)."""
+
+    run: Run
+    run_id: str
+    config_hash: str
+    run_dir: Path
+    task_source: TaskSource
+
+
+def load_run_task(run: Run, spec: CampaignSpec) -> LoadedTask:
+    """The run's task, loaded as the worker will load it.
+
+    Raises:
+        TaskError: no such task, or it breaks the protocol (names ``run[i].task``).
+    """
+    index = spec.runs.index(run)
+    return load_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
+
+
+def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
+    """Every run of the spec with its id, in tier order (essential, useful,
+    exploratory; file order within a tier).
+
+    Raises:
+        TaskError: a run's task cannot be loaded.
+    """
+    corpus = dict(spec.corpus.sha256) if spec.corpus else {}
+    base_model = spec.base_model or BaseModelSection()
+    planned = []
+    for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
+        task = load_run_task(run, spec)
+        identity = (run.task, run.params, corpus, task.base_revision(base_model, run.params),
+                    task.source.code_version)
+        ident = run_id(run.name, *identity)
+        planned.append(PlannedRun(run, ident, config_hash(run_config(*identity)),
+                                  spec.campaign_dir / "runs" / ident, task.source))
+    return planned
+
+
+def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> dict[str, Any]:
+    """The run's ``trial.json`` (keys in docs/internals.md)."""
+    corpus = None
+    if spec.corpus is not None:
+        corpus = dict(spec.corpus.model_dump(mode="json"),
+                      root=corpus_root(spec.corpus, spec.campaign_dir))
+    return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
+            "task": planned.run.task, "params": planned.run.params, "planned_steps": None,
+            "stop": spec.stop.model_dump(mode="json"),
+            "checkpoint": spec.checkpoint.model_dump(mode="json"), "corpus": corpus,
+            "base_model": None if spec.base_model is None
+            else spec.base_model.model_dump(mode="json"),
+            "campaign_dir": str(spec.campaign_dir), "resume": resume,
+            "config_hash": planned.config_hash, "max_steps": None,
+            "code_version": planned.task_source.code_version,
+            "task_source": planned.task_source.to_json()}
