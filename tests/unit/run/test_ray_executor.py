@@ -18,7 +18,8 @@ from flightplan.errors import ArgumentError, SpecError
 from flightplan.run.commands import make_executor
 from flightplan.run.executor import Job, LocalExecutor
 from flightplan.run.executor import lost_execution
-from flightplan.run.ray_executor import RayExecutor, RunHost
+from flightplan.run.ray_executor import RayExecutor
+from flightplan.run.ray_host import RunHost
 from flightplan.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[3]
