@@ -7,7 +7,8 @@ described by a **task record** that goes into the run's manifest entry (``runs.<
   "entry": "textclf", "code_version": "1", "source": null}`` (the installed flightplan's
   code; its ``CODE_VERSION`` is what the run id was made from);
 - a file or module task is copied to ``tasks/<hex[:12]>/`` (``hex``: the sha256 of its
-  ``code_version``) in the layout it is imported from: a file task as ``<name>.py``, a
+  ``code_version``) in the layout it is imported from: a file task as ``<name>.py`` (with
+  the campaign folder's modules it imports, at their paths in that folder), a
   module ``a.b.c`` as ``a/b/c.py`` or ``a/b/c/...`` with the ``__init__.py`` of its parent
   packages. The record::
 
@@ -41,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from flightplan.durable import write_atomic
-from flightplan.tasks.loader import BUILTIN_TASKS, hash_code
+from flightplan.tasks.loader import BUILTIN_TASKS, hash_code, task_files
 
 __all__ = ["KEPT_DIRNAME", "kept_folder", "keep_task_source", "check_kept", "task_record"]
 
@@ -74,8 +75,8 @@ def task_record(task: str, source: Mapping[str, Any] | None) -> dict[str, Any]:
 def _layout(source: Mapping[str, Any]) -> tuple[str, str, bool, list[tuple[Path, str]]]:
     """``(entry, code_root, package, [(file on disk, path inside the kept folder)])``."""
     root, files = Path(source["root"]), [str(f) for f in source["files"]]
-    if source["kind"] == "file":
-        return files[0], "", False, [(root / files[0], files[0])]
+    if source["kind"] == "file":  # the task file first, then the modules it imports
+        return files[0], "", False, [(root / f, f) for f in files]
     parts = str(source["module"]).split(".")
     package = "__init__.py" in files
     code_root = "/".join(parts if package else parts[:-1])
@@ -136,14 +137,17 @@ def keep_task_source(results: Path, source: Mapping[str, Any] | None, task: str
     return task_record(task, source) | {"not_kept": reason}, []
 
 
-def _entry_is_kept(record: Mapping[str, Any], code_root: str, files: list[str]) -> bool:
-    """Whether loading ``entry`` from the kept folder loads the hashed files, and no other
-    module (a file task: its one file; a module ``a.b.c``: ``a/b/c.py`` or package ``a/b/c``)."""
+def _entry_is_kept(record: Mapping[str, Any], kept: Path, code_root: str,
+                   files: list[str]) -> bool:
+    """Whether loading ``entry`` from the kept folder ``kept`` loads the hashed files, and
+    no other module of that folder (a file task: its file and the kept modules it imports,
+    :func:`~flightplan.tasks.loader.task_files`; a module ``a.b.c``: ``a/b/c.py`` or
+    package ``a/b/c``)."""
     entry = record.get("entry")
     if not isinstance(entry, str):
         return False
     if record.get("kind") == "file":
-        return code_root == "" and files == [entry]
+        return code_root == "" and sorted(task_files(kept, entry)) == sorted(files)
     parts = entry.split(".")
     if record.get("package"):
         return code_root == "/".join(parts) and "__init__.py" in files
@@ -168,7 +172,7 @@ def check_kept(results: Path, record: Mapping[str, Any]) -> list[str]:
             return [f"the task record's path {rel!r} is not a plain relative path"]
     if not folder.startswith(f"{KEPT_DIRNAME}/"):
         return [f"the task record's source {folder!r} is not under {KEPT_DIRNAME}/"]
-    if not _entry_is_kept(record, code_root, files):
+    if not _entry_is_kept(record, results / folder, code_root, files):
         return [f"the task record's entry {record.get('entry')!r} is not the kept code "
                 f"({code_root or '.'}: {', '.join(files)})"]
     try:

@@ -9,10 +9,13 @@ A run's ``task`` is one of:
 
 **Code identity** (part of every run id, ``docs/tasks.md``): a built-in task stands for its
 code with its ``CODE_VERSION``; a file task with ``sha256:<hex>`` of the file's bytes (what
-``sha256sum train.py`` prints); a module task with ``sha256:<hex>`` of the file's bytes
-when it is one file, or, for a package, of the listing ``"<sha256>  <relative path>\\n"``
-of every ``*.py`` file under the package folder sorted by path (what ``sha256sum`` prints
-for those files, sorted). Editing the code gives new run ids; unchanged code resumes.
+``sha256sum train.py`` prints) when it imports no module of the campaign folder, else of
+the listing ``"<sha256>  <relative path>\\n"`` of the task file and every module of the
+campaign folder it imports, directly or through one another (:func:`task_files`: found by
+reading the ``import`` statements, nothing is run); a module task with ``sha256:<hex>`` of
+the file's bytes when it is one file, or, for a package, of the listing of every ``*.py``
+file under the package folder sorted by path (what ``sha256sum`` prints for those files,
+sorted). Editing the code gives new run ids; unchanged code resumes.
 
 Usage::
 
@@ -23,6 +26,7 @@ Usage::
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -37,7 +41,7 @@ from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.protocol import HOOKS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing", "hash_code"]
+           "source_listing", "hash_code", "task_files"]
 
 
 
@@ -47,7 +51,8 @@ class TaskSource:
 
     ``ref``: as written in the campaign file; ``kind``: ``builtin``, ``file`` or
     ``module``; ``module_name``: what it is imported as; ``files``: the source files
-    hashed, relative to ``root`` (empty for a built-in task); ``code_version``: the
+    hashed, relative to ``root`` (empty for a built-in task; a file task's own file first,
+    then the campaign folder's modules it imports, :func:`task_files`); ``code_version``: the
     built-in ``CODE_VERSION`` or ``sha256:<hex>`` (module docstring).
     """
 
@@ -79,15 +84,59 @@ def source_listing(root: Path, files: tuple[str, ...]) -> str:
 
 
 def hash_code(root: Path, files: tuple[str, ...], *, package: bool) -> str:
-    """``sha256:<hex>`` of a task's code: the one file's bytes, or for a package the
-    :func:`source_listing` of its files (the module docstring's recipe).
+    """``sha256:<hex>`` of a task's code: the one file's bytes, or for a package or several
+    files the :func:`source_listing` of its files (the module docstring's recipe).
 
     Raises:
         OSError: a file cannot be read.
     """
-    if not package:
+    if not package and len(files) == 1:
         return "sha256:" + hashlib.sha256((root / files[0]).read_bytes()).hexdigest()
     return "sha256:" + hashlib.sha256(source_listing(root, files).encode("utf-8")).hexdigest()
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Top-level names of the absolute imports in the Python file ``path`` (anywhere in it,
+    also inside functions); none when it cannot be read or parsed (importing it will say
+    why)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def task_files(folder: Path, entry: str) -> tuple[str, ...]:
+    """The task file ``entry`` (relative to ``folder``) and every module of ``folder`` it
+    imports, directly or through one another: ``import x`` or ``from x import y`` where
+    ``folder/x.py`` is a file or ``folder/x/__init__.py`` a package (then all its ``*.py``).
+    The campaign folder is first on ``sys.path`` when the task runs, so these are the
+    modules it loads from there. Found by parsing; nothing is imported.
+
+    Returns:
+        Relative POSIX paths: ``entry`` first, the others sorted.
+    """
+    folder = Path(folder)
+    seen, todo = {entry}, [entry]
+    while todo:
+        for name in sorted(_imported_names(folder / todo.pop())):
+            if (folder / f"{name}.py").is_file():
+                found = [f"{name}.py"]
+            elif (folder / name / "__init__.py").is_file():
+                found = sorted(p.relative_to(folder).as_posix()
+                               for p in (folder / name).rglob("*.py")
+                               if "__pycache__" not in p.parts)
+            else:
+                continue
+            todo.extend(f for f in found if f not in seen)
+            seen.update(found)
+    return (entry, *sorted(seen - {entry}))
 
 
 def _file_module_name(path: Path, digest: str) -> str:
@@ -120,9 +169,12 @@ def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
             raise TaskError(f"no task file {path}; give a Python file relative to the campaign "
                             f"file, a module name, or a built-in task "
                             f"({', '.join(BUILTIN_TASKS)})", file=source, field=field, value=ref)
-        version = hash_code(path.parent, (path.name,), package=False)
-        return TaskSource(ref, "file", _file_module_name(path, version), path.parent,
-                          (path.name,), version)
+        files = task_files(campaign_dir, path.relative_to(campaign_dir).as_posix()) \
+            if path.is_relative_to(campaign_dir) else (path.name,)
+        root = campaign_dir if len(files) > 1 else path.parent
+        files = files if len(files) > 1 else (path.name,)
+        version = hash_code(root, files, package=False)
+        return TaskSource(ref, "file", _file_module_name(path, version), root, files, version)
     if not all(part.isidentifier() for part in ref.split(".")):
         raise TaskError(f"{ref!r} is not a built-in task ({', '.join(BUILTIN_TASKS)}), a .py "
                         f"file or a dotted module name; fix the run's task", file=source,

@@ -58,6 +58,41 @@ def test_a_file_task_is_kept_under_the_hash_of_its_code_version(campaign):
                               f"not the run's code_version {version}")
 
 
+def test_a_file_task_is_hashed_and_kept_with_the_modules_it_imports(campaign):
+    helpers = "SCALE = 2\n"
+    task = "import os\nimport helpers\nfrom whole.loop import train\n"
+    (campaign / "task.py").write_text(task, encoding="utf-8")
+    (campaign / "helpers.py").write_text(helpers, encoding="utf-8")
+    (campaign / "unrelated.py").write_text("x = 1\n", encoding="utf-8")
+    source = resolve_task("task.py", campaign)
+    assert source.root == campaign.resolve()
+    assert source.files == ("task.py", "helpers.py", "whole/__init__.py", "whole/loop.py")
+    listing = "".join(f"{_sha(text)}  {name}\n" for name, text in sorted([
+        ("task.py", task), ("helpers.py", helpers),
+        ("whole/__init__.py", "from whole.loop import train\n"), ("whole/loop.py", TRAIN)]))
+    assert source.code_version == "sha256:" + _sha(listing)   # sha256sum of the four, sorted
+    (campaign / "unrelated.py").write_text("x = 2\n", encoding="utf-8")
+    assert resolve_task("task.py", campaign).code_version == source.code_version
+    (campaign / "helpers.py").write_text("SCALE = 3\n", encoding="utf-8")
+    assert resolve_task("task.py", campaign).code_version != source.code_version
+    (campaign / "helpers.py").write_text(helpers, encoding="utf-8")
+
+    record, written, results = _keep(campaign, "task.py")
+    folder = kept_folder(source.code_version)
+    assert written == [f"{folder}/{name}" for name in sorted(source.files)]
+    assert record["entry"] == "task.py" and record["code_files"] == sorted(source.files)
+    assert check_kept(results, record) == []
+    # a kept module edited, or one more planted for the entry to import, is found
+    (results / folder / "helpers.py").write_text("SCALE = 4\n", encoding="utf-8")
+    (problem,) = check_kept(results, record)
+    assert problem.startswith("the kept source hashes to sha256:")
+    (results / folder / "helpers.py").write_text(helpers, encoding="utf-8")
+    (results / folder / "task.py").write_text(task + "import planted\n", encoding="utf-8")
+    (results / folder / "planted.py").write_text("", encoding="utf-8")
+    (problem,) = check_kept(results, record)
+    assert problem.startswith("the task record's entry 'task.py' is not the kept code")
+
+
 def test_a_module_keeps_its_parent_packages(campaign):
     record, written, results = _keep(campaign, "pkg.sub.mod")
     folder = record["source"]

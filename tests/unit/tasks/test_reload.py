@@ -131,3 +131,32 @@ def test_bad_arguments_exit_2(trained, tmp_path, capsys, args, message):
     args = [str(run_dir / "artifact") if a == "ART" else a for a in args]
     assert main([*args, "--out", str(tmp_path / "x.csv"), "--task-root", str(campaign)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_task_split_over_modules_reloads_from_its_kept_copy_alone(tmp_path):
+    from flightplan.tasks.archive import keep_task_source
+    from flightplan.tasks.loader import resolve_task
+
+    campaign = tmp_path / "camp"
+    campaign.mkdir()
+    (campaign / "regression_parts.py").write_text(TASK, encoding="utf-8")
+    (campaign / "task.py").write_text("from regression_parts import reload_predictions, train\n",
+                                      encoding="utf-8")
+    trial = Trial.local(campaign / "run", params={"lr": 0.3}, task="task.py")
+    load_task("task.py", campaign).train(trial)
+    trial.finish()
+    results = tmp_path / "results"
+    record, written = keep_task_source(results, resolve_task("task.py", campaign).to_json(),
+                                       "task.py")
+    assert sorted(Path(w).name for w in written) == ["regression_parts.py", "task.py"]
+    artifact = tmp_path / "artifact"
+    (campaign / "run" / "artifact").rename(artifact)
+    expected = (campaign / "run" / "predictions.csv").read_bytes()
+    for path in sorted(campaign.rglob("*"), reverse=True):   # the campaign folder is gone
+        path.unlink() if path.is_file() else path.rmdir()
+    out = tmp_path / "again.csv"
+    done = subprocess.run(reload_argv(record["entry"], str(artifact), str(out),
+                                      task_root=str(results / record["source"])),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == expected
