@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from flightplan.errors import ArgumentError
 from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec, check_spec_against_catalog,
                                      rental_price, suggest)
+from flightplan.plan.decision_rule import decision_rule
 from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
 from flightplan.plan.schedule import Schedule, Slot, Task, schedule
@@ -128,11 +129,13 @@ class PlanResult:
     def to_json(self) -> dict[str, Any]:
         """The ``flightplan plan --json`` object (keys of the JSON contract, plus
         ``total_price``, ``currency``, ``optimal``, ``lower_bound_hours``, ``people``,
-        ``extended`` and ``measured`` in hours, ``unquoted_offers``)."""
+        ``extended`` and ``measured`` in hours, ``unquoted_offers``, ``decision_rule``
+        (:mod:`flightplan.plan.decision_rule`))."""
         rental = self.spec.rental
         best = self.quote.recommendation
         return {
             "campaign": self.spec.campaign.name,
+            "decision_rule": decision_rule(self.spec),
             "offer": self.offer.name,
             "package_days": rental.package_days,
             "flights": rental.flights,

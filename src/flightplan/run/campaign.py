@@ -35,6 +35,7 @@ from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
+from flightplan.plan.decision_rule import check_rule_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import check_summary, run_data_check
@@ -130,6 +131,9 @@ class _Campaign:
     def prepare(self) -> None:
         spec, ledger = self.spec, self.ledger
         activity.doing("freezing the plan")
+        frozen = ledger.original_plan()
+        if frozen is not None:  # before anything is written
+            check_rule_unchanged(spec, frozen["plan"])
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())

@@ -348,3 +348,33 @@ def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_lef
     snapshot = json.loads(capsys.readouterr().out)
     run = next(r for r in snapshot["runs"] if r["run_id"] == left["run_id"])
     assert run["status"] == "pending" and run["reason"] == left["reason"]
+
+
+def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
+    from flightplan.close.commands import close_campaign
+    from flightplan.errors import SpecError
+
+    path = _spec(tmp_path)
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        frozen = ledger.original_plan()["plan"]["decision_rule"]
+        events = len(ledger.events())
+    assert frozen == {"metric": "macro_f1", "goal": "max", "min_gain": 0.05,
+                      "accept_at_least": 0.0}
+    text = path.read_text(encoding="utf-8")
+    assert "min_gain = 0.05" in text
+    path.write_text(text.replace("min_gain = 0.05", "min_gain = 0.0"), encoding="utf-8")
+    message = (f"{path}: campaign.min_gain: 0.0 differs from 0.05, frozen with the plan before "
+               f"the first run: the decision rule is written before the results are seen; "
+               f"restore 0.05, or ask the new question in a new campaign folder")
+    with pytest.raises(SpecError) as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert str(refused.value) == message and refused.value.exit_code == 2
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert len(ledger.events()) == events            # nothing was written
+        with pytest.raises(SpecError, match="campaign.min_gain: 0.0 differs from 0.05"):
+            close_campaign(load_spec(path), ledger)
+    # the question's wording may change: it decides nothing
+    path.write_text(text.replace('question = "', 'question = "Reworded: '), encoding="utf-8")
+    assert "Reworded" in path.read_text(encoding="utf-8")
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
