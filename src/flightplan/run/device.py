@@ -31,7 +31,7 @@ from typing import Any, ContextManager, Literal
 
 from flightplan.errors import ArgumentError
 
-__all__ = ["TORCH_THREADS", "THREADS_ENV", "DEVICE_ENV", "CUBLAS_ENV", "CUBLAS_WORKSPACE",
+__all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV", "CUBLAS_WORKSPACE",
            "PRECISIONS", "Precision", "torch_threads", "cpu_count", "cpu_slots", "device",
            "set_deterministic", "autocast", "grad_scaler"]
 
@@ -42,6 +42,9 @@ while other processes ran, two OpenMP threads spin-waiting for a descheduled pee
 one-review forward pass 40× slower (2.0 s vs 0.05 s with one thread) and a LoRA step 3×
 slower (29 s vs 10 s). The executor uses the other cores by running other runs at once."""
 THREADS_ENV = "FLIGHTPLAN_TORCH_THREADS"
+OMP_ENV = "OMP_NUM_THREADS"
+"""Set to the same count for a CPU worker (unless already set): OpenMP and BLAS of any
+library the task uses (numpy, scikit-learn) then share the run's cores too."""
 DEVICE_ENV = "FLIGHTPLAN_DEVICE"
 """``cpu`` keeps a run on the CPU even where a GPU is visible (a reload, a test)."""
 CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"

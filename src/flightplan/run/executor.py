@@ -38,7 +38,7 @@ from typing import Callable, Iterable
 from flightplan.durable import append_durable, write_json_atomic
 from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason
-from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, THREADS_ENV, cpu_slots,
+from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV, cpu_slots,
                                    torch_threads)
 
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
@@ -302,6 +302,7 @@ class LocalExecutor(Executor):
             env.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
         else:
             env[THREADS_ENV] = str(self.threads)
+            env.setdefault(OMP_ENV, str(self.threads))  # BLAS/OpenMP of any library too
         preexec = _die_with_parent if sys.platform == "linux" else None
         with open(RunDir(job.run_dir).log, "ab") as log:
             where = device if self._gpus else f"cpu, {self.threads} thread(s)"

@@ -5,7 +5,9 @@ for code that calls ``Trial.from_env()``, loads the task only then
 (:func:`flightplan.tasks.loader.load_task`: a built-in name, a file or a module, resolved
 against the campaign directory), checks that its code is the code the run id was made
 from (``task_source.code_version`` in trial.json), and calls its ``train(trial)``. If
-``train`` returns without calling ``trial.finish()``, the worker calls it.
+``train`` returns without calling ``trial.finish()``, the worker calls it. When the task's
+module imports torch, its intra-op threads are set to ``$FLIGHTPLAN_TORCH_THREADS``
+(default 1) before ``train``, so every task computes with the count its run records.
 
 Exit codes:
 
@@ -27,6 +29,7 @@ import sys
 import traceback
 
 from flightplan.errors import InputError, TrialPreempted, TrialStopped
+from flightplan.run.device import torch_threads
 from flightplan.run.preemption import EXIT_PREEMPTED, install_leave_handlers
 
 __all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED",
@@ -61,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             raise InputError(f"{args[0]}: task {trial.task!r} changed since its run id was "
                              f"made ({task.source.code_version} is not {expected}); run "
                              f"flightplan run again, which gives the new code a new run id")
+        if "torch" in sys.modules:  # the task's import loaded it: every task gets the count
+            sys.modules["torch"].set_num_threads(torch_threads())
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

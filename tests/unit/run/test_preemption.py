@@ -113,6 +113,9 @@ def test_a_worker_asked_to_leave_resumes_bitwise_identical(tmp_path):
     executor = LocalExecutor(slots=1, poll_s=0.05)
     [plain] = executor.run([_job(tmp_path / "plain", "p-1", steps=40, sleep_s=0.02)])
     assert plain.exit_code == 0
+    # a task that sets no thread count computes with the run's (default 1), BLAS too
+    assert json.loads((tmp_path / "plain" / "threads.json").read_text()) == {"torch": 1,
+                                                                            "omp": "1"}
     expected = (tmp_path / "plain" / "weights.bin").read_bytes()
 
     job = _job(tmp_path / "left", "l-1", steps=40, sleep_s=0.02)
