@@ -175,10 +175,10 @@ class RentalClock:
         ended = "ended" if left_s <= 0 else "ends"
         data = {"flight": flight, "needs_hours": round(needs_h, 4),
                 "hours_left": round(left_h, 4)}
-        before = (f"; runs leave it {self.leave_before_s / 60:.0f} min before its end"
-                  if self.leave_before_s and left_s > 0 else "")
-        what = (f"needs {needs_h:.2f} h but flight {flight} has {left_h:.2f} h left (its "
-                f"package {ended} {_iso(window.ends_at)}{before})")
+        leave = (f" + {self.leave_before_s / HOUR_S:.2f} h to leave before the end"
+                 if self.leave_before_s and left_s > 0 else "")
+        what = (f"needs {needs_h:.2f} h{leave} but flight {flight} has {left_h:.2f} h left "
+                f"(its package {ended} {_iso(window.ends_at)})")
         if self.past_end:
             self.ledger.add_event("past_end", run_id=run_id,
                                   data=dict(data, message=f"started with --past-end: {what}"))

@@ -253,10 +253,9 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
                                              "lora-r4-len128": "pending", "wild": "failed"}
     assert waiting["run_id"] not in fake.started
     ends = (started + dt.timedelta(hours=72)).strftime("%Y-%m-%d %H:%M UTC")
-    assert re.fullmatch(r"not started: needs 1[6-9]\.\d\d h but flight local has "
-                        r"(0\.9\d|1\.00) h left \(its package ends " + ends +
-                        r"; runs leave it 15 min before its end\); --past-end starts it "
-                        r"anyway", waiting["reason"])
+    assert re.fullmatch(r"not started: needs 1[6-9]\.\d\d h \+ 0\.25 h to leave before the "
+                        r"end but flight local has (0\.9\d|1\.00) h left \(its package ends "
+                        + ends + r"\); --past-end starts it anyway", waiting["reason"])
     assert "1 not started (the rental ends first; --past-end starts them)" in outcome.message
     with Ledger.open(tmp_path, create=False) as ledger:
         [flight] = ledger.events(kind="flight_started")
