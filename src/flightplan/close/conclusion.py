@@ -116,20 +116,33 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
         comparisons}``.
     """
     winners = [c for c in comparisons if c["verdict"] == "meets"]
-    unit = f"{min_gain:+g} {metric}" if goal == "max" else f"{-min_gain:+g} {metric} (lower is better)"
+    unit = f"{min_gain:+g} {metric}" + ("" if goal == "max" else " (lower is better: a gain is "
+                                                                "a lower value)")
     if winners:
-        names = ", ".join(f"{c['variant']} (gain {c['gain']:+.4f} over {c['reference']}, "
-                          f"95% CI of the difference [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}])"
-                          for c in winners)
+        names = ", ".join(f"{c['variant']} ({_gain_text(c, goal)})" for c in winners)
         verdict = f"Yes: {names} meets the threshold of {unit}."
     else:
-        unsure = [c["variant"] for c in comparisons if c["verdict"] == "inconclusive"]
+        unsure = [c for c in comparisons if c["verdict"] == "inconclusive"]
         missing = [c["variant"] for c in comparisons if c["verdict"] == "not_available"]
         verdict = f"No variant meets the threshold of {unit}."
-        if unsure:
-            verdict += (f" {', '.join(unsure)} reaches it on the point estimate, but its "
-                        f"confidence interval does not exclude a smaller gain.")
+        for c in unsure:
+            verdict += (f" {c['variant']} reaches it on the point estimate "
+                        f"({_gain_text(c, goal)}), but its confidence interval does not exclude "
+                        f"a smaller gain.")
         if missing:
             verdict += f" Not compared (no usable predictions): {', '.join(missing)}."
     return {"question": question, "metric": metric, "goal": goal, "min_gain": min_gain,
             "answer": "yes" if winners else "no", "verdict": verdict, "comparisons": comparisons}
+
+
+def _gain_text(comparison: dict[str, Any], goal: str) -> str:
+    """``gain +0.0586 over control, 95% CI of the difference [+0.0034, +0.1169]`` (goal
+    ``max``: the gain is the difference), or for goal ``min`` the interval of the gain
+    itself (the difference with its sign turned), so every figure reads the same way."""
+    if goal == "max":
+        interval = f"95% CI of the difference [{comparison['ci_low']:+.4f}, " \
+                   f"{comparison['ci_high']:+.4f}]"
+    else:
+        interval = f"95% CI of the gain [{-comparison['ci_high']:+.4f}, " \
+                   f"{-comparison['ci_low']:+.4f}]"
+    return f"gain {comparison['gain']:+.4f} over {comparison['reference']}, {interval}"

@@ -105,3 +105,22 @@ def test_no_variant_meets_the_threshold_is_stated():
     assert result["answer"] == "no"
     assert result["verdict"] == ("No variant meets the threshold of +0.05 macro_f1. Not compared "
                                  "(no usable predictions): len256.")
+
+
+def test_a_verdict_reads_one_way_when_lower_is_better_and_gives_an_unsure_gain():
+    # variant's nll 0.13 lower than the control's: difference −0.1302, its CI [−0.1704, −0.0878]
+    won = {"variant": "hidden-64", "reference": "control", "verdict": "meets", "gain": 0.1302,
+           "ci_low": -0.1704, "ci_high": -0.0878}
+    result = conclude(question="q?", metric="mean:nll", goal="min", min_gain=0.01,
+                      comparisons=[won])
+    assert result["verdict"] == (
+        "Yes: hidden-64 (gain +0.1302 over control, 95% CI of the gain [+0.0878, +0.1704]) "
+        "meets the threshold of +0.01 mean:nll (lower is better: a gain is a lower value).")
+    unsure = {"variant": "lora-r8", "reference": "control", "verdict": "inconclusive",
+              "gain": 0.0586, "ci_low": 0.0034, "ci_high": 0.1169}
+    result = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                      comparisons=[unsure])
+    assert result["verdict"] == (
+        "No variant meets the threshold of +0.05 macro_f1. lora-r8 reaches it on the point "
+        "estimate (gain +0.0586 over control, 95% CI of the difference [+0.0034, +0.1169]), "
+        "but its confidence interval does not exclude a smaller gain.")
