@@ -56,6 +56,36 @@ def test_plan_extend_does_not_fit_but_exits_0_and_says_so(tmp_path: Path) -> Non
     assert data["recommendation"]["total_price"] == "94.28"
 
 
+def test_a_package_that_started_says_how_much_is_left_and_whether_the_plan_fits_it(
+        tmp_path: Path) -> None:
+    import datetime as dt
+
+    from flightplan.plan.campaign_plan import plan_campaign
+    from flightplan.plan.commands import time_left
+    from flightplan.spec import load_spec
+
+    # the illustration needs 48 h of its 72 h package; the package started 30 h ago
+    started = dt.datetime(2026, 12, 1, 9, 0, tzinfo=dt.timezone.utc)
+    text = ILLUSTRATION.replace("package_days = 3",
+                                f'package_days = 3\nstarted = "{started.isoformat()}"')
+    spec = load_spec(_write(tmp_path, text))
+    plan = plan_campaign(spec)
+    at = started.timestamp() + 30 * 3600
+    assert time_left(spec, plan, now=at) == {"hours_left": 42.0, "fits_time_left": False}
+    assert time_left(spec, plan, now=at - 10 * 3600) == {"hours_left": 52.0,
+                                                         "fits_time_left": True}
+    assert time_left(spec, plan, now=started.timestamp() - 3600) == {"hours_left": 72.0,
+                                                                     "fits_time_left": True}
+    assert time_left(spec, plan, now=at + 100 * 3600)["hours_left"] == 0.0
+    assert time_left(load_spec(_write(tmp_path, ILLUSTRATION, "plain.toml")), plan) == {}
+    # the command prints it, with the hours left at the real clock
+    result = _invoke(["plan", str(tmp_path / "campaign.toml")])
+    assert result.exit_code == 0, result.stderr
+    assert "the package started 2026-12-01T09:00:00+00:00: " in result.stdout
+    data = json.loads(_invoke(["plan", str(tmp_path / "campaign.toml"), "--json"]).stdout)
+    assert set(data) >= {"hours_left", "fits_time_left", "decision_rule"}
+
+
 BAD_SPECS = {
     "after names an unknown stage": ('after = ["install"]', 'after = ["instal"]',
                                      "stage[1].after: 'instal' is not a stage or run; did you mean 'install'?"),

@@ -8,7 +8,9 @@ says by how many hours it is over.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,10 +22,10 @@ from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
 from flightplan.plan.quote import Quote, quote_for_job
-from flightplan.spec import load_spec
+from flightplan.spec import CampaignSpec, load_spec
 from flightplan.units import Duration, parse_extension
 
-__all__ = ["plan_command", "quote_command", "parse_extensions"]
+__all__ = ["plan_command", "quote_command", "parse_extensions", "time_left"]
 
 
 def parse_extensions(texts: list[str]) -> dict[str, Duration]:
@@ -61,11 +63,12 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         except OSError as exc:
             raise ArgumentError(f"--gantt {gantt}: cannot write it ({exc.strerror or exc}); "
                                 f"give a path in a writable folder") from None
+    left = time_left(spec, result)
     if as_json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps(result.to_json() | left))
         return 0
     console = _console()
-    _print_plan(console, result)
+    _print_plan(console, result, left)
     if gantt is not None:
         console.print(f"Gantt chart written to {escape(str(gantt))}")
     return 0
@@ -77,13 +80,32 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=120)
 
 
+def time_left(spec: CampaignSpec, result: PlanResult, *, now: float | None = None
+              ) -> dict[str, Any]:
+    """With ``[rental] started``: ``{hours_left, fits_time_left}``, the hours left of the
+    package at ``now`` (unix s; default now; 0 once it ended, the whole window before it
+    starts) and whether the plan's makespan fits in them; ``{}`` without a start."""
+    started = spec.rental.started
+    if started is None:
+        return {}
+    now = time.time() if now is None else now
+    left_s = min(result.window_s, max(0.0, started.timestamp() + result.window_s - now))
+    return {"hours_left": round(left_s / 3600, 4),
+            "fits_time_left": result.schedule.makespan_s <= left_s}
+
+
+def _hours(value: float) -> str:
+    """Hours for reading: two decimals at most (``0.06``, ``71.9``, ``72``)."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def fit_line(reserved_s: int, window_s: int) -> str:
     """``"fits: 24.0 h uncommitted"`` or ``"does not fit: 6.0 h over"``."""
     left = (window_s - reserved_s) / 3600
     return f"fits: {left:.1f} h uncommitted" if left >= 0 else f"does not fit: {-left:.1f} h over"
 
 
-def _print_plan(console: Console, result: PlanResult) -> None:
+def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> None:
     spec, rental, schedule = result.spec, result.spec.rental, result.schedule
     flights = f"{rental.flights} flight" + ("s" if rental.flights > 1 else "")
     console.print(f"[bold]{escape(spec.campaign.name)}[/bold]: {escape(spec.campaign.question)}")
@@ -95,11 +117,19 @@ def _print_plan(console: Console, result: PlanResult) -> None:
     console.print(gantt_table(schedule, window_s=result.window_s))
     verdict = fit_line(schedule.makespan_s, result.window_s)
     style = "green" if result.fits else "bold red"
-    console.print(f"reserved {result.reserved_hours:g} h of a {result.window_hours:g} h window: "
-                  f"[{style}]{verdict}[/{style}]")
-    console.print(f"GPU busy {schedule.gpu_seconds / 3600:g} GPU·h; person {schedule.person_seconds / 3600:g} h"
-                  + ("" if schedule.optimal else
-                     f" (schedule not proven shortest; lower bound {schedule.lower_bound_s / 3600:g} h)"))
+    console.print(f"reserved {_hours(result.reserved_hours)} h of a {_hours(result.window_hours)} h "
+                  f"window: [{style}]{verdict}[/{style}]")
+    if left:
+        over = result.reserved_hours - left["hours_left"]
+        style = "green" if left["fits_time_left"] else "bold red"
+        text = (f"fits: {_hours(-over)} h to spare" if left["fits_time_left"]
+                else f"does not fit: {_hours(over)} h over")
+        console.print(f"the package started {rental.started.isoformat()}: "
+                      f"{_hours(left['hours_left'])} h left now: [{style}]{text}[/{style}]")
+    console.print(f"GPU busy {_hours(schedule.gpu_seconds / 3600)} GPU·h; person "
+                  f"{_hours(schedule.person_seconds / 3600)} h"
+                  + ("" if schedule.optimal else f" (schedule not proven shortest; lower bound "
+                                                 f"{_hours(schedule.lower_bound_s / 3600)} h)"))
     _print_options(console, result.quote, title="Options (→ recommended, * your rental)",
                    chosen=(rental.offer, rental.package_days, rental.flights))
     for name in result.quote.unquoted:
