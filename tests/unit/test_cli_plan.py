@@ -86,6 +86,25 @@ def test_a_package_that_started_says_how_much_is_left_and_whether_the_plan_fits_
     assert set(data) >= {"hours_left", "fits_time_left", "decision_rule"}
 
 
+def test_plan_finds_a_missing_task_file_or_train_without_running_the_task(tmp_path: Path
+                                                                          ) -> None:
+    text = ILLUSTRATION.replace('name = "control"\n', 'name = "control"\ntask = "train.py"\n', 1)
+    path = _write(tmp_path, text)
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {path}: run[0].task: no task file {tmp_path.resolve() / 'train.py'}; give a "
+        f"Python file relative to the campaign file, a module name, or a built-in task "
+        f"(textclf)")
+    # it binds no train: found by parsing; the marker proves nothing of it ran
+    (tmp_path / "train.py").write_text("open('ran', 'w').close()\ndef trian(trial):\n    pass\n")
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2 and "defines no function train(trial)" in result.stderr
+    assert not (tmp_path / "ran").exists()
+    (tmp_path / "train.py").write_text("from helpers import train\n")
+    assert _invoke(["plan", str(path)]).exit_code == 0
+
+
 BAD_SPECS = {
     "after names an unknown stage": ('after = ["install"]', 'after = ["instal"]',
                                      "stage[1].after: 'instal' is not a stage or run; did you mean 'install'?"),

@@ -23,6 +23,7 @@ from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
 from flightplan.plan.quote import Quote, quote_for_job
 from flightplan.spec import CampaignSpec, load_spec
+from flightplan.tasks.loader import check_task
 from flightplan.units import Duration, parse_extension
 
 __all__ = ["plan_command", "quote_command", "parse_extensions", "time_left"]
@@ -51,10 +52,13 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         0, also when the plan does not fit the window (the output says so).
 
     Raises:
-        SpecError, CatalogError: bad campaign or catalog. ArgumentError: a bad ``--extend``
-            (format or unknown name) or a ``--gantt`` path that cannot be written.
+        SpecError, CatalogError: bad campaign or catalog. TaskError: a run's task is not
+            found or binds no ``train`` (checked without running it). ArgumentError: a bad
+            ``--extend`` (format or unknown name) or a ``--gantt`` path that cannot be written.
     """
     spec = load_spec(spec_path)
+    for index, run in enumerate(spec.runs):
+        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
     result = plan_campaign(spec, extend=parse_extensions(extend))
     if gantt is not None:
         png = gantt_png(result.schedule, window_s=result.window_s, title=spec.campaign.name)

@@ -41,7 +41,7 @@ from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.protocol import HOOKS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing", "hash_code", "task_files"]
+           "source_listing", "hash_code", "task_files", "check_task"]
 
 
 
@@ -320,12 +320,58 @@ def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
                         f"the task's code", file=source, field=field, value=ref) from None
     for name in REQUIRED:
         if not callable(getattr(module, name, None)):
-            raise TaskError(f"task {ref!r} defines no function {name}(trial); every task "
-                            f"defines def {name}(trial): ... (docs/tasks.md)", file=source,
-                            field=field, value=ref)
+            raise _missing(ref, name, field=field, source=source)
     for name in HOOKS:
         if hasattr(module, name) and not callable(getattr(module, name)):
             raise TaskError(f"task {ref!r}: {name} is not a function; define "
                             f"{hook_signature(name)} or remove it", file=source, field=field,
                             value=ref)
     return LoadedTask(found, module)
+
+
+def _missing(ref: str, name: str, *, field: str, source: str | None) -> TaskError:
+    return TaskError(f"task {ref!r} defines no function {name}(trial); every task defines "
+                     f"def {name}(trial): ... (docs/tasks.md)", file=source, field=field,
+                     value=ref)
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """Names a Python file binds at its top level (functions, classes, imports,
+    assignments), or None when it cannot be parsed (importing it will say why)."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
+               source: str | None = None) -> None:
+    """What can be checked of a task without running it (``flightplan plan`` imports no
+    task code): it is found (:func:`resolve_task`), and a file or one-file module task
+    binds ``train`` at its top level (by parsing it; ``from x import *`` and packages are
+    left to the import at ``flightplan run``).
+
+    Raises:
+        TaskError: not found, or no top-level ``train``.
+    """
+    if str(ref).strip() in BUILTIN_TASKS:
+        return
+    found = resolve_task(ref, campaign_dir, field=field, source=source)
+    if found.root is None or (found.kind == "module" and "__init__.py" in found.files):
+        return
+    names = _top_level_names(found.root / found.files[0])
+    if names is None or "*" in names:
+        return
+    for name in REQUIRED:
+        if name not in names:
+            raise _missing(ref, name, field=field, source=source)
