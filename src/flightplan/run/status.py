@@ -183,7 +183,9 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
         for n in notes:
             out += _with_reason(f"  {clock(n['at'], now=now)}  {n['name']}", n["text"],
                                 width=width, indent=6)
-    events = (snapshot.get("events") or [])[-_EVENTS_SHOWN:]
+    # in time order: a run's checkpoint events reach the ledger when it ends, after the
+    # events of runs that went on beside it
+    events = sorted(snapshot.get("events") or [], key=lambda e: e["at"] or 0.0)[-_EVENTS_SHOWN:]
     if events:
         out += ["", "last events"]
         rows = [[clock(e["at"], now=now), e.get("run_id") or "-", e["kind"]] for e in events]

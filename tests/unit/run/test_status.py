@@ -166,3 +166,13 @@ def test_the_flights_section_shows_each_package_and_the_hours_left():
         "([rental] started)",
         "  0a1b2c3d4e5f (127.0.0.1)         ended  ends 09:00:00          started 2026-11-27 "
         "09:00 (its first run)"]
+
+
+def test_last_events_are_shown_in_time_order():
+    # a run's checkpoint event reaches the ledger when the run ends, after a later start
+    late = {"at": at(1, 5, 7, 10), "run_id": "lora-r4-d38c81b171", "kind": "checkpoint_saved"}
+    snapshot = dict(SNAPSHOT, events=SNAPSHOT["events"] + [late])
+    lines = status_lines(snapshot, metric="macro_f1", width=120, now=NOW)
+    shown = lines[lines.index("last events") + 1:]
+    kinds = [line.split()[-1] for line in shown if line.strip()]
+    assert kinds[-3:] == ["data_check", "checkpoint_saved", "started"]
