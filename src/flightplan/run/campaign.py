@@ -323,6 +323,9 @@ class _Campaign:
                 return False
             left = self.rental.window(flight).hours_left(time.time())
             self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
+            last = self.ledger.events(job.run_id)[-1:]
+            if last and last[0]["kind"] == "past_end":
+                self.say(f"{planned.run.name} ({job.run_id}): {last[0]['data']['message']}")
             return True
 
         def start(job: Job) -> None:

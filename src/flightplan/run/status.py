@@ -157,7 +157,8 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     if flights:
         out += ["", "flights (packages)"]
         rows = [[f["flight"], f"{f['hours_left']:.2f} h left" if f["hours_left"] > 0
-                 else "ended", f"ends {clock(f['ends_at'], now=now)}",
+                 else "ended", ("ends " if f["hours_left"] > 0 else "at ")
+                 + clock(f["ends_at"], now=now),
                  f"started {clock(f['started_at'], now=now)} "
                  + ("([rental] started)" if f["source"] == "spec" else "(its first run)")]
                 for f in flights]

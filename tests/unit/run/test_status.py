@@ -158,13 +158,13 @@ def test_the_flights_section_shows_each_package_and_the_hours_left():
         "flights (packages)",
         # 65 cells before the last column: 14 of it and "…" fit in 80
         "  local                     67.12 h left  ends 2026-12-04 05:06  started 05:06:…",
-        "  0a1b2c3d4e5f (127.0.0.1)         ended  ends 09:00:00          started 2026-1…"]
+        "  0a1b2c3d4e5f (127.0.0.1)         ended  at 09:00:00            started 2026-1…"]
     wide = status_lines(dict(SNAPSHOT, flights=flights), metric="macro_f1", width=120, now=NOW)
     start = wide.index("flights (packages)")
     assert wide[start + 1:start + 3] == [
         "  local                     67.12 h left  ends 2026-12-04 05:06  started 05:06:57 "
         "([rental] started)",
-        "  0a1b2c3d4e5f (127.0.0.1)         ended  ends 09:00:00          started 2026-11-27 "
+        "  0a1b2c3d4e5f (127.0.0.1)         ended  at 09:00:00            started 2026-11-27 "
         "09:00 (its first run)"]
 
 
