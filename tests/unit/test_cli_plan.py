@@ -61,7 +61,6 @@ def test_a_package_that_started_says_how_much_is_left_and_whether_the_plan_fits_
     import datetime as dt
 
     from flightplan.plan.campaign_plan import plan_campaign
-    from flightplan.plan.commands import time_left
     from flightplan.spec import load_spec
 
     # the illustration needs 48 h of its 72 h package; the package started 30 h ago
@@ -71,13 +70,13 @@ def test_a_package_that_started_says_how_much_is_left_and_whether_the_plan_fits_
     spec = load_spec(_write(tmp_path, text))
     plan = plan_campaign(spec)
     at = started.timestamp() + 30 * 3600
-    assert time_left(spec, plan, now=at) == {"hours_left": 42.0, "fits_time_left": False}
-    assert time_left(spec, plan, now=at - 10 * 3600) == {"hours_left": 52.0,
+    assert plan.time_left(now=at) == {"hours_left": 42.0, "fits_time_left": False}
+    assert plan.time_left(now=at - 10 * 3600) == {"hours_left": 52.0,
                                                          "fits_time_left": True}
-    assert time_left(spec, plan, now=started.timestamp() - 3600) == {"hours_left": 72.0,
+    assert plan.time_left(now=started.timestamp() - 3600) == {"hours_left": 72.0,
                                                                      "fits_time_left": True}
-    assert time_left(spec, plan, now=at + 100 * 3600)["hours_left"] == 0.0
-    assert time_left(load_spec(_write(tmp_path, ILLUSTRATION, "plain.toml")), plan) == {}
+    assert plan.time_left(now=at + 100 * 3600)["hours_left"] == 0.0
+    assert plan_campaign(load_spec(_write(tmp_path, ILLUSTRATION, "plain.toml"))).time_left() == {}
     # the command prints it, with the hours left at the real clock
     result = _invoke(["plan", str(tmp_path / "campaign.toml")])
     assert result.exit_code == 0, result.stderr

@@ -12,6 +12,7 @@ Usage::
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -120,6 +121,19 @@ class PlanResult:
     def fits(self) -> bool:
         """The schedule ends within the window."""
         return self.schedule.makespan_s <= self.window_s
+
+    def time_left(self, *, now: float | None = None) -> dict[str, Any]:
+        """With ``[rental] started``: ``{hours_left, fits_time_left}``, the hours left of
+        the package at ``now`` (unix s; default now; 0 once it ended, the whole window
+        before it starts) and whether the makespan fits in them; ``{}`` without a start
+        (then the package starts at its first run)."""
+        started = self.spec.rental.started
+        if started is None:
+            return {}
+        now = time.time() if now is None else now
+        left_s = min(self.window_s, max(0.0, started.timestamp() + self.window_s - now))
+        return {"hours_left": round(left_s / 3600, 4),
+                "fits_time_left": self.schedule.makespan_s <= left_s}
 
     @property
     def price(self) -> Money:

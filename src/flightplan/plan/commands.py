@@ -8,7 +8,6 @@ says by how many hours it is over.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,11 @@ from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
 from flightplan.plan.quote import Quote, quote_for_job
-from flightplan.spec import CampaignSpec, load_spec
+from flightplan.spec import load_spec
 from flightplan.tasks.loader import check_task
 from flightplan.units import Duration, parse_extension
 
-__all__ = ["plan_command", "quote_command", "parse_extensions", "time_left"]
+__all__ = ["plan_command", "quote_command", "parse_extensions"]
 
 
 def parse_extensions(texts: list[str]) -> dict[str, Duration]:
@@ -67,7 +66,7 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         except OSError as exc:
             raise ArgumentError(f"--gantt {gantt}: cannot write it ({exc.strerror or exc}); "
                                 f"give a path in a writable folder") from None
-    left = time_left(spec, result)
+    left = result.time_left()
     if as_json:
         print(json.dumps(result.to_json() | left))
         return 0
@@ -82,20 +81,6 @@ def _console() -> Console:
     """The terminal's console, or 120 columns when the output is a pipe or a file."""
     console = Console()
     return console if console.is_terminal else Console(width=120)
-
-
-def time_left(spec: CampaignSpec, result: PlanResult, *, now: float | None = None
-              ) -> dict[str, Any]:
-    """With ``[rental] started``: ``{hours_left, fits_time_left}``, the hours left of the
-    package at ``now`` (unix s; default now; 0 once it ended, the whole window before it
-    starts) and whether the plan's makespan fits in them; ``{}`` without a start."""
-    started = spec.rental.started
-    if started is None:
-        return {}
-    now = time.time() if now is None else now
-    left_s = min(result.window_s, max(0.0, started.timestamp() + result.window_s - now))
-    return {"hours_left": round(left_s / 3600, 4),
-            "fits_time_left": result.schedule.makespan_s <= left_s}
 
 
 def _hours(value: float) -> str:

@@ -233,7 +233,8 @@ class _Campaign:
             return {k: last[k] for k in ("decision", "computed", "overridden", "dropped")} | {
                 "reason": last["figures"].get("reason", ""), "kept_from_earlier_run": True}
         durations, estimates = self._re_estimates(pilot)
-        plan = plan_campaign(self.spec, catalog=self.catalog, durations=durations).to_json()
+        plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
+        plan = plan_result.to_json()
         version = self.ledger.add_plan_version(plan, reason="re-estimated from the pilot")
         done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
@@ -250,8 +251,13 @@ class _Campaign:
         self.ledger.add_decision(decision=chosen, computed=computed.decision, figures=figures,
                                  dropped=dropped)
         verb = chosen + (f" (computed: {computed.decision})" if chosen != computed.decision else "")
+        left = plan_result.time_left()
         self.say(f"decision: {verb}: {computed.reason}"
-                 + (f"; dropping {', '.join(dropped)}" if dropped else ""))
+                 + (f"; dropping {', '.join(dropped)}" if dropped else "")
+                 + (f"; the package started {self.spec.rental.started:%Y-%m-%d %H:%M %Z} has "
+                    f"{left['hours_left']:.2f} h left" + ("" if left["fits_time_left"] else
+                                                         ": runs that cannot finish in them "
+                                                         "are not started") if left else ""))
         return {"decision": chosen, "computed": computed.decision,
                 "overridden": chosen != computed.decision, "dropped": dropped,
                 "reason": computed.reason, "plan_version": version,
