@@ -19,7 +19,7 @@ Params: ``max_length`` (tokens), ``lr`` (AdamW peak, linear decay), ``epochs``,
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -33,7 +33,8 @@ from flightplan.integrations.transformers import write_outputs
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.data import clean_text
 from flightplan.tasks.textclf.inference import classification_metrics
-from flightplan.tasks.textclf.model import base_revision, model_dir
+from flightplan.tasks.textclf.model import base_revision as model_revision
+from flightplan.tasks.textclf.model import model_dir
 
 def _encode(tokenizer: Any, examples: list, labels: list[str], max_length: int) -> list[dict]:
     texts = [clean_text(e) for e in examples]      # the review without its quotes and entities
@@ -42,6 +43,13 @@ def _encode(tokenizer: Any, examples: list, labels: list[str], max_length: int) 
     return [{"input_ids": ids, "attention_mask": mask, "labels": labels.index(e.label),
              "n_tokens": len(whole)}
             for e, ids, mask, whole in zip(examples, cut["input_ids"], cut["attention_mask"], full)]
+
+
+def base_revision(base_model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The hook: the exact base model (package, version, weights sha256), part of run ids."""
+    section = base_model if isinstance(base_model, BaseModelSection) \
+        else BaseModelSection.model_validate(base_model or {})
+    return model_revision(section)
 
 
 def train(trial: Any) -> None:
@@ -106,7 +114,7 @@ def train(trial: Any) -> None:
     scores = classification_metrics([labels.index(e.label) for e in corpus.test],
                                     probs.argmax(dim=1).tolist(), labels)
     write_outputs(trial, trainer, predictions=predictions, metrics=scores,
-                  base_revision=base_revision(base),
+                  base_revision=model_revision(base),
                   extra={"labels": labels, "max_length": params["max_length"]})
     trial.evaluate(max(trainer.state.global_step - 1, 0), macro_f1=scores["macro_f1"])
 
@@ -142,7 +150,7 @@ def load_artifact(artifact_dir: Path | str) -> Predictor:
     config = json.loads((artifact_dir / "artifact.json").read_text())
     recorded = config["base_revision"]
     base = BaseModelSection(package=recorded["package"])
-    if base_revision(base) != recorded:
+    if model_revision(base) != recorded:
         raise ValueError(f"{artifact_dir}: the installed {recorded['package']} is not the base "
                          f"this run trained on ({recorded}); install that version")
     folder = str(model_dir(base))

@@ -30,6 +30,7 @@ import ast
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any, Literal, Mapping
 
 from flightplan.errors import TaskError
 from flightplan.tasks import BUILTIN_TASKS
-from flightplan.tasks.protocol import HOOKS, REQUIRED, hook_signature
+from flightplan.tasks.protocol import CALLS, HOOKS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
            "source_listing", "hash_code", "task_files", "check_task"]
@@ -326,7 +327,35 @@ def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
             raise TaskError(f"task {ref!r}: {name} is not a function; define "
                             f"{hook_signature(name)} or remove it", file=source, field=field,
                             value=ref)
+    for name in (*REQUIRED, *HOOKS):
+        function = getattr(module, name, None)
+        if callable(function) and not _accepts_call(function, name):
+            call = hook_signature(name) if name in HOOKS else f"{name}(trial)"
+            raise TaskError(f"task {ref!r}: {name}{_signature_text(function)} cannot be called "
+                            f"as flightplan calls it, {call}; fix its parameters, or rename it "
+                            f"if it is a helper of your own", file=source, field=field,
+                            value=ref)
     return LoadedTask(found, module)
+
+
+def _accepts_call(function: Any, name: str) -> bool:
+    """Whether ``function`` accepts the call flightplan makes to ``name``
+    (:data:`flightplan.tasks.protocol.CALLS`); True when its signature cannot be read."""
+    positional, keywords = CALLS[name]
+    try:
+        inspect.signature(function).bind(*positional, **{k: None for k in keywords})
+    except TypeError:
+        return False
+    except ValueError:  # no signature (a builtin): let the call decide
+        return True
+    return True
+
+
+def _signature_text(function: Any) -> str:
+    try:
+        return str(inspect.signature(function))
+    except (TypeError, ValueError):
+        return "(...)"
 
 
 def _missing(ref: str, name: str, *, field: str, source: str | None) -> TaskError:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-__all__ = ["Task", "REQUIRED", "HOOKS", "hook_signature"]
+__all__ = ["Task", "REQUIRED", "HOOKS", "CALLS", "hook_signature"]
 
 
 @runtime_checkable
@@ -64,6 +64,17 @@ HOOKS: Mapping[str, str] = {
     "pilot_examples": "pilot_examples(params, steps) -> int or None",
 }
 """Optional hooks and their signatures (for error messages and docs)."""
+
+CALLS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "train": (("trial",), ()),
+    "reload_predictions": (("artifact_dir", "out"), ("campaign_dir", "limit")),
+    "base_revision": (("base_model", "params"), ()),
+    "data_check": (("corpus", "params_by_run", "base_model"), ()),
+    "estimate_run": (("pilot", "data_check", "params"), ("tolerated_loss_s", "mtbi_s")),
+    "pilot_examples": (("params", "steps"), ()),
+}
+"""How flightplan calls each function: ``(positional arguments, keyword arguments)``; the
+loader checks that a task's function accepts that call before anything runs."""
 
 
 def hook_signature(name: str) -> str:

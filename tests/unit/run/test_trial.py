@@ -231,6 +231,15 @@ def test_worker_bad_input_is_exit_2(tmp_path, capsys):
     assert worker.main([str(_write(tmp_path, task="nothing.py",
                                    campaign_dir=str(tmp_path)))]) == 2
     assert "defines no function train(trial)" in capsys.readouterr().err
+    # a helper imported under a hook's name, with another signature: refused at load
+    (tmp_path / "helper.py").write_text("def train(trial):\n    pass\n\n"
+                                        "def base_revision(section):\n    return None\n")
+    assert worker.main([str(_write(tmp_path, task="helper.py",
+                                   campaign_dir=str(tmp_path)))]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "task 'helper.py': base_revision(section) cannot be called as flightplan calls it, "
+        "base_revision(base_model, params) -> JSON value or None; fix its parameters, or "
+        "rename it if it is a helper of your own")
     (tmp_path / "trial.json").write_text("[]")
     child = subprocess.run([sys.executable, "-m", "flightplan.run.worker", str(tmp_path / "trial.json")],
                            capture_output=True, text=True, timeout=120)
