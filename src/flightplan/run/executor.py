@@ -96,8 +96,9 @@ class Interruption:
         lost_s: seconds of work lost: since the checkpoint's save (or the start).
         resumes: True when the executor starts it again (from ``checkpoint``, or from 0
             when it never saved one); False when it saved some but none came home.
-        cause: ``"flight_lost"`` (the machine went away) or ``"package_end"`` (the run
-            left its flight before the package's end, :mod:`flightplan.run.preemption`).
+        cause: ``"flight_lost"`` (the machine went away), ``"package_end"`` (the run left
+            its flight before the package's end, :mod:`flightplan.run.preemption`) or
+            ``"preempted"`` (it left when something else sent SIGUSR1: SLURM, a spot notice).
     """
 
     run_id: str
@@ -178,7 +179,7 @@ def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
         job: the run.   node: where it ran.   reason: one line (the error seen, or why it
         left).   started_at: unix start of the execution.   saved_any: a ``checkpoint``
         row came home from it.   now: unix time of the end (default: now).
-        cause: ``"flight_lost"`` or ``"package_end"`` (:class:`Interruption`).
+        cause: ``"flight_lost"``, ``"package_end"`` or ``"preempted"`` (:class:`Interruption`).
     """
     now = time.time() if now is None else now
     complete, _ = list_checkpoints(RunDir(job.run_dir).checkpoints)
