@@ -19,14 +19,13 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 from rich.console import Console
 
@@ -34,6 +33,7 @@ from flightplan import activity
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
+from flightplan.integrations.mlflow_live import mirror_runs
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.decision_rule import check_rule_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
@@ -343,6 +343,7 @@ class _Campaign:
             self.say(f"{row['name']} ({result.run_id}): {row['status']}"
                      + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
                         if row.get("metric") is not None else "")
+                     + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
                      + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                      + (f"; {row['reason']}" if row.get("reason") else ""))
 
@@ -414,18 +415,6 @@ class _Campaign:
         activity.doing(what, done=progress.completed, total=progress.total, unit="steps")
 
 
-def _live_tracking(spec: CampaignSpec, tracking_uri: str | None) -> ContextManager[Any]:
-    """The MLflow mirror of the runs, or nothing when no tracking URI is set."""
-    uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
-    if not uri:
-        return contextlib.nullcontext()
-    from flightplan.integrations.mlflow_live import mirror_runs
-
-    experiment = (spec.tracking.experiment if spec.tracking else None) or spec.campaign.name
-    return mirror_runs(spec.campaign_dir, uri, experiment=experiment,
-                       say=lambda line: print(line, file=sys.stderr))
-
-
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
                  quiet: bool = False, restart: list[str] = (),
@@ -464,8 +453,11 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     for run in spec.runs:
         load_run_task(run, spec)
     console = console or Console()
+    uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
+    experiment = (spec.tracking.experiment if spec.tracking else None) or spec.campaign.name
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
-            _live_tracking(spec, tracking_uri), \
+            mirror_runs(spec.campaign_dir, uri, experiment=experiment,
+                        say=lambda line: print(line, file=sys.stderr)), \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, decide=decide,
                              executor=executor or LocalExecutor(),

@@ -170,7 +170,9 @@ class RunRecorder:
                                    extra_events=self._events(planned))
 
     def row(self, planned: "PlannedRun", *, exit_code: int | None = None) -> dict[str, Any]:
-        """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason}``."""
+        """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason,
+        resumed_from}`` (``resumed_from``: the checkpoint its latest execution resumed
+        from, or None)."""
         entry = self.ledger.run(planned.run_id) or {}
         status = entry.get("status", "pending")
         reason = ""
@@ -184,7 +186,18 @@ class RunRecorder:
             reason = "cut at the decision point"
         return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
                 "status": status, "metric": entry.get("metric"), "wall_s": entry.get("wall_s"),
-                "stop": entry.get("stop"), "reason": reason}
+                "stop": entry.get("stop"), "reason": reason,
+                "resumed_from": self._resumed_from(planned.run_id)}
+
+    def _resumed_from(self, run_id: str) -> str | None:
+        """The checkpoint the run's latest execution restored (its ``checkpoint_verified``
+        event after the last ``resumed``), or None when it started from step 0."""
+        events = self.ledger.events(run_id)
+        starts = [i for i, e in enumerate(events) if e["kind"] in ("started", "resumed")]
+        if not starts or events[starts[-1]]["kind"] != "resumed":
+            return None
+        return next(((e["data"] or {}).get("source") for e in events[starts[-1]:]
+                     if e["kind"] == "checkpoint_verified"), None)
 
     def _last_exit(self, run_id: str) -> Any:
         failed = self.ledger.events(run_id, kind="failed")

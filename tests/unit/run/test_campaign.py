@@ -214,7 +214,8 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
     outcome = run_campaign(load_spec(_spec(tmp_path)), executor=FakeExecutor(lose={"control"}),
                            quiet=True)
     control = next(r for r in outcome.runs if r["name"] == "control")
-    assert control["status"] == "finished"
+    assert control["status"] == "finished" and control["resumed_from"] == "step-000001"
+    assert next(r for r in outcome.runs if r["name"] == "lora-r4")["resumed_from"] is None
     with Ledger.open(tmp_path, create=False) as ledger:
         events = ledger.events(control["run_id"])
         run = ledger.run(control["run_id"])
