@@ -27,8 +27,9 @@ What :func:`fit` adds to Lightning:
   or every ``every_n_steps`` optimizer steps if given, and at once when the run is asked to
   leave its flight (:mod:`flightplan.run.preemption`). A save due after an epoch's last
   batch is made after the next step instead: resumed from there, Lightning 2.6 with a
-  ``StatefulDataLoader`` gives the next epoch another first batch (measured: not bitwise). Lightning's own ``ModelCheckpoint``
-  (non-atomic) is refused: build the Trainer with ``enable_checkpointing=False``.
+  ``StatefulDataLoader`` gives the next epoch another first batch (measured: not
+  bitwise). Lightning's own ``ModelCheckpoint`` (non-atomic) is refused: build the Trainer
+  with ``enable_checkpointing=False``.
 - **Stop rules** from logged metrics: after each optimizer step, every logged value whose
   name contains ``loss`` goes to ``trial.log`` (with ``lr`` and ``step_s``); after each
   validation, the logged metrics go to ``trial.evaluate`` (``min_quality``). A stop sets

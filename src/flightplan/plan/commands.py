@@ -106,8 +106,8 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
     console.print(gantt_table(schedule, window_s=result.window_s))
     verdict = fit_line(schedule.makespan_s, result.window_s)
     style = "green" if result.fits else "bold red"
-    console.print(f"reserved {_hours(result.reserved_hours)} h of a {_hours(result.window_hours)} h "
-                  f"window: [{style}]{verdict}[/{style}]")
+    console.print(f"reserved {_hours(result.reserved_hours)} h of a "
+                  f"{_hours(result.window_hours)} h window: [{style}]{verdict}[/{style}]")
     if left:
         over = result.reserved_hours - left["hours_left"]
         style = "green" if left["fits_time_left"] else "bold red"

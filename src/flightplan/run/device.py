@@ -31,9 +31,9 @@ from typing import Any, ContextManager, Literal
 
 from flightplan.errors import ArgumentError
 
-__all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV", "CUBLAS_WORKSPACE",
-           "PRECISIONS", "Precision", "torch_threads", "cpu_count", "cpu_slots", "device",
-           "set_deterministic", "autocast", "grad_scaler"]
+__all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV",
+           "CUBLAS_WORKSPACE", "PRECISIONS", "Precision", "torch_threads", "cpu_count",
+           "cpu_slots", "device", "set_deterministic", "autocast", "grad_scaler"]
 
 TORCH_THREADS = 1
 """Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see

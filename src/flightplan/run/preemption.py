@@ -87,11 +87,11 @@ class LeaveWatch:
     """Home's watch over one execution: when to ask it to leave its flight.
 
     Reads the run's measurement rows (at each :meth:`due` call only what was appended) and
-    keeps the step time (median of the last :data:`_STEP_GAPS` ``step_s`` values or
-    gaps between step rows), the last save's stall + persist and the last transfer's wait
-    + fetch + commit seconds (:mod:`flightplan.run.transfer_time`). It asks only once this execution has logged a row: the worker has
-    then set up its handlers (a signal before that would end it unsaved) and reached the
-    training loop, where the checkpoint is made.
+    keeps the step time (median of the last :data:`_STEP_GAPS` ``step_s`` values or gaps
+    between step rows), the last save's stall + persist and the last transfer's wait +
+    fetch + commit seconds (:mod:`flightplan.run.transfer_time`). It asks only once this
+    execution has logged a row: the worker has then set up its handlers (a signal before
+    that would end it unsaved) and reached the training loop, where the checkpoint is made.
 
     Args:
         leave_by: the flight's deadline.   run_dir: the run's folder at home.

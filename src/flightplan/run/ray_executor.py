@@ -2,11 +2,11 @@
 
 The campaign directory (ledger, ``runs/``, ``results/``) stays on the machine that runs
 ``flightplan run`` ("home"); each rented flight joins its Ray cluster as a node. Each
-execution of a run is a :class:`~flightplan.run.ray_host.RunHost` actor placed on a flight with the resources the
-run declares (``num_gpus`` = its ``[[run]] gpus``; on a cluster without GPUs, one unit of
-the custom resource :data:`FLIGHT_RESOURCE` per run, so a CPU node stands in for a
-one-GPU flight). Ray never retries anything (``max_restarts=0``, ``max_task_retries=0``):
-flightplan decides what runs again and from which checkpoint.
+execution of a run is a :class:`~flightplan.run.ray_host.RunHost` actor placed on a flight
+with the resources the run declares (``num_gpus`` = its ``[[run]] gpus``; on a cluster
+without GPUs, one unit of the custom resource :data:`FLIGHT_RESOURCE` per run, so a CPU
+node stands in for a one-GPU flight). Ray never retries anything (``max_restarts=0``,
+``max_task_retries=0``): flightplan decides what runs again and from which checkpoint.
 
 One execution, seen from home::
 
@@ -252,12 +252,8 @@ class RayExecutor(Executor):
             commit_outputs(ex.job.run_dir, delta.outputs)
         except TransferError as exc:
             append_durable(ex.job.run_dir / "log.txt",
-                    f"flightplan: outputs not committed: {exc}\n".encode())
-        try:
-            ray.get(ex.actor.close.remote(), timeout=30)
-        except RayError:
-            pass
-        ray.kill(ex.actor)
+                           f"flightplan: outputs not committed: {exc}\n".encode())
+        self._release(ex)
         return JobResult(ex.job.run_id, ex.job.run_dir, code, ex.started_at, time.time(),
                          node=ex.node)
 
@@ -267,12 +263,18 @@ class RayExecutor(Executor):
         info = lost_execution(ex.job, node=ex.node, saved_any=True, started_at=ex.started_at,
                               reason=left_reason(ex.watch),
                               cause="package_end" if ex.watch else "preempted")
+        self._release(ex)
+        return info
+
+    @staticmethod
+    def _release(ex: _Execution) -> None:
+        """End an execution whose worker ended: its scratch folder removed (everything it
+        made is home), then its actor."""
         try:
             ray.get(ex.actor.close.remote(), timeout=30)
         except RayError:
             pass
         ray.kill(ex.actor)
-        return info
 
     def _lost(self, ex: _Execution, exc: Exception) -> Interruption:
         """Record a lost execution at home and prepare the job to resume."""
@@ -308,9 +310,9 @@ class RayExecutor(Executor):
                         pinned = self._other_flight(queue[0], refused[queue[0].run_id])
                         if pinned is None:
                             append_durable(queue.pop(0).run_dir / "log.txt",
-                                    b"--- flightplan: not started: no flight left where it "
-                                    b"can finish before the package ends (flightplan status "
-                                    b"says why) ---\n")
+                                           b"--- flightplan: not started: no flight left "
+                                           b"where it can finish before the package ends "
+                                           b"(flightplan status says why) ---\n")
                             continue
                     if self._has(ray.available_resources(), needs):
                         active.append(self._launch(queue.pop(0), pinned))
@@ -369,10 +371,10 @@ class RayExecutor(Executor):
                         ex.placing, ex.where = False, dict(value, ip=_node_address(value))
                         ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
                         append_durable(ex.job.run_dir / "log.txt",
-                                f"--- flightplan worker started "
-                                f"{time.strftime('%Y-%m-%dT%H:%M:%S')} on node {ex.node}, "
-                                f"host {value['host']}, scratch {value['scratch']} ---\n"
-                                .encode())
+                                       f"--- flightplan worker started "
+                                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')} on node "
+                                       f"{ex.node}, host {value['host']}, scratch "
+                                       f"{value['scratch']} ---\n".encode())
                         if on_start:
                             on_start(ex.job)
                         continue
@@ -405,8 +407,9 @@ class RayExecutor(Executor):
         return results
 
     def _host_error(self, ex: _Execution, exc: RayTaskError) -> JobResult:
-        append_durable(ex.job.run_dir / "log.txt", f"--- flightplan: the host on node {ex.node} "
-                f"failed: {exc} ---\n".encode())
+        append_durable(ex.job.run_dir / "log.txt",
+                       f"--- flightplan: the host on node {ex.node} failed: {exc} ---\n"
+                       .encode())
         try:
             ray.kill(ex.actor)
         except RayError:
@@ -418,9 +421,9 @@ class RayExecutor(Executor):
     def _no_flight(self, job: Job, needs: dict[str, float],
                    on_done: Callable[[JobResult], None] | None) -> JobResult:
         append_durable(job.run_dir / "log.txt",
-                f"--- flightplan: no flight of the cluster has {needs} any more (waited "
-                f"{self.no_flight_s:.0f} s); join a flight and run again to resume ---\n"
-                .encode())
+                       f"--- flightplan: no flight of the cluster has {needs} any more "
+                       f"(waited {self.no_flight_s:.0f} s); join a flight and run again to "
+                       f"resume ---\n".encode())
         now = time.time()
         result = JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)
         if on_done:

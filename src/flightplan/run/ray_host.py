@@ -41,7 +41,7 @@ SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
 the system's temp folder)."""
 
 KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS,
-                 RunDir.TRANSFER}
+                RunDir.TRANSFER}
 """Scratch entries that are not outputs (streamed separately or sent from home)."""
 
 

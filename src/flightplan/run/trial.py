@@ -45,7 +45,7 @@ from flightplan.errors import ArgumentError, CheckpointError, TrialPreempted, Tr
 from flightplan.run.checkpoint import (BackgroundWriter, Components, Rejection, SaveResult,
                                        Snapshot, apply_state, restore_rng,
                                        select_checkpoint)
-from flightplan.run.checkpoint_io import CheckpointFiles, load_checkpoint
+from flightplan.run.checkpoint_io import CheckpointFiles, load_checkpoint, step_dir_name
 from flightplan.run.ids import run_id as make_run_id
 from flightplan.run.interval import CheckpointSchedule
 from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
@@ -437,7 +437,7 @@ class Trial(LibraryCheckpoints):
     def _left(self, steps_done: int) -> None:
         """The requested checkpoint is durable: log it, and raise when asked to stop."""
         stop, self._leave = self._leave, None
-        name = f"step-{steps_done:06d}"
+        name = step_dir_name(steps_done)
         self._row(steps_done, event="forced_checkpoint", name=name,
                   then="stop" if stop else "continue")
         if stop:
