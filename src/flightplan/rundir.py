@@ -12,7 +12,7 @@ Who writes what (docs/internals.md, "Run directory")::
     artifact/           the task            what reloads the model
     log.txt             the executor        the worker's stdout and stderr
     transfer.json       the Ray executor    on a flight only: how long a checkpoint takes
-                                            to come home (run/transfer_time.py)
+                                            to come home (transfer_time.py)
 
 Every reader of these files goes through :class:`RunDir`; measurement rows are read by
 :meth:`RunDir.read_rows`, which takes complete lines only (a row being written waits for its

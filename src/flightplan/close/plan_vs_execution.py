@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from flightplan.canonical import plan_sha256
+from flightplan.transfer_time import trip_s
 
 __all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours",
            "shown_transfers"]
@@ -98,8 +99,7 @@ def _transfers(ledger: Any) -> dict[str, Any]:
             (estimates.get(run["name"]) or {}).get("transfer_s")
         if not events and not planned:
             continue
-        observed = sum(float(d.get("wait_s") or 0.0) + float(d["fetch_s"]) + float(d["commit_s"])
-                       for d in events)
+        observed = sum(trip_s(d) for d in events)
         planned_s.append(planned)
         observed_s.append(observed)
         rows.append({"name": run["name"], "run_id": run["run_id"], "checkpoints": len(events),

@@ -81,7 +81,7 @@ class PilotFigures:
             never set ``trial.planned_steps``).
         transfer_s: ``X``, seconds from a checkpoint durable on the flight to durable at
             home: the mean of ``wait_s + fetch_s + commit_s`` over the pilot's
-            ``checkpoint_transfer`` rows (:mod:`flightplan.run.transfer_time`); 0.0 when
+            ``checkpoint_transfer`` rows (:mod:`flightplan.transfer_time`); 0.0 when
             the pilot ran at home.
         transfer_bytes_per_s: Σ bytes / Σ (fetch_s + commit_s) of those rows (bytes per
             second); None without a transfer.

@@ -5,7 +5,7 @@ Symbols (all seconds):
     C  save cost: the stall the training loop sees per checkpoint (snapshot into memory)
     D  persist time: from the snapshot until the background write is durable (renamed, fsync'd)
     X  transfer time: from durable on a remote flight until durable at home (the Ray
-       executor measures it, :mod:`flightplan.run.transfer_time`); 0 for a run at home
+       executor measures it, :mod:`flightplan.transfer_time`); 0 for a run at home
     R  restore time: reading and applying a checkpoint at start (measured by ``restore()``;
        until one is measured, D stands in for it and the record says so)
     L  tolerated loss: work one accepts to redo after an interruption (``[checkpoint]``)

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from flightplan.durable import write_json_atomic
 from flightplan.run.decision import PilotFigures, require_figure
 from flightplan.run.executor import Executor, Job, JobResult, RunProgress
-from flightplan.run.transfer_time import TransferTally
+from flightplan.transfer_time import TransferTally
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from flightplan.durable import append_durable
 from flightplan.rundir import RunDir
+from flightplan.transfer_time import trip_s
 
 if TYPE_CHECKING:
     from flightplan.run.trial import Trial
@@ -89,7 +90,7 @@ class LeaveWatch:
     Reads the run's measurement rows (at each :meth:`due` call only what was appended) and
     keeps the step time (median of the last :data:`_STEP_GAPS` ``step_s`` values or gaps
     between step rows), the last save's stall + persist and the last transfer's wait +
-    fetch + commit seconds (:mod:`flightplan.run.transfer_time`). It asks only once this
+    fetch + commit seconds (:mod:`flightplan.transfer_time`). It asks only once this
     execution has logged a row: the worker has then set up its handlers (a signal before
     that would end it unsaved) and reached the training loop, where the checkpoint is made.
 
@@ -130,8 +131,7 @@ class LeaveWatch:
         if event == "checkpoint":
             self._save_s = float(row.get("stall_s") or 0.0) + float(row.get("persist_s") or 0.0)
         elif event == "checkpoint_transfer":
-            self._transfer_s = sum(float(row.get(key) or 0.0)
-                                   for key in ("wait_s", "fetch_s", "commit_s"))
+            self._transfer_s = trip_s(row)
         elif event is None and "loss" in row:
             if isinstance(row.get("step_s"), (int, float)):
                 self._steps.append(float(row["step_s"]))

@@ -20,7 +20,7 @@ One execution, seen from home::
 
 The transfers this executor measured (every run's, the pilot's too) go to the flight with
 ``start`` and each ``poll`` as one figure, kept in ``<scratch>/transfer.json`` for the
-trial's interval policy (:mod:`flightplan.run.transfer_time`).
+trial's interval policy (:mod:`flightplan.transfer_time`).
 
 When a flight goes away (its node dies: the actor call raises), the run's execution is
 reported through ``on_interrupted`` (:class:`~flightplan.run.executor.Interruption`: node,
@@ -65,7 +65,7 @@ from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_
 from flightplan.run.ray_host import Delta, RunHost
 from flightplan.run.transfer import (blob_bytes, commit_checkpoint, commit_outputs,
                                      latest_checkpoint)
-from flightplan.run.transfer_time import TransferTally
+from flightplan.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"]
 

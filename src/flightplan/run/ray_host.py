@@ -7,7 +7,7 @@ the new measurement rows and log bytes, the newest committed checkpoint not sent
 (with how long it waited on the flight), and, once the worker ended, every other file of
 the scratch folder. Home's running transfer figure comes back with each poll and is
 written to ``<scratch>/transfer.json`` for the trial's interval policy
-(:mod:`flightplan.run.transfer_time`). ``RunHost.leave`` passes home's request to leave
+(:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes home's request to leave
 the flight to the worker (:mod:`flightplan.run.preemption`).
 
 Plain Python apart from :meth:`RunHost.where`, so it is testable without a cluster.

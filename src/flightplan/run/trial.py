@@ -49,7 +49,7 @@ from flightplan.run.checkpoint_io import CheckpointFiles, load_checkpoint, step_
 from flightplan.run.ids import run_id as make_run_id
 from flightplan.run.interval import CheckpointSchedule
 from flightplan.run.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
-from flightplan.run.transfer_time import checkpoint_transfer_s
+from flightplan.transfer_time import checkpoint_transfer_s
 from flightplan.run.trial_file import TRIAL_ENV, TrialFile, read_trial_file
 from flightplan.run.trial_library import LibraryCheckpoints
 from flightplan.rundir import RunDir

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flightplan.run.transfer_time import TransferTally, checkpoint_transfer_s
+from flightplan.transfer_time import TransferTally, checkpoint_transfer_s
 
 ROWS = [
     {"step": 1, "loss": 1.0},

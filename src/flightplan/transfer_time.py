@@ -34,9 +34,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["TransferTally", "checkpoint_transfer_s"]
+__all__ = ["TransferTally", "checkpoint_transfer_s", "trip_s"]
 
 _EVENT = "checkpoint_transfer"
+
+
+def _parts(record: Mapping[str, Any]) -> tuple[float, float]:
+    """``(moving_s, wait_s)`` of one transfer record (a ``checkpoint_transfer`` row or its
+    ledger event's data): fetch + commit, and the wait (0 for a record without one)."""
+    return (float(record["fetch_s"]) + float(record["commit_s"]),
+            float(record.get("wait_s") or 0.0))
+
+
+def trip_s(record: Mapping[str, Any]) -> float:
+    """Seconds one transfer took from durable on the flight to durable at home: wait +
+    fetch + commit of its record."""
+    return sum(_parts(record))
 
 
 @dataclass
@@ -68,8 +81,7 @@ class TransferTally:
         tally = cls()
         for row in rows:
             if row.get("event") == _EVENT:
-                tally.add(row["bytes"], float(row["fetch_s"]) + float(row["commit_s"]),
-                          float(row.get("wait_s") or 0.0))
+                tally.add(row["bytes"], *_parts(row))
         return tally
 
     @property
