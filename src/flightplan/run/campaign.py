@@ -49,10 +49,11 @@ from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_d
 from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
-from flightplan.run.rental import RentalClock, run_needs_s, waiting_reasons
+from flightplan.run.rental import RentalClock, left_flight, run_needs_s, waiting_reasons
 from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
+from flightplan.tasks.loader import LoadedTask
 from flightplan.units import Duration
 
 __all__ = ["CampaignOutcome", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE"]
@@ -91,9 +92,11 @@ class _Campaign:
     """One invocation of ``flightplan run`` under the lock (see :func:`run_campaign`)."""
 
     def __init__(self, spec: CampaignSpec, ledger: Ledger, *, catalog: Catalog,
-                 decide: str | None, executor: Executor, console: Console,
-                 board: ProgressBoard, quiet: bool, past_end: bool = False) -> None:
+                 tasks: dict[str, LoadedTask], decide: str | None, executor: Executor,
+                 console: Console, board: ProgressBoard, quiet: bool,
+                 past_end: bool = False) -> None:
         self.spec, self.ledger, self.decide, self.catalog = spec, ledger, decide, catalog
+        self.tasks = tasks                      # run name → its task, loaded once
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
         self.recorder = RunRecorder(ledger, self.dir, metric=spec.campaign.metric)
@@ -146,8 +149,7 @@ class _Campaign:
         ledger.sync_expenses(expense_rows(spec, self.catalog.offers[spec.rental.offer]))
         for interrupted in ledger.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
-        self.planned = plan_runs(spec)
-        self.tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
+        self.planned = plan_runs(spec, tasks=self.tasks)
         for planned in self.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
@@ -252,12 +254,13 @@ class _Campaign:
                                  dropped=dropped)
         verb = chosen + (f" (computed: {computed.decision})" if chosen != computed.decision else "")
         left = plan_result.time_left()
+        package = "" if not left else (
+            f"; the package started {self.spec.rental.started:%Y-%m-%d %H:%M %Z} has "
+            f"{left['hours_left']:.2f} h left"
+            + ("" if left["fits_time_left"] else
+               ": runs that cannot finish in them are not started"))
         self.say(f"decision: {verb}: {computed.reason}"
-                 + (f"; dropping {', '.join(dropped)}" if dropped else "")
-                 + (f"; the package started {self.spec.rental.started:%Y-%m-%d %H:%M %Z} has "
-                    f"{left['hours_left']:.2f} h left" + ("" if left["fits_time_left"] else
-                                                         ": runs that cannot finish in them "
-                                                         "are not started") if left else ""))
+                 + (f"; dropping {', '.join(dropped)}" if dropped else "") + package)
         return {"decision": chosen, "computed": computed.decision,
                 "overridden": chosen != computed.decision, "dropped": dropped,
                 "reason": computed.reason, "plan_version": version,
@@ -450,8 +453,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     # anything is written
     catalog = catalog_for_spec(spec)           # read once for the whole command
     check_spec_against_catalog(spec, catalog)
-    for run in spec.runs:
-        load_run_task(run, spec)
+    tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
     console = console or Console()
     uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
     experiment = (spec.tracking.experiment if spec.tracking else None) or spec.campaign.name
@@ -459,7 +461,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             mirror_runs(spec.campaign_dir, uri, experiment=experiment,
                         say=lambda line: print(line, file=sys.stderr)), \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
-        campaign = _Campaign(spec, ledger, catalog=catalog, decide=decide,
+        campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
                              executor=executor or LocalExecutor(),
                              console=console, board=board, quiet=quiet, past_end=past_end)
         campaign.prepare()
@@ -480,7 +482,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
         failed = [r for r in outcome.runs if r["status"] == "failed"]
         waiting = [r for r in outcome.runs if r["status"] == "pending" and r["reason"]]
-        left = [r for r in waiting if r["reason"].startswith("left flight")]
+        left_ids = left_flight(campaign.ledger.events())
+        left = [r for r in waiting if r["run_id"] in left_ids]
         waiting = [r for r in waiting if r not in left]
         stopped = [r for r in outcome.runs if r["status"] == "stopped"]
         outcome.exit_code = 1 if failed else 0

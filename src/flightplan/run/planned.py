@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from flightplan.corpus import corpus_root
 from flightplan.run.ids import config_hash, corpus_view, run_config, run_id
@@ -50,9 +50,14 @@ def load_run_task(run: Run, spec: CampaignSpec) -> LoadedTask:
     return load_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
 
 
-def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
+def plan_runs(spec: CampaignSpec, *, tasks: Mapping[str, LoadedTask] | None = None
+              ) -> list[PlannedRun]:
     """Every run of the spec with its id, in tier order (essential, useful,
     exploratory; file order within a tier).
+
+    Args:
+        tasks: run name → its task, already loaded (:func:`load_run_task`); None: each
+            run's task is loaded here.
 
     Raises:
         TaskError: a run's task cannot be loaded.
@@ -62,7 +67,7 @@ def plan_runs(spec: CampaignSpec) -> list[PlannedRun]:
     base_model = spec.base_model or BaseModelSection()
     planned = []
     for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
-        task = load_run_task(run, spec)
+        task = tasks[run.name] if tasks is not None else load_run_task(run, spec)
         identity = (run.task, run.params, corpus, task.base_revision(base_model, run.params),
                     task.source.code_version, view)
         ident = run_id(run.name, *identity)

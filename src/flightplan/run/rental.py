@@ -44,7 +44,7 @@ from flightplan.run.preemption import LeaveBy
 from flightplan.spec import Run
 
 __all__ = ["FlightWindow", "RentalClock", "flight_windows", "run_needs_s", "waiting_reasons",
-           "HOUR_S"]
+           "left_flight", "HOUR_S"]
 
 HOUR_S = 3600.0
 """Seconds per hour (package days are 24 h each)."""
@@ -92,23 +92,34 @@ def run_needs_s(run: Run, decisions: list[dict[str, Any]]) -> float:
     return float(total) if total is not None else float(run.duration.seconds)
 
 
+def _latest_by_run(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each run's latest event (``events`` in ledger order)."""
+    return {event["run_id"]: event for event in events if event["run_id"]}
+
+
+def _left_flight(event: dict[str, Any]) -> bool:
+    return event["kind"] == "interrupted" and (event["data"] or {}).get("cause") == "package_end"
+
+
 def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
     """``{run_id: message}`` for every run whose latest event is ``not_started``, or an
     ``interrupted`` one with cause ``package_end`` (it left a flight whose package ends)."""
-    last: dict[str, dict[str, Any]] = {}
-    for event in events:
-        if event["run_id"]:
-            last[event["run_id"]] = event
     reasons = {}
-    for run_id, event in last.items():
+    for run_id, event in _latest_by_run(events).items():
         data = event["data"] or {}
         if event["kind"] == "not_started":
             reasons[run_id] = data.get("message", "not started")
-        elif event["kind"] == "interrupted" and data.get("cause") == "package_end":
+        elif _left_flight(event):
             reasons[run_id] = (f"left flight {data.get('node')} after {data.get('steps_done')} "
                                f"steps, {data.get('checkpoint')} home: {data.get('reason')}; "
                                f"resumes on a flight with time left")
     return reasons
+
+
+def left_flight(events: list[dict[str, Any]]) -> set[str]:
+    """The runs whose latest event is leaving a flight whose package ends (waiting, with a
+    checkpoint home, for a flight with time left)."""
+    return {run_id for run_id, event in _latest_by_run(events).items() if _left_flight(event)}
 
 
 def _iso(at: float) -> str:
