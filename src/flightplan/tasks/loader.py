@@ -96,13 +96,20 @@ def hash_code(root: Path, files: tuple[str, ...], *, package: bool) -> str:
     return "sha256:" + hashlib.sha256(source_listing(root, files).encode("utf-8")).hexdigest()
 
 
+def _parse(path: Path) -> ast.Module | None:
+    """The syntax tree of the Python file ``path``, or None when it cannot be read or
+    parsed (importing it will say why). Nothing is run."""
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def _imported_names(path: Path) -> set[str]:
     """Top-level names of the absolute imports in the Python file ``path`` (anywhere in it,
-    also inside functions); none when it cannot be read or parsed (importing it will say
-    why)."""
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    also inside functions); none when it cannot be parsed."""
+    tree = _parse(path)
+    if tree is None:
         return set()
     names = set()
     for node in ast.walk(tree):
@@ -170,10 +177,11 @@ def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
             raise TaskError(f"no task file {path}; give a Python file relative to the campaign "
                             f"file, a module name, or a built-in task "
                             f"({', '.join(BUILTIN_TASKS)})", file=source, field=field, value=ref)
-        files = task_files(campaign_dir, path.relative_to(campaign_dir).as_posix()) \
-            if path.is_relative_to(campaign_dir) else (path.name,)
-        root = campaign_dir if len(files) > 1 else path.parent
-        files = files if len(files) > 1 else (path.name,)
+        local = task_files(campaign_dir, path.relative_to(campaign_dir).as_posix()) \
+            if path.is_relative_to(campaign_dir) else ()
+        # the task file alone keeps its own folder (and its id); with modules it imports,
+        # they are all hashed and kept relative to the campaign folder
+        root, files = (campaign_dir, local) if len(local) > 1 else (path.parent, (path.name,))
         version = hash_code(root, files, package=False)
         return TaskSource(ref, "file", _file_module_name(path, version), root, files, version)
     if not all(part.isidentifier() for part in ref.split(".")):
@@ -366,10 +374,9 @@ def _missing(ref: str, name: str, *, field: str, source: str | None) -> TaskErro
 
 def _top_level_names(path: Path) -> set[str] | None:
     """Names a Python file binds at its top level (functions, classes, imports,
-    assignments), or None when it cannot be parsed (importing it will say why)."""
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    assignments), or None when it cannot be parsed."""
+    tree = _parse(path)
+    if tree is None:
         return None
     names: set[str] = set()
     for node in tree.body:
