@@ -37,12 +37,13 @@ from typing import Callable, Iterable
 
 from flightplan.durable import append_durable, write_json_atomic
 from flightplan.rundir import RunDir, list_checkpoints
-from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason
 from flightplan.run.device import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV, cpu_slots,
                                    torch_threads)
+from flightplan.run.preemption import EXIT_PREEMPTED, LEAVE_SIGNAL, LeaveBy, LeaveWatch
 
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
-           "LocalExecutor", "worker_argv", "gpu_count", "lost_execution", "LOCAL_FLIGHT"]
+           "LocalExecutor", "worker_argv", "gpu_count", "lost_execution", "left_execution",
+           "LOCAL_FLIGHT"]
 
 WORKER_MODULE = "flightplan.run.worker"
 LOCAL_FLIGHT = "local"
@@ -197,6 +198,21 @@ def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
                         newest[1].name if newest else None,
                         max(0, progress.completed - (newest[0] if newest else 0)),
                         max(0.0, now - since), newest is not None or not saved_any, cause)
+
+
+def left_execution(job: Job, *, node: str, started_at: float,
+                   watch: LeaveWatch | None) -> Interruption:
+    """:func:`lost_execution` of an execution that left its flight with its checkpoint (the
+    worker's exit :data:`~flightplan.run.preemption.EXIT_PREEMPTED`): cause
+    ``package_end`` with the watch's reason when flightplan asked (``watch``), else
+    ``preempted`` (something else sent the signal)."""
+    if watch is not None:
+        return lost_execution(job, node=node, reason=watch.reason, started_at=started_at,
+                              saved_any=True, cause="package_end")
+    return lost_execution(job, node=node, started_at=started_at, saved_any=True,
+                          cause="preempted",
+                          reason=f"the worker was asked to leave ({LEAVE_SIGNAL.name}) by "
+                                 f"something other than flightplan")
 
 
 def gpu_count() -> int:
@@ -354,9 +370,8 @@ class LocalExecutor(Executor):
                     free.append(device)
                     watches.pop(job.run_id, None)
                     if code == EXIT_PREEMPTED:
-                        info = lost_execution(job, node=LOCAL_FLIGHT, reason=left_reason(watch),
-                                              started_at=started, saved_any=True,
-                                              cause="package_end" if watch else "preempted")
+                        info = left_execution(job, node=LOCAL_FLIGHT, started_at=started,
+                                              watch=watch)
                         if on_interrupted:
                             on_interrupted(job, info)
                         continue

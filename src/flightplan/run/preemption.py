@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from flightplan.run.trial import Trial
 
 __all__ = ["LEAVE_SIGNAL", "SAVE_SIGNAL", "EXIT_PREEMPTED", "LeaveBy", "LeaveWatch",
-           "leave_need_s", "left_reason", "install_leave_handlers"]
+           "leave_need_s", "install_leave_handlers"]
 
 LEAVE_SIGNAL = signal.SIGUSR1
 """Checkpoint at the next step boundary, then stop (exit :data:`EXIT_PREEMPTED`)."""
@@ -104,7 +104,6 @@ class LeaveWatch:
         self.run_dir = RunDir(run_dir)
         self.poll_s = poll_s
         self.sent = False
-        self._offset = 0
         self._steps: list[float] = []
         self._last_step_at: float | None = None
         self._save_s = 0.0
@@ -168,15 +167,6 @@ class LeaveWatch:
             return False
         self.sent = True
         return True
-
-
-def left_reason(watch: LeaveWatch | None) -> str:
-    """Why an execution left its flight (one line): the watch's reason, or, when flightplan
-    did not ask (``watch`` None), that something else sent the signal."""
-    if watch is None:
-        return (f"the worker was asked to leave ({LEAVE_SIGNAL.name}) by something other than "
-                f"flightplan")
-    return watch.reason
 
 
 def install_leave_handlers(trial: "Trial") -> None:

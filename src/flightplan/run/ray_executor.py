@@ -60,8 +60,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from flightplan.durable import append_durable
 from flightplan.errors import ArgumentError, TransferError
 from flightplan.run.executor import (Executor, Interruption, Job, JobResult, MeasurementTail,
-                                     RunProgress, lost_execution)
-from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch, left_reason
+                                     RunProgress, left_execution, lost_execution)
+from flightplan.run.preemption import EXIT_PREEMPTED, LeaveBy, LeaveWatch
 from flightplan.run.ray_host import Delta, RunHost
 from flightplan.run.transfer import (blob_bytes, commit_checkpoint, commit_outputs,
                                      latest_checkpoint)
@@ -260,9 +260,7 @@ class RayExecutor(Executor):
     def _left(self, ex: _Execution) -> Interruption:
         """Record at home an execution that left its flight with its checkpoint (exit
         :data:`~flightplan.run.preemption.EXIT_PREEMPTED`) and prepare it to resume."""
-        info = lost_execution(ex.job, node=ex.node, saved_any=True, started_at=ex.started_at,
-                              reason=left_reason(ex.watch),
-                              cause="package_end" if ex.watch else "preempted")
+        info = left_execution(ex.job, node=ex.node, started_at=ex.started_at, watch=ex.watch)
         self._release(ex)
         return info
 
