@@ -37,6 +37,15 @@ from flightplan.tasks.textclf.inference import classification_metrics
 from flightplan.tasks.textclf.model import base_revision as model_revision
 from flightplan.tasks.textclf.model import model_dir
 
+def _prediction(example: Any, n_tokens: int, probs: Any, labels: list[str],
+                max_length: int) -> dict[str, Any]:
+    """One predictions.csv row: the example, its label and every label's probability."""
+    return {"example_id": example.id, "gold": example.label,
+            "predicted": labels[int(probs.argmax())], "n_tokens": n_tokens,
+            "truncated": n_tokens > max_length,
+            **{f"prob_{label}": float(probs[j]) for j, label in enumerate(labels)}}
+
+
 def _encode(tokenizer: Any, examples: list, labels: list[str], max_length: int) -> list[dict]:
     texts = [clean_text(e) for e in examples]      # the review without its quotes and entities
     cut = tokenizer(texts, truncation=True, max_length=max_length)
@@ -106,12 +115,8 @@ def train(trial: Any) -> None:
 
     output = trainer.predict(trainer.eval_dataset)
     probs = torch.softmax(torch.from_numpy(output.predictions), dim=-1)
-    predictions = []
-    for example, row, p in zip(corpus.test, test_rows, probs):
-        predictions.append({"example_id": example.id, "gold": example.label,
-                            "predicted": labels[int(p.argmax())], "n_tokens": row["n_tokens"],
-                            "truncated": row["n_tokens"] > params["max_length"],
-                            **{f"prob_{label}": float(p[j]) for j, label in enumerate(labels)}})
+    predictions = [_prediction(example, row["n_tokens"], p, labels, params["max_length"])
+                   for example, row, p in zip(corpus.test, test_rows, probs)]
     scores = classification_metrics([labels.index(e.label) for e in corpus.test],
                                     probs.argmax(dim=1).tolist(), labels)
     write_outputs(trial, trainer, predictions=predictions, metrics=scores,
@@ -159,10 +164,7 @@ class Predictor:
                                    return_tensors="pt")
             n_tokens = len(self.tokenizer(text, truncation=False, verbose=False)["input_ids"])
             p = torch.softmax(self.model(**batch).logits[0], dim=-1)
-            out.append({"example_id": example.id, "gold": example.label,
-                        "predicted": self.labels[int(p.argmax())], "n_tokens": n_tokens,
-                        "truncated": n_tokens > max_length,
-                        **{f"prob_{label}": float(p[j]) for j, label in enumerate(self.labels)}})
+            out.append(_prediction(example, n_tokens, p, self.labels, max_length))
         return out
 
     @torch.no_grad()
