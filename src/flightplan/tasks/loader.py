@@ -392,10 +392,11 @@ def _top_level_names(path: Path) -> set[str] | None:
 
 def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
                source: str | None = None) -> None:
-    """What can be checked of a task without running it (``flightplan plan`` imports no
-    task code): it is found (:func:`resolve_task`), and a file or one-file module task
-    binds ``train`` at its top level (by parsing it; ``from x import *`` and packages are
-    left to the import at ``flightplan run``).
+    """What can be checked of a task without running it (``flightplan plan`` runs no task
+    code; only a dotted module name's parent packages are imported, as Python must to find
+    it): it is found (:func:`resolve_task`), and a file or one-file module task binds
+    ``train`` at its top level (by parsing it; ``from x import *`` and packages are left to
+    the import at ``flightplan run``).
 
     Raises:
         TaskError: not found, or no top-level ``train``.
