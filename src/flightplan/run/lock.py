@@ -23,9 +23,14 @@ from types import TracebackType
 
 from flightplan.errors import LockHeld
 
-__all__ = ["CampaignLock", "LOCK_FILE", "lock_holder"]
+__all__ = ["CampaignLock", "LOCK_FILE", "lock_holder", "HOLDER_WRITE_S"]
 
 LOCK_FILE = Path(".flightplan") / "lock"
+
+
+HOLDER_WRITE_S = 1.0
+"""Seconds a refused runner waits for a holder that has just taken the lock to write its
+pid, so that the refusal can name it."""
 
 
 def lock_holder(campaign_dir: str | Path) -> dict | None:
@@ -76,6 +81,10 @@ class CampaignLock:
         except BlockingIOError:
             handle.close()
             holder = _read_holder(self.path)
+            deadline = time.monotonic() + HOLDER_WRITE_S
+            while not holder.get("pid") and time.monotonic() < deadline:
+                time.sleep(0.02)  # it took the lock a moment ago and is writing its pid
+                holder = _read_holder(self.path)
             who = f"process {holder['pid']}" if holder.get("pid") else "another process"
             raise LockHeld(f"{self.path}: the campaign is being run by {who}; wait for it to "
                            f"finish (flightplan status shows its progress) or stop that "
