@@ -8,8 +8,8 @@ From one run, on this machine:
    of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.py``). Wall time of each
    command and their ratio; the products of both are compared byte for byte.
 2. **transfer**: a checkpoint of ``--mib`` MiB (two random tensor files and a manifest)
-   packed on a flight by a Ray task (:func:`flightplan.run.transfer.pack`), sent home
-   through Ray and committed with :func:`flightplan.run.transfer.commit_checkpoint` (hash
+   packed on a flight by a Ray task (:func:`flightplan.run.executors.transfer.pack`), sent home
+   through Ray and committed with :func:`flightplan.run.executors.transfer.commit_checkpoint` (hash
    checks, fsync, rename), against ``shutil.copytree`` of the same folder plus an fsync of
    every file. Best of ``--rounds``; MB/s of each and their ratio.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-from ray_cluster import loopback_cluster
+from ray_cluster import loopback_cluster  # noqa: E402 (tests/fixtures is put on sys.path first)
 
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 PRODUCTS = ("predictions.csv", "metrics.json", "artifact")
@@ -101,7 +101,7 @@ def main() -> None:
         with loopback_cluster(flights=2, env=env) as (cluster, _, _):
             import ray
 
-            from flightplan.run.transfer import blob_bytes, commit_checkpoint, pack
+            from flightplan.run.executors.transfer import blob_bytes, commit_checkpoint, pack
 
             if not args.skip_campaign:
                 local_s = _run(_campaign(work / "local"))

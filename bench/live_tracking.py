@@ -3,7 +3,7 @@
 A training loop (MLP 512→1024→512, batch 64, AdamW, one torch thread) logs every step
 through ``Trial.log`` (the row the mirror tails), in its own process as a trial does,
 while this process plays the runner: a
-:class:`flightplan.integrations.mlflow_live.LiveMirror` polls the campaign folder (every
+:class:`flightplan.tracking.live.LiveMirror` polls the campaign folder (every
 2 s) and sends the new rows to a SQLite MLflow store. ``--same-process`` runs the loop in
 the mirror's process instead (the two then also share the GIL: a harsher case than
 flightplan's).
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flightplan.integrations.mlflow_live import LiveMirror
+from flightplan.tracking.live import LiveMirror
 
 RUNS = {"baseline": Path("offline") / "bench-base", "live": Path("runs") / "bench-live"}
 
@@ -53,7 +53,7 @@ def _loop(folder: Path, steps: int, rounds: int, warm: Any, out: Any) -> None:
     Puts ``{"baseline": [s/step…], "live": [...], "cpu": [loop CPU s/step…]}`` on ``out``."""
     import torch
 
-    from flightplan.run.trial import Trial
+    from flightplan.trial import Trial
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -36,7 +36,7 @@ from transformers import (BertConfig, BertForSequenceClassification, PrinterCall
                           TrainingArguments)
 
 from flightplan.integrations.transformers import FlightplanCallback, train
-from flightplan.run.trial import Trial
+from flightplan.trial import Trial
 
 
 def _trainer(folder: Path, steps: int, save: bool = False) -> Trainer:

@@ -30,7 +30,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from flightplan.integrations.lightning import fit
-from flightplan.run.trial import Trial
+from flightplan.trial import Trial
 
 
 class DigitsMLP(pl.LightningModule):

@@ -123,8 +123,9 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
+    from flightplan.tracking.live import observer
     return run_command(spec, decide=decide, as_json=json, restart=restart,
-                       tracking_uri=tracking_uri, executor=executor, address=address,
+                       observer=observer(tracking_uri), executor=executor, address=address,
                        past_end=past_end)
 
 
@@ -221,7 +222,7 @@ def export(target: str = typer.Argument(..., metavar="mlflow", help="Where to ex
                                                     help="Experiment name (default the campaign's)."),
            json: bool = JSON) -> int:
     """Write a verified results directory into an MLflow tracking store (again: updates)."""
-    from flightplan.integrations.mlflow_export import export_command
+    from flightplan.tracking.export import export_command
     return export_command(target, results, tracking_uri=tracking_uri, experiment=experiment,
                           as_json=json)
 

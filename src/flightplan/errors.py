@@ -140,7 +140,7 @@ class TrialStopped(CheckFailed):
 
 
 class TrialPreempted(FlightplanError):
-    """The run left its flight before the package's end (:mod:`flightplan.run.preemption`):
+    """The run left its flight before the package's end (:mod:`flightplan.run.executors.leave_watch`):
     its checkpoint at step ``steps_done`` is saved and durable; it is not over and resumes
     from that checkpoint. The worker exits with ``EXIT_PREEMPTED`` (75)."""
 

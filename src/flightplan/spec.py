@@ -27,10 +27,10 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       ValidationError, ValidationInfo, field_validator, model_validator)
 
 from flightplan.errors import SpecError
-from flightplan.tasks import DEFAULT_TASK
 from flightplan.units import Duration, Money
 
 __all__ = [
+    "DEFAULT_TASK",
     "Tier",
     "TIERS",
     "CampaignSection",
@@ -49,6 +49,9 @@ __all__ = [
     "load_spec",
     "parse_spec",
 ]
+
+DEFAULT_TASK = "textclf"
+"""The task of a ``[[run]]`` that names none (a built-in: :data:`flightplan.tasks.BUILTIN_TASKS`)."""
 
 Tier = Literal["essential", "useful", "exploratory"]
 TIERS: tuple[str, ...] = ("essential", "useful", "exploratory")
@@ -129,7 +132,7 @@ class RentalSection(_Strict):
     every flight's package started; without it each flight's package starts at its first
     run (:mod:`flightplan.run.rental`). ``checkpoint_before_end`` (default 15m) is how long
     before a flight's package ends its runs checkpoint, bring their files home and leave it
-    (longer when a run was measured to need more: :mod:`flightplan.run.preemption`); a run
+    (longer when a run was measured to need more: :mod:`flightplan.run.executors.leave_watch`); a run
     is started on a flight only when its estimate fits before that point."""
 
     offer: str = Field(min_length=1)

@@ -24,7 +24,7 @@ and for one checkpoint of ``b`` bytes (:func:`checkpoint_transfer_s`)::
 The executor sends its running figure to the flight, where the run's host writes it to
 ``<scratch>/transfer.json`` (:attr:`flightplan.rundir.RunDir.TRANSFER`): ``{transfer_s,
 bytes_per_s, wait_s, checkpoints}``. The trial reads it when a save completes and adds X
-to D in the interval bound (:mod:`flightplan.run.interval`); a run on this machine has no
+to D in the interval bound (:mod:`flightplan.trial.interval`); a run on this machine has no
 such file, so X = 0. ``wait_s + fetch_s`` counts the poll's one-way trip twice (it is in
 both), so X errs long by that much: on the safe side of the tolerated-loss bound.
 """

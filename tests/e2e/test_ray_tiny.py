@@ -31,7 +31,8 @@ import pytest
 
 from flightplan.durable import write_json_atomic
 from flightplan.run.planned import plan_runs, trial_document
-from flightplan.run.executor import Job, LocalExecutor
+from flightplan.run.executors.contract import Job
+from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.spec import load_spec
 
@@ -168,7 +169,7 @@ def campaigns(cluster, tmp_path_factory):
 
 
 def test_a_run_refused_on_one_flight_starts_on_the_other_or_nowhere(cluster, tmp_path):
-    from flightplan.run.ray_executor import RayExecutor
+    from flightplan.run.executors.ray_executor import RayExecutor
 
     made, flights, tmp = cluster
     names = {f"{n.node_id[:12]} (127.0.0.1)" for n in flights}
@@ -212,8 +213,8 @@ def _paced_job(folder: Path, run_id: str) -> Job:
 
 
 def test_a_run_leaves_a_flight_whose_package_ends_and_resumes_on_the_other(cluster, tmp_path):
-    from flightplan.run.preemption import LeaveBy
-    from flightplan.run.ray_executor import RayExecutor
+    from flightplan.run.executors.leave_watch import LeaveBy
+    from flightplan.run.executors.ray_executor import RayExecutor
 
     made, flights, tmp = cluster
     [plain] = LocalExecutor(slots=1).run([_paced_job(tmp_path / "plain", "p-1")])

@@ -23,7 +23,7 @@ SKLEARN = {
 for _base in ("f1", "precision", "recall", "jaccard"):
     for _average in ("macro", "micro", "weighted"):
         SKLEARN[f"{_base}_{_average}"] = (
-            lambda g, p, labels, f=getattr(sk, f"{_base}_score"), a=_average:
+            lambda g, p, labels, f=getattr(sk, f"{_base}_score"), a=_average:  # noqa: B008 (binds the loop's scorer)
             f(g, p, labels=labels, average=a, zero_division=0))
 
 

@@ -58,8 +58,9 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         One ``{run_id, name, tier, status, config_hash, metric_value, accepted, usable,
         reasons, reload_findings}`` per run, in the given order; ``reasons`` says why a run
         was not accepted; ``usable`` is true when only the quality threshold (if anything)
-        kept it from being accepted: its predictions are sound for a comparison; ``reload_findings`` are the findings of the full reload (``[]`` when it
-        reproduced every prediction; None when no reload was attempted).
+        kept it from being accepted: its predictions are sound for a comparison;
+        ``reload_findings`` are the findings of the full reload (``[]`` when it reproduced
+        every prediction; None when no reload was attempted).
     """
     section = spec.campaign
     metric = parse_metric(section.metric)

@@ -12,20 +12,20 @@ What :func:`fit` adds to Lightning:
   ``trainer.save_checkpoint`` into ``<run_dir>/lightning-staging/step-N/checkpoint.ckpt``
   (emptied at every start, never loaded) after the optimizer step it decides on, then
   commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
-  hashes in one rename (:mod:`flightplan.run.library_checkpoint`); ``keep_last`` prunes.
+  hashes in one rename (:mod:`flightplan.trial.library_checkpoint`); ``keep_last`` prunes.
   Resume goes through :meth:`Trial.restore_library` (every byte re-hashed first) and loads
   with ``weights_only=True``: no pickled code runs.
 - **Every RNG**: a Lightning checkpoint holds no RNG state, so the callback adds ``random``,
-  numpy, torch CPU and CUDA states (:func:`flightplan.run.checkpoint.capture_rng`) and sets
+  numpy, torch CPU and CUDA states (:func:`flightplan.trial.checkpoint.capture_rng`) and sets
   them back just before the first batch after a resume, once Lightning has built its data
   iterators (which draw from the global RNG).
 - **Data position**: every train dataloader must be resumable mid-epoch (``state_dict`` and
   ``load_state_dict``: torchdata's ``StatefulDataLoader``); a plain ``DataLoader`` is refused
   with ``ArgumentError`` before the first batch, since it would restart the epoch from its
   first batch after a resume.
-- **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`),
+- **When to save**: flightplan's measured interval policy (:mod:`flightplan.trial.interval`),
   or every ``every_n_steps`` optimizer steps if given, and at once when the run is asked to
-  leave its flight (:mod:`flightplan.run.preemption`). A save due after an epoch's last
+  leave its flight (:mod:`flightplan.run.executors.leave_watch`). A save due after an epoch's last
   batch is made after the next step instead: resumed from there, Lightning 2.6 with a
   ``StatefulDataLoader`` gives the next epoch another first batch (measured: not
   bitwise). Lightning's own ``ModelCheckpoint`` (non-atomic) is refused: build the Trainer
@@ -48,8 +48,7 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 
 from flightplan.errors import ArgumentError, TrialStopped
-from flightplan.run.checkpoint import capture_rng, restore_rng
-from flightplan.run.trial import Trial
+from flightplan.trial import Trial, capture_rng, restore_rng
 
 __all__ = ["FlightplanCallback", "fit", "KIND", "STAGING", "CKPT_FILE"]
 
@@ -70,7 +69,7 @@ class FlightplanCallback(pl.Callback):
     """The Lightning callback behind :func:`fit`.
 
     Args:
-        trial: the run's :class:`~flightplan.run.trial.Trial`.
+        trial: the run's :class:`~flightplan.trial.trial.Trial`.
         every_n_steps: save every N optimizer steps; None: flightplan's interval policy.
 
     Attributes:

@@ -13,12 +13,12 @@ What :func:`train` adds to the Trainer:
   ``<run_dir>/trainer-staging/`` (emptied at every start, never loaded); once it is complete
   :class:`FlightplanCallback` drops ``training_args.bin`` (a pickle nothing reads back) and
   commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
-  hashes, in one rename (:mod:`flightplan.run.library_checkpoint`); ``keep_last`` prunes.
+  hashes, in one rename (:mod:`flightplan.trial.library_checkpoint`); ``keep_last`` prunes.
 - **Resume only from the newest verified checkpoint**, every byte re-hashed first
   (:meth:`Trial.restore_library`). One lacking ``optimizer.pt``, ``scheduler.pt``,
   ``rng_state.pth`` or ``trainer_state.json`` (``save_only_model=True``) stops the run with
   ``no_usable_resume`` instead of going on with a fresh optimizer.
-- **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`)
+- **When to save**: flightplan's measured interval policy (:mod:`flightplan.trial.interval`)
   sets ``should_save``, unless the user chose the Trainer's own schedule (``save_steps``
   other than its default 500, or ``save_strategy`` ``"epoch"``/``"best"``). A loss row is
   logged before every save, so a NaN never reaches a committed checkpoint unseen.
@@ -51,7 +51,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, Trai
 
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
-from flightplan.run.trial import Trial
+from flightplan.trial import Trial
 
 __all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
 
@@ -75,7 +75,7 @@ class FlightplanCallback(TrainerCallback):
     required=REQUIRED_FILES)`` and check :attr:`stopped` afterwards).
 
     Args:
-        trial: the run's :class:`~flightplan.run.trial.Trial`.
+        trial: the run's :class:`~flightplan.trial.trial.Trial`.
         policy_saves: whether flightplan's interval policy sets ``should_save``; None: when
             the training arguments name no save schedule of their own.
 

@@ -22,7 +22,8 @@ from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec, check_spe
 from flightplan.plan.decision_rule import decision_rule
 from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
-from flightplan.plan.schedule import Schedule, Slot, Task, schedule
+from flightplan.plan.problem import Slot, Task
+from flightplan.plan.schedule import Schedule, schedule
 from flightplan.spec import CampaignSpec, Run
 from flightplan.units import Duration, Money
 

@@ -1,5 +1,5 @@
 """The exact model of the schedule for OR-Tools CP-SAT (the problem is stated in
-:mod:`flightplan.plan.schedule`).
+:mod:`flightplan.plan.problem`).
 
 Variables, in seconds: a start per task instance; for a GPU task a literal per flight
 (``x[i,f]``, exactly one) and, when it holds fewer GPUs than a flight has, a literal per
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ortools.sat.python import cp_model
 
 if TYPE_CHECKING:
-    from flightplan.plan.schedule import Problem, Slot
+    from flightplan.plan.problem import Problem, Slot
 
 __all__ = ["solve_exact", "Placement"]
 
@@ -140,7 +140,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
         else:
             model.add_cumulative(person_intervals, person_demands, p.people)
     makespan = model.new_int_var(p.lower_bound(), horizon, "makespan")
-    for (name, f), (_, end, present) in inst.items():
+    for _, end, present in inst.values():
         if present is None:
             model.add(makespan >= end)
         else:

@@ -20,7 +20,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from flightplan.plan.schedule import Schedule, Slot
+from flightplan.plan.problem import Slot
+from flightplan.plan.schedule import Schedule
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

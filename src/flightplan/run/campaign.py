@@ -19,13 +19,13 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 from rich.console import Console
 
@@ -33,16 +33,14 @@ from flightplan import activity
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
-from flightplan.integrations.mlflow_live import mirror_runs
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.decision_rule import check_rule_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import check_summary, run_data_check
-from flightplan.run.decision import (DECISIONS, PilotFigures, PilotRecord, choose,
-                                     control_steps, cut_steps, estimate_run_seconds,
-                                     replan_from_options)
-from flightplan.run.executor import Executor, Interruption, Job, JobResult, LocalExecutor
+from flightplan.run.decision import DECISIONS, choose, cut_steps, replan_from_options
+from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
+from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
@@ -53,10 +51,17 @@ from flightplan.run.rental import RentalClock, left_flight, run_needs_s, waiting
 from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
+from flightplan.tasks.estimate import PilotFigures, PilotRecord, control_steps, estimate_run_seconds
 from flightplan.tasks.loader import LoadedTask
 from flightplan.units import Duration
 
-__all__ = ["CampaignOutcome", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE"]
+__all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE"]
+
+Observer = Callable[[CampaignSpec], ContextManager[object]]
+"""Watches a campaign while it runs: called with the spec once ``run`` holds the campaign's
+lock, entered for the rest of the command and left before the lock is released. It reads
+only what the runs write (measurement rows, ``stop.json``, ``done.json``) and never stops a
+run; the CLI attaches the live MLflow mirror (:func:`flightplan.tracking.live.observer`)."""
 
 DATA_CHECK_STAGE = "data-check"
 PILOT_STAGE = "pilot"
@@ -421,7 +426,7 @@ class _Campaign:
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
                  quiet: bool = False, restart: list[str] = (),
-                 tracking_uri: str | None = None, past_end: bool = False) -> CampaignOutcome:
+                 observer: Observer | None = None, past_end: bool = False) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -431,8 +436,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         console: where messages, bars and tables go (default stdout).
         quiet: print nothing (``--json``).
         restart: run names to start over on purpose (:meth:`_Campaign.restart`).
-        tracking_uri: mirror the runs into this MLflow store while they train (default
-            ``[tracking] mlflow``; see :mod:`flightplan.integrations.mlflow_live`).
+        observer: watches the runs while the campaign holds its lock (:data:`Observer`;
+            the CLI attaches the live MLflow mirror, :mod:`flightplan.tracking.live`).
         past_end: start runs that cannot finish before their flight's package ends
             (``--past-end``); without it they stay pending (:mod:`flightplan.run.rental`).
 
@@ -455,11 +460,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     check_spec_against_catalog(spec, catalog)
     tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
     console = console or Console()
-    uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
-    experiment = (spec.tracking.experiment if spec.tracking else None) or spec.campaign.name
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
-            mirror_runs(spec.campaign_dir, uri, experiment=experiment,
-                        say=lambda line: print(line, file=sys.stderr)), \
+            (observer(spec) if observer else contextlib.nullcontext()), \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
                              executor=executor or LocalExecutor(),

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from flightplan.errors import ArgumentError
 
 if TYPE_CHECKING:
-    from flightplan.run.executor import Executor
+    from flightplan.run.campaign import Observer
+    from flightplan.run.executors.contract import Executor
     from flightplan.spec import CampaignSpec
 
 
@@ -22,7 +23,7 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     1 when anything is wrong (each finding named: check, path, message).
     """
     from flightplan.activity import WaitDisplay, doing
-    from flightplan.run.checkpoint_io import verify_checkpoint
+    from flightplan.trial.checkpoint_check import verify_checkpoint
 
     if not directory.is_dir():
         raise ArgumentError(f"{directory}: no such directory; give a checkpoint folder "
@@ -62,10 +63,10 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
         if address:
             raise ArgumentError(f"--address {address}: only the ray executor takes an "
                                 f"address; add --executor ray")
-        from flightplan.run.executor import LocalExecutor
+        from flightplan.run.executors.local import LocalExecutor
         return LocalExecutor()
     try:
-        from flightplan.run.ray_executor import RayExecutor
+        from flightplan.run.executors.ray_executor import RayExecutor
     except ImportError as exc:
         raise ArgumentError(f"--executor ray: Ray is not installed ({exc}); install it with "
                             f"pip install 'flightplan[ray]'") from None
@@ -73,13 +74,14 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
 
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
-                restart: list[str] = (), tracking_uri: str | None = None,
+                restart: list[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
                 past_end: bool = False) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
     [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--past-end] [--json]``.
 
-    Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
+    Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`, with ``observer``
+    watching it: the CLI's live MLflow mirror for ``--tracking-uri``), then prints
     one line per run under its tier (full run id, status, metric, wall time, stop reason;
     :func:`flightplan.run.status.run_lines`) or, with
     ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
@@ -110,7 +112,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     with quiet_stdout:
         try:
             outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                                   restart=restart, tracking_uri=tracking_uri, executor=runner,
+                                   restart=restart, observer=observer, executor=runner,
                                    past_end=past_end)
         finally:
             runner.close()

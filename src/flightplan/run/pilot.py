@@ -7,7 +7,7 @@ pilot measures rates, and the decision point scales them to the whole corpus):
 1. the uninterrupted pilot: the control's ``trial.json`` with ``max_steps`` capped at
    :data:`PILOT_STEPS`; the trial runtime saves its first checkpoint right after step 0
    (the early checkpoint: its first save measures C and D). From its rows and the process
-   times come the generic figures (:class:`~flightplan.run.decision.PilotFigures`): load,
+   times come the generic figures (:class:`~flightplan.tasks.estimate.PilotFigures`): load,
    step and evaluation times, C and D, output writing; a task's ``estimate_run`` hook
    reads the same rows for its own model.
 2. the resumed pilot, in ``resume/``: a new process that starts from a copy of the
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flightplan.durable import write_json_atomic
-from flightplan.run.decision import PilotFigures, require_figure
-from flightplan.run.executor import Executor, Job, JobResult, RunProgress
+from flightplan.tasks.estimate import PilotFigures, require_figure
+from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
 from flightplan.transfer_time import TransferTally
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
@@ -149,7 +149,7 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
                       data_check: dict[str, Any], *, pilot_n_train: int | None,
                       pilot_n_test: int | None, started_at: float, ended_at: float
                       ) -> PilotFigures:
-    """The pilot's generic figures (see :class:`~flightplan.run.decision.PilotFigures`).
+    """The pilot's generic figures (see :class:`~flightplan.tasks.estimate.PilotFigures`).
 
     A figure the task logged (``load_s``, ``step_s``, ``eval_s``, ``output_s``) is taken
     as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −

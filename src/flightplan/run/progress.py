@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
                            TimeRemainingColumn)
 
-from flightplan.run.executor import RunProgress
+from flightplan.run.executors.contract import RunProgress
 
 __all__ = ["ProgressBoard", "format_stop"]
 

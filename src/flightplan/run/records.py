@@ -24,7 +24,7 @@ from flightplan.publish.manifest import read_manifest
 from flightplan.publish.results import RESULTS_DIRNAME, publish_run
 from flightplan.errors import CheckFailed, SpecError, VerificationFailed
 from flightplan.metrics import metric_value, read_predictions
-from flightplan.run.executor import Interruption, JobResult
+from flightplan.run.executors.contract import Interruption, JobResult
 from flightplan.run.ledger import Ledger
 from flightplan.rundir import RunDir
 

@@ -2,7 +2,7 @@
 still finish on a flight before its package ends.
 
 A flight is where runs execute: this machine for the local executor (flight
-:data:`~flightplan.run.executor.LOCAL_FLIGHT`), each Ray node for the Ray executor (named
+:data:`~flightplan.run.executors.local.LOCAL_FLIGHT`), each Ray node for the Ray executor (named
 ``<node id[:12]> (<ip>)``). Its package started at ``[rental] started`` (one time for every
 flight) or, when that is not given, when the runner first asked to start a run on it; it
 ends ``package_days`` × 24 h later. Both live in the ledger as events:
@@ -20,7 +20,7 @@ A run needs its re-estimated duration from the decision point (the last decision
 also for a run that resumes (a cautious figure). It must fit before the flight's runs
 leave it: ``[rental] checkpoint_before_end`` before the end. From then on a run still on
 the flight is asked to checkpoint, bring its files home and leave
-(:meth:`RentalClock.leave_by`, :mod:`flightplan.run.preemption`); it is then recorded as
+(:meth:`RentalClock.leave_by`, :mod:`flightplan.run.executors.leave_watch`); it is then recorded as
 ``interrupted`` with cause ``package_end`` and waits, like a run not started, for a
 flight with time left.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from flightplan.run.ledger import Ledger
-from flightplan.run.preemption import LeaveBy
+from flightplan.run.executors.leave_watch import LeaveBy
 from flightplan.spec import Run
 
 __all__ = ["FlightWindow", "RentalClock", "flight_windows", "run_needs_s", "waiting_reasons",

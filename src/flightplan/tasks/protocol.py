@@ -1,6 +1,6 @@
 """The task protocol: what a user's training code must provide, and what it may provide.
 
-A **task** is the code a run executes through the :class:`~flightplan.run.trial.Trial`
+A **task** is the code a run executes through the :class:`~flightplan.trial.trial.Trial`
 API. It is a Python module: a built-in one (``task = "textclf"``), a file beside the
 campaign file (``task = "train.py"``) or an importable module (``task = "mypkg.train"``;
 the campaign directory is on ``sys.path``). Everything flightplan knows about a model, a

@@ -32,7 +32,7 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from flightplan.errors import TrialStopped
 from flightplan.integrations import lightning as integration
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
 
 __all__ = ["RUN_ID", "run", "Module"]
 

@@ -17,7 +17,7 @@ import torch
 import lightning_script  # pytest puts this folder on sys.path
 
 from flightplan.errors import ArgumentError, TrialPreempted, TrialStopped
-from flightplan.run.checkpoint_io import check_checkpoint
+from flightplan.trial.checkpoint_check import check_checkpoint
 
 SCRIPT = Path(lightning_script.__file__)
 SRC = Path(__file__).resolve().parents[3] / "src"

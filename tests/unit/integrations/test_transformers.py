@@ -15,9 +15,9 @@ import torch
 
 from flightplan.errors import TrialStopped
 from flightplan.integrations.transformers import REQUIRED_FILES
-from flightplan.run.checkpoint_io import check_checkpoint, verify_checkpoint
-from flightplan.run.library_checkpoint import commit_library_checkpoint
-from flightplan.run.trial import Trial
+from flightplan.trial.checkpoint_check import check_checkpoint, verify_checkpoint
+from flightplan.trial.library_checkpoint import commit_library_checkpoint
+from flightplan.trial.trial import Trial
 
 import trainer_script  # pytest puts this folder on sys.path
 

@@ -31,8 +31,8 @@ from transformers import (BertConfig, BertForSequenceClassification, Trainer, Tr
 
 from flightplan.errors import TrialStopped
 from flightplan.integrations import transformers as integration
-from flightplan.run import library_checkpoint
-from flightplan.run.trial import Trial
+from flightplan.trial import library_checkpoint
+from flightplan.trial.trial import Trial
 
 __all__ = ["RUN_ID", "run", "build_trainer"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.campaign import run_campaign
-from flightplan.run.executor import Executor, Interruption, JobResult
+from flightplan.run.executors.contract import Executor, Interruption, JobResult
 from flightplan.run.ledger import Ledger
 from flightplan.run.progress import ProgressBoard
 from flightplan.spec import load_spec

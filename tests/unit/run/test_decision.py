@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flightplan.run.decision import (PilotFigures, choose, control_steps, cut_steps,
-                                     estimate_run_seconds, replan_from_options)
+from flightplan.run.decision import choose, cut_steps, replan_from_options
+from flightplan.tasks.estimate import PilotFigures, control_steps, estimate_run_seconds
 
 # generic figures: load 10 s, step 0.5 s, one evaluation of 32 test examples 2 s
 FIGURES = PilotFigures(n_train=600, n_test=320, pilot_n_train=192, pilot_n_test=32,

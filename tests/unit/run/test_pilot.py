@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.run.executor import Executor, JobResult
+from flightplan.run.executors.contract import Executor, JobResult
 from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
 from flightplan.tasks.loader import load_task
 

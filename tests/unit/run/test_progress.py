@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from flightplan.run.executor import RunProgress
+from flightplan.run.executors.contract import RunProgress
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.status import run_lines
 

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from flightplan.corpus import load_corpus
 from flightplan.errors import SpecError, TrialStopped, VerificationFailed
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
 from flightplan.spec import CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
 from flightplan.tasks.textclf.inference import EVAL_BATCH, length_batches, predict_probabilities

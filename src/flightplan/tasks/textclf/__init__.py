@@ -38,7 +38,7 @@ def train(trial: Any) -> None:
     """Train one textclf run (:func:`flightplan.tasks.textclf.loop.train`)."""
     from flightplan.tasks.textclf.loop import train as train_loop
 
-    train_loop(trial)
+    train_loop(trial, code_version=CODE_VERSION)
 
 
 def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,

@@ -19,7 +19,7 @@ output writing. A run on the whole corpus is re-estimated as (seconds)::
     steps      = ceil(n_train / B) · epochs
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
                  C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
-                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D;
+                 (trial/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D;
                  X: the pilot's transfer time home per checkpoint, 0 when it ran at home)
 
     frozen encoder (control):
@@ -51,8 +51,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
-from flightplan.run.decision import require_figure
-from flightplan.run.interval import choose_interval
+from flightplan.tasks.estimate import require_figure
+from flightplan.trial import choose_interval
 
 __all__ = ["EncoderFigures", "RunShape", "TRAIN_FORWARDS", "DEFAULT_BATCH_SIZE",
            "forward_seconds", "estimate_run_seconds", "encoder_figures", "run_shape",

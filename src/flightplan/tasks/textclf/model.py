@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from flightplan.errors import SpecError
-from flightplan.run.device import THREADS_ENV, TORCH_THREADS, torch_threads
+from flightplan.trial.accelerator import THREADS_ENV, TORCH_THREADS, torch_threads
 from flightplan.spec import BaseModelSection
 
 __all__ = ["AdapterParams", "TaskParams", "TextClassifier", "TrainableParameters",
@@ -59,13 +59,14 @@ class TaskParams(BaseModel):
     """A run's ``params`` for this task.
 
     ``max_length`` in tokens (special tokens included); ``lr`` the head's peak AdamW
-    learning rate (and the adapter's unless ``adapter.lr`` is given), reached after ``warmup_fraction`` of the steps, then decayed to 0 by
-    ``schedule``; ``batch_size`` in examples; ``dropout`` before the head (the encoder
-    keeps its own 0.1). ``inject_nan_at_step`` (tests only) replaces the loss at that
-    step with NaN, to exercise the ``non_finite_loss`` stop rule. ``precision``: the
+    learning rate (and the adapter's unless ``adapter.lr`` is given), reached after
+    ``warmup_fraction`` of the steps, then decayed to 0 by ``schedule``; ``batch_size`` in
+    examples; ``dropout`` before the head (the encoder keeps its own 0.1).
+    ``inject_nan_at_step`` (tests only) replaces the loss at that step with NaN, to exercise
+    the ``non_finite_loss`` stop rule. ``precision``: the
     training forward pass under autocast (``fp32`` none; ``bf16``; ``fp16`` with a
     GradScaler, CUDA only); evaluation and the artifact stay fp32 (see
-    :mod:`flightplan.run.device`).
+    :mod:`flightplan.trial.accelerator`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,0 +1,182 @@
+"""The flight's side of one execution on Ray: :class:`RunHost`, a Ray actor that runs the
+worker in a scratch folder on the flight and hands home, at each poll, what is new.
+
+Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json`` and, when resuming, its
+newest verified checkpoint (:meth:`RunHost.start`), then polls: each :class:`Delta` holds
+the new measurement rows and log bytes, the newest committed checkpoint not sent before
+(with how long it waited on the flight), and, once the worker ended, every other file of
+the scratch folder. Home's running transfer figure comes back with each poll and is
+written to ``<scratch>/transfer.json`` for the trial's interval policy
+(:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes home's request to leave
+the flight to the worker (:mod:`flightplan.run.executors.leave_watch`).
+
+Plain Python apart from :meth:`RunHost.where`, so it is testable without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from flightplan.durable import write_json_atomic
+from flightplan.errors import TransferError
+from flightplan.rundir import RunDir, list_checkpoints
+from flightplan.run.executors.contract import worker_argv
+from flightplan.run.executors.local import die_with_parent
+from flightplan.run.executors.transfer import Blob, commit_checkpoint, pack, pack_tree
+
+__all__ = ["SCRATCH_ENV", "KEPT_AT_HOME", "Delta", "RunHost"]
+
+SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
+"""On a flight: the folder under which each execution gets its scratch folder (default:
+the system's temp folder)."""
+
+KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS,
+                RunDir.TRANSFER}
+"""Scratch entries that are not outputs (streamed separately or sent from home)."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What one :meth:`RunHost.poll` sends home.
+
+    Attributes:
+        measurements: new complete rows of ``measurements.jsonl`` (bytes, newline-ended).
+        log: new bytes of the worker's stdout/stderr.
+        checkpoint: the newest committed checkpoint not sent before, ``(name, blobs)``.
+        exit_code: the worker's exit code once it ended, else None.
+        outputs: once ended, every other file of the scratch folder.
+        wait_s: seconds ``checkpoint`` waited on the flight, from its manifest being
+            written to this poll packing it (0.0 without a checkpoint).
+    """
+
+    measurements: bytes
+    log: bytes
+    checkpoint: tuple[str, list[Blob]] | None
+    exit_code: int | None
+    outputs: list[Blob]
+    wait_s: float = 0.0
+
+
+class RunHost:
+    """The flight's side of one execution (a Ray actor; plain Python, so it is testable).
+
+    Args:
+        run_id: names the scratch folder.
+        scratch: parent of the scratch folder (default ``$FLIGHTPLAN_SCRATCH`` or the temp
+            folder of the node).
+        env: extra environment variables for the worker.
+    """
+
+    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str]) -> None:
+        root = scratch or os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()
+        os.makedirs(root, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
+        self.env = dict(env)
+        self.proc: subprocess.Popen | None = None
+        self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
+        self._sent: set[str] = set()
+        self._transfer: dict[str, Any] | None = None
+
+    def where(self) -> dict[str, Any]:
+        """``{node_id, host, scratch, pid}`` of this actor."""
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
+
+    def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None,
+              transfer: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write ``trial.json``, the sent checkpoint (hash-checked) and the transfer
+        figure (:meth:`_note_transfer`), start the worker.
+
+        Returns:
+            :meth:`where`.
+
+        Raises:
+            TransferError: the checkpoint arrived damaged.
+        """
+        (self.dir / "trial.json").write_bytes(trial)
+        if checkpoint is not None:
+            name, blobs = checkpoint
+            commit_checkpoint(self.dir / "checkpoints", name, blobs)
+            self._sent.add(name)
+        self._note_transfer(transfer)
+        trial_json = self.dir / "trial.json"
+        env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
+                   PYTHONUNBUFFERED="1")
+        with open(self.dir / "log.txt", "ab") as log:
+            self.proc = subprocess.Popen(worker_argv(trial_json), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=str(self.dir),
+                                         preexec_fn=die_with_parent)
+        return self.where()
+
+    def _read_new(self, name: str, *, whole_lines: bool) -> bytes:
+        try:
+            with open(self.dir / name, "rb") as handle:
+                handle.seek(self._offsets[name])
+                data = handle.read()
+        except FileNotFoundError:
+            return b""
+        if whole_lines:
+            data = data[:data.rfind(b"\n") + 1]
+        self._offsets[name] += len(data)
+        return data
+
+    def _newest_checkpoint(self) -> tuple[tuple[str, list[Blob]], float] | None:
+        """The newest committed checkpoint not sent yet and the seconds it waited here."""
+        complete, _ = list_checkpoints(self.dir / "checkpoints")
+        for _, path in complete:
+            if path.name in self._sent:
+                return None
+            try:
+                wait_s = max(0.0, time.time() - (path / "manifest.json").stat().st_mtime)
+                manifest = json.loads((path / "manifest.json").read_bytes())
+                blobs = pack(path, ["manifest.json", *manifest["files"]])
+            except (OSError, ValueError, KeyError, TypeError, TransferError):
+                continue  # pruned or renamed meanwhile: an older one may still be whole
+            self._sent.update(p.name for _, p in complete)
+            return (path.name, blobs), wait_s
+        return None
+
+    def _note_transfer(self, transfer: dict[str, Any] | None) -> None:
+        """Keep home's latest transfer figure in ``<scratch>/transfer.json`` (written
+        atomically, only when it changed; None leaves the file as it is)."""
+        if transfer is not None and transfer != self._transfer:
+            write_json_atomic(self.dir / RunDir.TRANSFER, transfer)
+            self._transfer = dict(transfer)
+
+    def poll(self, transfer: dict[str, Any] | None = None) -> Delta:
+        """What is new since the last poll (see :class:`Delta`).
+
+        Args:
+            transfer: home's latest transfer figure (:meth:`_note_transfer`) or None.
+        """
+        assert self.proc is not None, "start() before poll()"
+        self._note_transfer(transfer)
+        code = self.proc.poll()  # read first: everything written before the exit is below
+        outputs = pack_tree(self.dir, skip=KEPT_AT_HOME) if code is not None else []
+        rows = self._read_new("measurements.jsonl", whole_lines=True)
+        log = self._read_new("log.txt", whole_lines=False)
+        found = self._newest_checkpoint()  # after the rows: a saved row's checkpoint is here
+        return Delta(rows, log, found[0] if found else None, code, outputs,
+                     found[1] if found else 0.0)
+
+    def leave(self, signum: int) -> None:
+        """Send ``signum`` to the worker while it runs: the request to checkpoint and leave
+        the flight, or to checkpoint and go on (:mod:`flightplan.run.executors.leave_watch`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def close(self) -> None:
+        """Remove the scratch folder (everything it made is home)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
