@@ -227,8 +227,9 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     ``artifact/`` holds ``trainer.save_model`` (for a PEFT model: the adapter only,
     ``adapter_model.safetensors`` + ``adapter_config.json``, whose
     ``base_model_name_or_path`` is set to the base revision's ``package`` instead of this
-    machine's path, and without PEFT's model card; the pickled ``training_args.bin`` is
-    dropped) and ``artifact.json`` ``{task, params, library: {transformers, peft},
+    machine's path, every field PEFT holds as a set (``target_modules``) is sorted, so the
+    bytes do not depend on the process's hash seed, and without PEFT's model card; the
+    pickled ``training_args.bin`` is dropped) and ``artifact.json`` ``{task, params, library: {transformers, peft},
     base_revision, peft, **extra}``: nothing in it points into this machine.
 
     Args:
@@ -267,6 +268,10 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
         (artifact / "README.md").unlink(missing_ok=True)   # PEFT's model card, with the path
         config = json.loads((artifact / "adapter_config.json").read_text())
         config["base_model_name_or_path"] = base_revision.get("package")
+        live = trainer.model.peft_config[trainer.model.active_adapter]
+        for key, value in vars(live).items():
+            if isinstance(value, set):    # target_modules: PEFT writes its set in hash order
+                config[key] = sorted(value)
         write_json_atomic(artifact / "adapter_config.json", config)
     write_json_atomic(artifact / "artifact.json", {
         "task": trial.task, "params": trial.params, "base_revision": base_revision,
