@@ -20,6 +20,7 @@ SKLEARN = {
     "cohen_kappa": lambda g, p: sk.cohen_kappa_score(g, p, replace_undefined_by=0.0),
     "hamming_loss": sk.hamming_loss, "zero_one_loss": sk.zero_one_loss,
 }
+SKLEARN["mean:correct"] = sk.accuracy_score          # the mean of a 0/1 correctness column
 """Each metric name → scikit-learn on the gold and predicted strings, default labels."""
 for _base in ("f1", "precision", "recall", "jaccard"):
     for _average in ("macro", "micro", "weighted"):
@@ -42,18 +43,20 @@ def _predictions(gold, predicted, labels):
 
 
 def _case_file(tmp_path, case: str, probs: bool, *, seed: int = 3, name: str = "p.csv"):
-    """``(path, gold, predicted)``: 40 rows of the case; with ``probs`` a ``prob_<label>``
-    column per learnt class (the predicted one highest), else only gold and predicted."""
+    """``(path, gold, predicted)``: 40 test examples of the case (the same gold labels for
+    every ``seed``, predictions drawn by it), a per-example ``correct`` column (true/false),
+    and with ``probs`` a ``prob_<label>`` column per learnt class (the predicted one
+    highest)."""
     learnt, gold_from, predicted_from = CASES[case]
+    gold = list(np.random.default_rng(3).choice(gold_from, size=40))
     rng = np.random.default_rng(seed)
-    gold = list(rng.choice(gold_from, size=40))
     guess = list(rng.choice(predicted_from, size=40))
     predicted = [g if g in predicted_from and rng.random() < 0.6 else q
                  for g, q in zip(gold, guess)]
-    lines = [",".join(["example_id", "gold", "predicted"]
+    lines = [",".join(["example_id", "gold", "predicted", "correct"]
                       + ([f"prob_{c}" for c in learnt] if probs else []))]
     for i, (g, p) in enumerate(zip(gold, predicted)):
-        cells = [f"e{i}", g, p]
+        cells = [f"e{i}", g, p, str(g == p).lower()]
         if probs:
             cells += ["0.7" if c == p else repr(0.3 / (len(learnt) - 1)) for c in learnt]
         lines.append(",".join(cells))
@@ -65,8 +68,9 @@ def _case_file(tmp_path, case: str, probs: bool, *, seed: int = 3, name: str = "
 @pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")
 @pytest.mark.parametrize("probs", [True, False], ids=["prob columns", "no prob columns"])
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("name", sorted(LABEL_METRICS))
-def test_every_classification_metric_equals_scikit_learn(tmp_path, name, case, probs):
+@pytest.mark.parametrize("name", sorted(SKLEARN))
+def test_every_decision_metric_equals_scikit_learn(tmp_path, name, case, probs):
+    assert set(SKLEARN) == {*LABEL_METRICS, "mean:correct"}       # every name parse_metric takes
     path, gold, predicted = _case_file(tmp_path, case, probs)
     learnt, gold_from, predicted_from = CASES[case]
     assert set(gold) == set(gold_from) and set(predicted) == set(predicted_from)
@@ -76,7 +80,9 @@ def test_every_classification_metric_equals_scikit_learn(tmp_path, name, case, p
     # the statistic the bootstrap resamples: on the whole set, for the reference and a
     # variant (other predictions, scored against the reference's gold), and on resamples,
     # where classes go missing
-    variant_path, _, var_predicted = _case_file(tmp_path, case, probs, seed=4, name="v.csv")
+    variant_path, var_gold, var_predicted = _case_file(tmp_path, case, probs, seed=4,
+                                                       name="v.csv")
+    assert var_gold == gold
     assert var_predicted != predicted
     statistic, ref_arrays, var_arrays = paired(name, predictions, read_predictions(variant_path))
     assert statistic(*ref_arrays) == pytest.approx(expected, abs=1e-12)
