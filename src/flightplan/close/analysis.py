@@ -9,8 +9,9 @@ columns) and reports what the columns allow:
   class order: every class of :class:`~flightplan.metrics.Predictions`, so every test
   example is in it), per-class precision/recall/F1 and support (scikit-learn's
   ``precision_recall_fscore_support`` with ``zero_division=0``), accuracy and macro-F1
-  (the decision metrics of those names), and the most confidently wrong examples (by the probability of the predicted label when the task
-  writes ``prob_*`` columns, else in file order) with a short excerpt of their text;
+  (the decision metrics of those names), and the most confidently wrong examples (by the
+  probability of the predicted label when the task writes ``prob_*`` columns, else in file
+  order) with a short excerpt of their text;
 - with a column metric (``mean:<column>``): the worst examples by that column (lowest
   first when the goal is ``max``, highest first when it is ``min``);
 - with a ``truncated`` column (true/false): errors and the metric column's mean for
