@@ -3,9 +3,11 @@
 A campaign's ``metric`` is one of two kinds.
 
 **Classification metrics**, from the ``gold`` and ``predicted`` columns of
-``predictions.csv``. Each equals the scikit-learn function given (with ``labels`` = every
-class of the predictions and ``zero_division=0``), but is computed here from confusion
-matrices, so that the paired bootstrap evaluates 2000 resamples in one vectorised call:
+``predictions.csv``. Each equals the scikit-learn function given, called on those two
+columns as the file holds them (strings; an empty gold is a label like any other) with
+its default ``labels`` (every label found in ``gold`` or ``predicted``) and
+``zero_division=0``, but is computed here from confusion matrices, so that the paired
+bootstrap evaluates 2000 resamples in one vectorised call:
 
 ======================================  ==================================================  ====
 name                                    scikit-learn                                        goal
@@ -23,9 +25,12 @@ name                                    scikit-learn                            
 ======================================  ==================================================  ====
 
 (the ``<metric>_<average>`` names are scikit-learn's own scorer names). The classes are
-the ``prob_<label>`` columns in order when the task writes them, else the sorted labels
-found in ``gold`` and ``predicted``; a gold label outside the classes (or empty) counts as
-wrong and belongs to no class.
+the ``prob_<label>`` columns in order when the task writes them, then every other label
+found in ``gold`` or ``predicted``, sorted: a label of the test split that the task never
+learnt counts as a class with its own recall. A class listed by a ``prob_`` column that is
+neither gold nor predicted takes no part in a macro average, as in scikit-learn (nor in
+any other metric: its row and column of the confusion matrix are zero). In a paired
+bootstrap every resample is scored the same way, on the classes it holds.
 
 **Column metrics**, ``mean:<column>``: the mean over test examples of a per-example
 numeric column the task writes (``mean:abs_error``, ``mean:loss``, ``mean:exact_match``;
@@ -123,8 +128,9 @@ class Predictions:
     Attributes:
         ids: example ids (N,). labels: the classes (C,) (module docstring); ``[]``
             without ``gold``/``predicted``.
-        gold, predicted: (N,) int64 class indices (gold -1: outside the classes), or None.
-        probs: (N, C) float64 from the ``prob_<label>`` columns, or None.
+        gold, predicted: (N,) int64 indices into ``labels``, or None.
+        probs: (N, P) float64 from the ``prob_<label>`` columns, which are the first P of
+            ``labels`` (every predicted label is one of them), or None.
         columns: every other column whose values are all numbers or true/false, (N,)
             float64 (an empty value is NaN).
     """
@@ -151,7 +157,7 @@ class Predictions:
 
         Raises:
             CheckFailed: no ``example_id``; ``gold`` without ``predicted`` or the reverse;
-                a predicted label outside the ``prob_`` classes.
+                a predicted label without its ``prob_`` column (when there are any).
         """
         columns = list(columns)
         if "example_id" not in columns:
@@ -165,15 +171,16 @@ class Predictions:
         gold = predicted = probs = None
         labels: list[str] = []
         if "gold" in columns:
-            labels = prob_labels or sorted({r["predicted"] for r in rows} |
-                                           {r["gold"] for r in rows if r["gold"]})
+            found = {r["gold"] for r in rows} | {r["predicted"] for r in rows}
+            unlisted = sorted({r["predicted"] for r in rows} - set(prob_labels))
+            if prob_labels and unlisted:
+                raise CheckFailed(f"{source}: predicted label {unlisted[0]!r} has no column "
+                                  f"prob_{unlisted[0]} (the prob_ columns: {prob_labels}); "
+                                  f"write one prob_<label> column per class the task predicts")
+            labels = prob_labels + sorted(found - set(prob_labels))
             index = {label: i for i, label in enumerate(labels)}
-            try:
-                predicted = np.array([index[r["predicted"]] for r in rows], dtype=np.int64)
-            except KeyError as exc:
-                raise CheckFailed(f"{source}: predicted label {exc} is not one of "
-                                  f"{labels}") from None
-            gold = np.array([index.get(r["gold"], -1) for r in rows], dtype=np.int64)
+            gold = np.array([index[r["gold"]] for r in rows], dtype=np.int64)
+            predicted = np.array([index[r["predicted"]] for r in rows], dtype=np.int64)
         if prob_labels:
             probs = np.array([[_number(r[f"prob_{label}"]) for label in prob_labels]
                               for r in rows], dtype=np.float64).reshape(len(rows), len(prob_labels))
@@ -192,9 +199,8 @@ class Predictions:
         """The rows ``index`` (int array), classes re-indexed to ``labels`` when given."""
         gold, predicted = self.gold, self.predicted
         if gold is not None and labels is not None and labels != self.labels:
-            remap = np.array([labels.index(label) for label in self.labels] + [-1],
-                             dtype=np.int64)
-            gold, predicted = remap[gold], remap[predicted]      # -1 stays -1 (last entry)
+            remap = np.array([labels.index(label) for label in self.labels], dtype=np.int64)
+            gold, predicted = remap[gold], remap[predicted]
         return Predictions(
             ids=[self.ids[i] for i in index], labels=labels or self.labels,
             gold=None if gold is None else gold[index],
@@ -227,11 +233,11 @@ def read_predictions(path: Path) -> Predictions:
 
 
 def confusion(gold: np.ndarray, predicted: np.ndarray, n_labels: int) -> np.ndarray:
-    """Confusion matrices along the last axis: (..., N) → (..., C+1, C+1) int64, rows
-    gold, columns predicted; row C counts gold labels outside the classes (-1)."""
-    k = n_labels + 1
+    """Confusion matrices along the last axis: class indices (..., N) → (..., C, C) int64,
+    C = ``n_labels``, rows gold, columns predicted."""
+    k = n_labels
     gold, predicted = np.asarray(gold), np.asarray(predicted)
-    flat = (np.where(gold < 0, n_labels, gold) * k + predicted).reshape(-1, gold.shape[-1])
+    flat = (gold * k + predicted).reshape(-1, gold.shape[-1])
     offsets = np.arange(flat.shape[0])[:, None] * (k * k)
     counts = np.bincount((flat + offsets).ravel(), minlength=flat.shape[0] * k * k)
     return counts.reshape(*gold.shape[:-1], k, k)
@@ -244,10 +250,14 @@ def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
 
 
 def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
-    """Metric ``name`` of confusion matrices (..., C+1, C+1) → (...)."""
-    c = m.shape[-1] - 1
-    tp = np.diagonal(m, axis1=-2, axis2=-1)[..., :c]
-    n_pred, n_gold = m.sum(axis=-2)[..., :c], m.sum(axis=-1)[..., :c]
+    """Metric ``name`` of confusion matrices (..., C, C) → (...).
+
+    A macro average runs over the classes that are gold or predicted at least once
+    (scikit-learn's default ``labels``); ``balanced_accuracy`` over the gold classes only,
+    as ``balanced_accuracy_score`` leaves out a class that is only predicted.
+    """
+    tp = np.diagonal(m, axis1=-2, axis2=-1)
+    n_pred, n_gold = m.sum(axis=-2), m.sum(axis=-1)
     total = m.sum(axis=(-2, -1))
     accuracy = _divide(tp.sum(-1), total)
     if name == "accuracy":
@@ -255,19 +265,18 @@ def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
     if name in ("hamming_loss", "zero_one_loss"):
         return 1.0 - accuracy
     if name == "balanced_accuracy":
-        present = n_gold > 0
-        return _divide((_divide(tp, n_gold) * present).sum(-1), present.sum(-1))
+        in_gold = n_gold > 0
+        return _divide((_divide(tp, n_gold) * in_gold).sum(-1), in_gold.sum(-1))
     if name in ("matthews_corrcoef", "cohen_kappa"):
-        t_sum, p_sum = m.sum(axis=-1), m.sum(axis=-2)            # whole matrix, unknown too
-        correct = np.diagonal(m, axis1=-2, axis2=-1).sum(-1)
+        correct = tp.sum(-1)
         if name == "matthews_corrcoef":
-            cov_tp = correct * total - (t_sum * p_sum).sum(-1)
-            cov_pp = total ** 2 - (p_sum * p_sum).sum(-1)
-            cov_tt = total ** 2 - (t_sum * t_sum).sum(-1)
+            cov_tp = correct * total - (n_gold * n_pred).sum(-1)
+            cov_pp = total ** 2 - (n_pred * n_pred).sum(-1)
+            cov_tt = total ** 2 - (n_gold * n_gold).sum(-1)
             return _divide(cov_tp, np.sqrt(cov_tt.astype(np.float64) * cov_pp))
         # kappa = 1 - Σ w·observed / Σ w·expected, w = 1 off the diagonal
         observed = total - correct
-        expected = _divide(total ** 2 - (t_sum * p_sum).sum(-1), total)
+        expected = _divide(total ** 2 - (n_gold * n_pred).sum(-1), total)
         return np.where(expected > 0, 1.0 - _divide(observed, expected), 0.0)
     base, _, average = ("f1_macro" if name == "macro_f1" else name).rpartition("_")
     top = {"f1": 2 * tp, "precision": tp, "recall": tp, "jaccard": tp}[base]
@@ -278,7 +287,8 @@ def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
     per_class = _divide(top, bottom)
     if average == "weighted":
         return _divide((per_class * n_gold).sum(-1), n_gold.sum(-1))
-    return per_class.mean(-1) if c else np.zeros(per_class.shape[:-1])
+    present = (n_gold + n_pred) > 0
+    return _divide((per_class * present).sum(-1), present.sum(-1))
 
 
 def _column(metric: Metric, predictions: Predictions, source: str) -> np.ndarray:

@@ -227,9 +227,11 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     ``artifact/`` holds ``trainer.save_model`` (for a PEFT model: the adapter only,
     ``adapter_model.safetensors`` + ``adapter_config.json``, whose
     ``base_model_name_or_path`` is set to the base revision's ``package`` instead of this
-    machine's path, and without PEFT's model card; the pickled ``training_args.bin`` is
-    dropped) and ``artifact.json`` ``{task, params, library: {transformers, peft},
-    base_revision, peft, **extra}``: nothing in it points into this machine.
+    machine's path, every field PEFT holds as a set (``target_modules``) is sorted, so the
+    bytes do not depend on the process's hash seed, and without PEFT's model card; the
+    pickled ``training_args.bin`` is dropped) and ``artifact.json`` ``{task, params,
+    library: {transformers, peft}, base_revision, peft, **extra}``: nothing in it points
+    into this machine.
 
     Args:
         predictions: rows, e.g. ``{"example_id", "gold", "predicted", "prob_<label>"...}``.
@@ -249,7 +251,8 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
 
     if not predictions:
         raise ArgumentError("write_outputs: predictions is empty; give one row per test example")
-    is_peft = isinstance(trainer.model, peft.PeftModel)
+    model = trainer.model
+    is_peft = isinstance(model, peft.PeftModel)
     if is_peft and not base_revision:
         raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
                             "model: package, version, weights_sha256) to be reloadable")
@@ -263,10 +266,14 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     shutil.rmtree(artifact, ignore_errors=True)
     trainer.save_model(str(artifact))
     (artifact / _PICKLED_ARGS).unlink(missing_ok=True)
-    if is_peft:  # the adapter names its base by this machine's path: name it by package
+    if isinstance(model, peft.PeftModel):
+        # the adapter names its base by this machine's path: name it by package
         (artifact / "README.md").unlink(missing_ok=True)   # PEFT's model card, with the path
         config = json.loads((artifact / "adapter_config.json").read_text())
         config["base_model_name_or_path"] = base_revision.get("package")
+        for key, value in vars(model.peft_config[model.active_adapter]).items():
+            if isinstance(value, set):    # target_modules: PEFT writes its set in hash order
+                config[key] = sorted(value)
         write_json_atomic(artifact / "adapter_config.json", config)
     write_json_atomic(artifact / "artifact.json", {
         "task": trial.task, "params": trial.params, "base_revision": base_revision,

@@ -180,6 +180,14 @@ class _Campaign:
         summary = f"{report['summary']}; " if report.get("summary") else ""
         self.say(f"data check ok: corpus hashes match; {summary}{dups} input(s) in both train "
                  f"and test")
+        unseen = report.get("test_labels_not_in_train") or []
+        if unseen:
+            counts = report["splits"]["test"]["labels"]
+            listed = ", ".join(f"{label!r} ({counts[label]} test examples)" for label in unseen)
+            self.say(f"data check: label(s) of the test split that no training example has: "
+                     f"{listed}; no run learns them from the training split, and the "
+                     f"classification metrics count them as classes (with recall 0 unless "
+                     f"predicted)")
         return report
 
     def pilot(self, report: dict[str, Any]) -> dict[str, Any] | CampaignOutcome:

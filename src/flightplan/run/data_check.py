@@ -16,6 +16,9 @@ It reads the frozen corpus (:mod:`flightplan.corpus`) and reports, as one JSON o
   ``{label: count}`` over every label of the corpus (null without a label column or with
   more than :data:`MAX_LABELS` distinct labels);
 - ``labels``: the sorted labels (null as above), ``distinct_labels``: their number;
+  ``test_labels_not_in_train``: the sorted labels that some test example has and no
+  training example has (no training example teaches them, and every classification
+  metric counts them as classes; null as ``labels``);
 - ``cross_split_duplicates``: ``[{train_ids, test_ids, text}]`` examples whose inputs are
   in both train and test; ``cross_split_ids``: ids found in both splits;
 - then every key of the figures each run's task adds through its ``data_check`` hook
@@ -126,6 +129,12 @@ def cross_split(corpus: Corpus) -> tuple[list[dict[str, Any]], list[str]]:
     return by_content, by_id
 
 
+def _test_only_labels(corpus: Corpus) -> list[str]:
+    """The sorted labels of test examples that no training example has."""
+    in_train = {e.label for e in corpus.train}
+    return sorted({e.label for e in corpus.test if e.label is not None} - in_train)
+
+
 def _file_rows(files: Mapping[str, CorpusFile], expected: Mapping[str, str]
                ) -> dict[str, Any]:
     return {name: {"split": f.split, "format": f.format, "rows": f.rows,
@@ -206,6 +215,8 @@ def run_data_check(spec: CampaignSpec, *, out: Path | None = None,
         counted = corpus.labels if has_label and len(corpus.labels) <= MAX_LABELS else None
         report["labels"] = counted
         report["distinct_labels"] = len(corpus.labels) if has_label else None
+        report["test_labels_not_in_train"] = None if counted is None else \
+            _test_only_labels(corpus)
         report["splits"] = {name: split_report(corpus.split(name), counted, has_label=has_label)
                             for name in ("train", "test")}
         report["cross_split_duplicates"], report["cross_split_ids"] = cross_split(corpus)
@@ -222,4 +233,5 @@ def check_summary(report: dict[str, Any]) -> dict[str, Any]:
             "files": {name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
                       for name, f in (report.get("files") or {}).items()},
             "summary": report.get("summary"),
-            "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}
+            "cross_split_duplicates": len(report.get("cross_split_duplicates") or []),
+            "test_labels_not_in_train": report.get("test_labels_not_in_train")}

@@ -49,9 +49,9 @@ class RunRecorder:
 
     Args:
         ledger: the open ledger.   campaign_dir: the campaign directory.
-        metric: the campaign's decision metric (read from ``metrics.json``, else computed
-            from ``predictions.csv``: a ``mean:<column>`` metric, or one the task does not
-            report).
+        metric: the campaign's decision metric, computed from ``predictions.csv`` as
+            close computes it (not the task's own figure in ``metrics.json``); None when
+            the predictions cannot give it.
     """
 
     def __init__(self, ledger: Ledger, campaign_dir: Path, *, metric: str) -> None:
@@ -61,10 +61,6 @@ class RunRecorder:
         self._offsets: dict[str, int] = {}
 
     def _metric(self, run_dir: Path) -> float | None:
-        metrics = RunDir(run_dir).read_json(RunDir.METRICS) or {}
-        value = metrics.get(self.metric)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
         try:
             return metric_value(self.metric, read_predictions(RunDir(run_dir).predictions))
         except (CheckFailed, SpecError):

@@ -148,3 +148,41 @@ def test_without_save_steps_the_interval_policy_decides_the_saves(tmp_path: Path
     assert 3590 < interval["interval_s"] < 3600
     step_s = [r["step_s"] for r in rows if "loss" in r]
     assert len(step_s) == 6 and all(0 < s < 5 for s in step_s)
+
+
+LORA_OUTPUTS = """
+import json, sys
+from pathlib import Path
+from trainer_script import build_trainer
+from flightplan.integrations.transformers import write_outputs
+from flightplan.run.trial import Trial
+
+run_dir = Path(sys.argv[1])
+trainer = build_trainer(run_dir, steps=1, save_steps=None,
+                        lora_modules=["query", "key", "value", "dense"])
+write_outputs(Trial.local(run_dir, name="lora", run_id="lora-0123456789"), trainer,
+              predictions=[{"example_id": "e0", "gold": "a", "predicted": "a"}],
+              metrics={"accuracy": 1.0}, base_revision={"package": "tiny-bert"})
+print(json.dumps(list(trainer.model.peft_config["default"].target_modules)))
+"""
+
+
+def test_a_lora_artifact_is_the_same_bytes_whatever_the_hash_seed(tmp_path: Path) -> None:
+    artifacts, orders = [], []
+    for seed in ("1", "6"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(
+            [str(SRC), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")])}
+        run_dir = tmp_path / f"seed-{seed}"
+        done = subprocess.run([sys.executable, "-c", LORA_OUTPUTS, str(run_dir)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        orders.append(json.loads(done.stdout.splitlines()[-1]))
+        artifacts.append(run_dir / "artifact")
+    assert orders[0] != orders[1]           # PEFT's set iterates in another order in each
+    names = sorted(p.name for p in artifacts[0].iterdir())
+    assert names == ["adapter_config.json", "adapter_model.safetensors", "artifact.json"]
+    for name in names:
+        assert (artifacts[0] / name).read_bytes() == (artifacts[1] / name).read_bytes(), name
+    config = json.loads((artifacts[0] / "adapter_config.json").read_text())
+    assert config["target_modules"] == ["dense", "key", "query", "value"]
+    assert json.loads((artifacts[0] / "artifact.json").read_text())["peft"] == config

@@ -93,16 +93,23 @@ def _accuracy(prediction: Any) -> dict[str, float]:
 
 def build_trainer(run_dir: Path, *, steps: int, save_steps: int | None,
                   save_only_model: bool = False, nan_at: int | None = None,
-                  eval_steps: int | None = None) -> Trainer:
+                  eval_steps: int | None = None, lora_modules: list[str] | None = None
+                  ) -> Trainer:
     """The tiny Trainer (writes nothing until trained); ``save_steps`` None: flightplan's
     interval policy decides the saves; ``eval_steps``: accuracy on the first 8 examples
-    every that many steps."""
+    every that many steps; ``lora_modules``: train a PEFT LoRA adapter (rank 2) on those
+    modules instead of the whole model."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=16, num_labels=3,
                         hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
     model = BertForSequenceClassification(config)
+    if lora_modules:
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=2, lora_alpha=4, target_modules=list(lora_modules), task_type="SEQ_CLS"))
     data = torch.Generator().manual_seed(1)
     tokens = torch.randint(1, 64, (48, 8), generator=data)
     labels = torch.randint(0, 3, (48,), generator=data)

@@ -118,8 +118,10 @@ class FakeExecutor(Executor):
             return 1
         if fake == "crash":
             return 3
-        (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": 0.5, "accuracy": 0.6}))
-        (run_dir / "predictions.csv").write_text("example_id,gold,predicted\n1,a,a\n")
+        (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": 0.9, "accuracy": 0.6}))
+        # macro-F1 of these: a and b each TP 1, FP 1, FN 1 → F1 1/2 (not metrics.json's 0.9)
+        (run_dir / "predictions.csv").write_text("example_id,gold,predicted\n"
+                                                 "1,a,a\n2,b,b\n3,a,b\n4,b,a\n")
         (run_dir / "done.json").write_text(json.dumps({"run_id": trial["run_id"], "steps": steps,
                                                        "finished_at": "2026-11-29T17:00:00+00:00",
                                                        "wall_s": 0.1}))

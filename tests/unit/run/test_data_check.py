@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.errors import CorpusMismatch, TaskError
-from flightplan.run.data_check import run_data_check
+from flightplan.run.data_check import check_summary, run_data_check
 from flightplan.spec import load_spec, parse_spec
 from flightplan.tasks.loader import load_task
 from flightplan.tasks.textclf.data import truncation_summary
@@ -92,6 +92,7 @@ def test_generic_figures_by_hand(generic):
     assert report["files"]["train.csv"]["rows"] == 4 and report["files"]["test.csv"]["rows"] == 3
     assert report["files"]["train.csv"]["format"] == "csv"
     assert report["labels"] == ["x", "y", "z"] and report["distinct_labels"] == 3
+    assert report["test_labels_not_in_train"] == []
     assert report["splits"]["train"] == {
         "rows": 4, "empty_inputs": ["3"], "duplicate_ids": ["2"], "duplicate_inputs": [],
         "missing_labels": [], "labels": {"x": 2, "y": 1, "z": 1}}
@@ -103,6 +104,28 @@ def test_generic_figures_by_hand(generic):
     assert report["cross_split_ids"] == ["2"]
     # the hook ran once, for the three runs of its task, and its keys are top-level
     assert report["runs_seen"] == ["also-long", "control", "long"] and report["rows"] == 4
+
+
+def test_a_label_only_in_the_test_split_is_named(generic):
+    tmp_path, spec = generic
+    # test rows labelled w (twice) and v: no training row has either (train: x, y, x, z)
+    text = "id,title,body,y\n9,a,same,w\n2,e,other,y\n12,f,new,w\n13,g,more,v\n"
+    (tmp_path / "data" / "test.csv").write_text(text)
+    corpus = spec.corpus.model_copy(update={"sha256": dict(
+        spec.corpus.sha256, **{"test.csv": hashlib.sha256(text.encode()).hexdigest()})})
+    report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec))
+    assert report["status"] == "ok"
+    assert report["test_labels_not_in_train"] == ["v", "w"]
+    assert report["splits"]["test"]["labels"] == {"v": 1, "w": 2, "x": 0, "y": 1, "z": 0}
+    assert check_summary(report)["test_labels_not_in_train"] == ["v", "w"]
+    # a label column without a label list (a numeric target): nothing to name
+    many = "".join(f"{i},t,b{i},{i}\n" for i in range(150))
+    (tmp_path / "data" / "train.csv").write_text("id,title,body,y\n" + many)
+    corpus = corpus.model_copy(update={"sha256": dict(
+        corpus.sha256, **{"train.csv": hashlib.sha256(
+            ("id,title,body,y\n" + many).encode()).hexdigest()})})
+    report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec))
+    assert report["labels"] is None and report["test_labels_not_in_train"] is None
 
 
 def test_a_hook_key_that_clashes_is_refused(generic):
@@ -119,6 +142,7 @@ def test_a_task_that_reads_its_files_gets_hashes_only(generic):
                                             "label_column": None})
     report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec))
     assert report["columns"] is None and "splits" not in report
+    assert "test_labels_not_in_train" not in report
     assert report["files"]["test.csv"]["matches"] is True and report["rows"] == 0
 
 

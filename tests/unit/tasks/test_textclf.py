@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -217,6 +218,39 @@ def test_batched_predictions_agree_with_one_at_a_time_in_training_and_on_reload(
     trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
     assert [r["predicted"] for r in rows] == [predictor.labels[i] for i in single.argmax(1).tolist()]
     assert (trained - single).abs().max().item() <= 1e-5
+
+
+SAVE_IN_A_CHILD = """
+import json, sys
+from pathlib import Path
+from peft import LoraConfig
+from test_textclf import LORA, _trial
+from flightplan.tasks.textclf import train
+
+modules = ["value", "query", "key", "dense"]
+train(_trial(Path(sys.argv[1]), dict(LORA, epochs=1, adapter=dict(LORA["adapter"],
+                                                                   target_modules=modules))))
+print(json.dumps(list(LoraConfig(target_modules=modules).target_modules)))
+"""
+
+
+def test_a_lora_artifact_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
+    artifacts, orders = [], []
+    for seed in ("1", "6"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1",
+               "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                              os.environ.get("PYTHONPATH", "")])}
+        run_dir = tmp_path / f"seed-{seed}"
+        done = subprocess.run([sys.executable, "-c", SAVE_IN_A_CHILD, str(run_dir)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        orders.append(json.loads(done.stdout.splitlines()[-1]))
+        artifacts.append(run_dir / "artifact")
+    assert orders[0] != orders[1]           # PEFT's set iterates in another order in each
+    names = sorted(p.name for p in artifacts[0].iterdir())
+    assert names == ["artifact.json", "model.safetensors"]
+    for name in names:
+        assert (artifacts[0] / name).read_bytes() == (artifacts[1] / name).read_bytes(), name
 
 
 def test_fp16_without_a_gpu_is_refused_naming_the_field(tmp_path, monkeypatch):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
 
 from flightplan.durable import write_atomic
 from flightplan.corpus import Example
@@ -180,14 +180,17 @@ def classification_metrics(gold: Sequence[int], predicted: Sequence[int],
                            labels: Sequence[str]) -> dict[str, Any]:
     """``{accuracy, macro_f1, per_class: {label: {precision, recall, f1, support}},
     labels, n_test}`` by scikit-learn (zero_division=0: a class never predicted has
-    precision 0). Macro-F1 is the unweighted mean of the per-class F1 over ``labels``."""
+    precision 0). ``per_class`` lists every one of ``labels``; macro-F1 is
+    ``f1_score(average="macro")`` with scikit-learn's default labels (those gold or
+    predicted at least once; a gold of -1, no label, is a class of its own), the value
+    close computes from ``predictions.csv``."""
     indices = list(range(len(labels)))
     if not gold:
         return {"accuracy": 0.0, "macro_f1": 0.0, "per_class": {}, "labels": list(labels), "n_test": 0}
     precision, recall, f1, support = precision_recall_fscore_support(
         gold, predicted, labels=indices, zero_division=0)
     return {"accuracy": float(accuracy_score(gold, predicted)),
-            "macro_f1": float(sum(f1) / len(f1)),
+            "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
             "per_class": {label: {"precision": float(precision[i]), "recall": float(recall[i]),
                                   "f1": float(f1[i]), "support": int(support[i])}
                           for i, label in enumerate(labels)},
