@@ -15,8 +15,9 @@ Who writes what (docs/internals.md, "Run directory")::
                                             to come home (transfer_time.py)
 
 Every reader of these files goes through :class:`RunDir`; measurement rows are read by
-:meth:`RunDir.read_rows`, which takes complete lines only (a row being written waits for its
-newline) and skips a line that is not a JSON object (the torn row of a killed writer).
+:meth:`RunDir.read_rows` as typed rows (:mod:`flightplan.rows`, which owns their schema),
+complete lines only (a row being written waits for its newline), skipping a line that is not
+a row (the torn row of a killed writer).
 
 Usage::
 
@@ -31,27 +32,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunDir", "parse_rows", "list_checkpoints"]
+from flightplan.rows import CheckpointSaved, Row, parse_rows
 
-
-def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The rows of a chunk of ``measurements.jsonl``: complete lines only.
-
-    Returns:
-        ``(rows, consumed)``: the parsed JSON objects and how many bytes of ``data`` they
-        span (up to and including the last newline). A line that is not a JSON object is
-        skipped.
-    """
-    consumed = data.rfind(b"\n") + 1
-    rows = []
-    for line in data[:consumed].splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows, consumed
+__all__ = ["RunDir", "list_checkpoints"]
 
 
 def list_checkpoints(parent: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
@@ -162,8 +145,8 @@ class RunDir:
             return None
         return value if isinstance(value, dict) else None
 
-    def read_rows(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Measurement rows appended after byte ``offset`` (:func:`parse_rows`).
+    def read_rows(self, offset: int = 0) -> tuple[list[Row], int]:
+        """Measurement rows appended after byte ``offset`` (:func:`flightplan.rows.parse_rows`).
 
         Returns:
             ``(rows, new_offset)``; ``([], offset)`` while the file does not exist.
@@ -177,14 +160,14 @@ class RunDir:
         rows, consumed = parse_rows(data)
         return rows, offset + consumed
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[Row]:
         """Every complete measurement row ([] when there is none)."""
         return self.read_rows()[0]
 
     def saved_checkpoint(self) -> bool:
         """Whether the measurements show a checkpoint this run saved (an ``event:
         checkpoint`` row), whatever is left in ``checkpoints/``."""
-        return any(row.get("event") == "checkpoint" for row in self.rows())
+        return any(isinstance(row, CheckpointSaved) for row in self.rows())
 
     def has_checkpoint(self) -> bool:
         """Whether ``checkpoints/`` holds a finished ``step-*`` folder (not a ``.tmp``)."""

@@ -34,21 +34,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from flightplan.rows import CheckpointTransfer, Row
+
 __all__ = ["TransferTally", "checkpoint_transfer_s", "trip_s"]
 
-_EVENT = "checkpoint_transfer"
 
-
-def _parts(record: Mapping[str, Any]) -> tuple[float, float]:
-    """``(moving_s, wait_s)`` of one transfer record (a ``checkpoint_transfer`` row or its
-    ledger event's data): fetch + commit, and the wait (0 for a record without one)."""
+def _parts(record: CheckpointTransfer | Mapping[str, Any]) -> tuple[float, float]:
+    """``(moving_s, wait_s)`` of one transfer: a ``checkpoint_transfer`` row, or its ledger
+    event's data: fetch + commit, and the wait (0 for a record without one)."""
+    if isinstance(record, CheckpointTransfer):
+        return record.fetch_s + record.commit_s, record.wait_s
     return (float(record["fetch_s"]) + float(record["commit_s"]),
             float(record.get("wait_s") or 0.0))
 
 
-def trip_s(record: Mapping[str, Any]) -> float:
+def trip_s(record: CheckpointTransfer | Mapping[str, Any]) -> float:
     """Seconds one transfer took from durable on the flight to durable at home: wait +
-    fetch + commit of its record."""
+    fetch + commit of its row (or of its ledger event's data)."""
     return sum(_parts(record))
 
 
@@ -75,13 +77,13 @@ class TransferTally:
         self.wait_s += float(wait_s)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> "TransferTally":
+    def from_rows(cls, rows: Iterable[Row]) -> "TransferTally":
         """The tally of the ``checkpoint_transfer`` rows among measurement ``rows`` (a row
         written before ``wait_s`` was measured counts a wait of 0)."""
         tally = cls()
         for row in rows:
-            if row.get("event") == _EVENT:
-                tally.add(row["bytes"], *_parts(row))
+            if isinstance(row, CheckpointTransfer):
+                tally.add(row.bytes, *_parts(row))
         return tally
 
     @property

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from flightplan.rows import parse_row
 from flightplan.transfer_time import TransferTally, checkpoint_transfer_s
 
-ROWS = [
+ROWS = [parse_row({"time": 1.0, **row}) for row in [
     {"step": 1, "loss": 1.0},
     {"step": 1, "event": "checkpoint_transfer", "name": "step-000001", "bytes": 3_000_000,
      "wait_s": 0.25, "fetch_s": 0.5, "commit_s": 0.25, "node": "a"},
@@ -16,7 +17,7 @@ ROWS = [
     # a row written before wait_s was measured: its wait counts 0
     {"step": 8, "event": "checkpoint_transfer", "name": "step-000008", "bytes": 4_000_000,
      "fetch_s": 0.75, "commit_s": 0.25, "node": "b"},
-]
+]]
 
 
 def test_figures_from_rows_by_hand():
@@ -32,7 +33,7 @@ def test_figures_from_rows_by_hand():
 
 
 def test_no_transfer_no_figure():
-    tally = TransferTally.from_rows([{"step": 0, "loss": 1.0}])
+    tally = TransferTally.from_rows([parse_row({"step": 0, "time": 1.0, "loss": 1.0})])
     assert (tally.transfer_s, tally.bytes_per_s, tally.figure()) == (0.0, None, None)
 
 

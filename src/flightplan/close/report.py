@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from flightplan.close.plan_vs_execution import shown_hours, shown_transfers
+from flightplan.rows import Measurement, parse_rows
 
 __all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
            "render_readme"]
@@ -96,16 +96,10 @@ def loss_curves(measurements_path: Path) -> list[tuple[int, float]]:
     points: dict[int, float] = {}
     if not measurements_path.is_file():
         return []
-    for line in measurements_path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "loss" in row and "step" in row and "event" not in row:
-            try:
-                points[int(row["step"])] = float(row["loss"])
-            except (TypeError, ValueError):
-                continue
+    for row in parse_rows(measurements_path.read_bytes())[0]:
+        loss = row.number("loss") if isinstance(row, Measurement) else None
+        if loss is not None:
+            points[row.step] = loss
     return sorted(points.items())
 
 

@@ -34,12 +34,13 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from flightplan.durable import write_json_atomic
 from flightplan.tasks.estimate import PilotFigures, require_figure
 from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
 from flightplan.transfer_time import TransferTally
+from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
@@ -95,12 +96,12 @@ class PilotResult:
                 "ended_at": self.ended_at, "wall_s": self.ended_at - self.started_at}
 
 
-def _losses(rows: list[dict[str, Any]]) -> dict[int, Any]:
-    return {row["step"]: row["loss"] for row in rows
-            if "loss" in row and "event" not in row and isinstance(row.get("step"), int)}
+def _losses(rows: Sequence[Row]) -> dict[int, Any]:
+    return {row.step: row.values["loss"] for row in rows
+            if isinstance(row, Measurement) and row.is_step}
 
 
-def compare_losses(uninterrupted: list[dict[str, Any]], resumed: list[dict[str, Any]]
+def compare_losses(uninterrupted: Sequence[Row], resumed: Sequence[Row]
                    ) -> tuple[list[int], list[dict[str, Any]]]:
     """Compare the losses the resumed process logged with the uninterrupted ones.
 
@@ -135,17 +136,16 @@ def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: dict[str,
     return train, (min(n_test, PILOT_TEST) if n_test else None)
 
 
-def _gaps(rows: list[dict[str, Any]], start: float) -> list[tuple[dict[str, Any], float]]:
+def _gaps(rows: Sequence[Row], start: float) -> list[tuple[Row, float]]:
     """Each row with the seconds since the row before it (the first: since ``start``)."""
     out, last = [], start
     for row in rows:
-        at = float(row.get("time", last))
-        out.append((row, at - last))
-        last = at
+        out.append((row, row.time - last))
+        last = row.time
     return out
 
 
-def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any]],
+def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row],
                       data_check: dict[str, Any], *, pilot_n_train: int | None,
                       pilot_n_test: int | None, started_at: float, ended_at: float
                       ) -> PilotFigures:
@@ -163,23 +163,24 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
         ValueError: a figure the re-estimate needs is missing (names it).
     """
     gaps = _gaps(rows, started_at)
-    steps = [(row, gap) for row, gap in gaps if "loss" in row and "event" not in row]
+    steps = [(row, gap) for row, gap in gaps if isinstance(row, Measurement) and row.is_step]
     require_figure("loss", [gap for _, gap in steps])
-    logged_steps = [r["step_s"] for r, _ in steps if "step_s" in r]
-    times = [float(r["time"]) for r, _ in steps if "time" in r]
+    logged_steps = [v for r, _ in steps if (v := r.number("step_s")) is not None]
+    times = [r.time for r, _ in steps]
     between = [b - a for a, b in zip(times, times[1:])]
     step_s = _mean(logged_steps[1:] or logged_steps) if logged_steps else \
         _mean(between or [steps[0][1]])
-    loads = [r["load_s"] for r in rows if "load_s" in r]
-    load_s = loads[0] if loads else float(steps[0][0].get("time", started_at)) - started_at
-    evals = [(r, gap) for r, gap in gaps if r.get("event") == "evaluation"]
-    eval_s = _mean([float(r.get("eval_s", gap)) for r, gap in evals])
-    outputs = [r["output_s"] for r in rows if "output_s" in r]
-    last = float(rows[-1].get("time", ended_at)) if rows else ended_at
-    saves = [r for r in rows if r.get("event") == "checkpoint"]
-    restores = [r["restore_s"] for r in resumed_rows
-                if r.get("event") == "restore" and r.get("restore_s") is not None]
-    planned = [int(r["planned_steps"]) for r in rows if r.get("planned_steps") is not None]
+    measured = [r for r in rows if isinstance(r, Measurement)]
+    loads = [v for r in measured if (v := r.number("load_s")) is not None]
+    load_s = loads[0] if loads else steps[0][0].time - started_at
+    evals = [(r, gap) for r, gap in gaps if isinstance(r, Evaluation)]
+    eval_s = _mean([gap if (v := r.number("eval_s")) is None else v for r, gap in evals])
+    outputs = [v for r in measured if (v := r.number("output_s")) is not None]
+    last = rows[-1].time if rows else ended_at
+    saves = [r for r in rows if isinstance(r, CheckpointSaved)]
+    restores = [r.restore_s for r in resumed_rows
+                if isinstance(r, Restore) and r.restore_s is not None]
+    planned = [int(v) for r in measured if (v := r.number("planned_steps")) is not None]
     transfers = TransferTally.from_rows([*rows, *resumed_rows])
     splits = data_check.get("splits", {})
     return PilotFigures(
@@ -188,8 +189,8 @@ def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, A
         pilot_n_train=pilot_n_train or 0, pilot_n_test=pilot_n_test or 0,
         setup_s=float(data_check.get("wall_s", 0.0)), load_s=float(load_s),
         step_s=float(step_s), eval_s=float(eval_s),
-        save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
-        persist_s=_mean([r["persist_s"] for r in saves]),
+        save_stall_s=_mean(require_figure("checkpoint stall_s", [r.stall_s for r in saves])),
+        persist_s=_mean([r.persist_s for r in saves]),
         restore_s=require_figure("restore_s", restores)[0],
         output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
         pilot_steps=len(steps), planned_steps=planned[-1] if planned else None,

@@ -26,6 +26,7 @@ from flightplan.errors import CheckFailed, SpecError, VerificationFailed
 from flightplan.metrics import metric_value, read_predictions
 from flightplan.run.executors.contract import Interruption, JobResult
 from flightplan.run.ledger import Ledger
+from flightplan.rows import Restore
 from flightplan.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -116,14 +117,14 @@ class RunRecorder:
         rows, _ = RunDir(planned.run_dir).read_rows(self._offsets.get(planned.run_id, 0))
         events = []
         for row in rows:
-            kind = row.get("event")
-            if kind == "restore" and row.get("source"):
-                kind = "checkpoint_verified"
+            if isinstance(row, Restore) and row.source:
+                kind: str | None = "checkpoint_verified"
             else:
-                kind = EVENT_KINDS.get(kind)
+                kind = EVENT_KINDS.get(row.EVENT or "")
             if kind:
-                data = {k: v for k, v in row.items() if k not in ("event", "time")}
-                events.append({"kind": kind, "at": row.get("time"), "data": data})
+                data = {"step": row.step, **{k: list(v) if isinstance(v, tuple) else v
+                                             for k, v in row.fields().items()}}
+                events.append({"kind": kind, "at": row.time, "data": data})
         return events
 
     def end(self, planned: "PlannedRun", result: JobResult) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from flightplan.rows import Row
 from flightplan.trial import choose_interval
 
 __all__ = ["PilotFigures", "PilotRecord", "ASSUMED_EVALUATIONS", "estimate_run_seconds",
@@ -100,8 +101,8 @@ class PilotRecord:
     processes."""
 
     figures: PilotFigures
-    rows: list[dict[str, Any]]
-    resumed_rows: list[dict[str, Any]]
+    rows: list[Row]
+    resumed_rows: list[Row]
 
 
 ASSUMED_EVALUATIONS = 1

@@ -45,7 +45,7 @@ from flightplan.errors import ArgumentError, VerificationFailed
 from flightplan.tracking.store import (
     MetricPoint, MlflowRun, MlflowStore, default_tracking_uri, flatten, metric_key,
     metric_points, require_mlflow)
-from flightplan.rundir import parse_rows
+from flightplan.rows import parse_rows
 
 __all__ = ["export_results", "export_command", "run_record", "SUMMARY_ID"]
 
@@ -87,7 +87,7 @@ def run_record(results: Path, run_id: str, manifest: dict[str, Any],
     path = results / "measurements" / f"{run_id}.jsonl"
     rows = parse_rows(path.read_bytes())[0] if path.is_file() else []
     points = [p for row in rows for p in metric_points(row)]
-    times = [float(r["time"]) for r in rows if isinstance(r.get("time"), (int, float))]
+    times = [r.time for r in rows]
     stop = stops.get(run_id)
     state = facts.get("status") or ("stopped" if stop else "incomplete")
     start_ms = _ms(min(times)) if times else _ms((stop or {}).get("time"))

@@ -178,10 +178,9 @@ class LiveMirror:
             return
         rows, state.offset = run.read_rows(state.offset)
         for row in rows:
-            if isinstance(row.get("time"), (int, float)):
-                stamp = int(round(float(row["time"]) * 1000))
-                state.first_ms = stamp if state.first_ms is None else state.first_ms
-                state.last_ms = stamp
+            stamp = int(round(row.time * 1000))
+            state.first_ms = stamp if state.first_ms is None else state.first_ms
+            state.last_ms = stamp
             state.pending.extend(metric_points(row))
 
     def _send(self, run_id: str, state: _RunState, *, final: bool) -> None:

@@ -29,7 +29,6 @@ Usage::
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from collections import Counter
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from flightplan.errors import ArgumentError, TrackingFailed
+from flightplan.rows import Row, UnknownEvent, as_number
 
 __all__ = [
     "RUN_ID_TAG",
@@ -52,10 +52,8 @@ __all__ = [
 
 RUN_ID_TAG = "flightplan.run_id"
 # the plain measurement keys of a row: not metrics
-_ROW_KEYS = ("step", "time", "event")
 # event rows whose numbers keep their own names (the task's evaluation metrics)
 _PLAIN_EVENTS = ("evaluation",)
-_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _BAD_KEY_CHARS = re.compile(r"[^\w\-./ ]")
 # MLflow's log_batch limits (per request): 1000 metrics, 100 params, 100 tags
 _BATCH_METRICS, _BATCH_PARAMS, _BATCH_TAGS = 1000, 100, 100
@@ -137,40 +135,25 @@ def flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value in _NON_FINITE:
-        return _NON_FINITE[value]
-    return None
-
-
 def metric_key(name: str) -> str:
     """``name`` with characters MLflow refuses in a metric key replaced by ``_``."""
     return _BAD_KEY_CHARS.sub("_", name)
 
 
-def metric_points(row: Mapping[str, Any]) -> list[MetricPoint]:
+def metric_points(row: Row) -> list[MetricPoint]:
     """The metric points of one ``measurements.jsonl`` row (see the module docstring).
 
     Returns:
-        Points in the row's key order; empty for a row without a numeric ``step`` and
-        ``time`` or without numbers.
+        Points in the row's key order; empty for a row without numbers.
     """
-    step, at = row.get("step"), row.get("time")
-    if not isinstance(step, int) or isinstance(step, bool) or _number(at) is None:
-        return []
-    event = row.get("event")
+    event = row.event if isinstance(row, UnknownEvent) else row.EVENT
     prefix = "" if event is None or event in _PLAIN_EVENTS else f"{event}/"
-    stamp = int(round(float(at) * 1000))
+    stamp = int(round(row.time * 1000))
     points = []
-    for key, value in row.items():
-        number = _number(value)
-        if key in _ROW_KEYS or number is None:
-            continue
-        points.append(MetricPoint(metric_key(prefix + key), number, step, stamp))
+    for key, value in row.fields().items():
+        number = as_number(value)
+        if number is not None:
+            points.append(MetricPoint(metric_key(prefix + key), number, row.step, stamp))
     return points
 
 

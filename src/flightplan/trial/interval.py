@@ -38,6 +38,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from flightplan.rows import CheckpointInterval
+
 __all__ = ["DALY_ABOVE", "RECORD_CHANGE", "IntervalChoice", "young_interval", "daly_interval",
            "choose_interval", "CheckpointSchedule"]
 
@@ -70,9 +72,9 @@ class IntervalChoice:
     bound: str
     transfer_s: float = 0.0
 
-    def as_row(self) -> dict[str, object]:
-        """The ``checkpoint_interval`` event row for ``measurements.jsonl`` (without step/time)."""
-        return {"event": "checkpoint_interval", **asdict(self)}
+    def as_row(self, step: int, at: float) -> CheckpointInterval:
+        """The ``checkpoint_interval`` row for ``measurements.jsonl`` at ``step``, unix ``at``."""
+        return CheckpointInterval(step, at, **asdict(self))
 
 
 def young_interval(save_s: float, mtbi_s: float) -> float:

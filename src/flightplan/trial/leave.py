@@ -34,6 +34,6 @@ of ``sysexits.h``: the run is not over, it goes on elsewhere)."""
 
 def install_leave_handlers(trial: "Trial") -> None:
     """In the worker: :data:`LEAVE_SIGNAL` and :data:`SAVE_SIGNAL` ask ``trial`` to leave
-    (:meth:`~flightplan.run.trial.Trial.request_leave`, with ``stop`` True and False)."""
+    (:meth:`~flightplan.trial.trial.Trial.request_leave`, with ``stop`` True and False)."""
     signal.signal(LEAVE_SIGNAL, lambda *_: trial.request_leave(stop=True))
     signal.signal(SAVE_SIGNAL, lambda *_: trial.request_leave(stop=False))

@@ -32,17 +32,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from flightplan.rows import json_number
 from flightplan.spec import StopRules
 
 __all__ = ["Stop", "StopRule", "NonFiniteLoss", "MinQuality", "MaxTruncatedFraction",
-           "NoUsableResume", "build_rules", "stop_record", "json_number"]
-
-
-def json_number(value: float | int | None) -> float | int | str | None:
-    """A number for strict JSON: NaN and ±inf become ``"nan"``, ``"inf"``, ``"-inf"``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value
+           "NoUsableResume", "build_rules", "stop_record"]
 
 
 @dataclass(frozen=True)

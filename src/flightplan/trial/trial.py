@@ -32,7 +32,6 @@ takes is an error at the first :meth:`log`, never silently dropped.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 import threading
@@ -50,9 +49,12 @@ from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
                                                  load_library_checkpoint, missing_files)
-from flightplan.trial.stop_rules import NoUsableResume, Stop, build_rules, json_number, stop_record
+from flightplan.trial.stop_rules import NoUsableResume, Stop, build_rules, stop_record
 from flightplan.transfer_time import checkpoint_transfer_s
 from flightplan.trial.trial_file import TRIAL_ENV, TrialFile, read_trial_file
+from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved, Evaluation,
+                             Finished, ForcedCheckpoint, Measurement, PartialCheckpointRemoved,
+                             Restore, Row, StopEvent, Truncation, encode_row)
 from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
@@ -249,9 +251,9 @@ class Trial:
         self._restored = files
         restore_s = time.monotonic() - start
         self._schedule.record_restore(restore_s)
-        self._row(self._steps_done, event="restore", source=path.name if path else None,
-                  restore_s=restore_s, rejected=[r.name for r in rejected],
-                  not_yet_registered=sorted(self._pending))
+        self._write(Restore(self._steps_done, time.time(), source=path.name if path else None,
+                            restore_s=restore_s, rejected=tuple(r.name for r in rejected),
+                            not_yet_registered=tuple(sorted(self._pending))))
         return self._steps_done
 
     def _select(self, load: Callable[[Path], CheckpointFiles]
@@ -263,11 +265,12 @@ class Trial:
                                                            self.run_id, self.config_hash,
                                                            load=load)
         for tmp in partial:
-            self._row(0, event="partial_checkpoint_removed", name=tmp.name)
+            self._write(PartialCheckpointRemoved(0, time.time(), name=tmp.name))
         for rejection in rejected:
             print(f"flightplan: checkpoint rejected: {rejection.line()}", file=sys.stderr)
-            self._row(0, event="checkpoint_rejected", name=rejection.name, reason=rejection.reason,
-                      message=rejection.message, renamed_to=rejection.renamed_to)
+            self._write(CheckpointRejected(0, time.time(), name=rejection.name,
+                                           reason=rejection.reason, message=rejection.message,
+                                           renamed_to=rejection.renamed_to))
         if files is None:
             if self.stop_rules.require_resume and (rejected or self.resume):
                 removed = ", ".join(p.name for p in partial)
@@ -278,9 +281,9 @@ class Trial:
                     + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
                        f"--restart {self.name}" if self.name else "")]
                 self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
-            self._row(0, event="restore", source=None, resume_requested=self.resume,
-                      rejected=[r.name for r in rejected],
-                      message="no checkpoint of this run; starting at step 0")
+            self._write(Restore(0, time.time(), source=None, resume_requested=self.resume,
+                                rejected=tuple(r.name for r in rejected),
+                                message="no checkpoint of this run; starting at step 0"))
         return files, path, rejected
 
     def _begin_loop(self) -> None:
@@ -299,16 +302,15 @@ class Trial:
 
     # -- measurements and stop rules ----------------------------------------------------
 
-    def _row(self, step: int, **values: Any) -> None:
-        row = {"step": step, "time": time.time(),
-               **{k: json_number(_item(v)) for k, v in values.items()}}
-        line = json.dumps(row, allow_nan=False, ensure_ascii=False) + "\n"
+    def _write(self, row: Row) -> None:
+        """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`)."""
+        line = encode_row(row)
         with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
             if self._log_fd is None:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
                 self._log_fd = os.open(self.run_dir / RunDir.MEASUREMENTS,
                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._log_fd, line.encode("utf-8"))
+            os.write(self._log_fd, line)
 
     def _stop(self, stop: Stop) -> None:
         """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
@@ -318,7 +320,7 @@ class Trial:
             print(f"flightplan: {exc}", file=sys.stderr)
         record = stop_record(self.run_id, stop)
         write_json_atomic(self.run_dir / RunDir.STOP, record)
-        self._row(stop.step, event="stop", rule=stop.rule, message=stop.message)
+        self._write(StopEvent(stop.step, time.time(), rule=stop.rule, message=stop.message))
         raise TrialStopped(record)
 
     def log(self, step: int, **measurements: Any) -> None:
@@ -336,7 +338,7 @@ class Trial:
                 and self.planned_steps != self._planned_logged:
             values["planned_steps"] = int(self.planned_steps)
         self._planned_logged = values.get("planned_steps", self._planned_logged)
-        self._row(step, **values)
+        self._write(Measurement(step, time.time(), values))
         self._steps_done = max(self._steps_done, step + 1)
         for rule in self._rules:
             stop = rule.on_log(step, values)
@@ -351,7 +353,7 @@ class Trial:
         """
         self._begin_loop()
         values = {k: _item(v) for k, v in metrics.items()}
-        self._row(step, event="evaluation", **values)
+        self._write(Evaluation(step, time.time(), values))
         for rule in self._rules:
             stop = rule.on_evaluate(step, values, self.planned_steps)
             if stop is not None:
@@ -364,7 +366,7 @@ class Trial:
         Raises:
             TrialStopped: more than the allowed fraction would be truncated.
         """
-        self._row(0, event="truncation", fraction=fraction)
+        self._write(Truncation(0, time.time(), fraction=float(_item(fraction))))
         for rule in self._rules:
             stop = rule.on_truncation(fraction)
             if stop is not None:
@@ -439,8 +441,8 @@ class Trial:
         """The requested checkpoint is durable: log it, and raise when asked to stop."""
         stop, self._leave = self._leave, None
         name = step_dir_name(steps_done)
-        self._row(steps_done, event="forced_checkpoint", name=name,
-                  then="stop" if stop else "continue")
+        self._write(ForcedCheckpoint(steps_done, time.time(), name=name,
+                                     then="stop" if stop else "continue"))
         if stop:
             raise TrialPreempted(self.run_id, steps_done, name)
 
@@ -453,18 +455,19 @@ class Trial:
         self._writer.wait()
 
     def _saved(self, result: SaveResult) -> None:
-        self._row(result.steps_done, event="checkpoint", name=result.path.name, bytes=result.bytes,
-                  stall_s=result.stall_s, persist_s=result.persist_s)
+        self._write(CheckpointSaved(result.steps_done, time.time(), name=result.path.name,
+                                    bytes=result.bytes, stall_s=result.stall_s,
+                                    persist_s=result.persist_s))
         transfer = RunDir(self.run_dir).read_json(RunDir.TRANSFER)  # on a flight: X home
         choice = self._schedule.record_save(result.stall_s, result.persist_s,
                                             checkpoint_transfer_s(transfer, result.bytes))
         if choice is not None:
-            self._row(result.steps_done, **choice.as_row())
+            self._write(choice.as_row(result.steps_done, time.time()))
 
     def _save_failed(self, steps_done: int, exc: BaseException) -> None:
         print(f"flightplan: checkpoint after {steps_done} steps failed: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
-        self._row(steps_done, event="checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
+        self._write(CheckpointFailed(steps_done, time.time(), error=f"{type(exc).__name__}: {exc}"))
 
     # -- checkpoints a training library writes (Trainer, Lightning) ---------------------
 
@@ -493,15 +496,16 @@ class Trial:
                       f"checkpoints (the Trainer's save_only_model=False)")
             if self.stop_rules.require_resume:
                 self._stop(NoUsableResume().verdict([reason], rejected=len(rejected)))
-            self._row(0, event="restore", source=None, rejected=[r.name for r in rejected],
-                      message=f"{reason}; starting at step 0 (require_resume is off)")
+            self._write(Restore(0, time.time(), source=None,
+                                rejected=tuple(r.name for r in rejected),
+                                message=f"{reason}; starting at step 0 (require_resume is off)"))
             return None
         self._steps_done = int(files.manifest["step"])
         self.epoch = int(files.manifest.get("epoch", 0))
         restore_s = time.monotonic() - start
         self._schedule.record_restore(restore_s)
-        self._row(self._steps_done, event="restore", source=path.name, restore_s=restore_s,
-                  rejected=[r.name for r in rejected], not_yet_registered=[])
+        self._write(Restore(self._steps_done, time.time(), source=path.name, restore_s=restore_s,
+                            rejected=tuple(r.name for r in rejected)))
         return path
 
     def library_checkpoint_due(self) -> bool:
@@ -556,7 +560,7 @@ class Trial:
             "run_id": self.run_id, "steps": self._steps_done,
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_s": round(time.monotonic() - self._started_s, 3)})
-        self._row(self._steps_done, event="finished")
+        self._write(Finished(self._steps_done, time.time()))
         with self._lock:
             if self._log_fd is not None:
                 os.close(self._log_fd)

@@ -155,7 +155,7 @@ import json, sys
 from pathlib import Path
 from trainer_script import build_trainer
 from flightplan.integrations.transformers import write_outputs
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
 
 run_dir = Path(sys.argv[1])
 trainer = build_trainer(run_dir, steps=1, save_steps=None,

@@ -79,7 +79,7 @@ class FakeExecutor(Executor):
                                             "stall_s": 0.01, "persist_s": 0.05},
                 {"step": 1, "loss": 0.5}]
         with open(job.run_dir / "measurements.jsonl", "a") as out:
-            out.writelines(json.dumps(r) + "\n" for r in rows)
+            out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
         (job.run_dir / "checkpoints" / "step-000001").mkdir(parents=True)
         now = time.time()
         on_interrupted(job, Interruption(job.run_id, "n1 (10.0.0.1)", "ActorDiedError: gone",
@@ -113,7 +113,7 @@ class FakeExecutor(Executor):
         rows += [{"step": steps - 1, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.1},
                  {"step": steps - 1, "output_s": 0.05}]
         with open(run_dir / "measurements.jsonl", "a") as out:
-            out.writelines(json.dumps(r) + "\n" for r in rows)
+            out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
         if fake == "stop":
             return 1
         if fake == "crash":

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.executors.contract import Executor, JobResult
+from flightplan.rows import parse_row
 from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
 from flightplan.tasks.loader import load_task
 
@@ -47,8 +48,13 @@ TIMED = [  # a task that logs only its loss and one evaluation; the process star
 ]
 
 
+def _typed(rows):
+    """The rows as the parser gives them (a row without a time stamp is stamped 0 s)."""
+    return [parse_row({"time": 0.0, **row}) for row in rows]
+
+
 def test_generic_figures_by_hand_from_time_stamps():
-    figures = figures_from_rows(TIMED, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+    figures = figures_from_rows(_typed(TIMED), _typed(RESUMED), DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
                                 started_at=100.0, ended_at=105.0)
     # load: first step row − process start; steps: (0.6 + 0.8) / 2 between step rows
     assert figures.load_s == pytest.approx(2.5) and figures.step_s == pytest.approx(0.7)
@@ -60,8 +66,8 @@ def test_generic_figures_by_hand_from_time_stamps():
 
 
 def test_logged_figures_win_over_time_stamps():
-    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
-                                started_at=0.0, ended_at=0.0)
+    figures = figures_from_rows(_typed(ROWS), _typed(RESUMED), DATA_CHECK, pilot_n_train=48,
+                                pilot_n_test=8, started_at=0.0, ended_at=0.0)
     # steady steps leave out step 0: (0.01 + 0.03) / 2
     assert figures.step_s == pytest.approx(0.02)
     assert (figures.load_s, figures.eval_s, figures.output_s) == (2.5, 0.4, 0.6)
@@ -75,8 +81,9 @@ def test_transfer_figures_from_both_pilot_processes():
             "bytes": 600_000, "wait_s": 0.25, "fetch_s": 0.5, "commit_s": 0.25, "node": "a"}
     again = {"step": 3, "event": "checkpoint_transfer", "name": "step-000003",
              "bytes": 200_000, "wait_s": 0.0, "fetch_s": 0.125, "commit_s": 0.125, "node": "b"}
-    figures = figures_from_rows(ROWS[:8] + [sent] + ROWS[8:], RESUMED + [again], DATA_CHECK,
-                                pilot_n_train=48, pilot_n_test=8, started_at=0.0, ended_at=0.0)
+    figures = figures_from_rows(_typed(ROWS[:8] + [sent] + ROWS[8:]), _typed(RESUMED + [again]),
+                                DATA_CHECK, pilot_n_train=48, pilot_n_test=8, started_at=0.0,
+                                ended_at=0.0)
     # durable there → durable home: (0.25 + 0.5 + 0.25 + 0 + 0.125 + 0.125) / 2 = 0.625 s;
     # 800 000 bytes moved in 0.75 + 0.25 = 1.0 s
     assert figures.transfer_s == 0.625 and figures.transfer_bytes_per_s == 800_000.0
@@ -87,21 +94,22 @@ def test_transfer_figures_from_both_pilot_processes():
 
 def test_a_missing_figure_is_named():
     with pytest.raises(ValueError, match="no restore_s"):
-        figures_from_rows(ROWS, [], DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+        figures_from_rows(_typed(ROWS), [], DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
                           started_at=0.0, ended_at=0.0)
 
 
 def test_losses_compare_bit_for_bit():
-    assert compare_losses(ROWS, RESUMED) == ([1, 2], [])
+    assert compare_losses(_typed(ROWS), _typed(RESUMED)) == ([1, 2], [])
     off_by_one_ulp = math.nextafter(0.75, 1.0)
     resumed = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": off_by_one_ulp},
                {"step": 7, "loss": 0.1}]
-    steps, mismatches = compare_losses(ROWS, resumed)
+    steps, mismatches = compare_losses(_typed(ROWS), _typed(resumed))
     assert steps == [1, 2, 7]
     assert mismatches == [{"step": 2, "uninterrupted": 0.75, "resumed": off_by_one_ulp},
                           {"step": 7, "uninterrupted": None, "resumed": 0.1}]
     # a stop-rule "nan" string equals itself
-    assert compare_losses([{"step": 3, "loss": "nan"}], [{"step": 3, "loss": "nan"}]) == ([3], [])
+    assert compare_losses(_typed([{"step": 3, "loss": "nan"}]),
+                          _typed([{"step": 3, "loss": "nan"}])) == ([3], [])
 
 
 class FakeWorkers(Executor):
@@ -131,7 +139,7 @@ class FakeWorkers(Executor):
                 if self.drift_at is not None:
                     rows[self.drift_at]["loss"] = math.nextafter(rows[self.drift_at]["loss"], 9)
             with open(job.run_dir / "measurements.jsonl", "w") as out:
-                out.writelines(json.dumps(r) + "\n" for r in rows)
+                out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
             now = time.time()
             results.append(JobResult(job.run_id, job.run_dir, 3 if self.crash else 0, now, now))
         return results

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from flightplan.rows import Restore, parse_row
 from flightplan.tasks.textclf.cost_model import (EncoderFigures, RunShape, encoder_figures,
                                                  estimate_run_seconds, forward_seconds)
 
@@ -94,7 +95,7 @@ def test_batch_size_changes_steps_and_tokens():
 
 
 def test_encoder_figures_by_hand():
-    rows = [
+    rows = [parse_row({"time": 1.0, **row}) for row in [
         {"step": 0, "encode_s": 0.30, "tokens": 32 * 40, "seq_len": 40},
         {"step": 0, "encode_s": 0.10, "tokens": 32 * 10, "seq_len": 10},
         {"step": 0, "encode_s": 0.50, "tokens": 32 * 64, "seq_len": 64},
@@ -107,8 +108,8 @@ def test_encoder_figures_by_hand():
         {"step": 2, "loss": 0.75, "step_s": 0.03, "seq_len": 64},
         {"step": 2, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.4},
         {"step": 2, "output_s": 0.6},
-    ]
-    resumed = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.7}]
+    ]]
+    resumed = [Restore(1, 1.0, source="step-000001", restore_s=0.7)]
     check = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
              "lengths": {"mean": 131.5}, "wall_s": 0.5}
     figures = encoder_figures(rows, resumed, check, pilot_n_train=48, pilot_n_test=8)

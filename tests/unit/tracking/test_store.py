@@ -10,34 +10,36 @@ import pytest
 from flightplan.tracking.live import resolve_tracking_uri
 from flightplan.tracking.store import (
     MetricPoint, artifact_location_for, flatten, metric_points)
-from flightplan.rundir import parse_rows
+from flightplan.rows import CheckpointSaved, Evaluation, Finished, Measurement, Restore, parse_rows
 
 
 def test_a_training_row_gives_one_point_per_number():
-    row = {"step": 3, "time": 1700000000.5, "loss": 0.5, "step_s": 0.01, "batch_size": 16}
+    row = Measurement(3, 1700000000.5, {"loss": 0.5, "step_s": 0.01, "batch_size": 16})
     assert metric_points(row) == [MetricPoint("loss", 0.5, 3, 1700000000500),
                                   MetricPoint("step_s", 0.01, 3, 1700000000500),
                                   MetricPoint("batch_size", 16.0, 3, 1700000000500)]
 
 
 def test_event_rows_prefix_their_keys_except_evaluation():
-    checkpoint = {"step": 4, "time": 10.0, "event": "checkpoint", "name": "step-000004",
-                  "bytes": 9000, "stall_s": 0.002}
+    checkpoint = CheckpointSaved(4, 10.0, name="step-000004", bytes=9000, stall_s=0.002,
+                                 persist_s=0.5)
     assert metric_points(checkpoint) == [MetricPoint("checkpoint/bytes", 9000.0, 4, 10000),
-                                         MetricPoint("checkpoint/stall_s", 0.002, 4, 10000)]
-    evaluation = {"step": 11, "time": 2.0, "event": "evaluation", "macro_f1": 0.25}
+                                         MetricPoint("checkpoint/stall_s", 0.002, 4, 10000),
+                                         MetricPoint("checkpoint/persist_s", 0.5, 4, 10000)]
+    evaluation = Evaluation(11, 2.0, {"macro_f1": 0.25})
     assert metric_points(evaluation) == [MetricPoint("macro_f1", 0.25, 11, 2000)]
 
 
 def test_non_finite_strings_are_floats_and_other_values_are_skipped():
-    row = {"step": 1, "time": 1.0, "loss": "nan", "grad": "-inf", "ok": True,
-           "source": None, "rejected": [], "message": "text", "f1@neg": 1}
+    row = Measurement(1, 1.0, {"loss": "nan", "grad": "-inf", "ok": True, "source": None,
+                               "rejected": [], "message": "text", "f1@neg": 1})
     points = metric_points(row)
     assert [p.key for p in points] == ["loss", "grad", "f1_neg"]  # MLflow refuses "@"
     assert math.isnan(points[0].value) and points[1].value == -math.inf
     # NaN equals NaN when points are compared, so a NaN point is not sent twice
     assert points[0].identity() == metric_points(row)[0].identity()
-    assert metric_points({"event": "finished", "time": 1.0}) == []
+    assert metric_points(Finished(4, 1.0)) == []
+    assert metric_points(Restore(4, 1.0, source="step-000004", rejected=("step-000006",))) == []
 
 
 def test_flatten_nested_adapter_settings():
@@ -50,11 +52,11 @@ def test_flatten_nested_adapter_settings():
 
 
 def test_parse_rows_waits_for_a_torn_tail_and_skips_a_glued_line():
-    data = (b'{"step": 0, "loss": 1.0}\n'
-            b'{"step": 1, "lo{"step": 1, "loss": 0.5}\n'   # a killed writer, then the resumed one
-            b'{"step": 2, "loss": 0.25}\n{"step": 3')
+    data = (b'{"step": 0, "time": 1.0, "loss": 1.0}\n'
+            b'{"step": 1, "lo{"step": 1, "time": 2.0, "loss": 0.5}\n'   # killed, then resumed
+            b'{"step": 2, "time": 3.0, "loss": 0.25}\n{"step": 3')
     rows, consumed = parse_rows(data)
-    assert rows == [{"step": 0, "loss": 1.0}, {"step": 2, "loss": 0.25}]
+    assert rows == [Measurement(0, 1.0, {"loss": 1.0}), Measurement(2, 3.0, {"loss": 0.25})]
     assert data[consumed:] == b'{"step": 3'
 
 

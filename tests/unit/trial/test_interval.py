@@ -61,7 +61,7 @@ def test_schedule_saves_first_then_by_the_measured_interval():
     first = schedule.record_save(0.01, 60.0)
     # no restore measured yet: R is estimated as D; T = 1800 − 60 − 60 = 1680 s
     assert first is not None and first.restore_measured is False and first.interval_s == 1680
-    assert first.as_row()["event"] == "checkpoint_interval"
+    assert first.as_row(1, 2.0).EVENT == "checkpoint_interval"
     assert not schedule.due(1679.0) and schedule.due(1680.0)
     assert schedule.record_save(0.01, 60.0) is None  # unchanged: not recorded again
     schedule.record_restore(900.0)
@@ -78,7 +78,7 @@ def test_the_transfer_home_shifts_the_bound_from_the_optimum_to_the_tolerated_lo
     remote = choose_interval(save_stall_s=18, persist_s=60, restore_s=40,
                              tolerated_loss_s=1800, mtbi_s=10_000, transfer_s=1200)
     assert (remote.interval_s, remote.bound, remote.optimum_s) == (500, "tolerated_loss", 600.0)
-    assert remote.as_row()["transfer_s"] == 1200
+    assert remote.as_row(1, 2.0).transfer_s == 1200
     # without M: 1800 − 60 − 100 − 40 = 1600 s; X never lowers T below D
     assert choose_interval(save_stall_s=1, persist_s=60, restore_s=40, tolerated_loss_s=1800,
                            transfer_s=100).interval_s == 1600

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from flightplan.durable import append_durable, write_json_atomic
+from flightplan.rows import Measurement
 from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import LEAVE_SIGNAL
@@ -140,11 +141,14 @@ class MeasurementTail:
         """Read new complete rows and return the updated progress."""
         rows, self._offset = self.run_dir.read_rows(self._offset)
         for row in rows:
-            if "planned_steps" in row:
-                self._set_total(row["planned_steps"])
-            if "loss" in row and isinstance(row.get("step"), int):
-                self.progress.step = row["step"]
-                self.progress.loss = row["loss"]
+            if not isinstance(row, Measurement):
+                continue
+            planned = row.number("planned_steps")
+            if planned is not None:
+                self._set_total(int(planned))
+            if row.is_step:
+                self.progress.step = row.step
+                self.progress.loss = row.values["loss"]
         return self.progress
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flightplan.durable import append_durable
+from flightplan.rows import CheckpointSaved, CheckpointTransfer, Measurement, Row
 from flightplan.rundir import RunDir
 from flightplan.transfer_time import trip_s
 from flightplan.trial.leave import LEAVE_SIGNAL, SAVE_SIGNAL
@@ -106,19 +107,18 @@ class LeaveWatch:
             self._take(row)
         del self._steps[:-_STEP_GAPS]
 
-    def _take(self, row: dict[str, Any]) -> None:
-        event, at = row.get("event"), row.get("time")
-        if event == "checkpoint":
-            self._save_s = float(row.get("stall_s") or 0.0) + float(row.get("persist_s") or 0.0)
-        elif event == "checkpoint_transfer":
+    def _take(self, row: Row) -> None:
+        if isinstance(row, CheckpointSaved):
+            self._save_s = row.stall_s + row.persist_s
+        elif isinstance(row, CheckpointTransfer):
             self._transfer_s = trip_s(row)
-        elif event is None and "loss" in row:
-            if isinstance(row.get("step_s"), (int, float)):
-                self._steps.append(float(row["step_s"]))
-            elif isinstance(at, (int, float)) and self._last_step_at is not None:
-                self._steps.append(max(0.0, at - self._last_step_at))
-            if isinstance(at, (int, float)):
-                self._last_step_at = float(at)
+        elif isinstance(row, Measurement) and row.is_step:
+            step_s = row.number("step_s")
+            if step_s is not None:
+                self._steps.append(step_s)
+            elif self._last_step_at is not None:
+                self._steps.append(max(0.0, row.time - self._last_step_at))
+            self._last_step_at = row.time
 
     def need_s(self) -> float:
         """:func:`leave_need_s` from what the run measured so far (0 for a figure not yet

@@ -66,6 +66,9 @@ from flightplan.trial.leave import EXIT_PREEMPTED
 from flightplan.run.executors.ray_host import Delta, RunHost
 from flightplan.run.executors.transfer import (blob_bytes, commit_checkpoint, commit_outputs,
                                      latest_checkpoint)
+from flightplan.rows import (CheckpointSaved, CheckpointTransfer, CheckpointTransferFailed, Row, encode_row,
+                             parse_rows)
+from flightplan.rundir import RunDir
 from flightplan.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"]
@@ -103,18 +106,9 @@ class _Execution:
         return f"{str(self.where.get('node_id', '?'))[:12]} ({self.where.get('ip', '?')})"
 
 
-def _row(run_dir: Path, step: int, **fields: Any) -> None:
-    """Append one home-made row (``event`` …) to the run's ``measurements.jsonl``."""
-    row = {"step": step, "time": time.time(), **fields}
-    append_durable(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
-
-
-def _is_save(line: bytes) -> bool:
-    """Whether a measurement row is a ``checkpoint`` (a save) event."""
-    try:
-        return json.loads(line).get("event") == "checkpoint"
-    except (ValueError, AttributeError):
-        return False
+def _row(run_dir: Path, row: Row) -> None:
+    """Append one row made at home (a transfer's) to the run's ``measurements.jsonl``."""
+    append_durable(RunDir(run_dir).measurements, encode_row(row))
 
 
 def _node_address(where: dict[str, Any]) -> str:
@@ -227,8 +221,8 @@ class RayExecutor(Executor):
         append_durable(run_dir / "measurements.jsonl", delta.measurements)
         append_durable(run_dir / "log.txt", delta.log)
         if b'"checkpoint"' in delta.measurements:
-            ex.saved_any = ex.saved_any or any(_is_save(line)
-                                               for line in delta.measurements.splitlines())
+            ex.saved_any = ex.saved_any or any(isinstance(row, CheckpointSaved)
+                                               for row in parse_rows(delta.measurements)[0])
         if delta.checkpoint is None:
             return
         name, blobs = delta.checkpoint
@@ -237,14 +231,14 @@ class RayExecutor(Executor):
         try:
             commit_checkpoint(run_dir / "checkpoints", name, blobs, keep_last=keep)
         except TransferError as exc:
-            _row(run_dir, int(name[5:]), event="checkpoint_transfer_failed", name=name,
-                 error=str(exc), node=ex.node)
+            _row(run_dir, CheckpointTransferFailed(int(name[5:]), time.time(), name=name,
+                                                   error=str(exc), node=ex.node))
             return
         committed = time.time()
         size = blob_bytes(blobs)
-        _row(run_dir, int(name[5:]), event="checkpoint_transfer", name=name, bytes=size,
-             wait_s=delta.wait_s, fetch_s=fetched - asked_at, commit_s=committed - fetched,
-             node=ex.node)
+        _row(run_dir, CheckpointTransfer(int(name[5:]), time.time(), name=name, bytes=size,
+                                         wait_s=delta.wait_s, fetch_s=fetched - asked_at,
+                                         commit_s=committed - fetched, node=ex.node))
         self._transfers.add(size, committed - asked_at, delta.wait_s)
 
     def _finish(self, ex: _Execution, delta: Delta) -> JobResult:

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
 from flightplan.tasks.estimate import require_figure
 from flightplan.trial import choose_interval
 
@@ -194,7 +195,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any]],
+def encoder_figures(rows: Sequence[Row], resumed_rows: Sequence[Row],
                       data_check: dict[str, Any], *, pilot_n_train: int,
                       pilot_n_test: int) -> EncoderFigures:
     """The pilot's figures from its measurement rows (see :class:`EncoderFigures`).
@@ -210,35 +211,40 @@ def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
     """
-    logged = [(r["tokens"], r["encode_s"]) for r in rows if "encode_s" in r]
+    measured = [r for r in rows if isinstance(r, Measurement)]
+    logged = [(r.values["tokens"], r.values["encode_s"]) for r in measured
+              if "encode_s" in r.values]
     encode = sorted(logged[1:] or logged, key=lambda pair: pair[0])
     half = len(encode) // 2
     short, long = (encode[:half] or encode), encode[half:]
-    steps = sorted(((r["step"], r["step_s"]) for r in rows
-                    if "step_s" in r and "event" not in r), key=lambda pair: pair[0])
+    steps = sorted(((r.step, r.values["step_s"]) for r in measured if "step_s" in r.values),
+                   key=lambda pair: pair[0])
     steady = [s for _, s in steps[1:]] or [s for _, s in steps]
-    saves = [r for r in rows if r.get("event") == "checkpoint"]
-    restores = [r["restore_s"] for r in resumed_rows
-                if r.get("event") == "restore" and r.get("restore_s") is not None]
+    saves = [r for r in rows if isinstance(r, CheckpointSaved)]
+    restores = [r.restore_s for r in resumed_rows
+                if isinstance(r, Restore) and r.restore_s is not None]
     splits = data_check.get("splits", {})
     return EncoderFigures(
-        max_length=int(require_figure("seq_len", [r["seq_len"] for r in rows
-                                          if "step_s" in r and "seq_len" in r])[0]),
+        max_length=int(require_figure("seq_len", [r.values["seq_len"] for r in measured
+                                          if "step_s" in r.values and "seq_len" in r.values])[0]),
         n_train=int(splits.get("train", {}).get("rows", 0)),
         n_test=int(splits.get("test", {}).get("rows", 0)),
         pilot_n_train=pilot_n_train, pilot_n_test=pilot_n_test,
         setup_s=float(data_check.get("wall_s", 0.0)),
-        load_s=require_figure("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
+        load_s=require_figure("load_s", [r.values["load_s"] for r in measured
+                                         if "load_s" in r.values])[0],
         encode_total_s=sum(e for _, e in logged),
         short_tokens=_mean([t for t, _ in short]), short_fwd_s=_mean([e for _, e in short]),
         long_tokens=_mean([t for t, _ in long]), long_fwd_s=_mean([e for _, e in long]),
         head_step_s=_mean(require_figure("step_s", steady)),
-        head_eval_s=_mean(require_figure("eval_s", [r["eval_s"] for r in rows if "eval_s" in r])),
+        head_eval_s=_mean(require_figure("eval_s", [r.metrics["eval_s"] for r in rows
+                                                    if isinstance(r, Evaluation)
+                                                    and "eval_s" in r.metrics])),
         mean_len=float(data_check.get("lengths", {}).get("mean", 0.0)),
-        save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
-        persist_s=_mean([r["persist_s"] for r in saves]),
+        save_stall_s=_mean(require_figure("checkpoint stall_s", [r.stall_s for r in saves])),
+        persist_s=_mean([r.persist_s for r in saves]),
         restore_s=require_figure("restore_s", restores)[0],
-        output_s=sum(r["output_s"] for r in rows if "output_s" in r))
+        output_s=sum(r.values["output_s"] for r in measured if "output_s" in r.values))
 
 
 def run_shape(name: str, tier: str, params: Mapping[str, Any]) -> RunShape:

@@ -61,11 +61,11 @@ def test_measurement_tail_reads_only_complete_new_rows(tmp_path):
     tail = MeasurementTail(run_dir)
     assert tail.read().total == 8 and tail.read().step is None      # capped by max_steps
     path = run_dir / "measurements.jsonl"
-    path.write_text('{"step": 0, "loss": 2.5}\n{"step": 1, "lo')
+    path.write_text('{"step": 0, "time": 1.0, "loss": 2.5}\n{"step": 1, "time": 2.0, "lo')
     progress = tail.read()
     assert (progress.step, progress.loss) == (0, 2.5)
     with open(path, "a") as handle:
-        handle.write('ss": 1.5}\n{"step": 1, "event": "checkpoint_saved"}\n')
+        handle.write('ss": 1.5}\n{"step": 1, "time": 3.0, "event": "checkpoint"}\n')
     progress = tail.read()
     assert (progress.step, progress.loss, progress.completed) == (1, 1.5, 2)
 

@@ -17,12 +17,13 @@ from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.executors.leave_watch import (LEAVE_SIGNAL, SAVE_SIGNAL, LeaveBy,
                                        LeaveWatch, leave_need_s)
 from flightplan.trial.trial import Trial
+from flightplan.rows import ForcedCheckpoint, Row
 from flightplan.rundir import RunDir
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
-def _rows(run_dir: Path) -> list[dict]:
+def _rows(run_dir: Path) -> list[Row]:
     return RunDir(run_dir).rows()
 
 
@@ -51,8 +52,8 @@ def test_a_request_to_leave_saves_at_the_next_step_then_stops(tmp_path):
     # the checkpoint is durable and whole before the exception
     assert (tmp_path / "run" / "checkpoints" / "step-000004" / "manifest.json").is_file()
     last = _rows(tmp_path / "run")[-1]
-    assert {k: last[k] for k in ("step", "event", "name", "then")} == {
-        "step": 4, "event": "forced_checkpoint", "name": "step-000004", "then": "stop"}
+    assert isinstance(last, ForcedCheckpoint)
+    assert (last.step, last.name, last.then) == (4, "step-000004", "stop")
 
 
 def test_a_request_to_save_and_go_on_saves_once_and_continues(tmp_path):
@@ -65,8 +66,8 @@ def test_a_request_to_save_and_go_on_saves_once_and_continues(tmp_path):
     trial.log(2, loss=1.0)
     assert trial.maybe_checkpoint(2) is False    # the request was served once
     trial.finish()
-    forced = [r for r in _rows(tmp_path / "run") if r.get("event") == "forced_checkpoint"]
-    assert [(r["name"], r["then"]) for r in forced] == [("step-000002", "continue")]
+    forced = [r for r in _rows(tmp_path / "run") if isinstance(r, ForcedCheckpoint)]
+    assert [(r.name, r.then) for r in forced] == [("step-000002", "continue")]
 
 
 def test_the_watch_asks_once_the_run_logs_and_the_deadline_less_its_need_has_come(tmp_path):
@@ -127,11 +128,11 @@ def test_a_worker_asked_to_leave_resumes_bitwise_identical(tmp_path):
                            leave_by=lambda j, flight: deadline)
     assert results == []                        # it did not end: it left
     [info] = interruptions
-    forced = [r for r in _rows(job.run_dir) if r.get("event") == "forced_checkpoint"]
+    forced = [r for r in _rows(job.run_dir) if isinstance(r, ForcedCheckpoint)]
     [row] = forced
-    assert row["then"] == "stop" and row["time"] < deadline.ends_at
+    assert row.then == "stop" and row.time < deadline.ends_at
     assert info.cause == "package_end" and info.node == "local"
-    assert info.checkpoint == row["name"] and info.steps_lost == 0 and info.resumes
+    assert info.checkpoint == row.name and info.steps_lost == 0 and info.resumes
     assert 0 < info.steps_done < 40
     assert json.loads(job.trial_json.read_text())["resume"] is True
     log = (job.run_dir / "log.txt").read_text()
@@ -147,7 +148,7 @@ def test_a_worker_asked_to_leave_resumes_bitwise_identical(tmp_path):
     on = LeaveBy(at=now, ends_at=now + 60.0, stop=False, flight="local")
     [ended] = executor.run([going], leave_by=lambda j, flight: on)
     assert ended.exit_code == 0
-    assert [r["then"] for r in _rows(going.run_dir) if r.get("event") == "forced_checkpoint"] \
+    assert [r.then for r in _rows(going.run_dir) if isinstance(r, ForcedCheckpoint)] \
         == ["continue"]
     assert (going.run_dir / "weights.bin").read_bytes() == expected
 

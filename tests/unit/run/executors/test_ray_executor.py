@@ -75,7 +75,7 @@ def _lost_run(tmp_path, *, home: list[str], logged_steps: int):
         (run_dir / "checkpoints" / name).mkdir()
     (run_dir / "trial.json").write_text(json.dumps({"run_id": "r-1", "resume": False}))
     (run_dir / "measurements.jsonl").write_text("".join(
-        json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(logged_steps)))
+        json.dumps({"step": s, "time": 1.0, "loss": 1.0}) + "\n" for s in range(logged_steps)))
     return Job("r-1", run_dir)
 
 
