@@ -132,6 +132,16 @@ def test_the_default_model_of_accuracy_is_the_closed_form_of_its_disagreement():
                                    abs=1e-3)
 
 
+def test_many_classes_are_simulated_plainly_and_still_match_the_closed_form():
+    # 40 classes: 4720 cells, too many to linearise (LINEAR_BUDGET); 1000 plain draws at
+    # 4 tilts leave σ a noise of about 2 %
+    model = P.default_model("accuracy", goal="max",
+                            label_counts={f"c{i}": 5 for i in range(40)}, disagreement=0.2)
+    assert (2 * len(model.table) + 1) * 41 ** 2 > P.LINEAR_BUDGET
+    power = _power(model, 2000, min_gain=0.02, expected_gain=0.04)
+    assert power.resolution == pytest.approx(Z * math.sqrt((0.2 - 0.02 ** 2) / 2000), rel=0.08)
+
+
 def test_every_classification_metric_has_increasing_gains_and_repeats_bitwise():
     counts = {"negative": 95, "neutral": 36, "positive": 248}
     for name, goal in LABEL_METRICS.items():
