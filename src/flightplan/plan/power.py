@@ -675,7 +675,9 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
         model: the paired-outcome model (its ``inputs`` are reported).
         moments: ``model.moments(n_test, upto=…)``.
         min_gain: t. expected_gain: the gain the variant is expected to bring.
-        metric, goal, expected_gain_source: reported.
+        metric, goal: reported. expected_gain_source: reported; one starting with
+            ``default`` says the expected gain is twice t, so the threshold that would
+            serve (``threshold_for_target``) moves the expected gain with it.
         curve_points: points of the power curve.
     """
     n = moments.n

@@ -184,6 +184,30 @@ def test_predicted_verdicts_match_close_on_simulated_test_sets():
                 (gain, verdict, counted)
 
 
+def test_paired_predictions_give_the_half_width_close_measures_on_them():
+    # two runs on 379 examples of 3 unbalanced classes (248/95/36), predictions drawn at
+    # random around 65 % and 70 % right: the model built from their pairs predicts the
+    # interval close then computes on the same pairs (what plan --from will rely on)
+    rng = np.random.default_rng(3)
+    gold = np.repeat([0, 1, 2], [248, 95, 36])
+    ref = np.where(rng.random(379) < 0.65, gold, rng.integers(0, 3, 379))
+    var = np.where(rng.random(379) < 0.5, ref, np.where(rng.random(379) < 0.7, gold,
+                                                          rng.integers(0, 3, 379)))
+    labels = ["negative", "neutral", "positive"]
+    ids = [str(i) for i in range(379)]
+    reference = Predictions(ids=ids, labels=labels, gold=gold, predicted=ref, probs=None)
+    variant = Predictions(ids=ids, labels=labels, gold=gold, predicted=var, probs=None)
+
+    def statistic(g, predicted, axis=-1):
+        return from_confusion("macro_f1", confusion(g, predicted, 3))
+
+    measured = compare(statistic, (gold, ref), (gold, var), goal="max", min_gain=0.05)
+    model = P.model_from_predictions("macro_f1", reference, variant, goal="max", source="test")
+    assert model.inputs["disagreement"] == round(float(np.mean(ref != var)), 4)
+    predicted = P.Z_INTERVAL * float(model.moments(379).at(measured["gain"])[1])
+    assert predicted == pytest.approx((measured["ci_high"] - measured["ci_low"]) / 2, rel=0.1)
+
+
 def test_model_from_a_single_run_keeps_its_accuracy_and_takes_the_disagreement():
     gold = np.r_[np.zeros(60), np.ones(40)].astype(int)
     predicted = gold.copy()
