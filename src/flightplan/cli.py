@@ -81,10 +81,13 @@ def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
          extend: list[str] = typer.Option([], "--extend", metavar="NAME=+DURATION",
                                           help="Lengthen a stage or run, e.g. lora-r8=+30h (repeatable)."),
          gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a PNG Gantt chart here."),
+         power_plot: Optional[Path] = typer.Option(
+             None, "--power-plot", help="Write each comparison's power curve here (PNG)."),
          json: bool = JSON) -> int:
-    """Schedule the campaign, check it against the window and compare packages."""
+    """Schedule the campaign, check it against the window, compare packages, and say what
+    the test set can decide."""
     from flightplan.plan.commands import plan_command
-    return plan_command(spec, extend=extend, gantt=gantt, as_json=json)
+    return plan_command(spec, extend=extend, gantt=gantt, as_json=json, power_plot=power_plot)
 
 
 @app.command()

@@ -50,8 +50,8 @@ from typing import Any, Iterator
 from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import CorpusSection
 
-__all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "corpus_files", "verify_hashes",
-           "corpus_root", "format_of", "FORMATS", "SPLITS"]
+__all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "load_split", "corpus_files",
+           "verify_hashes", "corpus_root", "format_of", "FORMATS", "SPLITS"]
 
 SPLITS: tuple[str, ...] = ("train", "test")
 FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
@@ -279,9 +279,10 @@ def _mismatch(name: str, actual: str, expected: str | None) -> str:
     return f"{name}: sha256 {actual} but the campaign file froze {expected}"
 
 
-def _read(section: CorpusSection, campaign_dir: Path | str
+def _read(section: CorpusSection, campaign_dir: Path | str, *, only: str | None = None
           ) -> tuple[dict[str, tuple[bytes, str]], dict[str, str], str]:
-    """``(name → (bytes, origin), name → split, source)`` for every file in ``sha256``."""
+    """``(name → (bytes, origin), name → split, source)`` for every file in ``sha256``
+    (only the file of split ``only`` read, when given)."""
     names = sorted(section.sha256)
     splits = {name: _split_of(name) or "" for name in names}
     for wanted in SPLITS:
@@ -290,6 +291,8 @@ def _read(section: CorpusSection, campaign_dir: Path | str
             raise SpecError(f"corpus files {names!r} must hold exactly one file whose name "
                             f"contains {wanted!r}; name the train and the test file",
                             field="corpus.sha256", value=names)
+    if only is not None:
+        names = [n for n in names if splits[n] == only]
     if section.package is not None:
         found, source = _package_files(section.package, names)
     else:
@@ -363,6 +366,28 @@ def load_corpus(section: CorpusSection, campaign_dir: Path | str) -> Corpus:
     labels = sorted({e.label for e in (*train, *test) if e.label is not None})
     return Corpus(train=train, test=test, labels=labels, files=files, source=source,
                   section=section)
+
+
+def load_split(section: CorpusSection, campaign_dir: Path | str, split: str
+               ) -> tuple[list[Example], str]:
+    """The examples of one split (after its ``*_limit``) and where they came from, reading
+    only that split's file and neither hashing nor checking it (the data check does):
+    the cheap way for ``plan`` to know the test split's size and labels.
+
+    Raises:
+        SpecError: as :func:`load_corpus`, and when no columns are declared (the task
+            reads the files: flightplan cannot count their examples).
+        CorpusMismatch: the file is missing or unreadable in its format.
+    """
+    if not section.has_columns:
+        raise SpecError("declares no id_column and input_columns, so the task reads the "
+                        "corpus itself and flightplan cannot count its examples",
+                        field="corpus.id_column", value=None)
+    found, splits, source = _read(section, campaign_dir, only=split)
+    (name, (data, _)), = found.items()
+    examples, _ = _parse(data, name, section)
+    limit = section.train_limit if split == "train" else section.test_limit
+    return examples[:limit], f"{source}: {name}"
 
 
 def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:

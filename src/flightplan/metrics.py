@@ -46,6 +46,10 @@ Usage::
     predictions = read_predictions(path)             # CheckFailed when unreadable
     metric_value(metric, predictions)                # float
     statistic, reference, variant = paired(metric, ref_predictions, var_predictions)
+
+The paired bootstrap that compares two runs (:mod:`flightplan.close.conclusion`) and the
+power analysis that predicts its verdicts (:mod:`flightplan.plan.power`) share its
+parameters: :data:`CONFIDENCE`, :data:`N_RESAMPLES` and :data:`SEED`.
 """
 
 from __future__ import annotations
@@ -61,8 +65,16 @@ import numpy as np
 
 from flightplan.errors import CheckFailed, SpecError
 
-__all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "parse_metric",
-           "check_goal", "read_predictions", "metric_value", "paired", "confusion"]
+__all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "CONFIDENCE",
+           "N_RESAMPLES", "SEED", "parse_metric", "check_goal", "read_predictions",
+           "metric_value", "paired", "union_labels", "confusion", "from_confusion"]
+
+CONFIDENCE = 0.95
+"""Confidence level of the paired bootstrap interval of a variant's difference."""
+N_RESAMPLES = 2000
+"""Resamples of the paired bootstrap."""
+SEED = 20240601
+"""Seed of the paired bootstrap (and of the power simulation), so results repeat."""
 
 COLUMN_PREFIX = "mean:"
 _AVERAGED = ("f1", "precision", "recall", "jaccard")
@@ -249,8 +261,10 @@ def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), 0.0)
 
 
-def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
-    """Metric ``name`` of confusion matrices (..., C, C) → (...).
+def from_confusion(name: str, m: np.ndarray) -> np.ndarray:
+    """Classification metric ``name`` of confusion matrices (..., C, C) → (...), as
+    :func:`confusion` lays them out; counts or any positive multiple of them (a metric of a
+    confusion matrix does not change when every cell is scaled).
 
     A macro average runs over the classes that are gold or predicted at least once
     (scikit-learn's default ``labels``); ``balanced_accuracy`` over the gold classes only,
@@ -325,7 +339,13 @@ def metric_value(metric: Metric | str, predictions: Predictions, *,
         return float(values.mean()) if len(values) else math.nan
     _labels_needed(metric, predictions, source)
     matrix = confusion(predictions.gold, predictions.predicted, len(predictions.labels))
-    return float(_from_confusion(metric.name, matrix))
+    return float(from_confusion(metric.name, matrix))
+
+
+def union_labels(reference: Predictions, variant: Predictions) -> list[str]:
+    """The classes two runs are compared on: the reference's, then the variant's others
+    (sorted)."""
+    return reference.labels + sorted(set(variant.labels) - set(reference.labels))
 
 
 def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *,
@@ -358,11 +378,11 @@ def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *
         return mean, (ref_values,), (var_values,)
     _labels_needed(metric, reference, f"{source} (reference)")
     _labels_needed(metric, variant, f"{source} (variant)")
-    labels = reference.labels + sorted(set(variant.labels) - set(reference.labels))
+    labels = union_labels(reference, variant)
     ref = reference.subset(ref_index, labels)
     var = variant.subset(var_index, labels)
     n_labels = len(labels)
 
     def statistic(gold: np.ndarray, predicted: np.ndarray, axis: int = -1) -> np.ndarray:
-        return _from_confusion(metric.name, confusion(gold, predicted, n_labels))
+        return from_confusion(metric.name, confusion(gold, predicted, n_labels))
     return statistic, (ref.gold, ref.predicted), (ref.gold, var.predicted)

@@ -93,6 +93,14 @@ class CampaignSection(_Strict):
     must beat its reference by at least this much (lower by it when ``goal`` is ``min``).
     ``accept_at_least`` is the lowest metric value at which a run's product is accepted
     (the highest, when ``goal`` is ``min``).
+
+    Planning assumptions for the power of each comparison (:mod:`flightplan.plan.power`),
+    used until something measured replaces them: ``expected_disagreement`` (a
+    classification metric) is the share of test examples on which a variant's and its
+    reference's predictions are expected to differ, in (0, 1] (default
+    :data:`flightplan.plan.power.DEFAULT_DISAGREEMENT`); ``expected_difference_sd`` (a
+    ``mean:<column>`` metric) is the expected standard deviation of the per-example
+    difference between the two runs' column, in the column's units.
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -101,6 +109,8 @@ class CampaignSection(_Strict):
     goal: Literal["max", "min"] = "max"
     min_gain: Float = Field(ge=0)
     accept_at_least: Float | None = None
+    expected_disagreement: Float | None = Field(default=None, gt=0, le=1)
+    expected_difference_sd: Float | None = Field(default=None, gt=0)
 
     @field_validator("metric")
     @classmethod
@@ -124,6 +134,23 @@ class CampaignSection(_Strict):
             except SpecError as exc:
                 raise ValueError(exc.reason) from None
         return value
+
+    @model_validator(mode="after")
+    def _assumption_fits_metric(self) -> "CampaignSection":
+        from flightplan.metrics import parse_metric
+
+        column = parse_metric(self.metric).kind == "column"
+        if column and self.expected_disagreement is not None:
+            raise ValueError(f"expected_disagreement is for a classification metric, and "
+                             f"{self.metric} is a column's mean; give expected_difference_sd "
+                             f"(the spread of the per-example difference, in the column's "
+                             f"units) instead")
+        if not column and self.expected_difference_sd is not None:
+            raise ValueError(f"expected_difference_sd is for a mean:<column> metric, and "
+                             f"{self.metric} is a classification metric; give "
+                             f"expected_disagreement (the share of test examples on which "
+                             f"the two runs' predictions differ) instead")
+        return self
 
 
 class RentalSection(_Strict):
@@ -178,12 +205,16 @@ class Run(_Strict):
     ``task`` is a built-in task, a ``.py`` file beside the campaign file or a module
     (docs/tasks.md). ``steps`` (optional) are the run's planned optimizer steps: the
     decision point re-estimates the run from them and the pilot's step time (default:
-    the control's planned steps as its pilot reported them).
+    the control's planned steps as its pilot reported them). ``expected_gain`` (a
+    variant's) is the gain over its reference it is expected to bring, in units of
+    ``[campaign] metric`` signed by ``goal`` (default: twice ``min_gain``); the plan's
+    power figures are computed at it (:mod:`flightplan.plan.power`).
     """
 
     name: str = Field(min_length=1, max_length=200)
     tier: Tier
     reference: str | None = None
+    expected_gain: Float | None = Field(default=None, ge=0)
     task: str = DEFAULT_TASK
     params: dict[str, Any] = Field(default_factory=dict)
     duration: DurationField
@@ -458,6 +489,11 @@ def _check_graph(spec: CampaignSpec, source: str) -> None:
         if run.reference == run.name:
             raise SpecError(f"run {run.name!r} cannot be its own reference; name the control",
                             file=source, field=f"run[{index}].reference", value=run.reference)
+        if run.reference is None and run.expected_gain is not None:
+            raise SpecError(f"run {run.name!r} has no reference, so no gain to expect; remove "
+                            f"expected_gain, or give it to the variants (the gain over their "
+                            f"reference)", file=source, field=f"run[{index}].expected_gain",
+                            value=run.expected_gain)
     if all(r.reference is not None for r in spec.run):
         raise SpecError("no run is a control (every run has a reference); "
                         "remove reference from the control run", file=source, field="run")

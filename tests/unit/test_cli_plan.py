@@ -40,6 +40,50 @@ def test_plan_json_of_the_illustration(tmp_path: Path) -> None:
     assert data["recommendation"]["total_price"] == "47.14"
 
 
+def test_plan_warns_that_the_main_job_cannot_confirm_its_threshold(tmp_path: Path) -> None:
+    """Before any run, with the default disagreement: +0.05 macro-F1 on 379 test reviews."""
+    spec = ROOT / "examples" / "drug-reviews" / "campaign.toml"
+    data = json.loads(_invoke(["plan", str(spec), "--json"]).stdout)["power"]
+    assert data["test_examples"] == 379 and "drugsComTest.tsv" in data["test_source"]
+    first = data["comparisons"][0]
+    assert (first["variant"], first["reference"], first["expected_gain"]) == \
+        ("lora-r8", "control", 0.1)
+    assert first["model"]["disagreement"] == 0.25
+    assert first["model"]["class_shares"] == {"negative": round(95 / 379, 4),
+                                              "neutral": round(36 / 379, 4),
+                                              "positive": round(248 / 379, 4)}
+    assert first["warning"] and first["confirm_probability"] < 0.5
+    assert 0.045 < first["resolution"] < 0.065 and first["examples_needed"] > 379
+    assert [s["case"] for s in first["verdict_probabilities"]] == \
+        ["no gain", "threshold", "expected gain"]
+    plot = tmp_path / "power.png"
+    result = _invoke(["plan", str(spec), "--power-plot", str(plot)])
+    assert result.exit_code == 0, result.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "POWER WARNING" in result.stdout
+    text = " ".join(line.strip("│ ") for line in result.stdout.splitlines())
+    assert ("lora-r8 − control: a gain of at least +0.05 macro_f1 cannot be confirmed reliably "
+            "with 379 test examples.") in text
+    assert f"Resolution ±{first['resolution']:.3f}" in text
+    assert f"minimum detectable gain {first['minimum_detectable_gain']:+.3f}" in text
+    needed = int(float(f"{first['examples_needed']:.2g}"))
+    assert f"about {needed:,} test examples would confirm +0.1" in text
+    assert "Fixes: more test examples" in text and "a larger threshold" in text \
+        and "fewer comparisons" in text
+
+
+def test_power_plot_without_a_test_split_exits_2(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    data = json.loads(_invoke(["plan", str(path), "--json"]).stdout)["power"]
+    assert data["comparisons"] == [] and data["test_examples"] is None
+    assert data["not_computed"][0]["reason"] == ("the campaign has no [corpus], so the test "
+                                                 "split's size is unknown")
+    result = _invoke(["plan", str(path), "--power-plot", str(tmp_path / "p.png")])
+    assert result.exit_code == 2
+    assert "--power-plot" in result.stderr and "no comparison's power is known" in result.stderr
+    assert not (tmp_path / "p.png").exists()
+
+
 def test_plan_extend_does_not_fit_but_exits_0_and_says_so(tmp_path: Path) -> None:
     path = _write(tmp_path, ILLUSTRATION)
     gantt = tmp_path / "gantt.png"

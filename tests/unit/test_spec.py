@@ -59,6 +59,16 @@ CASES = [
     (("stage", 0, "uses"), ["gpu", "cpu"], r"stage\[0\]\.uses\[1\]: 'cpu' is not allowed"),
     (("run", 0, "tier"), "vital", r"run\[0\]\.tier: 'vital' is not allowed"),
     (("campaign_dir",), "/etc", r"unknown key 'campaign_dir'"),
+    (("campaign", "expected_disagreement"), 0,
+     r"campaign\.expected_disagreement: 0: input should be greater than 0"),
+    (("campaign", "expected_disagreement"), 1.5,
+     r"campaign\.expected_disagreement: 1\.5: input should be less than or equal to 1"),
+    (("campaign", "expected_difference_sd"), 0.2,
+     r"campaign: expected_difference_sd is for a mean:<column> metric, and macro_f1 is a "
+     r"classification metric; give expected_disagreement"),
+    (("run", 0, "expected_gain"), 0.1,
+     r"run\[0\]\.expected_gain: run 'control' has no reference, so no gain to expect"),
+    (("run", 1, "expected_gain"), -0.1, r"run\[1\]\.expected_gain: -0\.1: input should be greater than or equal to 0"),
 ]
 
 
@@ -76,6 +86,22 @@ def test_a_misspelt_required_key_is_named_not_reported_missing() -> None:
         parse_spec(doc)
     assert str(caught.value) == ("campaign.toml: rental.pakage_days: unknown key 'pakage_days'; "
                                  "did you mean 'package_days'?")
+
+
+def test_planning_assumptions_load_and_fit_their_metric() -> None:
+    doc = copy.deepcopy(BASE)
+    doc["campaign"]["expected_disagreement"] = 0.1
+    doc["run"][1]["expected_gain"] = 0.08
+    spec = parse_spec(doc)
+    assert spec.campaign.expected_disagreement == 0.1 and spec.item("lora-r8").expected_gain == 0.08
+    doc["campaign"] |= {"metric": "mean:abs_error", "goal": "min"}
+    with pytest.raises(SpecError, match=r"campaign: expected_disagreement is for a "
+                                        r"classification metric, and mean:abs_error is a "
+                                        r"column's mean; give expected_difference_sd"):
+        parse_spec(doc)
+    del doc["campaign"]["expected_disagreement"]
+    doc["campaign"]["expected_difference_sd"] = 0.3
+    assert parse_spec(doc).campaign.expected_difference_sd == 0.3
 
 
 def test_no_control_is_an_error() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from flightplan.close.plan_vs_execution import shown_hours, shown_transfers
+from flightplan.plan.power import rounded_count
 from flightplan.rows import Measurement, parse_rows
 
 __all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
@@ -156,6 +157,7 @@ def render_report(context: dict[str, Any]) -> str:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
                                      autoescape=True, undefined=jinja2.StrictUndefined,
                                      trim_blocks=True, lstrip_blocks=True)
+    environment.filters["rounded_count"] = lambda count: f"{rounded_count(int(count)):,}"
     pve = context["plan_vs_execution"]
     images = {
         "gantt": gantt_png(pve["items"], reserved_hours=pve["totals"]["reserved_hours"]),

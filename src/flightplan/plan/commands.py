@@ -3,29 +3,41 @@
 Both print one JSON object with ``--json`` and rich tables otherwise (units in the
 headers). A plan that does not fit is a report, not an error: exit 0, and the summary
 says by how many hours it is over.
+
+``plan`` also says what the test set can decide (:mod:`flightplan.plan.power`): it reads
+the test split's size and labels from the corpus (only that file, here in the command
+layer; ``plan/`` modules do no I/O), prints each comparison's resolution and power, and a
+warning a reader cannot miss when a variant's expected gain would be confirmed with less
+than :data:`~flightplan.plan.power.WARN_BELOW` probability; ``--json`` carries it all
+under ``power``; ``--power-plot FILE`` draws the power curves.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.panel import Panel
 from rich.table import Table
 
+from flightplan.corpus import load_split
 from flightplan.durable import write_atomic
-from flightplan.errors import ArgumentError
+from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
+from flightplan.plan.power import (TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
+                                   campaign_power, power_png, rounded_count)
 from flightplan.plan.quote import Quote, quote_for_job
-from flightplan.spec import load_spec
+from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks.loader import check_task
 from flightplan.units import Duration, parse_extension
 
-__all__ = ["plan_command", "quote_command", "parse_extensions"]
+__all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split"]
 
 
 def parse_extensions(texts: list[str]) -> dict[str, Duration]:
@@ -44,37 +56,78 @@ def parse_extensions(texts: list[str]) -> dict[str, Duration]:
     return out
 
 
-def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_json: bool) -> int:
-    """Plan the campaign in ``spec_path``; print JSON or tables; write a PNG Gantt if asked.
+def read_test_split(spec: CampaignSpec) -> tuple[TestSplit | None, str]:
+    """The test split's size and label counts, for the power of the comparisons.
+
+    Reads only the test file (:func:`flightplan.corpus.load_split`); a corpus that cannot
+    be read here is the data check's business, so it is a reason, not an error.
 
     Returns:
-        0, also when the plan does not fit the window (the output says so).
+        ``(split, "")``, or ``(None, why it is unknown)``.
+    """
+    if spec.corpus is None:
+        return None, "the campaign has no [corpus], so the test split's size is unknown"
+    try:
+        examples, source = load_split(spec.corpus, spec.campaign_dir, "test")
+    except (SpecError, CorpusMismatch, OSError) as exc:
+        return None, f"the test split could not be read: {exc}"
+    counts = None
+    if spec.corpus.label_column is not None:
+        counts = dict(sorted(Counter(e.label for e in examples if e.label is not None).items()))
+    return TestSplit(len(examples), counts, source), ""
+
+
+def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_json: bool,
+                 power_plot: Path | None = None) -> int:
+    """Plan the campaign in ``spec_path``; print JSON or tables; write a PNG Gantt and the
+    power curves if asked.
+
+    Returns:
+        0, also when the plan does not fit the window or the test set cannot confirm the
+        expected gains (the output says so).
 
     Raises:
         SpecError, CatalogError: bad campaign or catalog. TaskError: a run's task is not
             found or binds no ``train`` (checked without running it). ArgumentError: a bad
-            ``--extend`` (format or unknown name) or a ``--gantt`` path that cannot be written.
+            ``--extend`` (format or unknown name), a ``--gantt`` or ``--power-plot`` path
+            that cannot be written, or ``--power-plot`` when no comparison's power is known.
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
         check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
     result = plan_campaign(spec, extend=parse_extensions(extend))
+    test, why = read_test_split(spec)
+    power = campaign_power(spec, test, why_unknown=why)
     if gantt is not None:
-        png = gantt_png(result.schedule, window_s=result.window_s, title=spec.campaign.name)
-        try:
-            write_atomic(Path(gantt), png)
-        except OSError as exc:
-            raise ArgumentError(f"--gantt {gantt}: cannot write it ({exc.strerror or exc}); "
-                                f"give a path in a writable folder") from None
+        _write_png("--gantt", gantt, gantt_png(result.schedule, window_s=result.window_s,
+                                                title=spec.campaign.name))
+    if power_plot is not None:
+        if not power.comparisons:
+            reasons = "; ".join(dict.fromkeys(why for _, _, why in power.not_computed))
+            raise ArgumentError(f"--power-plot {power_plot}: no comparison's power is known "
+                                f"({reasons or 'the campaign has no variant'}); there is no "
+                                f"curve to draw")
+        _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
     if as_json:
-        print(json.dumps(result.to_json() | left))
+        print(json.dumps(result.to_json() | left | {"power": power.to_json()}))
         return 0
     console = _console()
     _print_plan(console, result, left)
+    _print_power(console, power)
     if gantt is not None:
         console.print(f"Gantt chart written to {escape(str(gantt))}")
+    if power_plot is not None:
+        console.print(f"power curves written to {escape(str(power_plot))}")
     return 0
+
+
+def _write_png(option: str, path: Path, png: bytes) -> None:
+    try:
+        write_atomic(Path(path), png)
+    except OSError as exc:
+        raise ArgumentError(f"{option} {path}: cannot write it ({exc.strerror or exc}); "
+                            f"give a path in a writable folder") from None
 
 
 def _console() -> Console:
@@ -133,6 +186,112 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
         console.print(table)
     else:
         console.print("variants: no warnings")
+
+
+def _percent(value: float) -> str:
+    """A probability as a whole percent, ``<1``/``>99`` at the ends (``0.443`` → ``44``)."""
+    if 0 < value < 0.005:
+        return "<1"
+    if 0.995 <= value < 1:
+        return ">99"
+    return f"{value * 100:.0f}"
+
+
+def _verdicts(comparison: ComparisonPower, case: str) -> str:
+    s = comparison.scenario(case)
+    return f"{_percent(s.meets)} / {_percent(s.does_not_meet)} / {_percent(s.inconclusive)}"
+
+
+def _print_power(console: Console, power: CampaignPower) -> None:
+    """The power table, what it assumed, and a red panel per comparison whose expected
+    gain would be confirmed with less than ``WARN_BELOW`` probability."""
+    reasons: dict[str, list[str]] = {}
+    for variant, reference, why in power.not_computed:
+        reasons.setdefault(why, []).append(f"{variant} − {reference}")
+    for why, names in reasons.items():
+        console.print(f"power of {escape(', '.join(names))}: not computed: {escape(why)}")
+    if not power.comparisons:
+        return
+    first = power.comparisons[0]
+    target = f"{TARGET_POWER:.0%}"
+    table = Table(title=f"What the test set can decide ({escape(first.metric)}, goal "
+                        f"{first.goal}, threshold {first.min_gain:+g}; {first.n_test} test "
+                        f"examples; 95% paired bootstrap)", title_justify="left",
+                  caption=f"RESOLUTION: the interval's expected half-width (±); DETECTABLE: "
+                          f"the smallest true gain confirmed with {target} probability; P: "
+                          f"probability (%) of meets / does not meet / inconclusive if the "
+                          f"true gain is 0, the threshold, the expected gain; EXAMPLES: the "
+                          f"test size that confirms the expected gain with {target} "
+                          f"probability",
+                  caption_justify="left")
+    for header in ("COMPARISON", "RESOLUTION", "DETECTABLE", "EXPECTED", "P IF 0",
+                   "P AT THRESHOLD", "P IF EXPECTED", f"EXAMPLES FOR {target}"):
+        table.add_column(header, justify="left" if header == "COMPARISON" else "right",
+                         no_wrap=header != "COMPARISON")
+    for c in power.comparisons:
+        detectable = c.minimum_detectable_gain
+        table.add_row(escape(f"{c.variant} − {c.reference}"), f"±{c.resolution:.3f}",
+                      "beyond reach" if detectable is None else f"{detectable:+.3f}",
+                      f"{c.expected_gain:+.3g}", _verdicts(c, "no gain"),
+                      _verdicts(c, "threshold"), _verdicts(c, "expected gain"),
+                      "never" if c.examples_needed is None else f"{c.examples_needed:,}")
+    console.print(table)
+    for line in dict.fromkeys(_assumptions(c) for c in power.comparisons):
+        console.print(f"assumed: {escape(line)}")
+    for c in power.warnings:
+        console.print(Panel(escape(_warning(c)), title="POWER WARNING", title_align="left",
+                            border_style="bold red", style="bold"))
+
+
+def _assumptions(comparison: ComparisonPower) -> str:
+    """What a comparison's figures assumed, in one line."""
+    inputs = comparison.inputs
+    parts = []
+    if "disagreement" in inputs:
+        parts.append(f"disagreement {inputs['disagreement']:g} "
+                     f"({inputs.get('disagreement_source')})")
+    if "reference_accuracy" in inputs and inputs.get("source") == "assumed":
+        parts.append(f"reference right on {inputs['reference_accuracy']:.0%} of each class's "
+                     f"examples (assumed)")
+    if "difference_sd" in inputs:
+        parts.append(f"per-example difference sd {inputs['difference_sd']:g} "
+                     f"({inputs.get('difference_sd_source', inputs.get('source'))})")
+    parts += list(comparison.notes)
+    return "; ".join(parts)
+
+
+def _warning(c: ComparisonPower) -> str:
+    """The warning text: what cannot be confirmed, the numbers, and the fixes."""
+    expected = c.scenario("expected gain")
+    detectable = ("no gain the assumed disagreement allows" if c.minimum_detectable_gain is None
+                  else f"{c.minimum_detectable_gain:+.3f}")
+    text = (f"{c.variant} − {c.reference}: a gain of at least {c.min_gain:+g} {c.metric} cannot "
+            f"be confirmed reliably with {c.n_test} test examples. If {c.variant} truly gains "
+            f"{c.expected_gain:+.3g} (the expected gain; {c.expected_gain_source}), the "
+            f"comparison meets the threshold with probability {expected.meets:.0%} and is "
+            f"inconclusive with {expected.inconclusive:.0%}. Resolution ±{c.resolution:.3f} "
+            f"(the interval's expected half-width); minimum detectable gain {detectable} "
+            f"(confirmed with {TARGET_POWER:.0%} probability); ")
+    if c.examples_needed is None:
+        text += ("no test size confirms the expected gain, which does not exceed the "
+                 "threshold.")
+    else:
+        text += (f"about {rounded_count(c.examples_needed):,} test examples would confirm "
+                 f"{c.expected_gain:+.3g} with {TARGET_POWER:.0%} probability.")
+    fixes = []
+    if c.examples_needed is not None:
+        fixes.append(f"more test examples (about {rounded_count(c.examples_needed):,}, "
+                     f"now {c.n_test})")
+    bound = c.threshold_for_target
+    if bound is not None and bound[0] == "at least":
+        fixes.append(f"a larger threshold (min_gain at least {bound[1]:+.3f}, the expected "
+                     f"gain then twice it; or a bolder variant)")
+    elif bound is not None:
+        fixes.append(f"a threshold the test set can resolve (min_gain at most {bound[1]:+.3f} "
+                     f"for the expected gain {c.expected_gain:+.3g})")
+    fixes.append("fewer comparisons (a variant that cannot confirm its gain spends GPU hours "
+                 "without deciding anything: cut it, or spend its hours on a larger test set)")
+    return text + " Fixes: " + "; ".join(fixes) + "."
 
 
 def _print_options(console: Console, quote: Quote, *, title: str,

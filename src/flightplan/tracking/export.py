@@ -4,8 +4,9 @@ Reads the results directory alone (so it works on any copy that verifies) and re
 one that does not verify. What it writes (names are the contract the tests read back):
 
 - the experiment (``--experiment``, default the campaign name), tags ``flightplan.*``:
-  ``campaign, question, metric, threshold`` (``min_gain`` with the goal), ``verdict,
-  answer, committed_budget`` (``"47.14 USD"``), ``rental_per_accepted`` (``"15.71 USD"``
+  ``campaign, question, metric, threshold`` (``min_gain`` with the goal), ``verdict``
+  (the conclusion's paragraph), ``answer`` (``yes``, ``no`` or ``inconclusive``),
+  ``committed_budget`` (``"47.14 USD"``), ``rental_per_accepted`` (``"15.71 USD"``
   or ``"undefined: 0 accepted"``), ``accepted_products, plan_sha256, order_number``, and
   ``mlflow.note.content`` (the question and verdict, shown as the description);
 - one run per expected flightplan run (tag ``flightplan.run_id``): params = the task's
