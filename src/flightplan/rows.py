@@ -302,22 +302,22 @@ def parse_row(obj: Any) -> Row | None:
     have are dropped; a missing one takes the field's default."""
     if not isinstance(obj, dict):
         return None
-    step, at = obj.get("step"), obj.get("time")
-    if not isinstance(step, int) or isinstance(step, bool) or as_number(at) is None:
+    step, at = obj.get("step"), as_number(obj.get("time"))
+    if not isinstance(step, int) or isinstance(step, bool) or at is None:
         return None
     rest = {k: v for k, v in obj.items() if k not in RESERVED}
     event = obj.get("event")
     if event is None:
-        return Measurement(step, float(at), rest)
+        return Measurement(step, at, rest)
     cls = EVENTS.get(event) if isinstance(event, str) else None
     if cls is None:
-        return UnknownEvent(step, float(at), str(event), rest)
+        return UnknownEvent(step, at, str(event), rest)
     if cls is Evaluation:
-        return Evaluation(step, float(at), rest)
+        return Evaluation(step, at, rest)
     names = {f.name for f in dataclasses.fields(cls)} - {"step", "time"}
     kwargs = {k: (tuple(v) if k in _TUPLES and isinstance(v, list) else v)
               for k, v in rest.items() if k in names}
-    return cls(step, float(at), **kwargs)
+    return cls(step, at, **kwargs)
 
 
 def parse_rows(data: bytes) -> tuple[list[Row], int]:
