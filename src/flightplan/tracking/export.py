@@ -10,7 +10,7 @@ one that does not verify. What it writes (names are the contract the tests read 
   ``mlflow.note.content`` (the question and verdict, shown as the description);
 - one run per expected flightplan run (tag ``flightplan.run_id``): params = the task's
   ``params`` flattened (``adapter.rank``); the metric history of
-  ``measurements/<id>.jsonl`` (see :func:`.mlflow_store.metric_points`) and the final
+  ``measurements/<id>.jsonl`` (see :func:`.store.metric_points`) and the final
   metrics of ``metrics/<id>.json`` as ``final/<key>`` and ``final/<label>/<f1|…>`` at
   the last step; tags ``flightplan.config_hash, tier, task, reference, accepted,
   reasons, status, status_reason, stop_rule, stop_reason, base_model.*``; status FINISHED
@@ -23,7 +23,8 @@ one that does not verify. What it writes (names are the contract the tests read 
   params/<id>.json, measurements/<id>.jsonl, errors/<id>.json, errors/<id>.md`` and
   ``artifact/`` (the reloadable artifact);
 - the pilot (tag ``flightplan.pilot = true``, id ``pilot-<control run id>``): its figures
-  as ``pilot/<name>`` metrics, FINISHED when its resume check passed, else FAILED;
+  as ``pilot/<name>`` metrics, FINISHED when its resume check passed, else FAILED (its
+  measurement rows are not in ``results/``: only live tracking sends them);
 - a summary run (``flightplan.run_id = summary``, ``flightplan.summary = true``) holding
   README.md, report.html, conclusion.json, budget.json, plan.json, plan_vs_execution.*,
   data_check.json, stops.json and MANIFEST.json.
