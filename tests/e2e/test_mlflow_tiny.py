@@ -74,8 +74,8 @@ def test_live_tracking_survives_a_locked_store_and_export_completes_it(tmp_path)
     (tmp_path / "campaign.toml").write_text(text + '\n[tracking]\nmlflow = "sqlite:///mlflow.db"\n')
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
-    # the store exists before the runner starts, so that locking it below does not wait on
-    # the niced mirror thread, which a busy machine may starve until the campaign ends
+    # the store exists before the runner starts, so that locking it below never races the
+    # mirror process creating its tables
     MlflowClient(tracking_uri=uri).create_experiment(
         "tiny", artifact_location=(tmp_path / "mlartifacts").as_uri())
     runner = subprocess.Popen([str(FLIGHTPLAN), "run", "campaign.toml"], cwd=tmp_path, env=ENV,
@@ -101,8 +101,8 @@ def test_live_tracking_survives_a_locked_store_and_export_completes_it(tmp_path)
             runner.kill()
     assert runner.returncode == 0, out[-3000:] + err[-3000:]
     assert "2 finished, 0 stopped by a rule, 0 cut, 0 failed" in out
-    # the runner's last word on the mirror (whether the niced mirror thread got to report
-    # its first "database is locked" before depends on the machine's load)
+    # the runner's last word on the mirror (whether the mirror's first "database is locked"
+    # came before depends on when the lock met its passes)
     assert "live tracking: " in err and "not sent to" in err, err[-3000:]
 
     closed = subprocess.run([str(FLIGHTPLAN), "close", "campaign.toml"], cwd=tmp_path, env=ENV,
