@@ -188,12 +188,15 @@ def _pilot(results: Path) -> dict[str, Any] | None:
     check = next((d for d in pve.get("decisions", []) if d.get("kind") == "pilot_check"), None)
     if check is None:
         return None
-    decision = next((d for d in pve.get("decisions", []) if d.get("kind") == "pilot"), {})
+    decision: dict[str, Any] = next(
+        (d for d in pve.get("decisions", []) if d.get("kind") == "pilot"), {})
     figures = (decision.get("figures") or {}).get("pilot") or {}
-    stage = next((i for i in pve.get("items", []) if i.get("name") == "pilot"), {})
+    stage: dict[str, Any] = next(
+        (i for i in pve.get("items", []) if i.get("name") == "pilot"), {})
     end_ms = _ms(check.get("at"))
     hours = stage.get("observed_hours")
-    start_ms = end_ms - int(round(hours * 3_600_000)) if hours is not None else end_ms
+    start_ms = end_ms - int(round(hours * 3_600_000)) \
+        if hours is not None and end_ms is not None else end_ms
     points = _numbers("pilot/", figures, 0, end_ms or 0)
     control_id = check.get("control_id")
     return {"run_id": f"pilot-{control_id}" if control_id else "pilot",
@@ -271,11 +274,12 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
         run, sent = _send_run(store, experiment_id, pilot["run_id"], pilot)
         out_runs.append({"run_id": pilot["run_id"], "mlflow_run_id": run.mlflow_run_id,
                          "status": pilot["status"], "points": len(pilot["points"]), "sent": sent})
-    summary = {"name": "summary", "params": {}, "points": [], "status": "FINISHED",
-               "start_ms": min((r["start_ms"] for r in records if r["start_ms"]), default=None),
-               "end_ms": max((r["end_ms"] for r in records if r["end_ms"]), default=None),
-               "tags": {"flightplan.summary": "true",
-                        "mlflow.note.content": str(conclusion.get("verdict"))}}
+    summary: dict[str, Any] = {
+        "name": "summary", "params": {}, "points": [], "status": "FINISHED",
+        "start_ms": min((r["start_ms"] for r in records if r["start_ms"]), default=None),
+        "end_ms": max((r["end_ms"] for r in records if r["end_ms"]), default=None),
+        "tags": {"flightplan.summary": "true",
+                 "mlflow.note.content": str(conclusion.get("verdict"))}}
     run, _ = _send_run(store, experiment_id, SUMMARY_ID, summary)
     for file_name in _SUMMARY_FILES:
         if (results / file_name).is_file():
