@@ -167,8 +167,10 @@ class LockHeld(CheckFailed):
 
 
 class TrackingFailed(CheckFailed):
-    """The tracking store (MLflow) could not be reached or refused a write. ``uri`` names it."""
+    """The tracking store (MLflow) could not be reached or refused a write. ``uri`` names it;
+    ``reason`` is the cause alone (``"unreachable: [Errno 111] Connection refused"``)."""
 
-    def __init__(self, message: str, *, uri: str) -> None:
+    def __init__(self, message: str, *, uri: str, reason: str | None = None) -> None:
         self.uri = uri
+        self.reason = reason or message
         super().__init__(message)

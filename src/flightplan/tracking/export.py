@@ -11,7 +11,7 @@ one that does not verify. What it writes (names are the contract the tests read 
   ``mlflow.note.content`` (the question and verdict, shown as the description);
 - one run per expected flightplan run (tag ``flightplan.run_id``): params = the task's
   ``params`` flattened (``adapter.rank``); the metric history of
-  ``measurements/<id>.jsonl`` (see :func:`.mlflow_store.metric_points`) and the final
+  ``measurements/<id>.jsonl`` (see :func:`.store.metric_points`) and the final
   metrics of ``metrics/<id>.json`` as ``final/<key>`` and ``final/<label>/<f1|…>`` at
   the last step; tags ``flightplan.config_hash, tier, task, reference, accepted,
   reasons, status, status_reason, stop_rule, stop_reason, base_model.*``; status FINISHED
@@ -24,7 +24,8 @@ one that does not verify. What it writes (names are the contract the tests read 
   params/<id>.json, measurements/<id>.jsonl, errors/<id>.json, errors/<id>.md`` and
   ``artifact/`` (the reloadable artifact);
 - the pilot (tag ``flightplan.pilot = true``, id ``pilot-<control run id>``): its figures
-  as ``pilot/<name>`` metrics, FINISHED when its resume check passed, else FAILED;
+  as ``pilot/<name>`` metrics, FINISHED when its resume check passed, else FAILED (its
+  measurement rows are not in ``results/``: only live tracking sends them);
 - a summary run (``flightplan.run_id = summary``, ``flightplan.summary = true``) holding
   README.md, report.html, conclusion.json, budget.json, plan.json, plan_vs_execution.*,
   data_check.json, stops.json and MANIFEST.json.
@@ -188,12 +189,15 @@ def _pilot(results: Path) -> dict[str, Any] | None:
     check = next((d for d in pve.get("decisions", []) if d.get("kind") == "pilot_check"), None)
     if check is None:
         return None
-    decision = next((d for d in pve.get("decisions", []) if d.get("kind") == "pilot"), {})
+    decision: dict[str, Any] = next(
+        (d for d in pve.get("decisions", []) if d.get("kind") == "pilot"), {})
     figures = (decision.get("figures") or {}).get("pilot") or {}
-    stage = next((i for i in pve.get("items", []) if i.get("name") == "pilot"), {})
+    stage: dict[str, Any] = next(
+        (i for i in pve.get("items", []) if i.get("name") == "pilot"), {})
     end_ms = _ms(check.get("at"))
     hours = stage.get("observed_hours")
-    start_ms = end_ms - int(round(hours * 3_600_000)) if hours is not None else end_ms
+    start_ms = end_ms - int(round(hours * 3_600_000)) \
+        if hours is not None and end_ms is not None else end_ms
     points = _numbers("pilot/", figures, 0, end_ms or 0)
     control_id = check.get("control_id")
     return {"run_id": f"pilot-{control_id}" if control_id else "pilot",
@@ -271,11 +275,12 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
         run, sent = _send_run(store, experiment_id, pilot["run_id"], pilot)
         out_runs.append({"run_id": pilot["run_id"], "mlflow_run_id": run.mlflow_run_id,
                          "status": pilot["status"], "points": len(pilot["points"]), "sent": sent})
-    summary = {"name": "summary", "params": {}, "points": [], "status": "FINISHED",
-               "start_ms": min((r["start_ms"] for r in records if r["start_ms"]), default=None),
-               "end_ms": max((r["end_ms"] for r in records if r["end_ms"]), default=None),
-               "tags": {"flightplan.summary": "true",
-                        "mlflow.note.content": str(conclusion.get("verdict"))}}
+    summary: dict[str, Any] = {
+        "name": "summary", "params": {}, "points": [], "status": "FINISHED",
+        "start_ms": min((r["start_ms"] for r in records if r["start_ms"]), default=None),
+        "end_ms": max((r["end_ms"] for r in records if r["end_ms"]), default=None),
+        "tags": {"flightplan.summary": "true",
+                 "mlflow.note.content": str(conclusion.get("verdict"))}}
     run, _ = _send_run(store, experiment_id, SUMMARY_ID, summary)
     for file_name in _SUMMARY_FILES:
         if (results / file_name).is_file():

@@ -17,6 +17,15 @@ How a row of ``measurements.jsonl`` becomes metric points (:func:`metric_points`
 - numbers only: ``"nan"``/``"inf"``/``"-inf"`` strings are the non-finite floats
   (``Trial.log`` writes them so), booleans, other strings, lists and objects are skipped.
 
+MLflow's SQL stores keep ±inf as ±1.7976931348623157e308 (the largest float), so a point
+is compared with the store under that value (:meth:`MetricPoint.identity`).
+
+Talking to MLflow: its HTTP client retries a failed request 7 times with a backoff factor
+of 2 and waits 120 s for an answer by default (minutes against a server that is down);
+:data:`HTTP_SETTINGS` shortens that unless the environment sets MLflow's variables. MLflow's
+own INFO lines are kept off the terminal (its logger at WARNING) unless
+``MLFLOW_LOGGING_LEVEL`` is set.
+
 Usage::
 
     store = MlflowStore("sqlite:////abs/mlflow.db")
@@ -29,8 +38,11 @@ Usage::
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +53,7 @@ from flightplan.rows import Row, UnknownEvent, as_number
 
 __all__ = [
     "RUN_ID_TAG",
+    "HTTP_SETTINGS",
     "MetricPoint",
     "MlflowRun",
     "MlflowStore",
@@ -58,6 +71,15 @@ _BAD_KEY_CHARS = re.compile(r"[^\w\-./ ]")
 # MLflow's log_batch limits (per request): 1000 metrics, 100 params, 100 tags
 _BATCH_METRICS, _BATCH_PARAMS, _BATCH_TAGS = 1000, 100, 100
 _PARAM_VALUE_MAX = 6000  # characters MLflow keeps of a param value
+_ERRNO = re.compile(r"\[Errno -?\d+\][^'\"()]*")
+
+HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+"""MLflow's HTTP client settings (the names of mlflow 3.17.2's ``environment_variables``)
+that :class:`MlflowStore` sets where the environment does not: 2 retries, 1 s backoff factor
+(waits of about 1–3 s, jitter included), 20 s for an answer. A request to a server that is
+down fails within seconds; one that stops answering, within 3 × 20 s."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +92,11 @@ class MetricPoint:
     timestamp_ms: int
 
     def identity(self) -> tuple[str, int, int, str]:
-        """What makes two points the same (NaN equals NaN here)."""
-        return self.key, self.step, self.timestamp_ms, repr(self.value)
+        """What makes two points the same: NaN equals NaN, and ±inf equals ±1.797e308, the
+        value MLflow's SQL stores keep for it (``SqlAlchemyStore.sanitize_metric_value``)."""
+        value = math.copysign(sys.float_info.max, self.value) if math.isinf(self.value) \
+            else self.value
+        return self.key, self.step, self.timestamp_ms, repr(value)
 
 
 @dataclass
@@ -85,7 +110,8 @@ class MlflowRun:
 
 
 def require_mlflow() -> Any:
-    """Import and return the ``mlflow`` module.
+    """Import and return the ``mlflow`` module, its INFO lines (``Creating initial MLflow
+    database tables...``) kept off the terminal unless ``MLFLOW_LOGGING_LEVEL`` is set.
 
     Raises:
         ArgumentError: MLflow is not installed (the fix: the ``mlflow`` extra).
@@ -95,7 +121,23 @@ def require_mlflow() -> Any:
     except ImportError:
         raise ArgumentError("MLflow is not installed; install the extra with "
                             "`pip install 'flightplan[mlflow]'` (mlflow 3.17.2)") from None
+    if not os.environ.get("MLFLOW_LOGGING_LEVEL"):
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
     return mlflow
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The cause of an MLflow failure in one line: a connection error as ``unreachable:
+    [Errno 111] Connection refused``, a database error as the driver's message (SQLAlchemy
+    keeps it in ``orig``), anything else as the first line of its message."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip()
+    first = text.splitlines()[0] if text else type(cause).__name__
+    if first.startswith("API request to "):          # MLflow's REST client, retries spent
+        errno = _ERRNO.search(first)
+        if errno:
+            return f"unreachable: {errno.group(0).strip()}"
+    return first
 
 
 def default_tracking_uri(given: str | None) -> str:
@@ -170,6 +212,7 @@ class MlflowStore:
 
     Raises:
         ArgumentError: MLflow is not installed.
+        TrackingFailed: the store cannot be opened (a SQLite path that cannot be created).
 
     Every method raises :class:`TrackingFailed` (with the URI and MLflow's message) when
     the store cannot be reached or refuses a write.
@@ -179,15 +222,19 @@ class MlflowStore:
         require_mlflow()
         from mlflow.tracking import MlflowClient
 
+        for name, value in HTTP_SETTINGS.items():
+            os.environ.setdefault(name, value)
         self.uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        try:   # the client opens the store: a SQLite one is created (folder, tables) here
+            self.client = MlflowClient(tracking_uri=tracking_uri)
+        except Exception as exc:
+            raise self._fail("opening the store", exc) from exc
 
     def _fail(self, action: str, exc: Exception) -> TrackingFailed:
-        cause = getattr(exc, "orig", None) or exc     # SQLAlchemy keeps the driver's error
-        text = str(cause).strip()
-        first = text.splitlines()[0] if text else type(cause).__name__
-        return TrackingFailed(f"MLflow at {self.uri}: {action} failed ({first}); check that "
-                              f"the tracking store is reachable and writable", uri=self.uri)
+        reason = failure_reason(exc)
+        return TrackingFailed(f"MLflow at {self.uri}: {action} failed ({reason}); check that "
+                              f"the tracking store is reachable and writable", uri=self.uri,
+                              reason=reason)
 
     def experiment(self, name: str, *, tags: Mapping[str, str]) -> str:
         """The id of experiment ``name`` (created when missing, with an explicit artifact

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,36 @@ def test_a_directory_that_does_not_verify_is_refused(exported, tmp_path):
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("error: ") and "does not verify" in done.stderr
     assert f"checksum: predictions/{CONTROL}.csv" in done.stderr
+
+
+def _export_cli(results: Path, uri: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    # MLflow's own HTTP retries used to hold an export to a down server for minutes
+    return subprocess.run([str(FLIGHTPLAN), "export", "mlflow", str(results), "--tracking-uri",
+                           uri], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_an_export_to_a_down_server_fails_at_once_naming_it(exported):
+    results, _, _ = exported
+    with socket.socket() as probe:                 # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    done = _export_cli(results, uri)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"error: MLflow at {uri}: opening experiment 'fixture' failed "
+                           f"(unreachable: [Errno 111] Connection refused); check that the "
+                           f"tracking store is reachable and writable\n")
+
+
+def test_an_export_prints_no_mlflow_log_lines_and_names_a_blocked_path(exported, tmp_path):
+    results, _, _ = exported
+    done = _export_cli(results, f"sqlite:///{tmp_path / 'new.db'}")   # tables created here
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"exported to sqlite:///{tmp_path / 'new.db'}")
+    (tmp_path / "blocked").write_text("")
+    uri = f"sqlite:///{tmp_path}/blocked/mlflow.db"
+    done = _export_cli(results, uri)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"error: MLflow at {uri}: opening the store failed ([Errno 17] File "
+                           f"exists: '{tmp_path}/blocked'); check that the tracking store is "
+                           f"reachable and writable\n")

@@ -1,4 +1,5 @@
-"""How measurement rows become MLflow metric points and params (no store needed)."""
+"""How measurement rows become MLflow metric points and params, and what a real SQLite
+store gives back of them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from flightplan.tracking.live import resolve_tracking_uri
+from flightplan.errors import TrackingFailed
 from flightplan.tracking.store import (
-    MetricPoint, artifact_location_for, flatten, metric_points)
+    MetricPoint, MlflowStore, artifact_location_for, failure_reason, flatten, metric_points)
 from flightplan.rows import CheckpointSaved, Evaluation, Finished, Measurement, Restore, parse_rows
 
 
@@ -80,3 +82,40 @@ def test_the_tracking_section_of_a_campaign_file(tmp_path):
     path.write_text(tiny + '\n[tracking]\nmlflw = "sqlite:///mlflow.db"\n')
     with pytest.raises(SpecError, match=r"tracking"):
         load_spec(path)
+
+
+def test_non_finite_points_are_sent_once_although_the_store_changes_infinity(tmp_path):
+    pytest.importorskip("mlflow", reason="Requires: the mlflow extra")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    row = Measurement(2, 5.0, {"loss": "inf", "grad": "-inf", "lr": "nan", "step_s": 0.25})
+    store = MlflowStore(uri)
+    experiment = store.experiment("inf", tags={})
+    run = store.run(experiment, "i-1", name="i", start_ms=5000, tags={})
+    assert store.log_points(run, metric_points(row)) == 4
+    # a later export or mirror reads the run back: MLflow holds inf as the largest float
+    again = MlflowStore(uri)
+    found = again.run(experiment, "i-1", name="i", start_ms=5000, tags={})
+    history = {m.key: m.value for key in ("loss", "grad")
+               for m in again.client.get_metric_history(found.mlflow_run_id, key)}
+    assert history == {"loss": 1.7976931348623157e308, "grad": -1.7976931348623157e308}
+    assert again.log_points(found, metric_points(row)) == 0
+
+
+def test_failures_name_the_cause_alone():
+    refused = Exception("API request to http://127.0.0.1:9/api/2.0/mlflow/experiments/get-by-name "
+                        "failed with exception HTTPConnectionPool(host='127.0.0.1', port=9): Max "
+                        "retries exceeded with url: /x (Caused by NewConnectionError(\"HTTP"
+                        "Connection(host='127.0.0.1', port=9): Failed to establish a new "
+                        "connection: [Errno 111] Connection refused\"))")
+    assert failure_reason(refused) == "unreachable: [Errno 111] Connection refused"
+    assert failure_reason(FileExistsError(17, "File exists", "/x/blocked")) == \
+        "[Errno 17] File exists: '/x/blocked'"
+
+
+def test_a_store_that_cannot_be_created_raises_tracking_failed(tmp_path):
+    pytest.importorskip("mlflow", reason="Requires: the mlflow extra")
+    (tmp_path / "blocked").write_text("")
+    uri = f"sqlite:///{tmp_path}/blocked/mlflow.db"
+    with pytest.raises(TrackingFailed, match=rf"^MLflow at {uri}: opening the store failed "
+                                             rf"\(\[Errno 17\] File exists: '{tmp_path}/blocked'\)"):
+        MlflowStore(uri)
