@@ -199,7 +199,8 @@ def run_figures(rows: Sequence[Row]) -> RunFigures:
             logged = row.number("eval_s")
             eval_s += gap if logged is None else logged
             count = row.number("n_test")
-            eval_examples = int(count) if count is not None else eval_examples
+            eval_examples = int(count) if count is not None and math.isfinite(count) \
+                else eval_examples
     saves = [r for r in rows if isinstance(r, CheckpointSaved)]
     restores = [r.restore_s for r in rows
                 if isinstance(r, Restore) and r.source and r.restore_s is not None]
