@@ -83,11 +83,18 @@ def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
          gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a PNG Gantt chart here."),
          power_plot: Optional[Path] = typer.Option(
              None, "--power-plot", help="Write each comparison's power curve here (PNG)."),
+         from_: Optional[Path] = typer.Option(
+             None, "--from", metavar="RESULTS_DIR",
+             help="Plan from an earlier campaign's verified results: its measured figures "
+                  "replace this file's guesses where they apply."),
          json: bool = JSON) -> int:
-    """Schedule the campaign, check it against the window, compare packages, and say what
-    the test set can decide."""
-    from flightplan.plan.commands import plan_command
-    return plan_command(spec, extend=extend, gantt=gantt, as_json=json, power_plot=power_plot)
+    """Schedule the campaign, check it against the window, compare packages, say what the
+    test set can decide and which estimates are still uncertain."""
+    from flightplan.close.verify import verify_results   # plan reads a verified results
+    from flightplan.plan.commands import plan_command     # directory; the CLI wires the stages
+    return plan_command(spec, extend=extend, gantt=gantt, as_json=json, power_plot=power_plot,
+                        calibrate_from=from_,
+                        verify=functools.partial(verify_results, reload=False))
 
 
 @app.command()

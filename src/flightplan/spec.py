@@ -2,8 +2,9 @@
 
 A campaign file is TOML with the tables ``[campaign]``, ``[rental]``, ``[[stage]]``,
 ``[[run]]``, ``[[expense]]``, ``[stop]``, ``[checkpoint]`` and, for campaigns that train,
-``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow and
-``[execution]`` says where runs execute. Unknown keys are refused with a "did you mean".
+``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow,
+``[execution]`` says where runs execute and ``[calibrate]`` names an earlier campaign's
+results to plan from. Unknown keys are refused with a "did you mean".
 Checks that need only the file (names, ``after``, cycles, references, durations, money)
 happen here; checks against the catalog (offer, package length, GPUs and memory per
 flight) happen in :mod:`flightplan.plan.catalog`.
@@ -45,6 +46,7 @@ __all__ = [
     "BaseModelSection",
     "TrackingSection",
     "ExecutionSection",
+    "CalibrateSection",
     "CampaignSpec",
     "load_spec",
     "parse_spec",
@@ -349,6 +351,19 @@ class ExecutionSection(_Strict):
     address: str | None = Field(default=None, min_length=1)
 
 
+class CalibrateSection(_Strict):
+    """``[calibrate]``: ``from`` is an earlier campaign's results directory (relative to
+    the campaign file) whose measured figures ``flightplan plan`` takes in place of this
+    file's guesses where they apply (:mod:`flightplan.plan.calibration`); ``flightplan plan
+    --from`` overrides it. The directory must verify."""
+
+    source: str = Field(alias="from", min_length=1)
+
+    def results_dir(self, campaign_dir: Path) -> Path:
+        """``from`` resolved against the campaign directory."""
+        return (campaign_dir / self.source).resolve()
+
+
 class CampaignSpec(_Strict):
     """A whole campaign file. ``stage``/``run``/``expense`` are the TOML array names."""
 
@@ -363,6 +378,7 @@ class CampaignSpec(_Strict):
     base_model: BaseModelSection | None = None
     tracking: TrackingSection | None = None
     execution: ExecutionSection = Field(default_factory=ExecutionSection)
+    calibrate: CalibrateSection | None = None
 
     # set by load_spec; not part of the file
     source: str = Field(default="campaign.toml", exclude=True)
@@ -446,7 +462,8 @@ def _one_line(error: dict[str, Any]) -> tuple[str, str]:
     kind = error["type"]
     if kind == "extra_forbidden":
         model = _model_for(loc)
-        known = [n for n, f in model.model_fields.items() if not f.exclude] if model else []
+        known = [f.alias or n for n, f in model.model_fields.items() if not f.exclude] \
+            if model else []
         return field, f"unknown key {str(loc[-1])!r}{_suggest(str(loc[-1]), known)}"
     if kind == "missing":
         return field, "is required; add it"

@@ -104,6 +104,18 @@ def test_planning_assumptions_load_and_fit_their_metric() -> None:
     assert parse_spec(doc).campaign.expected_difference_sd == 0.3
 
 
+def test_calibrate_from_is_relative_to_the_campaign_file(tmp_path: Path) -> None:
+    doc = copy.deepcopy(BASE)
+    doc["calibrate"] = {"from": "../first/results"}
+    spec = parse_spec(doc, campaign_dir=tmp_path / "next")
+    assert spec.calibrate is not None and spec.calibrate.source == "../first/results"
+    assert spec.calibrate.results_dir(spec.campaign_dir) == (tmp_path / "first" / "results").resolve()
+    doc["calibrate"] = {"form": "../first/results"}
+    with pytest.raises(SpecError, match=r"calibrate\.form: unknown key 'form'; did you mean "
+                                        r"'from'\?"):
+        parse_spec(doc)
+
+
 def test_no_control_is_an_error() -> None:
     doc = copy.deepcopy(BASE)
     doc["run"][0]["reference"] = "lora-r8"

@@ -2,8 +2,9 @@
 
 ``flightplan close SPEC`` completes ``results/`` from the ledger and the run directories:
 it (re)publishes every run, judges each product (:mod:`.acceptance`), writes the error
-analyses, the conclusion, the budget, plan versus execution, README.md and report.html,
-rewrites the manifest, and then runs :func:`flightplan.close.verify.verify_results` on
+analyses, the conclusion, the budget, plan versus execution, ``calibration.json`` (what
+the next campaign plans from: :mod:`flightplan.plan.calibration`), README.md and
+report.html, rewrites the manifest, and then runs :func:`flightplan.close.verify.verify_results` on
 the directory. It reports success (exit 0) only when verification passes; otherwise it
 names each finding and exits 1.
 
@@ -35,9 +36,11 @@ from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.metrics import read_predictions
+from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
 from flightplan.plan.decision_rule import check_rule_unchanged
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
+from flightplan.rows import Row, parse_rows
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import reload_argv
@@ -59,15 +62,40 @@ def _test_examples(spec: CampaignSpec) -> tuple[list[str] | None, dict[str, str]
     return [e.id for e in corpus.test], {e.id: e.text for e in corpus.test}
 
 
+def _artifact_value(results: Path, run_id: str, key: str) -> Any:
+    """``key`` of the run's ``artifacts/<id>/artifact.json``, or None."""
+    path = results / "artifacts" / run_id / "artifact.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def _input_limit(results: Path, run_id: str) -> int | None:
     """``input_limit`` recorded in the run's ``artifact.json`` (the length the task cut
     inputs at), or None."""
-    path = results / "artifacts" / run_id / "artifact.json"
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("input_limit")
-    except (OSError, ValueError, AttributeError):
-        return None
+    value = _artifact_value(results, run_id, "input_limit")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _published(results: Path, runs: list[dict[str, Any]]
+               ) -> tuple[dict[str, Any], dict[str, list[Row]], dict[str, str]]:
+    """Per run id, what close read back from results/ for the calibration record: the
+    published trial.json, the measurement rows, the predictions file (relative)."""
+    trials, rows, predictions = {}, {}, {}
+    for run in runs:
+        run_id = run["run_id"]
+        try:
+            trials[run_id] = json.loads((results / "params" / f"{run_id}.json").read_text(
+                encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        measurements = results / "measurements" / f"{run_id}.jsonl"
+        if measurements.is_file():
+            rows[run_id] = parse_rows(measurements.read_bytes())[0]
+        if (results / "predictions" / f"{run_id}.csv").is_file():
+            predictions[run_id] = f"predictions/{run_id}.csv"
+    return trials, rows, predictions
 
 
 def _latest_runs(ledger: LedgerReader) -> list[dict[str, Any]]:
@@ -179,6 +207,16 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     pve = portable(plan_vs_execution(ledger), campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
+    trials, rows, predictions = _published(results, runs)
+    data_check = results / "data_check.json"
+    calibration = calibration_record(
+        spec, runs=runs, trials=trials, rows=rows, predictions=predictions,
+        revisions={r["run_id"]: _artifact_value(results, r["run_id"], "base_revision")
+                   for r in runs},
+        plan_vs_execution=pve,
+        data_check=json.loads(data_check.read_text(encoding="utf-8"))
+        if data_check.is_file() else None)
+    _write_json(results, CALIBRATION_FILE, portable(calibration.to_json(), campaign_dir), written)
 
     run_ids = [r["run_id"] for r in runs]
     doing("writing README.md and report.html")

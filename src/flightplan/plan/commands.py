@@ -10,6 +10,14 @@ layer; ``plan/`` modules do no I/O), prints each comparison's resolution and pow
 warning a reader cannot miss when a variant's expected gain would be confirmed with less
 than :data:`~flightplan.plan.power.WARN_BELOW` probability; ``--json`` carries it all
 under ``power``; ``--power-plot FILE`` draws the power curves.
+
+``plan --from RESULTS_DIR`` (or ``[calibrate] from``) plans from an earlier campaign's
+measurements (:mod:`flightplan.plan.calibration`): the directory must verify (the command
+line hands in ``close``'s verifier, which ``plan/`` may not import; artifacts are not
+reloaded), then its ``calibration.json`` and predictions are read here. Every plan prints
+its **uncertainties**: each estimate not measured in this configuration, with its source,
+range and the hours of the schedule it can move, largest first (``--json``:
+``uncertainties``, and the measured ones under ``measured``).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +34,10 @@ from rich.table import Table
 
 from flightplan.corpus import load_split
 from flightplan.durable import write_atomic
-from flightplan.errors import ArgumentError, CorpusMismatch, SpecError
+from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, InputError, SpecError
+from flightplan.metrics import Predictions, read_predictions
+from flightplan.plan.calibration import (FILE_NAME, GUESS_FACTOR, Calibrated, Calibration,
+                                         Uncertainty, calibrate, uncertainties)
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
@@ -34,10 +45,16 @@ from flightplan.plan.power import (TARGET_POWER, CampaignPower, ComparisonPower,
                                    campaign_power, power_png, rounded_count)
 from flightplan.plan.quote import Quote, quote_for_job
 from flightplan.spec import CampaignSpec, load_spec
-from flightplan.tasks.loader import check_task
+from flightplan.tasks.loader import check_task, resolve_task
 from flightplan.units import Duration, parse_extension
 
-__all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split"]
+__all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split",
+           "ResultsVerifier", "read_calibration"]
+
+ResultsVerifier = Callable[[Path], Mapping[str, Any]]
+"""Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
+[{check, path, message}, ...]}`` (the command line passes
+:func:`flightplan.close.verify.verify_results` without reloads)."""
 
 
 def parse_extensions(texts: list[str]) -> dict[str, Duration]:
@@ -77,10 +94,85 @@ def read_test_split(spec: CampaignSpec) -> tuple[TestSplit | None, str]:
     return TestSplit(len(examples), counts, source), ""
 
 
+def read_calibration(results: Path, *, verify: ResultsVerifier, spec: CampaignSpec,
+                     given: str | None) -> tuple[Calibration, dict[str, Predictions]]:
+    """Read an earlier campaign's ``calibration.json`` and predictions, once its results
+    directory verifies.
+
+    Args:
+        results: the results directory. verify: its verifier (:data:`ResultsVerifier`).
+        spec: the campaign planned (names the file in errors).
+        given: ``--from``'s text, or None when the directory comes from ``[calibrate]
+            from`` (errors then name that field).
+
+    Returns:
+        The calibration and the predictions of its runs (run id → predictions).
+
+    Raises:
+        ArgumentError (``--from``) or SpecError (``[calibrate] from``): the directory is
+            missing, does not verify (the first finding, with the fix), has no
+            ``calibration.json`` or an unreadable one.
+    """
+    def refuse(message: str) -> InputError:
+        if given is not None:
+            return ArgumentError(f"--from {given}: {message}")
+        source = spec.calibrate.source if spec.calibrate else str(results)
+        return SpecError(f"{source!r} {message}", file=spec.source, field="calibrate.from",
+                         value=source)
+
+    if not results.is_dir():
+        raise refuse(f"is not a directory ({results}); give the results/ folder of a "
+                     f"campaign that flightplan close completed")
+    findings = list(verify(results)["findings"])
+    if findings:
+        first = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        raise refuse(f"does not verify: {first['check']}: {first['path']}: "
+                     f"{first['message']}{more}; plan only from results that `flightplan "
+                     f"verify {results}` passes (close that campaign again to rewrite them), "
+                     f"or plan without them")
+    path = results / FILE_NAME
+    if not path.is_file():
+        raise refuse(f"has no {FILE_NAME} (its campaign was closed by an earlier "
+                     f"flightplan); run `flightplan close` on that campaign again to write it")
+    try:
+        calibration = Calibration.from_json(json.loads(path.read_text(encoding="utf-8")),
+                                            source=str(path))
+        predictions = {r.run_id: read_predictions(results / r.predictions)
+                       for r in calibration.runs if r.predictions}
+    except (ValueError, CheckFailed) as exc:
+        raise refuse(f"{exc}; run `flightplan close` on that campaign again") from None
+    return calibration, predictions
+
+
+def _calibrated(spec: CampaignSpec, calibrate_from: Path | None,
+                verify: ResultsVerifier) -> tuple[Calibrated, Path | None]:
+    """Every estimate of ``spec``, from ``--from`` or ``[calibrate] from`` when given."""
+    if calibrate_from is not None:
+        results, given = Path(calibrate_from).resolve(), str(calibrate_from)
+    elif spec.calibrate is not None:
+        results, given = spec.calibrate.results_dir(spec.campaign_dir), None
+    else:
+        return calibrate(spec, None), None
+    calibration, predictions = read_calibration(results, verify=verify, spec=spec, given=given)
+    versions = {run.name: resolve_task(run.task, spec.campaign_dir, field=f"run[{i}].task",
+                                       source=spec.source).code_version
+                for i, run in enumerate(spec.runs)}
+    return calibrate(spec, calibration, code_versions=versions,
+                     predictions=predictions), results
+
+
 def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_json: bool,
-                 power_plot: Path | None = None) -> int:
+                 verify: ResultsVerifier, power_plot: Path | None = None,
+                 calibrate_from: Path | None = None) -> int:
     """Plan the campaign in ``spec_path``; print JSON or tables; write a PNG Gantt and the
     power curves if asked.
+
+    Args:
+        verify: the verifier of a results directory to plan from (:data:`ResultsVerifier`;
+            ``plan/`` may not import ``close/``, so the command line hands it in).
+        calibrate_from: ``--from``: an earlier campaign's results directory (overrides
+            ``[calibrate] from``).
 
     Returns:
         0, also when the plan does not fit the window or the test set cannot confirm the
@@ -91,13 +183,17 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
             found or binds no ``train`` (checked without running it). ArgumentError: a bad
             ``--extend`` (format or unknown name), a ``--gantt`` or ``--power-plot`` path
             that cannot be written, or ``--power-plot`` when no comparison's power is known.
+        ArgumentError or SpecError: the results directory to plan from does not verify or
+            holds no calibration (:func:`read_calibration`).
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
         check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
-    result = plan_campaign(spec, extend=parse_extensions(extend))
+    calibrated, source = _calibrated(spec, calibrate_from, verify)
+    result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
+    uncertain, measured = uncertainties(result.schedule, calibrated.estimates)
     test, why = read_test_split(spec)
-    power = campaign_power(spec, test, why_unknown=why)
+    power = campaign_power(spec, test, why_unknown=why, models=calibrated.models)
     if gantt is not None:
         _write_png("--gantt", gantt, gantt_png(result.schedule, window_s=result.window_s,
                                                 title=spec.campaign.name))
@@ -110,10 +206,16 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
     if as_json:
-        print(json.dumps(result.to_json() | left | {"power": power.to_json()}))
+        print(json.dumps(result.to_json() | left | {
+            "power": power.to_json(),
+            "calibration": None if source is None else {
+                "from": str(source), "campaign": calibrated.campaign, "verified": True},
+            "uncertainties": [u.to_json() for u in uncertain],
+            "measured": [u.to_json() for u in measured]}))
         return 0
     console = _console()
     _print_plan(console, result, left)
+    _print_uncertainties(console, uncertain, measured, calibrated.campaign, source)
     _print_power(console, power)
     if gantt is not None:
         console.print(f"Gantt chart written to {escape(str(gantt))}")
@@ -186,6 +288,52 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
         console.print(table)
     else:
         console.print("variants: no warnings")
+
+
+def _figure(value: float, figure: str) -> str:
+    """An estimate for reading: a duration (hours) in s, min or h with 3 digits; a share
+    or an sd with 3 digits."""
+    if figure != "duration":
+        return f"{value:.3g}"
+    seconds = value * 3600
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min" if seconds < 3600 else f"{value:.3g} h"
+
+
+def _print_uncertainties(console: Console, uncertain: tuple[Uncertainty, ...],
+                         measured: tuple[Uncertainty, ...], campaign: str | None,
+                         source: Path | None) -> None:
+    """The uncertainties table, largest first, and one line per measured estimate."""
+    if source is not None:
+        console.print(f"planned from the measurements of campaign {escape(campaign or '?')} "
+                      f"({escape(str(source))}, verified)")
+    if uncertain:
+        table = Table(title=f"Uncertainties: {len(uncertain)} estimate"
+                            f"{'s' if len(uncertain) != 1 else ''} not measured in this "
+                            f"configuration, largest first", title_justify="left",
+                      caption=f"RANGE: a guess within ×{GUESS_FACTOR:g} either way, a scaled "
+                              f"figure within its rule's bounds; MOVES: hours of the "
+                              f"end-to-end schedule between the estimate at the top and at the "
+                              f"bottom of its range, the plan's sequence kept "
+                              f"(docs/decisions.md)", caption_justify="left")
+        for header in ("ESTIMATE", "SOURCE", "VALUE", "RANGE", "MOVES (h)"):
+            table.add_column(header, justify="right" if header in ("VALUE", "MOVES (h)")
+                             else "left", no_wrap=header != "SOURCE")
+        for u in uncertain:
+            e = u.estimate
+            table.add_row(escape(f"{e.subject} {e.figure}"), escape(f"{e.source}: {e.detail}"),
+                          _figure(e.value, e.figure),
+                          f"{_figure(e.low, e.figure)} – {_figure(e.high, e.figure)}",
+                          f"{u.moves_hours:.3g}" if e.figure == "duration" else "0 (power)")
+        console.print(table)
+    else:
+        console.print("uncertainties: none; every estimate was measured in this configuration")
+    for u in measured:
+        e = u.estimate
+        console.print(f"measured: {escape(e.subject)} {e.figure} {_figure(e.value, e.figure)}"
+                      + (f" [{_figure(e.low, e.figure)} – {_figure(e.high, e.figure)}]"
+                         if e.high > e.low else "") + f" ({escape(e.detail)})")
 
 
 def _percent(value: float) -> str:

@@ -17,7 +17,7 @@ FAKES = Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))
 
 import closefake.textclf as fake_task  # noqa: E402
-from closefake.textclf import (LABELS, N_TEST, REVISION, TEXTS, rows,  # noqa: E402
+from closefake.textclf import (LABELS, N_TEST, TEXTS, rows,  # noqa: E402
                                write_outputs)
 
 from flightplan.publish.results import publish_data_check, publish_plan, publish_run  # noqa: E402
@@ -149,9 +149,11 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
     source = resolve_task(run.task, campaign_dir)
     trial = {"run_id": run_id, "name": run.name, "tier": run.tier, "task": run.task,
              "params": params, "planned_steps": 4, "stop": {}, "checkpoint": {},
-             "corpus": {"path": "corpus", "root": str(campaign_dir / "corpus"),
-                        "sha256": dict(spec.corpus.sha256)},
-             "base_model": {"package": REVISION["package"]},
+             # [corpus] and [base_model] as the runner writes them (run/planned.py)
+             "corpus": dict(spec.corpus.model_dump(mode="json"),
+                            root=str(campaign_dir / "corpus")),
+             "base_model": None if spec.base_model is None
+             else spec.base_model.model_dump(mode="json"),
              "campaign_dir": str(campaign_dir), "resume": True, "config_hash": run_id[-10:],
              "max_steps": None, "code_version": source.code_version,
              "task_source": source.to_json()}
