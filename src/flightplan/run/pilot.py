@@ -281,17 +281,23 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
                        None, figures, compared, [], resumed_from, started, time.time())
 
 
+_TAIL_LINES = 20
+"""Lines of a crashed pilot's log searched, from the end, for its last non-blank line."""
+
+
 def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir: Path,
                     what: str, **extra: Any) -> PilotResult:
     """The failure of a pilot process: ``stopped`` with its stop.json's rule and message,
-    else ``crashed`` with its exit code and log."""
+    else ``crashed`` with its exit code and the whole last line of its log (the error and,
+    as Python writes it, the fix the exception names)."""
     if RunDir(run_dir).stop_json.is_file():
         stop = RunDir(run_dir).read_json(RunDir.STOP) or {}
         return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
                                f"{stop.get('message')}", **extra)
-    last = RunDir(run_dir).log_tail(1).strip()
+    lines = [line.strip() for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines()
+             if line.strip()]
     return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}"
-                           + (f": {last[:160]}" if last else "")
+                           + (f": {lines[-1]}" if lines else "")
                            + f"); see {RunDir(run_dir).log}", **extra)
 
 

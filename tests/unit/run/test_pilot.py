@@ -115,8 +115,9 @@ def test_losses_compare_bit_for_bit():
 class FakeWorkers(Executor):
     """Writes what the control's worker would: rows, an early checkpoint, a restore."""
 
-    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False):
-        self.drift_at, self.save, self.crash = drift_at, save, crash
+    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False,
+                 log: str = ""):
+        self.drift_at, self.save, self.crash, self.log = drift_at, save, crash, log
         self.trials: list[dict] = []
 
     def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
@@ -140,6 +141,8 @@ class FakeWorkers(Executor):
                     rows[self.drift_at]["loss"] = math.nextafter(rows[self.drift_at]["loss"], 9)
             with open(job.run_dir / "measurements.jsonl", "w") as out:
                 out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
+            if self.log:
+                (job.run_dir / "log.txt").write_text(self.log)
             now = time.time()
             results.append(JobResult(job.run_id, job.run_dir, 3 if self.crash else 0, now, now))
         return results
@@ -188,3 +191,15 @@ def test_no_checkpoint_or_a_crash_fails_the_pilot(tmp_path):
     assert not result.ok and "crashed (exit code 3)" in result.message
     assert result.cause == "crashed"
     assert str(Path("runs") / "pilot-control-0123456789" / "log.txt") in result.message
+
+
+def test_a_crash_summary_shows_the_whole_last_line_of_the_error(tmp_path):
+    fix = ("ValueError: batch_size = 0 is not a batch size: give params.batch_size a positive "
+           "number of examples per optimizer step, such as 16, in the run's params of the "
+           "campaign file (the pilot reads it before its first step); see docs/tasks.md")
+    assert len(fix) > 200
+    log = f"Traceback (most recent call last):\n  File \"train.py\", line 3\n{fix}\n\n"
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(crash=True, log=log), steps=3)
+    assert result.cause == "crashed"
+    assert f"crashed (exit code 3: {fix}); see " in result.message
