@@ -32,7 +32,8 @@ from rich.console import Console
 from flightplan import activity
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
-from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
+from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
+                               TaskHookFailed)
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.decision_rule import check_rule_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
@@ -55,7 +56,8 @@ from flightplan.tasks.estimate import PilotFigures, PilotRecord, control_steps, 
 from flightplan.tasks.loader import LoadedTask
 from flightplan.units import Duration
 
-__all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE"]
+__all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE",
+           "RUNNER_LOG"]
 
 Observer = Callable[[CampaignSpec], ContextManager[object]]
 """Watches a campaign while it runs: called with the spec once ``run`` holds the campaign's
@@ -65,6 +67,9 @@ run; the CLI attaches the live MLflow mirror (:func:`flightplan.tracking.live.ob
 
 DATA_CHECK_STAGE = "data-check"
 PILOT_STAGE = "pilot"
+RUNNER_LOG = Path(".flightplan") / "runner.log"
+"""Where the runner appends the traceback of a task hook that raised (relative to the
+campaign folder); the error itself is one line."""
 
 
 @dataclass
@@ -142,6 +147,7 @@ class _Campaign:
         frozen = ledger.original_plan()
         if frozen is not None:  # before anything is written
             check_rule_unchanged(spec, frozen["plan"])
+        self.planned = plan_runs(spec, tasks=self.tasks)    # calls base_revision hooks
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
@@ -154,7 +160,6 @@ class _Campaign:
         ledger.sync_expenses(expense_rows(spec, self.catalog.offers[spec.rental.offer]))
         for interrupted in ledger.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
-        self.planned = plan_runs(spec, tasks=self.tasks)
         for planned in self.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
@@ -474,36 +479,54 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
                              executor=executor or LocalExecutor(),
                              console=console, board=board, quiet=quiet, past_end=past_end)
-        campaign.prepare()
-        campaign.restart(list(restart))
-        report = campaign.data_check()
-        if isinstance(report, CampaignOutcome):
-            return report
-        pilot = campaign.pilot(report)
-        if isinstance(pilot, CampaignOutcome):
-            return pilot
-        decision = campaign.decision(pilot)
-        check = check_summary(report)
-        if decision["decision"] == "stop":
-            return campaign._stopped("decision", f"campaign stopped at the decision point: "
-                                                 f"{decision['reason']}",
-                                     decision=decision, pilot=pilot, data_check=check)
-        campaign.runs(decision["dropped"] if decision["decision"] == "cut" else [])
-        outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
-        failed = [r for r in outcome.runs if r["status"] == "failed"]
-        waiting = [r for r in outcome.runs if r["status"] == "pending" and r["reason"]]
-        left_ids = left_flight(campaign.ledger.events())
-        left = [r for r in waiting if r["run_id"] in left_ids]
-        waiting = [r for r in waiting if r not in left]
-        stopped = [r for r in outcome.runs if r["status"] == "stopped"]
-        outcome.exit_code = 1 if failed else 0
-        outcome.message = (f"{sum(r['status'] == 'finished' for r in outcome.runs)} finished, "
-                           f"{len(stopped)} stopped by a rule, "
-                           f"{sum(r['status'] == 'cut' for r in outcome.runs)} cut, "
-                           f"{len(failed)} failed"
-                           + (f", {len(waiting)} not started (the rental ends first; "
-                              f"--past-end starts them)" if waiting else "")
-                           + (f", {len(left)} left a flight whose package ends (each resumes "
-                              f"from its checkpoint on a flight with time left)" if left else "")
-                           + ("; run again to retry the failed runs" if failed else ""))
-        return outcome
+        try:
+            return _carry_out(campaign, restart)
+        except TaskHookFailed as exc:
+            raise exc.logged(str(_log_traceback(spec.campaign_dir, exc))) from exc.exception
+
+
+def _log_traceback(campaign_dir: Path, failed: TaskHookFailed) -> Path:
+    """Append a failed hook's traceback to :data:`RUNNER_LOG`; its path."""
+    log = campaign_dir / RUNNER_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S %z')} task {failed.task!r}, hook "
+                  f"{failed.hook}: {failed.error}\n{failed.details.rstrip()}\n")
+    return log
+
+
+def _carry_out(campaign: _Campaign, restart: list[str]) -> CampaignOutcome:
+    """The steps of :func:`run_campaign` under the lock."""
+    campaign.prepare()
+    campaign.restart(list(restart))
+    report = campaign.data_check()
+    if isinstance(report, CampaignOutcome):
+        return report
+    pilot = campaign.pilot(report)
+    if isinstance(pilot, CampaignOutcome):
+        return pilot
+    decision = campaign.decision(pilot)
+    check = check_summary(report)
+    if decision["decision"] == "stop":
+        return campaign._stopped("decision", f"campaign stopped at the decision point: "
+                                             f"{decision['reason']}",
+                                 decision=decision, pilot=pilot, data_check=check)
+    campaign.runs(decision["dropped"] if decision["decision"] == "cut" else [])
+    outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
+    failed = [r for r in outcome.runs if r["status"] == "failed"]
+    waiting = [r for r in outcome.runs if r["status"] == "pending" and r["reason"]]
+    left_ids = left_flight(campaign.ledger.events())
+    left = [r for r in waiting if r["run_id"] in left_ids]
+    waiting = [r for r in waiting if r not in left]
+    stopped = [r for r in outcome.runs if r["status"] == "stopped"]
+    outcome.exit_code = 1 if failed else 0
+    outcome.message = (f"{sum(r['status'] == 'finished' for r in outcome.runs)} finished, "
+                       f"{len(stopped)} stopped by a rule, "
+                       f"{sum(r['status'] == 'cut' for r in outcome.runs)} cut, "
+                       f"{len(failed)} failed"
+                       + (f", {len(waiting)} not started (the rental ends first; "
+                          f"--past-end starts them)" if waiting else "")
+                       + (f", {len(left)} left a flight whose package ends (each resumes "
+                          f"from its checkpoint on a flight with time left)" if left else "")
+                       + ("; run again to retry the failed runs" if failed else ""))
+    return outcome

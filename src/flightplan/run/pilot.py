@@ -227,12 +227,13 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
     started = time.time()
     run_id = pilot_id(control_trial["run_id"])
     pilot_dir = Path(campaign_dir) / "runs" / run_id
+    # the task's hook first: if it raises, an earlier pilot's folder is left as it was
+    n_train, n_test = pilot_limits(task, control_trial.get("params") or {}, data_check,
+                                   steps=steps)
     if pilot_dir.exists():
         shutil.rmtree(pilot_dir)
     resume_dir = pilot_dir / "resume"
     resume_dir.mkdir(parents=True)
-    n_train, n_test = pilot_limits(task, control_trial.get("params") or {}, data_check,
-                                   steps=steps)
     corpus = dict(control_trial.get("corpus") or {}, train_limit=n_train, test_limit=n_test)
     trial = dict(control_trial, run_id=run_id, name="pilot", resume=False, max_steps=steps,
                  corpus=corpus)

@@ -7,6 +7,15 @@ A run's ``task`` is one of:
 - a dotted module name importable with the campaign directory first on ``sys.path``
   (``"mypkg.train"``).
 
+**The campaign folder on ``sys.path``**: it is first on the path only while the task's code
+runs (its import, ``train`` and every hook, so the task's own sibling imports work, lazily
+too), and off it otherwise: a ``ray.py``, ``mlflow.py`` or ``utils.py`` beside the campaign
+file never shadows what the runner imports.
+
+**A hook that raises** (any exception but flightplan's own one-line errors) is a
+:class:`~flightplan.errors.TaskHookFailed` naming the task, the hook and the exception, with
+the traceback in its ``details``.
+
 **Code identity** (part of every run id, ``docs/tasks.md``): a built-in task stands for its
 code with its ``CODE_VERSION``; a file task with ``sha256:<hex>`` of the file's bytes (what
 ``sha256sum train.py`` prints) when it imports no module of the campaign folder, else of
@@ -27,17 +36,19 @@ Usage::
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
-from flightplan.errors import TaskError
+from flightplan.errors import FlightplanError, TaskError, TaskHookFailed
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.protocol import CALLS, HOOKS, REQUIRED, hook_signature
 
@@ -111,7 +122,7 @@ def _imported_names(path: Path) -> set[str]:
     tree = _parse(path)
     if tree is None:
         return set()
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
@@ -124,8 +135,8 @@ def task_files(folder: Path, entry: str) -> tuple[str, ...]:
     """The task file ``entry`` (relative to ``folder``) and every module of ``folder`` it
     imports, directly or through one another: ``import x`` or ``from x import y`` where
     ``folder/x.py`` is a file or ``folder/x/__init__.py`` a package (then all its ``*.py``).
-    The campaign folder is first on ``sys.path`` when the task runs, so these are the
-    modules it loads from there. Found by parsing; nothing is imported.
+    The campaign folder is first on ``sys.path`` while the task's code runs, so these are
+    the modules it loads from there. Found by parsing; nothing is imported.
 
     Returns:
         Relative POSIX paths: ``entry`` first, the others sorted.
@@ -211,21 +222,20 @@ def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
     return TaskSource(ref, "module", ref, root, files, version)
 
 
-class _on_path:
-    """Put a folder first on ``sys.path`` for the duration of a ``with`` block (left there
-    when ``keep`` is set, so a task's own imports keep working)."""
-
-    def __init__(self, folder: Path, *, keep: bool = False) -> None:
-        self.folder, self.keep = str(folder), keep
-
-    def __enter__(self) -> None:
-        self.added = self.folder not in sys.path
-        if self.added:
-            sys.path.insert(0, self.folder)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.added and not self.keep and self.folder in sys.path:
-            sys.path.remove(self.folder)
+@contextlib.contextmanager
+def _on_path(folder: Path | None) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` inside the block and off it again after (an entry
+    that was there before stays where it was); nothing for None (a built-in task)."""
+    if folder is None:
+        yield
+        return
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)          # the first occurrence: the one put there
 
 
 def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
@@ -233,7 +243,7 @@ def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
         return importlib.import_module(source.module_name)
     if source.module_name in sys.modules:
         return sys.modules[source.module_name]
-    with _on_path(campaign_dir, keep=True):
+    with _on_path(campaign_dir):
         if source.kind == "module":
             return importlib.import_module(source.module_name)
         path = source.root / source.files[0]  # type: ignore[operator]
@@ -251,44 +261,70 @@ def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
 @dataclass(frozen=True)
 class LoadedTask:
     """An imported task: its :class:`TaskSource`, its module, and the protocol's hooks
-    with their defaults (:mod:`flightplan.tasks.protocol`)."""
+    with their defaults (:mod:`flightplan.tasks.protocol`). ``path`` is the folder put first
+    on ``sys.path`` while the task's code runs (the campaign folder; None for a built-in
+    task: module docstring).
+
+    Every optional hook raises :class:`~flightplan.errors.TaskHookFailed` when the task's
+    function raises anything but a :class:`~flightplan.errors.FlightplanError`."""
 
     source: TaskSource
     module: ModuleType
+    path: Path | None = None
 
     def train(self, trial: Any) -> None:
-        """Run the task's ``train(trial)``."""
-        self.module.train(trial)
+        """Run the task's ``train(trial)`` (its exceptions propagate: the worker maps them)."""
+        with _on_path(self.path):
+            self.module.train(trial)
+
+    def _hook(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call hook ``name`` with the campaign folder on the path; a failure is one
+        :class:`TaskHookFailed` (flightplan's own errors pass as they are)."""
+        with _on_path(self.path):
+            try:
+                return getattr(self.module, name)(*args, **kwargs)
+            except FlightplanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's hook: named, not a traceback
+                raise TaskHookFailed(self.source.ref, name, exc,
+                                     details=traceback.format_exc()) from exc
+
+    def _has(self, name: str) -> bool:
+        return getattr(self.module, name, None) is not None
 
     def base_revision(self, base_model: Any, params: Mapping[str, Any]) -> Any:
         """The task's ``base_revision(base_model, params)``, or None without the hook."""
-        hook = getattr(self.module, "base_revision", None)
-        return None if hook is None else hook(base_model, dict(params))
+        if not self._has("base_revision"):
+            return None
+        return self._hook("base_revision", base_model, dict(params))
 
     def data_check(self, corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]],
                    base_model: Any = None) -> dict[str, Any]:
         """The task's own data-check figures (``{}`` without the hook); ``base_model`` is
         the spec's ``[base_model]`` or None."""
-        hook = getattr(self.module, "data_check", None)
-        return {} if hook is None else dict(hook(corpus, {k: dict(v) for k, v
-                                                          in params_by_run.items()},
-                                                 base_model))
+        if not self._has("data_check"):
+            return {}
+        figures = self._hook("data_check", corpus,
+                             {k: dict(v) for k, v in params_by_run.items()}, base_model)
+        return dict(figures)
 
     def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
                      params: Mapping[str, Any], *, tolerated_loss_s: float,
                      mtbi_s: float | None) -> dict[str, float] | None:
         """One run's re-estimate ``{total_s, ...}`` by the task's cost model (None without
-        the hook: the generic estimate of :mod:`flightplan.run.decision` applies)."""
-        hook = getattr(self.module, "estimate_run", None)
-        if hook is None:
+        the hook: the generic estimate of :mod:`flightplan.tasks.estimate` applies)."""
+        if not self._has("estimate_run"):
             return None
-        return hook(pilot, data_check, dict(params), tolerated_loss_s=tolerated_loss_s,
-                    mtbi_s=mtbi_s)
+        estimate = self._hook("estimate_run", pilot, data_check, dict(params),
+                              tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s)
+        return None if estimate is None else dict(estimate)
 
     def pilot_examples(self, params: Mapping[str, Any], steps: int) -> int | None:
         """Training examples the pilot's ``steps`` steps read (None: the whole split)."""
-        hook = getattr(self.module, "pilot_examples", None)
-        return None if hook is None else hook(dict(params), steps)
+        if not self._has("pilot_examples"):
+            return None
+        wanted = self._hook("pilot_examples", dict(params), steps)
+        return None if wanted is None else int(wanted)
 
     @property
     def can_predict(self) -> bool:
@@ -306,8 +342,9 @@ class LoadedTask:
             raise TaskError(f"task {self.source.ref!r} has no reload_predictions hook, so its "
                             f"artifact cannot be reloaded; define "
                             f"{hook_signature('reload_predictions')}")
-        return int(self.module.reload_predictions(Path(artifact_dir), Path(out),
-                                                  campaign_dir=campaign_dir, limit=limit))
+        with _on_path(self.path):
+            return int(self.module.reload_predictions(Path(artifact_dir), Path(out),
+                                                      campaign_dir=campaign_dir, limit=limit))
 
 
 def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
@@ -343,7 +380,7 @@ def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
                             f"as flightplan calls it, {call}; fix its parameters, or rename it "
                             f"if it is a helper of your own", file=source, field=field,
                             value=ref)
-    return LoadedTask(found, module)
+    return LoadedTask(found, module, None if found.kind == "builtin" else campaign_dir)
 
 
 def _accepts_call(function: Any, name: str) -> bool:

@@ -3,8 +3,9 @@
 A **task** is the code a run executes through the :class:`~flightplan.trial.trial.Trial`
 API. It is a Python module: a built-in one (``task = "textclf"``), a file beside the
 campaign file (``task = "train.py"``) or an importable module (``task = "mypkg.train"``;
-the campaign directory is on ``sys.path``). Everything flightplan knows about a model, a
-corpus format or a metric lives behind this protocol; ``docs/tasks.md`` is its user guide.
+the campaign directory is first on ``sys.path`` while the task's code runs). Everything
+flightplan knows about a model, a corpus format or a metric lives behind this protocol;
+``docs/tasks.md`` is its user guide.
 
 Required (one function)::
 
@@ -30,6 +31,10 @@ Optional hooks (module-level functions; without one, the default after the arrow
   step time (:mod:`flightplan.run.decision`).
 - ``pilot_examples(params, steps) -> int``: training examples the pilot's ``steps``
   steps read → ``None``: the whole training split.
+
+A hook that raises is one line naming the task, the hook and the exception
+(:class:`~flightplan.errors.TaskHookFailed`, exit 2); ``flightplan run`` keeps its traceback
+in ``.flightplan/runner.log``.
 
 A module may also define ``CODE_VERSION`` (a string): for built-in tasks it stands for the
 code in run ids; for a file or module task the sha256 of its source does (see

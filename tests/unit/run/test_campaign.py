@@ -380,3 +380,62 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
     path.write_text(text.replace('question = "', 'question = "Reworded: '), encoding="utf-8")
     assert "Reworded" in path.read_text(encoding="utf-8")
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+
+
+HOOKED = '''
+def train(trial):
+    return None
+
+
+def base_revision(base_model, params):
+    return {broken!r} == "base_revision" and 1 / 0
+
+
+def data_check(corpus, params_by_run, base_model):
+    return {{"hooked": True}} if {broken!r} != "data_check" else [][1]
+
+
+def pilot_examples(params, steps):
+    return 16 * steps if {broken!r} != "pilot_examples" else int("sixteen")
+
+
+def estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s):
+    if {broken!r} == "estimate_run":
+        raise RuntimeError("no cost model for " + str(params["max_length"]))
+    return None
+'''
+
+
+@pytest.mark.parametrize("broken, error", [
+    ("base_revision", "ZeroDivisionError: division by zero"),
+    ("data_check", "IndexError: list index out of range"),
+    ("pilot_examples", "ValueError: invalid literal for int() with base 10: 'sixteen'"),
+    ("estimate_run", "RuntimeError: no cost model for 64")])
+def test_a_task_hook_that_raises_is_one_line_with_its_traceback_in_the_log(tmp_path, broken,
+                                                                            error):
+    from flightplan.errors import TaskHookFailed
+
+    path = _spec(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'tier = "essential"', 'tier = "essential"\ntask = "hooked.py"'), encoding="utf-8")
+    (tmp_path / "hooked.py").write_text(HOOKED.format(broken=broken), encoding="utf-8")
+    log = tmp_path / ".flightplan" / "runner.log"
+    with pytest.raises(TaskHookFailed) as failed:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert str(failed.value) == (f"task 'hooked.py': its {broken} hook raised {error}; fix the "
+                                 f"hook (docs/tasks.md); its traceback is in {log}")
+    assert failed.value.exit_code == 2
+    logged = log.read_text(encoding="utf-8")
+    assert f"hook {broken}: {error}" in logged and 'hooked.py", line' in logged
+    with Ledger.open(tmp_path, create=False) as ledger:      # nothing recorded half
+        kinds = [e["kind"] for e in ledger.events()]
+        assert ledger.decisions() == [] and ledger.integrity_check() == "ok"
+        if broken == "base_revision":
+            assert ledger.original_plan() is None and kinds == []
+        if broken == "data_check":
+            assert kinds == [] and not (tmp_path / ".flightplan" / "data_check.json").exists()
+        if broken == "pilot_examples":
+            assert kinds == ["data_check"] and not (tmp_path / "runs").exists()
+        if broken == "estimate_run":      # the pilot is whole; no re-estimate, no decision
+            assert kinds == ["data_check", "pilot"]
+            assert [v["kind"] for v in ledger.plan_versions()] == ["original"]
