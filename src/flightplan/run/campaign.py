@@ -23,9 +23,9 @@ import contextlib
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Sequence
 
 from rich.console import Console
 
@@ -35,24 +35,25 @@ from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
                                TaskHookFailed)
 from flightplan.plan.campaign_plan import plan_campaign
-from flightplan.plan.decision_rule import check_rule_unchanged
+from flightplan.plan.decision_rule import check_rule_unchanged, decision_rule
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
-from flightplan.run.data_check import check_summary, run_data_check
-from flightplan.run.decision import DECISIONS, choose, cut_steps, replan_from_options
+from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
+from flightplan.run.decision import DECISIONS, Decision, choose, cut_steps, replan_from_options
 from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
-from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
+from flightplan.run.pilot import (METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, pilot_id,
+                                  run_pilot)
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.run.rental import RentalClock, left_flight, run_needs_s, waiting_reasons
 from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
-from flightplan.tasks.estimate import PilotFigures, PilotRecord, control_steps, estimate_run_seconds
+from flightplan.tasks.estimate import PilotRecord, control_steps, estimate_run_seconds
 from flightplan.tasks.loader import LoadedTask
 from flightplan.units import Duration
 
@@ -76,15 +77,16 @@ campaign folder); the error itself is one line."""
 class CampaignOutcome:
     """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``, ``"pilot"``
     or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
-    wall_s, stop, reason}``."""
+    wall_s, stop, reason}``; ``data_check``, ``pilot`` and ``decision`` as far as the
+    campaign got."""
 
     campaign: str
     exit_code: int
     message: str
     stopped_by: str | None = None
-    decision: dict[str, Any] | None = None
-    pilot: dict[str, Any] | None = None
-    data_check: dict[str, Any] | None = None
+    decision: Decision | None = None
+    pilot: PilotResult | None = None
+    data_check: DataCheckSummary | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -93,7 +95,9 @@ class CampaignOutcome:
         return {"campaign": self.campaign, "exit_code": self.exit_code,
                 "status": "stopped" if self.stopped_by else "completed",
                 "stopped_by": self.stopped_by, "message": self.message,
-                "data_check": self.data_check, "pilot": self.pilot, "decision": self.decision,
+                "data_check": None if self.data_check is None else self.data_check.to_json(),
+                "pilot": None if self.pilot is None else self.pilot.to_json(),
+                "decision": None if self.decision is None else self.decision.to_json(),
                 "runs": self.runs, "statuses": {r["name"]: r["status"] for r in self.runs},
                 "wall_s": self.wall_s}
 
@@ -164,73 +168,92 @@ class _Campaign:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
 
-    def data_check(self) -> dict[str, Any] | CampaignOutcome:
+    def data_check(self) -> DataCheckReport | CampaignOutcome:
         started = time.time()
         activity.doing("the data check")
         out = self.dir / ".flightplan" / "data_check.json"
         try:
             report = run_data_check(self.spec, out=out, tasks=self.tasks)
         except CorpusMismatch as exc:
-            report = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {
-                "status": "corpus_mismatch", "message": str(exc)}
-            self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
-                                     event="data_check", data=check_summary(report))
-            publish_data_check(self.dir, report)
+            written = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+            mismatch = DataCheckReport("corpus_mismatch", float(written.get("wall_s", 0.0)),
+                                       message=str(exc), source=written.get("source"),
+                                       files=written.get("files"))
+            self._record_data_check(mismatch, started)
             return self._stopped("data_check", f"data check: {exc}",
-                                 data_check=check_summary(report))
-        self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
-                                 event="data_check", data=check_summary(report))
-        publish_data_check(self.dir, report)
-        dups = len(report.get("cross_split_duplicates", []))
-        summary = f"{report['summary']}; " if report.get("summary") else ""
-        self.say(f"data check ok: corpus hashes match; {summary}{dups} input(s) in both train "
-                 f"and test")
-        unseen = report.get("test_labels_not_in_train") or []
-        if unseen:
-            counts = report["splits"]["test"]["labels"]
-            listed = ", ".join(f"{label!r} ({counts[label]} test examples)" for label in unseen)
+                                 data_check=mismatch.summary())
+        self._record_data_check(report, started)
+        dups = len(report.cross_split_duplicates or [])
+        summary = report.summary().summary
+        self.say(f"data check ok: corpus hashes match; {f'{summary}; ' if summary else ''}"
+                 f"{dups} input(s) in both train and test")
+        unseen = report.test_labels_not_in_train or []
+        if unseen and report.splits:
+            counts = report.splits["test"].labels or {}
+            listed = ", ".join(f"{label!r} ({counts.get(label, 0)} test examples)"
+                               for label in unseen)
             self.say(f"data check: label(s) of the test split that no training example has: "
                      f"{listed}; no run learns them from the training split, and the "
                      f"classification metrics count them as classes (with recall 0 unless "
                      f"predicted)")
         return report
 
-    def pilot(self, report: dict[str, Any]) -> dict[str, Any] | CampaignOutcome:
-        control = next(p for p in self.planned if p.run.name == self.spec.control.name)
-        for event in reversed(self.ledger.events(kind="pilot")):
-            data = event["data"] or {}
-            if data.get("control_id") == control.run_id and data.get("ok"):
-                when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
-                self.say(f"pilot: kept from {when} ({data.get('message')})")
-                return data
-            break
-        self.say(f"pilot of {control.run.name}: short run, early checkpoint, resume in a "
-                 f"new process")
-        result: PilotResult = run_pilot(
-            trial_document(self.spec, control, resume=False), self.dir, report,
-            task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
-            on_progress=self._progress)
-        data = dict(result.to_json(), control_id=control.run_id)
-        self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
-                                 ended_at=result.ended_at, event="pilot", data=data)
+    def _record_data_check(self, report: DataCheckReport, started: float) -> None:
+        self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
+                                 event="data_check", data=report.summary().to_json())
+        publish_data_check(self.dir, report.to_json())
+
+    def _control(self) -> PlannedRun:
+        return next(p for p in self.planned if p.run.name == self.spec.control.name)
+
+    def pilot(self, report: DataCheckReport) -> PilotResult | CampaignOutcome:
+        control = self._control()
+        result = self._kept_pilot(control)
+        if result is None:
+            self.say(f"pilot of {control.run.name}: short run, early checkpoint, resume in a "
+                     f"new process")
+            result = replace(run_pilot(
+                trial_document(self.spec, control, resume=False), self.dir, report,
+                task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
+                on_progress=self._progress), control_id=control.run_id)
+            self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
+                                     ended_at=result.ended_at, event="pilot",
+                                     data=result.to_json())
+            self.say(f"pilot ok: {result.message}" if result.ok else
+                     f"pilot failed ({result.cause}): {result.message}")
         if not result.ok:
-            self.say(f"pilot failed ({result.cause}): {result.message}")
             if result.cause not in RESUME_CAUSES:
                 return self._stopped("pilot", f"campaign stopped: the pilot failed "
-                                              f"({result.cause}): {result.message}", pilot=data)
+                                              f"({result.cause}): {result.message}", pilot=result)
             if self.spec.stop.require_resume:
                 return self._stopped("pilot", f"campaign stopped by rule no_usable_resume: "
-                                              f"{result.message}", pilot=data)
-        else:
-            self.say(f"pilot ok: {result.message}")
-            problem = self._metric_problem(control)
-            if problem:
-                data = dict(data, ok=False, cause="metric_unavailable", message=problem)
-                self.ledger.add_event("pilot", data=data)
-                return self._stopped("pilot", f"campaign stopped: the pilot's predictions "
-                                              f"cannot give the decision metric: {problem}",
-                                     pilot=data)
-        return data
+                                              f"{result.message}", pilot=result)
+            return result
+        problem = self._metric_problem(control)
+        if problem:
+            result = replace(result, ok=False, cause=METRIC_UNAVAILABLE, message=problem)
+            self.ledger.add_event("pilot", data=result.to_json())
+            return self._stopped("pilot", f"campaign stopped: the pilot's predictions cannot "
+                                          f"give the decision metric: {problem}", pilot=result)
+        return result
+
+    def _kept_pilot(self, control: PlannedRun) -> PilotResult | None:
+        """The pilot of this control id recorded by an earlier ``flightplan run`` and still
+        whole on disk, when its latest outcome passed (a ``metric_unavailable`` stop after
+        it is the metric's fault, not the pilot's: that pilot is kept, and the metric is
+        checked again); None when it must run."""
+        if not RunDir(self.dir / "runs" / pilot_id(control.run_id)).measurements.is_file():
+            return None
+        for event in reversed(self.ledger.events(kind="pilot")):
+            kept = PilotResult.from_json(event["data"] or {})
+            if kept.control_id != control.run_id or kept.cause == METRIC_UNAVAILABLE:
+                continue
+            if not kept.ok:
+                return None
+            when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+            self.say(f"pilot: kept from {when} ({kept.message})")
+            return kept
+        return None
 
     def _metric_problem(self, control: PlannedRun) -> str | None:
         """Why the pilot's predictions cannot give the campaign's metric (a column the task
@@ -246,16 +269,15 @@ class _Campaign:
             return str(exc)
         return None
 
-    def decision(self, pilot: dict[str, Any]) -> dict[str, Any]:
-        previous = self.ledger.decisions()
-        if previous and self.decide is None:
-            last = previous[-1]
-            return {k: last[k] for k in ("decision", "computed", "overridden", "dropped")} | {
-                "reason": last["figures"].get("reason", ""), "kept_from_earlier_run": True}
-        durations, estimates = self._re_estimates(pilot)
+    def decision(self, pilot: PilotResult, report: DataCheckReport) -> Decision:
+        """The decision for this control and decision rule: the last one recorded when it
+        was made for them (and no ``--decide`` is given), else a new one."""
+        kept = self._kept_decision()
+        if kept is not None:
+            return kept
+        durations, estimates = self._re_estimates(pilot, report)   # the hooks, before writes
         plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
         plan = plan_result.to_json()
-        version = self.ledger.add_plan_version(plan, reason="re-estimated from the pilot")
         done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
         computed = choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs}))
@@ -264,27 +286,64 @@ class _Campaign:
             chosen = self.decide
             dropped = (computed.dropped or next((s for s in steps[1:]), [])) \
                 if chosen == "cut" else []
-        figures = {"pilot": pilot.get("figures"), "estimates": estimates,
-                   "plan_version": version, "reserved_hours": plan["reserved_hours"],
-                   "window_hours": plan["window_hours"], "fits": plan["fits"],
-                   "reason": computed.reason, "fitting_option": computed.fitting_option}
-        self.ledger.add_decision(decision=chosen, computed=computed.decision, figures=figures,
-                                 dropped=dropped)
-        verb = chosen + (f" (computed: {computed.decision})" if chosen != computed.decision else "")
-        left = plan_result.time_left()
+        version = self.ledger.add_plan_version(plan, reason="re-estimated from the pilot")
+        made = Decision(decision=chosen, computed=computed.decision, dropped=tuple(dropped),
+                        reason=computed.reason, plan_version=version,
+                        fitting_option=computed.fitting_option,
+                        control_id=self._control().run_id, rule=decision_rule(self.spec),
+                        at=time.time())
+        self.ledger.add_decision(decision=chosen, computed=computed.decision,
+                                 figures=made.figures(pilot=None if pilot.figures is None
+                                                      else pilot.figures.to_json(),
+                                                      estimates=estimates, plan=plan),
+                                 dropped=list(dropped))
+        # as recorded (its time is the ledger's), so a kept one reads back the same
+        made = replace(Decision.from_ledger(self.ledger.decisions()[-1]),
+                       kept_from_earlier_run=False)
+        self._say_decision(made, plan_result.time_left())
+        return made
+
+    def _kept_decision(self) -> Decision | None:
+        """The last recorded decision when it serves this invocation: no ``--decide``, and
+        made for this control and this decision rule; None otherwise (said why)."""
+        previous = self.ledger.decisions()
+        if not previous or self.decide is not None:
+            return None
+        last = Decision.from_ledger(previous[-1], control_id=self._pilot_before(previous[-1]))
+        control = self._control()
+        if last.control_id != control.run_id:
+            self.say(f"decision: made for the control {last.control_id}, which is now "
+                     f"{control.run_id}: decided again from its pilot")
+            return None
+        if last.rule is not None and last.rule != decision_rule(self.spec):
+            self.say("decision: made under another decision rule: decided again")
+            return None
+        return last
+
+    def _pilot_before(self, decision: dict[str, Any]) -> str | None:
+        """The control id of the last passed pilot before ``decision`` (a ledger row that
+        predates the decision's own ``control_id``)."""
+        ids = [e["data"].get("control_id") for e in self.ledger.events(kind="pilot")
+               if e["at"] <= decision["at"] and (e["data"] or {}).get("ok")]
+        return ids[-1] if ids else None
+
+    def _say_decision(self, made: Decision, left: dict[str, Any]) -> None:
+        verb = made.decision + (f" (computed: {made.computed})" if made.overridden else "")
         package = "" if not left else (
             f"; the package started {self.spec.rental.started:%Y-%m-%d %H:%M %Z} has "
             f"{left['hours_left']:.2f} h left"
             + ("" if left["fits_time_left"] else
                ": runs that cannot finish in them are not started"))
-        self.say(f"decision: {verb}: {computed.reason}"
-                 + (f"; dropping {', '.join(dropped)}" if dropped else "") + package)
-        return {"decision": chosen, "computed": computed.decision,
-                "overridden": chosen != computed.decision, "dropped": dropped,
-                "reason": computed.reason, "plan_version": version,
-                "fitting_option": computed.fitting_option}
+        self.say(f"decision: {verb}: {made.reason}"
+                 + (f"; dropping {', '.join(made.dropped)}" if made.dropped else "") + package)
 
-    def _re_estimates(self, pilot: dict[str, Any]) -> tuple[dict[str, Duration], dict[str, Any]]:
+    def _re_estimates(self, pilot: PilotResult, report: DataCheckReport
+                      ) -> tuple[dict[str, Duration], dict[str, Any]]:
+        """Each stage's measured duration and each run's re-estimate from the pilot.
+
+        Raises:
+            TaskHookFailed: a task's ``estimate_run`` hook raised.
+        """
         durations: dict[str, Duration] = {}
         estimates: dict[str, Any] = {}
         names = {s.name for s in self.spec.stages}
@@ -292,25 +351,27 @@ class _Campaign:
             if stage["kind"] == "stage" and stage["name"] in names:
                 seconds = round(stage["ended_at"] - stage["started_at"])
                 durations[stage["name"]] = Duration(max(1, seconds))
-        if not pilot.get("figures"):
+        if pilot.figures is None:
             return durations, estimates
-        figures = PilotFigures(**pilot["figures"])
-        control = next(p for p in self.planned if p.run.name == self.spec.control.name)
-        pilot_dir = self.dir / "runs" / pilot_id(control.run_id)
+        figures = pilot.figures
+        pilot_dir = self.dir / "runs" / pilot_id(self._control().run_id)
         record = PilotRecord(figures, RunDir(pilot_dir).rows(), RunDir(pilot_dir / "resume").rows())
-        report = self._data_check_report()
         policy = self.spec.checkpoint
         mtbi = policy.mean_time_between_interruptions
-        timing = {"tolerated_loss_s": policy.tolerated_loss.seconds,
-                  "mtbi_s": mtbi.seconds if mtbi else None}
+        tolerated_s = float(policy.tolerated_loss.seconds)
+        mtbi_s = float(mtbi.seconds) if mtbi else None
         default_steps = control_steps(figures)
         for run in self.spec.runs:
-            estimate = self.tasks[run.name].estimate_run(record, report, run.params, **timing)
+            estimate: dict[str, Any] | None = self.tasks[run.name].estimate_run(
+                record, report.to_json(), run.params, tolerated_loss_s=tolerated_s,
+                mtbi_s=mtbi_s)
+            steps = run.steps or default_steps
             if estimate is not None:
                 estimate = dict(estimate, model="task")
-            elif (run.steps or default_steps) is not None:
-                estimate = dict(estimate_run_seconds(figures, steps=run.steps or default_steps,
-                                                     **timing), model="generic")
+            elif steps is not None:
+                estimate = dict(estimate_run_seconds(figures, steps=steps,
+                                                     tolerated_loss_s=tolerated_s,
+                                                     mtbi_s=mtbi_s), model="generic")
             else:
                 estimates[run.name] = {"model": "none", "total_s": run.duration.seconds,
                                        "reason": "no planned steps: give the run steps or "
@@ -319,10 +380,6 @@ class _Campaign:
             estimates[run.name] = estimate
             durations[run.name] = Duration(max(1, round(estimate["total_s"])))
         return durations, estimates
-
-    def _data_check_report(self) -> dict[str, Any]:
-        path = self.dir / ".flightplan" / "data_check.json"
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
     def runs(self, dropped: list[str]) -> None:
         jobs: list[Job] = []
@@ -438,7 +495,7 @@ class _Campaign:
 
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
-                 quiet: bool = False, restart: list[str] = (),
+                 quiet: bool = False, restart: Sequence[str] = (),
                  observer: Observer | None = None, past_end: bool = False) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
@@ -495,7 +552,7 @@ def _log_traceback(campaign_dir: Path, failed: TaskHookFailed) -> Path:
     return log
 
 
-def _carry_out(campaign: _Campaign, restart: list[str]) -> CampaignOutcome:
+def _carry_out(campaign: _Campaign, restart: Sequence[str]) -> CampaignOutcome:
     """The steps of :func:`run_campaign` under the lock."""
     campaign.prepare()
     campaign.restart(list(restart))
@@ -505,13 +562,13 @@ def _carry_out(campaign: _Campaign, restart: list[str]) -> CampaignOutcome:
     pilot = campaign.pilot(report)
     if isinstance(pilot, CampaignOutcome):
         return pilot
-    decision = campaign.decision(pilot)
-    check = check_summary(report)
-    if decision["decision"] == "stop":
+    decision = campaign.decision(pilot, report)
+    check = report.summary()
+    if decision.decision == "stop":
         return campaign._stopped("decision", f"campaign stopped at the decision point: "
-                                             f"{decision['reason']}",
+                                             f"{decision.reason}",
                                  decision=decision, pilot=pilot, data_check=check)
-    campaign.runs(decision["dropped"] if decision["decision"] == "cut" else [])
+    campaign.runs(list(decision.dropped) if decision.decision == "cut" else [])
     outcome = campaign.outcome("", code=0, decision=decision, pilot=pilot, data_check=check)
     failed = [r for r in outcome.runs if r["status"] == "failed"]
     waiting = [r for r in outcome.runs if r["status"] == "pending" and r["reason"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from flightplan.errors import ArgumentError, SetupError
 
@@ -75,7 +75,7 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
 
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
-                restart: list[str] = (), observer: Observer | None = None,
+                restart: Sequence[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
                 past_end: bool = False) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...

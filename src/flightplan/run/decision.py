@@ -8,22 +8,103 @@ re-estimated by its task's ``estimate_run`` hook, by default
 The decision: re-plan with the re-estimates; ``continue`` when it fits the window; else
 ``cut`` — drop the exploratory runs, then also the useful ones, re-planning each time —
 at the first that fits; else ``stop``, naming the cheapest package option that fits the
-full campaign.
+full campaign (:func:`choose`, a :class:`Choice`).
+
+What the decision point decided is one :class:`Decision`, the same object whether it was
+made now or kept from an earlier ``flightplan run`` (:meth:`Decision.from_ledger`): the
+ledger keeps it, ``flightplan run --json`` prints :meth:`Decision.to_json`. A kept decision
+serves only the control and the decision rule it was made for; when either changed, the
+runner makes a new one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable, Mapping
 
-__all__ = ["Decision", "DECISIONS", "cut_steps", "choose", "replan_from_options"]
+__all__ = ["Choice", "Decision", "DECISIONS", "cut_steps", "choose", "replan_from_options"]
 
 DECISIONS = ("continue", "cut", "stop")
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The outcome of the decision point.
+    """What the decision point decided: one shape whether made now or kept.
+
+    Attributes:
+        decision: what was applied: ``continue``, ``cut`` or ``stop``.
+        computed: what the figures said (differs when ``--decide`` overrode it).
+        dropped: run names left out when ``decision`` is ``cut``.
+        reason: one line with the numbers behind ``computed``.
+        plan_version: the re-estimated plan's version in the ledger (None: none recorded).
+        fitting_option: for ``stop``, the cheapest option that fits the full campaign.
+        control_id: the run id of the control whose pilot it was made from.
+        rule: the decision rule (``{metric, goal, min_gain, accept_at_least}``) in force
+            when it was made.
+        at: when it was made (unix s).
+        kept_from_earlier_run: made by an earlier ``flightplan run`` and kept.
+    """
+
+    decision: str
+    computed: str
+    dropped: tuple[str, ...]
+    reason: str
+    plan_version: int | None
+    fitting_option: dict[str, Any] | None
+    control_id: str | None
+    rule: dict[str, Any] | None
+    at: float
+    kept_from_earlier_run: bool = False
+
+    @property
+    def overridden(self) -> bool:
+        """``--decide`` chose other than the figures."""
+        return self.decision != self.computed
+
+    def to_json(self) -> dict[str, Any]:
+        """``flightplan run --json``'s ``decision``: ``{decision, computed, overridden,
+        dropped, reason, plan_version, fitting_option, control_id, rule, at,
+        kept_from_earlier_run}``."""
+        return {"decision": self.decision, "computed": self.computed,
+                "overridden": self.overridden, "dropped": list(self.dropped),
+                "reason": self.reason, "plan_version": self.plan_version,
+                "fitting_option": self.fitting_option, "control_id": self.control_id,
+                "rule": self.rule, "at": self.at,
+                "kept_from_earlier_run": self.kept_from_earlier_run}
+
+    def figures(self, *, pilot: Mapping[str, Any] | None, estimates: Mapping[str, Any],
+                plan: Mapping[str, Any]) -> dict[str, Any]:
+        """The ledger's ``figures`` of this decision (docs/internals.md, ``decisions()``):
+        the pilot figures and the estimates it was made from, the re-planned hours, and
+        what :meth:`from_ledger` reads back."""
+        return {"pilot": pilot, "estimates": dict(estimates), "plan_version": self.plan_version,
+                "reserved_hours": plan.get("reserved_hours"),
+                "window_hours": plan.get("window_hours"), "fits": plan.get("fits"),
+                "reason": self.reason, "fitting_option": self.fitting_option,
+                "control_id": self.control_id, "decision_rule": self.rule}
+
+    @classmethod
+    def from_ledger(cls, row: Mapping[str, Any], *, control_id: str | None = None
+                    ) -> "Decision":
+        """A decision the ledger recorded (``Ledger.decisions()`` row), kept.
+
+        Args:
+            control_id: the control to assume when the record predates ``control_id``
+                (the runner passes the pilot's that preceded it).
+        """
+        figures = row.get("figures") or {}
+        return cls(decision=row["decision"], computed=row["computed"],
+                   dropped=tuple(row.get("dropped") or ()), reason=figures.get("reason", ""),
+                   plan_version=figures.get("plan_version"),
+                   fitting_option=figures.get("fitting_option"),
+                   control_id=figures.get("control_id", control_id),
+                   rule=figures.get("decision_rule"), at=float(row["at"]),
+                   kept_from_earlier_run=True)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the figures say at the decision point (before any ``--decide``).
 
     Attributes:
         decision: ``continue``, ``cut`` or ``stop``.
@@ -39,7 +120,8 @@ class Decision:
     fitting_option: dict[str, Any] | None = None
 
 
-def cut_steps(runs: list[tuple[str, str]], *, done: set[str] = frozenset()) -> list[list[str]]:
+def cut_steps(runs: list[tuple[str, str]], *, done: AbstractSet[str] = frozenset()
+              ) -> list[list[str]]:
     """The run sets to try dropping, in order: none, the exploratory, then also the useful.
 
     Args:
@@ -59,7 +141,7 @@ def cut_steps(runs: list[tuple[str, str]], *, done: set[str] = frozenset()) -> l
     return steps
 
 
-def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]) -> Decision:
+def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]) -> Choice:
     """Decide from re-plans: ``replan(dropped)`` returns the plan JSON without ``dropped``.
 
     Returns:
@@ -70,11 +152,11 @@ def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]
     """
     full = replan(steps[0])
     if full.get("fits"):
-        return Decision("continue", [], _hours_line(full, "fits"))
+        return Choice("continue", [], _hours_line(full, "fits"))
     for dropped in steps[1:]:
         plan = replan(dropped)
         if plan.get("fits"):
-            return Decision("cut", list(dropped),
+            return Choice("cut", list(dropped),
                             f"{_hours_line(full, 'does not fit')}; without {', '.join(dropped)} "
                             f"{_hours_line(plan, 'fits')}")
     option = next((o for o in full.get("options", [])
@@ -85,7 +167,7 @@ def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]
         tail = (f"the cheapest package that fits is {option['offer']} "
                 f"{option['package_days']}-day × {option['flights']}: "
                 f"{option['total_price']} {option['currency']}")
-    return Decision("stop", [], f"{_hours_line(full, 'does not fit')} even with only the "
+    return Choice("stop", [], f"{_hours_line(full, 'does not fit')} even with only the "
                                 f"essential runs; {tail}", option)
 
 

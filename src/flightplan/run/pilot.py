@@ -34,17 +34,19 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from flightplan.durable import write_json_atomic
 from flightplan.tasks.estimate import PilotFigures, require_figure
+from flightplan.run.data_check import DataCheckReport
 from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
 from flightplan.transfer_time import TransferTally
 from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
-__all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "PilotResult", "pilot_id",
+__all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "METRIC_UNAVAILABLE", "PilotResult",
+           "pilot_id",
            "pilot_limits", "compare_losses", "figures_from_rows", "run_pilot"]
 
 PILOT_STEPS = 12
@@ -55,6 +57,10 @@ PILOT_TEST = 32
 
 RESUME_CAUSES = ("no_checkpoint", "losses_differ", "nothing_compared")
 """Failure causes that mean the control has no usable resume."""
+
+METRIC_UNAVAILABLE = "metric_unavailable"
+"""The cause the runner records when the pilot passed but its predictions cannot give the
+campaign's decision metric (the pilot itself is then whole and kept)."""
 
 
 def pilot_id(control_id: str) -> str:
@@ -75,6 +81,7 @@ class PilotResult:
         mismatches: ``{step, uninterrupted, resumed}`` for each differing loss.
         resumed_from: the checkpoint directory the second process started from.
         started_at, ended_at: unix seconds.
+        control_id: the run id of the control it piloted (None until the runner sets it).
     """
 
     ok: bool
@@ -86,14 +93,31 @@ class PilotResult:
     resumed_from: str | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
+    control_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The result as a JSON object (figures as their own object)."""
+        """The result as a JSON object (figures as their own object): the ledger's
+        ``pilot`` event data and ``flightplan run --json``'s ``pilot``."""
         return {"ok": self.ok, "message": self.message, "cause": self.cause,
                 "figures": None if self.figures is None else self.figures.to_json(),
                 "compared_steps": self.compared_steps, "mismatches": self.mismatches,
                 "resumed_from": self.resumed_from, "started_at": self.started_at,
-                "ended_at": self.ended_at, "wall_s": self.ended_at - self.started_at}
+                "ended_at": self.ended_at, "wall_s": self.ended_at - self.started_at,
+                "control_id": self.control_id}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PilotResult":
+        """The result :meth:`to_json` wrote (a ``pilot`` event's data)."""
+        figures = data.get("figures")
+        return cls(ok=bool(data.get("ok")), message=str(data.get("message") or ""),
+                   cause=data.get("cause"),
+                   figures=None if figures is None else PilotFigures(**figures),
+                   compared_steps=list(data.get("compared_steps") or []),
+                   mismatches=list(data.get("mismatches") or []),
+                   resumed_from=data.get("resumed_from"),
+                   started_at=float(data.get("started_at") or 0.0),
+                   ended_at=float(data.get("ended_at") or 0.0),
+                   control_id=data.get("control_id"))
 
 
 def _losses(rows: Sequence[Row]) -> dict[int, Any]:
@@ -123,14 +147,16 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: dict[str, Any], *,
+def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: DataCheckReport, *,
                  steps: int = PILOT_STEPS) -> tuple[int | None, int | None]:
     """``(train, test)`` examples of the pilot: what the task's ``pilot_examples`` hook
     says ``steps`` steps read (None without it: the whole split) and :data:`PILOT_TEST`,
-    each at most what the campaign has (data check rows; None when it has no rows)."""
-    splits = data_check.get("splits", {})
-    n_train = int(splits.get("train", {}).get("rows", 0))
-    n_test = int(splits.get("test", {}).get("rows", 0))
+    each at most what the campaign has (data check rows; None when it has no rows).
+
+    Raises:
+        TaskHookFailed: the task's ``pilot_examples`` hook raised.
+    """
+    n_train, n_test = data_check.rows("train"), data_check.rows("test")
     wanted = task.pilot_examples(params, steps)
     train = min(n_train, wanted) if wanted is not None and n_train else None
     return train, (min(n_test, PILOT_TEST) if n_test else None)
@@ -146,7 +172,7 @@ def _gaps(rows: Sequence[Row], start: float) -> list[tuple[Row, float]]:
 
 
 def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row],
-                      data_check: dict[str, Any], *, pilot_n_train: int | None,
+                      data_check: DataCheckReport, *, pilot_n_train: int | None,
                       pilot_n_test: int | None, started_at: float, ended_at: float
                       ) -> PilotFigures:
     """The pilot's generic figures (see :class:`~flightplan.tasks.estimate.PilotFigures`).
@@ -182,12 +208,10 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row],
                 if isinstance(r, Restore) and r.restore_s is not None]
     planned = [int(v) for r in measured if (v := r.number("planned_steps")) is not None]
     transfers = TransferTally.from_rows([*rows, *resumed_rows])
-    splits = data_check.get("splits", {})
     return PilotFigures(
-        n_train=int(splits.get("train", {}).get("rows", 0)),
-        n_test=int(splits.get("test", {}).get("rows", 0)),
+        n_train=data_check.rows("train"), n_test=data_check.rows("test"),
         pilot_n_train=pilot_n_train or 0, pilot_n_test=pilot_n_test or 0,
-        setup_s=float(data_check.get("wall_s", 0.0)), load_s=float(load_s),
+        setup_s=data_check.wall_s, load_s=float(load_s),
         step_s=float(step_s), eval_s=float(eval_s),
         save_stall_s=_mean(require_figure("checkpoint stall_s", [r.stall_s for r in saves])),
         persist_s=_mean([r.persist_s for r in saves]),
@@ -204,7 +228,7 @@ def _earliest_checkpoint(run_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dict[str, Any], *,
+def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: DataCheckReport, *,
               task: LoadedTask, executor: Executor,
               on_progress: Callable[[Job, RunProgress], None] | None = None,
               on_start: Callable[[Job], None] | None = None,
@@ -214,7 +238,7 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
     Args:
         control_trial: the control's ``trial.json`` document.
         campaign_dir: the campaign directory (``runs/`` lives there).
-        data_check: the data check's report (``splits``, ``wall_s``).
+        data_check: the data check's report (rows per split, wall time).
         task: the control's loaded task (its ``pilot_examples`` hook).
         executor: runs the two processes.
         on_progress, on_start: passed to the executor (progress bars).

@@ -98,7 +98,8 @@ class FakeExecutor(Executor):
         if trial["resume"]:
             rows.append({"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.2})
         for step in range(start, steps):
-            rows.append({"step": step, "loss": 1 / (step + 1), "step_s": 0.01, "seq_len": 64})
+            rows.append({"step": step, "loss": 1 / (step + 1),
+                         "step_s": trial["params"].get("fake_step_s", 0.01), "seq_len": 64})
             if step == 0:
                 rows.append({"step": 1, "event": "checkpoint", "name": "step-000001",
                              "stall_s": 0.01, "persist_s": 0.05})
@@ -149,8 +150,9 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     #    rule, the others go on; the campaign exits 0
     outcome = run_campaign(spec, decide="cut", executor=fake, quiet=True)
     assert outcome.exit_code == 0 and outcome.stopped_by is None
-    assert outcome.decision["decision"] == "cut" and outcome.decision["computed"] == "continue"
-    assert outcome.decision["dropped"] == ["wild"]
+    decision = outcome.to_json()["decision"]
+    assert decision["decision"] == "cut" and decision["computed"] == "continue"
+    assert decision["dropped"] == ["wild"]
     assert outcome.to_json()["statuses"] == {"control": "finished", "lora-r4": "stopped",
                                              "lora-r4-len128": "finished", "wild": "cut"}
     rows = {r["name"]: r for r in outcome.runs}
@@ -159,8 +161,8 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert rows["control"]["metric"] == 0.5
     assert outcome.message == "2 finished, 1 stopped by a rule, 1 cut, 0 failed"
     pilot_runs = [r for r in fake.started if r.startswith("pilot-")]
-    assert len(pilot_runs) == 2 and outcome.pilot["ok"] is True
-    assert outcome.pilot["figures"]["restore_s"] == 0.2
+    assert len(pilot_runs) == 2 and outcome.to_json()["pilot"]["ok"] is True
+    assert outcome.to_json()["pilot"]["figures"]["restore_s"] == 0.2
     with Ledger.open(tmp_path, create=False) as ledger:
         decision = ledger.decisions()[-1]
         assert decision["overridden"] is True and decision["dropped"] == ["wild"]
@@ -313,7 +315,7 @@ def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_pa
     fake = FakeExecutor()
     outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
     assert outcome.exit_code == 1 and outcome.stopped_by == "pilot"
-    assert outcome.pilot["cause"] == "metric_unavailable"
+    assert outcome.to_json()["pilot"]["cause"] == "metric_unavailable"
     assert "no numeric column 'abs_error'" in outcome.message
     assert all(run_id.startswith("pilot-") for run_id in fake.started)   # no run paid for
     with Ledger.open(tmp_path, create=False) as ledger:
@@ -439,3 +441,59 @@ def test_a_task_hook_that_raises_is_one_line_with_its_traceback_in_the_log(tmp_p
         if broken == "estimate_run":      # the pilot is whole; no re-estimate, no decision
             assert kinds == ["data_check", "pilot"]
             assert [v["kind"] for v in ledger.plan_versions()] == ["original"]
+
+
+def _control_params(path: Path, extra: str) -> None:
+    """Give the control of the campaign file ``extra`` params (a new control id)."""
+    text = path.read_text(encoding="utf-8")
+    head, tail = text.split('name = "control"\n', 1)
+    line = "params = { max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = 0"
+    assert tail.split("\n")[1].startswith(line)
+    path.write_text(head + 'name = "control"\n' + tail.replace(line, line + extra, 1),
+                    encoding="utf-8")
+
+
+def test_a_changed_control_gets_a_new_decision_and_a_reverted_one_keeps_its_pilot(tmp_path):
+    path = _spec(tmp_path)
+    original = path.read_text(encoding="utf-8")
+    fake = FakeExecutor()
+    first = run_campaign(load_spec(path), executor=fake, quiet=True)
+    control_a = first.decision.control_id
+    assert first.decision.kept_from_earlier_run is False
+    assert control_a == next(r["run_id"] for r in first.runs if r["name"] == "control")
+
+    # the control changes: its pilot runs again and the decision is made from it
+    _control_params(path, ", fake_step_s = 0.5")
+    fake.started.clear()
+    second = run_campaign(load_spec(path), executor=fake, quiet=True)
+    control_b = next(r["run_id"] for r in second.runs if r["name"] == "control")
+    assert control_b != control_a and second.decision.control_id == control_b
+    assert [r for r in fake.started if r.startswith("pilot-")] == [f"pilot-{control_b}"] * 2
+    assert second.decision.kept_from_earlier_run is False
+    with Ledger.open(tmp_path, create=False) as ledger:
+        decisions = ledger.decisions()
+    assert len(decisions) == 2
+    # its figures reach the estimates the rental clock reads: the new control's 0.5 s steps
+    assert decisions[-1]["figures"]["control_id"] == control_b
+    assert decisions[-1]["figures"]["pilot"]["step_s"] == 0.5
+    assert decisions[-1]["figures"]["estimates"]["control"]["step_s"] == 0.5
+    assert decisions[0]["figures"]["estimates"]["control"]["step_s"] == pytest.approx(0.01)
+
+    # unchanged: the decision is kept, and run --json prints it in the same shape
+    third = run_campaign(load_spec(path), executor=fake, quiet=True)
+    kept, fresh = third.to_json()["decision"], second.to_json()["decision"]
+    assert kept["kept_from_earlier_run"] is True and list(kept) == list(fresh)
+    assert {k: v for k, v in kept.items() if k != "kept_from_earlier_run"} == \
+        {k: v for k, v in fresh.items() if k != "kept_from_earlier_run"}
+
+    # reverted: the control id whose pilot passed keeps it; the decision is its own again
+    path.write_text(original, encoding="utf-8")
+    fake.started.clear()
+    fourth = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert [r for r in fake.started if r.startswith("pilot-")] == []
+    assert fourth.pilot.control_id == control_a and fourth.pilot.ok
+    assert fourth.decision.control_id == control_a and not fourth.decision.kept_from_earlier_run
+    with Ledger.open(tmp_path, create=False) as ledger:
+        last = ledger.decisions()[-1]["figures"]["estimates"]["control"]["step_s"]
+        assert last == pytest.approx(0.01)
+        assert len(ledger.events(kind="pilot")) == 2

@@ -12,13 +12,14 @@ import pytest
 
 from flightplan.run.executors.contract import Executor, JobResult
 from flightplan.rows import parse_row
+from flightplan.run.data_check import DataCheckReport, SplitReport
 from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
 from flightplan.tasks.loader import load_task
 
 TEXTCLF = load_task("textclf", ".")  # its pilot_examples hook: steps × batch_size (16)
 
-DATA_CHECK = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
-              "lengths": {"mean": 131.5}, "wall_s": 0.5}
+DATA_CHECK = DataCheckReport("ok", 0.5, splits={"train": SplitReport(240), "test": SplitReport(80)},
+                             task_figures={"lengths": {"mean": 131.5}})
 
 ROWS = [
     {"step": 0, "event": "truncation", "fraction": 0.2},
