@@ -37,17 +37,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from flightplan.durable import write_json_atomic
-from flightplan.tasks.estimate import PilotFigures, require_figure
+from flightplan.tasks.estimate import PilotFigures, figures_from_rows
 from flightplan.run.data_check import DataCheckReport
 from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
-from flightplan.transfer_time import TransferTally
-from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
+from flightplan.rows import Measurement, Row
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
 __all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "METRIC_UNAVAILABLE", "PilotResult",
-           "pilot_id",
-           "pilot_limits", "compare_losses", "figures_from_rows", "run_pilot"]
+           "pilot_id", "pilot_limits", "compare_losses", "run_pilot"]
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
@@ -143,10 +141,6 @@ def compare_losses(uninterrupted: Sequence[Row], resumed: Sequence[Row]
     return steps, mismatches
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
 def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: DataCheckReport, *,
                  steps: int = PILOT_STEPS) -> tuple[int | None, int | None]:
     """``(train, test)`` examples of the pilot: what the task's ``pilot_examples`` hook
@@ -160,65 +154,6 @@ def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: DataCheck
     wanted = task.pilot_examples(params, steps)
     train = min(n_train, wanted) if wanted is not None and n_train else None
     return train, (min(n_test, PILOT_TEST) if n_test else None)
-
-
-def _gaps(rows: Sequence[Row], start: float) -> list[tuple[Row, float]]:
-    """Each row with the seconds since the row before it (the first: since ``start``)."""
-    out, last = [], start
-    for row in rows:
-        out.append((row, row.time - last))
-        last = row.time
-    return out
-
-
-def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row],
-                      data_check: DataCheckReport, *, pilot_n_train: int | None,
-                      pilot_n_test: int | None, started_at: float, ended_at: float
-                      ) -> PilotFigures:
-    """The pilot's generic figures (see :class:`~flightplan.tasks.estimate.PilotFigures`).
-
-    A figure the task logged (``load_s``, ``step_s``, ``eval_s``, ``output_s``) is taken
-    as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −
-    process start, step = mean time between consecutive step rows, evaluation =
-    the gap before each evaluation row, output = process end − last row. C and D are the
-    means of the ``checkpoint`` rows, R the resumed process's ``restore`` row; the transfer
-    figures come from the ``checkpoint_transfer`` rows of both processes (none: the pilot
-    ran at home, X = 0).
-
-    Raises:
-        ValueError: a figure the re-estimate needs is missing (names it).
-    """
-    gaps = _gaps(rows, started_at)
-    steps = [(row, gap) for row, gap in gaps if isinstance(row, Measurement) and row.is_step]
-    require_figure("loss", [gap for _, gap in steps])
-    logged_steps = [v for r, _ in steps if (v := r.number("step_s")) is not None]
-    times = [r.time for r, _ in steps]
-    between = [b - a for a, b in zip(times, times[1:])]
-    step_s = _mean(logged_steps[1:] or logged_steps) if logged_steps else \
-        _mean(between or [steps[0][1]])
-    measured = [r for r in rows if isinstance(r, Measurement)]
-    loads = [v for r in measured if (v := r.number("load_s")) is not None]
-    load_s = loads[0] if loads else steps[0][0].time - started_at
-    evals = [(r, gap) for r, gap in gaps if isinstance(r, Evaluation)]
-    eval_s = _mean([gap if (v := r.number("eval_s")) is None else v for r, gap in evals])
-    outputs = [v for r in measured if (v := r.number("output_s")) is not None]
-    last = rows[-1].time if rows else ended_at
-    saves = [r for r in rows if isinstance(r, CheckpointSaved)]
-    restores = [r.restore_s for r in resumed_rows
-                if isinstance(r, Restore) and r.restore_s is not None]
-    planned = [int(v) for r in measured if (v := r.number("planned_steps")) is not None]
-    transfers = TransferTally.from_rows([*rows, *resumed_rows])
-    return PilotFigures(
-        n_train=data_check.rows("train"), n_test=data_check.rows("test"),
-        pilot_n_train=pilot_n_train or 0, pilot_n_test=pilot_n_test or 0,
-        setup_s=data_check.wall_s, load_s=float(load_s),
-        step_s=float(step_s), eval_s=float(eval_s),
-        save_stall_s=_mean(require_figure("checkpoint stall_s", [r.stall_s for r in saves])),
-        persist_s=_mean([r.persist_s for r in saves]),
-        restore_s=require_figure("restore_s", restores)[0],
-        output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
-        pilot_steps=len(steps), planned_steps=planned[-1] if planned else None,
-        transfer_s=transfers.transfer_s, transfer_bytes_per_s=transfers.bytes_per_s)
 
 
 def _earliest_checkpoint(run_dir: Path) -> Path | None:
@@ -295,9 +230,10 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
                     f"uninterrupted vs {worst['resumed']!r} resumed); no usable resume",
                     compared_steps=compared, mismatches=mismatches, resumed_from=resumed_from)
     try:
-        figures = figures_from_rows(rows, resumed_rows, data_check, pilot_n_train=n_train,
-                                    pilot_n_test=n_test, started_at=first.started_at,
-                                    ended_at=first.ended_at)
+        figures = figures_from_rows(rows, resumed_rows, n_train=data_check.rows("train"),
+                                    n_test=data_check.rows("test"), setup_s=data_check.wall_s,
+                                    pilot_n_train=n_train, pilot_n_test=n_test,
+                                    started_at=first.started_at, ended_at=first.ended_at)
     except ValueError as exc:
         return fail("missing_figure", str(exc), compared_steps=compared,
                     resumed_from=resumed_from)

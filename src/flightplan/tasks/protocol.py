@@ -28,7 +28,7 @@ Optional hooks (module-level functions; without one, the default after the arrow
   ``truncation``); a ``summary`` string is printed by ``flightplan run`` → ``{}``.
 - ``estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) -> {total_s, ...}``:
   one run's re-estimate from the pilot's rows (a finer cost model) → steps × the pilot's
-  step time (:mod:`flightplan.run.decision`).
+  step time and the formula every re-estimate shares (:mod:`flightplan.tasks.estimate`).
 - ``pilot_examples(params, steps) -> int``: training examples the pilot's ``steps``
   steps read → ``None``: the whole training split.
 
