@@ -43,17 +43,9 @@ code in run ids; for a file or module task the sha256 of its source does (see
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Mapping
 
-__all__ = ["Task", "REQUIRED", "HOOKS", "CALLS", "hook_signature"]
-
-
-@runtime_checkable
-class Task(Protocol):
-    """The one required part of a task module."""
-
-    def train(self, trial: Any) -> None:
-        """Train one run through ``trial`` and leave predictions, metrics and artifact."""
+__all__ = ["REQUIRED", "HOOKS", "CALLS", "hook_signature"]
 
 
 REQUIRED: tuple[str, ...] = ("train",)
