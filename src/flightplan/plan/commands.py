@@ -88,13 +88,15 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
 
     Raises:
         SpecError, CatalogError: bad campaign or catalog. TaskError: a run's task is not
-            found or binds no ``train`` (checked without running it). ArgumentError: a bad
+            found or binds no ``train`` (checked without running it); SpecError too when
+            the prediction columns a task declares cannot give the metric. ArgumentError: a bad
             ``--extend`` (format or unknown name), a ``--gantt`` or ``--power-plot`` path
             that cannot be written, or ``--power-plot`` when no comparison's power is known.
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
-        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
+        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source,
+                   metric=spec.campaign.metric)
     result = plan_campaign(spec, extend=parse_extensions(extend))
     test, why = read_test_split(spec)
     power = campaign_power(spec, test, why_unknown=why)

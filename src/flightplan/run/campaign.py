@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from rich.console import Console
 
@@ -35,7 +35,8 @@ from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
                                TaskHookFailed)
 from flightplan.plan.campaign_plan import plan_campaign
-from flightplan.plan.decision_rule import check_rule_unchanged, decision_rule
+from flightplan.plan.decision_rule import (RULE_CHANGED, check_rule_unchanged, decision_rule,
+                                           rule_in_force)
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
@@ -54,7 +55,7 @@ from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
 from flightplan.tasks.estimate import PilotRecord, control_steps, estimate_run_seconds
-from flightplan.tasks.loader import LoadedTask
+from flightplan.tasks.loader import LoadedTask, check_metric_columns
 from flightplan.units import Duration
 
 __all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE",
@@ -148,10 +149,16 @@ class _Campaign:
     def prepare(self) -> None:
         spec, ledger = self.spec, self.ledger
         activity.doing("freezing the plan")
-        frozen = ledger.original_plan()
-        if frozen is not None:  # before anything is written
-            check_rule_unchanged(spec, frozen["plan"])
+        corrected = self._rule_correction()         # before anything is written
         self.planned = plan_runs(spec, tasks=self.tasks)    # calls base_revision hooks
+        if corrected is not None:
+            ledger.add_event(RULE_CHANGED, data={"from": dict(corrected),
+                                                 "to": decision_rule(spec)})
+            changed = ", ".join(f"campaign.{k} {corrected[k]!r} → {v!r}"
+                                for k, v in decision_rule(spec).items()
+                                if corrected.get(k) != v)
+            self.say(f"decision rule corrected before any run: {changed} (recorded in the "
+                     f"ledger)")
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
@@ -167,6 +174,26 @@ class _Campaign:
         for planned in self.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
+
+    def _rule_correction(self) -> Mapping[str, Any] | None:
+        """The rule in force when the campaign file corrects it while no run beyond the
+        pilot has started (a pilot that could not compute a misspelt metric); None when
+        the rule is unchanged.
+
+        Raises:
+            SpecError: the rule differs after a run started (:func:`check_rule_unchanged`).
+        """
+        frozen = self.ledger.original_plan()
+        if frozen is None:
+            return None
+        changes = self.ledger.events(kind=RULE_CHANGED)
+        try:
+            check_rule_unchanged(self.spec, frozen["plan"], changes)
+        except SpecError:
+            if self.ledger.events(kind="started"):
+                raise
+            return rule_in_force(frozen["plan"], changes)
+        return None
 
     def data_check(self) -> DataCheckReport | CampaignOutcome:
         started = time.time()
@@ -234,7 +261,11 @@ class _Campaign:
             result = replace(result, ok=False, cause=METRIC_UNAVAILABLE, message=problem)
             self.ledger.add_event("pilot", data=result.to_json())
             return self._stopped("pilot", f"campaign stopped: the pilot's predictions cannot "
-                                          f"give the decision metric: {problem}", pilot=result)
+                                          f"give the decision metric: {problem}; correct "
+                                          f"campaign.metric in {self.spec.source} and run "
+                                          f"flightplan run again (until a run beyond the "
+                                          f"pilot starts, the decision rule may still change)",
+                                 pilot=result)
         return result
 
     def _kept_pilot(self, control: PlannedRun) -> PilotResult | None:
@@ -529,6 +560,9 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     catalog = catalog_for_spec(spec)           # read once for the whole command
     check_spec_against_catalog(spec, catalog)
     tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
+    for run in spec.runs:       # a metric the declared prediction columns cannot give
+        check_metric_columns(spec.campaign.metric, tasks[run.name].prediction_columns,
+                             run.task, source=spec.source)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             (observer(spec) if observer else contextlib.nullcontext()), \

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import fnmatch
 import hashlib
 import importlib
 import importlib.util
@@ -48,12 +49,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator, Literal, Mapping
 
-from flightplan.errors import FlightplanError, TaskError, TaskHookFailed
+from flightplan.errors import FlightplanError, SpecError, TaskError, TaskHookFailed
 from flightplan.tasks import BUILTIN_TASKS
-from flightplan.tasks.protocol import CALLS, HOOKS, REQUIRED, hook_signature
+from flightplan.metrics import parse_metric
+from flightplan.tasks.protocol import CALLS, HOOKS, PREDICTION_COLUMNS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing", "hash_code", "task_files", "check_task"]
+           "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns"]
 
 
 
@@ -327,6 +329,17 @@ class LoadedTask:
         return None if wanted is None else int(wanted)
 
     @property
+    def prediction_columns(self) -> tuple[str, ...] | None:
+        """The task's declared ``PREDICTION_COLUMNS`` (None: it declares none).
+
+        Raises:
+            TaskError: the declaration is not a tuple or list of strings.
+        """
+        if not hasattr(self.module, PREDICTION_COLUMNS):
+            return None
+        return _columns(getattr(self.module, PREDICTION_COLUMNS), self.source.ref)
+
+    @property
     def can_predict(self) -> bool:
         """Whether the task has a reload entry (the ``reload_predictions`` hook)."""
         return callable(getattr(self.module, "reload_predictions", None))
@@ -427,18 +440,89 @@ def _top_level_names(path: Path) -> set[str] | None:
     return names
 
 
-def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
-               source: str | None = None) -> None:
-    """What can be checked of a task without running it (``flightplan plan`` runs no task
-    code; only a dotted module name's parent packages are imported, as Python must to find
-    it): it is found (:func:`resolve_task`), and a file or one-file module task binds
-    ``train`` at its top level (by parsing it; ``from x import *`` and packages are left to
-    the import at ``flightplan run``).
+def _columns(value: Any, ref: str) -> tuple[str, ...]:
+    """A ``PREDICTION_COLUMNS`` value checked: a tuple or list of strings.
 
     Raises:
-        TaskError: not found, or no top-level ``train``.
+        TaskError: anything else (names the fix).
+    """
+    if not isinstance(value, (tuple, list)) or not all(isinstance(c, str) for c in value):
+        raise TaskError(f"task {ref!r}: {PREDICTION_COLUMNS} must be a tuple of column names "
+                        f"written out as strings, e.g. (\"example_id\", \"gold\", "
+                        f"\"predicted\", \"prob_*\"); got {value!r}",
+                        field=PREDICTION_COLUMNS, value=ref)
+    return tuple(value)
+
+
+def _declared_columns(path: Path, ref: str) -> tuple[str, ...] | None:
+    """``PREDICTION_COLUMNS`` as assigned at the top level of the Python file ``path``,
+    read from its text (nothing is run); None when it assigns none or cannot be parsed.
+
+    Raises:
+        TaskError: assigned something other than literal strings.
+    """
+    tree = _parse(path)
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.Assign):
+            targets, expression = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, expression = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == PREDICTION_COLUMNS for t in targets):
+            try:
+                value: Any = ast.literal_eval(expression)
+            except ValueError:          # a computed value: named as written
+                value = ast.unparse(expression)
+            return _columns(value, ref)
+    return None
+
+
+def check_metric_columns(metric: str, columns: tuple[str, ...] | None, ref: str, *,
+                         source: str | None = None) -> None:
+    """Refuse a decision metric that a task's declared prediction columns cannot give:
+    ``mean:<column>`` when no declared name (``*`` matching any text) is the column, a
+    classification metric when ``gold`` or ``predicted`` is not declared. Nothing is
+    checked without a declaration (``columns`` None).
+
+    Raises:
+        SpecError: field ``campaign.metric``, naming the task, its columns and the fix.
+    """
+    if columns is None:
+        return
+    parsed = parse_metric(metric)
+    wanted = [parsed.column] if parsed.kind == "column" else ["gold", "predicted"]
+    missing = [c for c in wanted if not any(fnmatch.fnmatchcase(str(c), p) for p in columns)]
+    if not missing:
+        return
+    numeric = "give mean:<one of its numeric columns>" if parsed.kind == "column" else \
+        "give a mean:<column> metric"
+    raise SpecError(f"{metric!r}: task {ref!r} declares the columns of its predictions.csv "
+                    f"({PREDICTION_COLUMNS}: {', '.join(columns)}), and none is "
+                    f"{' or '.join(map(repr, missing))}; fix the metric's spelling or "
+                    f"{numeric}", file=source, field="campaign.metric", value=metric)
+
+
+def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
+               source: str | None = None, metric: str | None = None) -> None:
+    """What can be checked of a task without running it (``flightplan plan`` runs no task
+    code; only a dotted module name's parent packages are imported, as Python must to find
+    it): it is found (:func:`resolve_task`), a file or one-file module task binds
+    ``train`` at its top level (by parsing it; ``from x import *`` and packages are left to
+    the import at ``flightplan run``), and, given the campaign's ``metric``, the columns the
+    task declares can give it (:func:`check_metric_columns`; a built-in task's declaration
+    is read from its module, a file's from its text).
+
+    Raises:
+        TaskError: not found, no top-level ``train``, or a malformed declaration.
+        SpecError: the declared columns cannot give ``metric``.
     """
     if str(ref).strip() in BUILTIN_TASKS:
+        if metric is not None:
+            module = importlib.import_module(BUILTIN_TASKS[str(ref).strip()])
+            declared = getattr(module, PREDICTION_COLUMNS, None)
+            check_metric_columns(metric, None if declared is None else _columns(declared, ref),
+                                 ref, source=source)
         return
     found = resolve_task(ref, campaign_dir, field=field, source=source)
     if found.root is None or (found.kind == "module" and "__init__.py" in found.files):
@@ -449,3 +533,6 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
     for name in REQUIRED:
         if name not in names:
             raise _missing(ref, name, field=field, source=source)
+    if metric is not None:
+        check_metric_columns(metric, _declared_columns(found.root / found.files[0], ref), ref,
+                             source=source)

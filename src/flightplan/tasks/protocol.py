@@ -36,6 +36,17 @@ A hook that raises is one line naming the task, the hook and the exception
 (:class:`~flightplan.errors.TaskHookFailed`, exit 2); ``flightplan run`` keeps its traceback
 in ``.flightplan/runner.log``.
 
+A module may declare the columns of its ``predictions.csv``::
+
+    PREDICTION_COLUMNS = ("example_id", "gold", "predicted", "n_tokens", "prob_*")
+
+a tuple (or list) of column names written out as literal strings, ``*`` standing for any
+text (``prob_*``: one column per class). ``flightplan plan`` reads it without running the
+task (from the file's text) and ``flightplan run`` before anything is written, and both
+refuse a decision metric the declared columns cannot give (``mean:<column>`` of a column
+not declared; a classification metric without ``gold`` and ``predicted``). Without it,
+the pilot's predictions are the first check of the metric.
+
 A module may also define ``CODE_VERSION`` (a string): for built-in tasks it stands for the
 code in run ids; for a file or module task the sha256 of its source does (see
 :mod:`flightplan.tasks.loader`).
@@ -45,8 +56,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["REQUIRED", "HOOKS", "CALLS", "hook_signature"]
+__all__ = ["REQUIRED", "HOOKS", "CALLS", "PREDICTION_COLUMNS", "hook_signature"]
 
+
+PREDICTION_COLUMNS = "PREDICTION_COLUMNS"
+"""The optional declaration of the columns of a task's ``predictions.csv`` (module
+docstring)."""
 
 REQUIRED: tuple[str, ...] = ("train",)
 """Functions every task defines."""

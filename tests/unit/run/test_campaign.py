@@ -121,8 +121,9 @@ class FakeExecutor(Executor):
             return 3
         (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": 0.9, "accuracy": 0.6}))
         # macro-F1 of these: a and b each TP 1, FP 1, FN 1 → F1 1/2 (not metrics.json's 0.9)
-        (run_dir / "predictions.csv").write_text("example_id,gold,predicted\n"
-                                                 "1,a,a\n2,b,b\n3,a,b\n4,b,a\n")
+        (run_dir / "predictions.csv").write_text("example_id,gold,predicted,nll\n"
+                                                 "1,a,a,0.25\n2,b,b,0.5\n3,a,b,1.5\n"
+                                                 "4,b,a,2.0\n")
         (run_dir / "done.json").write_text(json.dumps({"run_id": trial["run_id"], "steps": steps,
                                                        "finished_at": "2026-11-29T17:00:00+00:00",
                                                        "wall_s": 0.1}))
@@ -309,7 +310,9 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
 
 def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_path):
     path = _spec(tmp_path)
-    text = path.read_text(encoding="utf-8")
+    # a task that does not declare its columns (textclf's declaration is refused earlier)
+    (tmp_path / "undeclared.py").write_text("def train(trial):\n    pass\n", encoding="utf-8")
+    text = path.read_text(encoding="utf-8").replace("[[run]]\n", '[[run]]\ntask = "undeclared.py"\n')
     path.write_text(text.replace('metric = "macro_f1"\ngoal = "max"',
                                  'metric = "mean:abs_error"\ngoal = "min"'), encoding="utf-8")
     fake = FakeExecutor()
@@ -497,3 +500,66 @@ def test_a_changed_control_gets_a_new_decision_and_a_reverted_one_keeps_its_pilo
         last = ledger.decisions()[-1]["figures"]["estimates"]["control"]["step_s"]
         assert last == pytest.approx(0.01)
         assert len(ledger.events(kind="pilot")) == 2
+
+
+def test_a_misspelt_metric_can_be_corrected_until_a_run_beyond_the_pilot_starts(tmp_path):
+    from flightplan.close.commands import close_campaign
+    from flightplan.errors import SpecError
+    from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
+
+    path = _spec(tmp_path)
+    # a task of the user's that does not declare its prediction columns: the pilot's
+    # predictions are the first check of the metric
+    (tmp_path / "undeclared.py").write_text("def train(trial):\n    pass\n", encoding="utf-8")
+    text = path.read_text(encoding="utf-8").replace("[[run]]\n", '[[run]]\ntask = "undeclared.py"\n')
+    typo = text.replace('metric = "macro_f1"\ngoal = "max"', 'metric = "mean:nl"\ngoal = "min"')
+    path.write_text(typo, encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert outcome.stopped_by == "pilot" and outcome.pilot.cause == "metric_unavailable"
+    assert outcome.message.endswith(
+        f"; correct campaign.metric in {path} and run flightplan run again (until a run "
+        f"beyond the pilot starts, the decision rule may still change)")
+
+    # corrected: accepted and recorded; the pilot that passed is kept, the runs go on
+    path.write_text(typo.replace("mean:nl", "mean:nll"), encoding="utf-8")
+    fake.started.clear()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert outcome.stopped_by is None and outcome.to_json()["statuses"] == {
+        "control": "finished", "lora-r4": "stopped", "lora-r4-len128": "finished",
+        "wild": "failed"}                                  # the runs' own fates
+    assert not [r for r in fake.started if r.startswith("pilot-")]
+    assert outcome.decision.rule["metric"] == "mean:nll"
+    # the runs' mean nll: (0.25 + 0.5 + 1.5 + 2.0) / 4
+    assert next(r for r in outcome.runs if r["name"] == "control")["metric"] == 1.0625
+    with Ledger.open(tmp_path, create=False) as ledger:
+        [change] = ledger.events(kind=RULE_CHANGED)
+        assert (change["data"]["from"]["metric"], change["data"]["to"]["metric"]) == (
+            "mean:nl", "mean:nll")
+        frozen = ledger.original_plan()["plan"]
+        assert frozen["decision_rule"]["metric"] == "mean:nl"        # never rewritten
+        check_rule_unchanged(load_spec(path), frozen, ledger.events(kind=RULE_CHANGED))
+
+        # now that runs have started, the rule in force is frozen: the typo is refused too
+        path.write_text(typo, encoding="utf-8")
+        with pytest.raises(SpecError, match="campaign.metric: 'mean:nl' differs from "
+                                            "'mean:nll', frozen with the plan"):
+            run_campaign(load_spec(path), executor=fake, quiet=True)
+        with pytest.raises(SpecError, match="campaign.metric: 'mean:nl' differs"):
+            close_campaign(load_spec(path), ledger)
+
+
+def test_a_metric_the_declared_prediction_columns_cannot_give_is_refused_before_any_write(
+        tmp_path):
+    from flightplan.errors import SpecError
+
+    path = _spec(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'metric = "macro_f1"\ngoal = "max"', 'metric = "mean:n_token"\ngoal = "min"'),
+        encoding="utf-8")
+    with pytest.raises(SpecError, match=r"campaign.metric: 'mean:n_token': task 'textclf' "
+                                        r"declares the columns of its predictions.csv .*none is "
+                                        r"'n_token'") as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / ".flightplan").exists() and not (tmp_path / "runs").exists()

@@ -71,3 +71,11 @@ def test_a_hook_that_raises_is_one_line_naming_the_task_the_hook_and_the_excepti
     # flightplan's own one-line errors pass as they are
     with pytest.raises(SpecError, match="params.revision: give a tag"):
         task.base_revision(None, {})
+
+
+def test_textclf_declares_the_columns_it_writes():
+    from flightplan.tasks import textclf
+    from flightplan.tasks.textclf import inference
+
+    assert textclf.PREDICTION_COLUMNS == (*inference.PREDICTION_COLUMNS, "prob_*")
+    assert load_task("textclf", ".").prediction_columns == textclf.PREDICTION_COLUMNS
