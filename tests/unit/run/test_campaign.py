@@ -563,3 +563,57 @@ def test_a_metric_the_declared_prediction_columns_cannot_give_is_refused_before_
         run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
     assert refused.value.exit_code == 2
     assert not (tmp_path / ".flightplan").exists() and not (tmp_path / "runs").exists()
+
+
+CLOSED_PIPE_DRIVER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_campaign
+from flightplan.run import commands
+
+
+class WaitsForTheReaderToGo(test_campaign.FakeExecutor):
+    def run(self, jobs, **callbacks):
+        if any(not job.run_id.startswith("pilot-") for job in jobs):
+            deadline = time.monotonic() + 120
+            while not Path("reader-gone").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return super().run(jobs, **callbacks)
+
+
+commands.make_executor = lambda spec, engine=None, address=None: WaitsForTheReaderToGo()
+from flightplan.cli import main
+sys.argv = ["flightplan", "run", "campaign.toml"]
+main()
+"""
+
+
+def test_a_reader_that_closes_stdout_early_stops_no_run(tmp_path):
+    """``flightplan run … | head -1``: a real pipe, closed after the first line, while the
+    runs have yet to start; they all run, the lines are dropped, the exit code is the
+    campaign's."""
+    import subprocess
+    import sys
+
+    (tmp_path / "campaign.toml").write_text(
+        (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8"),
+        encoding="utf-8")
+    driver = CLOSED_PIPE_DRIVER.format(tests=str(Path(__file__).resolve().parent))
+    runner = subprocess.Popen([sys.executable, "-c", driver], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = runner.stdout.readline()
+        runner.stdout.close()                       # head -1 has what it wanted
+        (tmp_path / "reader-gone").touch()
+        errors = runner.stderr.read().decode()
+        code = runner.wait(timeout=300)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert first.startswith(b"plan frozen: ")
+    assert code == 0, errors
+    assert "Traceback" not in errors and "Broken pipe" not in errors
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert {r["name"]: r["status"] for r in ledger.runs()} == {
+            "control": "finished", "lora-r4": "finished", "lora-r4-len128": "finished"}
