@@ -196,8 +196,15 @@ class Moments:
 class PairedModel(Protocol):
     """What :func:`comparison_power` needs of a model of paired outcomes."""
 
-    kind: str
-    inputs: Mapping[str, Any]
+    @property
+    def kind(self) -> str:
+        """``labels`` or ``column``."""
+        ...
+
+    @property
+    def inputs(self) -> Mapping[str, Any]:
+        """What the model was built from, and its sources (JSON values)."""
+        ...
 
     def moments(self, n: int, *, upto: float = 0.0) -> Moments:
         """The measured gain's distribution on ``n`` examples; ``upto`` is the largest

@@ -40,7 +40,9 @@ from flightplan.plan.decision_rule import (RULE_CHANGED, check_rule_unchanged, d
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
-from flightplan.run.decision import DECISIONS, Decision, choose, cut_steps, replan_from_options
+from flightplan.plan.power import TestSplit
+from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
+                                     rank_variants, replan_from_options, with_value_cuts)
 from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
@@ -310,8 +312,11 @@ class _Campaign:
         plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
         plan = plan_result.to_json()
         done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
+        value = self._value_ranking(report, estimates, done)
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
-        computed = choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs}))
+        computed = with_value_cuts(
+            choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs})), value,
+            [(r.name, r.reference) for r in self.spec.runs])
         chosen, dropped = computed.decision, computed.dropped
         if self.decide is not None and self.decide != computed.decision:
             chosen = self.decide
@@ -322,7 +327,7 @@ class _Campaign:
                         reason=computed.reason, plan_version=version,
                         fitting_option=computed.fitting_option,
                         control_id=self._control().run_id, rule=decision_rule(self.spec),
-                        at=time.time())
+                        at=time.time(), value=value)
         self.ledger.add_decision(decision=chosen, computed=computed.decision,
                                  figures=made.figures(pilot=None if pilot.figures is None
                                                       else pilot.figures.to_json(),
@@ -333,6 +338,27 @@ class _Campaign:
                        kept_from_earlier_run=False)
         self._say_decision(made, plan_result.time_left())
         return made
+
+    def _value_ranking(self, report: DataCheckReport, estimates: Mapping[str, Any],
+                       done: set[str]) -> ValueRanking:
+        """The variants not run yet, ranked by decision value per GPU-hour of their
+        re-estimate, from the pilot's predictions on the whole test split."""
+        split = report.splits.get("test") if report.splits else None
+        test = TestSplit(split.rows, split.labels, "the data check") if split else None
+        path = RunDir(self.dir / "runs" / pilot_id(self._control().run_id)).predictions
+        try:
+            reference = read_predictions(path) if path.is_file() else None
+        except CheckFailed:
+            reference = None
+        gpu_hours = {run.name: float(estimates.get(run.name, {}).get(
+            "total_s", run.duration.seconds)) / 3600.0 * run.gpus for run in self.spec.runs}
+        return rank_variants(
+            self.spec, pending=[r.name for r in self.spec.runs
+                                if r.reference is not None and r.name not in done],
+            gpu_hours=gpu_hours, test=test, reference=reference,
+            reference_source=f"pilot of {self.spec.control.name}",
+            why_unknown="the data check counted no test examples (the task reads the "
+                        "corpus itself)")
 
     def _kept_decision(self) -> Decision | None:
         """The last recorded decision when it serves this invocation: no ``--decide``, and
@@ -367,6 +393,7 @@ class _Campaign:
                ": runs that cannot finish in them are not started"))
         self.say(f"decision: {verb}: {made.reason}"
                  + (f"; dropping {', '.join(made.dropped)}" if made.dropped else "") + package)
+        self.say(f"decision value: {made.value.line()}")
 
     def _re_estimates(self, pilot: PilotResult, report: DataCheckReport
                       ) -> tuple[dict[str, Duration], dict[str, Any]]:

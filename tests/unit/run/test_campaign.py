@@ -617,3 +617,62 @@ def test_a_reader_that_closes_stdout_early_stops_no_run(tmp_path):
     with Ledger.open(tmp_path, create=False) as ledger:
         assert {r["name"]: r["status"] for r in ledger.runs()} == {
             "control": "finished", "lora-r4": "finished", "lora-r4-len128": "finished"}
+
+
+def test_the_decision_point_ranks_variants_by_what_their_result_can_change(tmp_path):
+    """A control and three variants on the 379 test reviews: one nearly identical to the
+    control (expected gain +0.005), one expected to gain just the threshold (+0.05: its
+    interval will straddle it), one expected to gain +0.2. From the pilot's predictions the
+    last is ranked first; the other two are proposed for cut, each with its reason."""
+    from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
+    from flightplan.run.status import status_lines
+
+    text = (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8")
+    text = text[:text.index('[[run]]\nname = "lora-r4"')].replace("test_limit = 80\n", "")
+    params = "params = {{ max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = {} }}"
+    for seed, (name, gain) in enumerate((("same", 0.005), ("unsure", 0.05), ("strong", 0.2)), 1):
+        text += (f'\n[[run]]\nname = "{name}"\ntier = "useful"\nreference = "control"\n'
+                 f'{params.format(seed)}\nexpected_gain = {gain}\nduration = "15s"\n'
+                 f'after = ["pilot"]\n')
+    path = tmp_path / "campaign.toml"
+    path.write_text(text, encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    decision = outcome.decision
+    ranked = decision.value.ranked
+    assert [r.variant for r in ranked][0] == "strong" and not ranked[0].cut
+    assert ranked[0].decision_value > 0.9            # it would meet with 97 % probability
+    assert {r.variant for r in ranked if r.cut} == {"same", "unsure"}
+    cuts = decision.value.proposed_cuts
+    assert cuts["same"].startswith("every outcome leads to the same choice: it would meet "
+                                   "the threshold with probability 0%")
+    assert cuts["unsure"].startswith("cannot reach a conclusive verdict: at its expected gain "
+                                     "+0.05 on 379 test examples it comes out inconclusive "
+                                     "with probability 95%")
+    assert decision.value.model["source"] == "pilot of control"        # its predictions
+    assert (decision.decision, decision.computed, decision.dropped) == ("cut", "cut",
+                                                                        ("same", "unsure"))
+    assert decision.reason.endswith(f"; its result cannot change the answer, so cut same: "
+                                    f"{cuts['same']}; unsure: {cuts['unsure']}")
+    assert outcome.to_json()["statuses"] == {"control": "finished", "same": "cut",
+                                             "unsure": "cut", "strong": "finished"}
+    # the ledger, status and plan vs execution keep the ranking and the reasons
+    with Ledger.open(tmp_path, create=False) as ledger:
+        recorded = ledger.decisions()[-1]["figures"]["value"]
+        snapshot = ledger.snapshot()
+        markdown = plan_vs_execution_markdown(plan_vs_execution(ledger))
+    assert [r["variant"] for r in recorded["ranking"]] == [r.variant for r in ranked]
+    lines = status_lines(snapshot, metric="macro_f1", width=400, now=time.time())
+    assert any(line.startswith("      by decision value per GPU·h: 1. strong 0.9")
+               for line in lines)
+    assert f"      cut same: {cuts['same']}" in lines
+    assert "  1. strong: decision value 0.9" in markdown
+    assert f"; proposed for cut: {cuts['unsure']}" in markdown
+
+    # the user still decides: --decide continue runs them all
+    fake.started.clear()
+    outcome = run_campaign(load_spec(path), decide="continue", executor=fake, quiet=True)
+    assert (outcome.decision.decision, outcome.decision.computed) == ("continue", "cut")
+    assert outcome.decision.overridden and outcome.decision.dropped == ()
+    assert outcome.to_json()["statuses"] == {"control": "finished", "same": "finished",
+                                             "unsure": "finished", "strong": "finished"}

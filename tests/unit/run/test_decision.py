@@ -118,3 +118,28 @@ def test_cut_read_off_the_planners_reduced_protocol():
     assert decision.decision == "cut" and decision.dropped == ["wild", "wilder", "len256"]
     assert decision.reason == ("80.00 h of 72.00 h does not fit; without wild, wilder, len256 "
                                "60.00 h of 72.00 h fits")
+
+
+def test_value_cuts_join_the_window_and_never_cut_what_a_kept_run_is_compared_against():
+    from flightplan.plan.power import Ranked
+    from flightplan.run.decision import Choice, ValueRanking, with_value_cuts
+
+    runs = [("control", None), ("lora", "control"), ("len256", "lora"), ("wild", "control"),
+            ("wilder", "control")]
+    value = ValueRanking((Ranked("len256", 0.6, 1.0, 0.6, False, None),
+                          Ranked("lora", 0.01, 1.0, 0.01, True, "cannot reach a verdict"),
+                          Ranked("wilder", 0.0, 2.0, 0.0, True, "same choice")))
+    fits = Choice("continue", [], "10.00 h of 72.00 h fits")
+    # lora is kept: len256, which stays, is compared against it
+    cut = with_value_cuts(fits, value, runs)
+    assert (cut.decision, cut.dropped) == ("cut", ["wilder"])
+    assert cut.reason == "10.00 h of 72.00 h fits; its result cannot change the answer, so " \
+                         "cut wilder: same choice"
+    # beside a cut of the window, in campaign order; a stop stays a stop
+    window = Choice("cut", ["wild"], "80.00 h of 72.00 h does not fit; without wild fits")
+    assert with_value_cuts(window, value, runs).dropped == ["wild", "wilder"]
+    stop = Choice("stop", [], "does not fit")
+    assert with_value_cuts(stop, value, runs) is stop
+    assert with_value_cuts(fits, ValueRanking(), runs) is fits
+    # the ranking reads back from its JSON as it was written
+    assert ValueRanking.from_json(value.to_json()) == value
