@@ -316,7 +316,7 @@ class _Campaign:
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
         computed = with_value_cuts(
             choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs})), value,
-            [(r.name, r.reference) for r in self.spec.runs])
+            [(r.name, r.tier, r.reference) for r in self.spec.runs])
         chosen, dropped = computed.decision, computed.dropped
         if self.decide is not None and self.decide != computed.decision:
             chosen = self.decide

@@ -18,8 +18,9 @@ split, and those variants are ranked by decision value (the probability that the
 changes the choice) per GPU-hour of their re-estimated duration. A variant whose result
 cannot change the answer (it cannot reach a conclusive verdict, or every outcome leads to
 the same choice) is proposed for cut with that reason, beside the window's reasons
-(:func:`with_value_cuts`); a run that a kept variant is compared against is never cut.
-``--decide`` still has the last word.
+(:func:`with_value_cuts`): an optional one is cut while some variant can change the answer
+(an essential run, or one a kept variant is compared against, never is). ``--decide``
+still has the last word.
 
 What the decision point decided is one :class:`Decision`, the same object whether it was
 made now or kept from an earlier ``flightplan run`` (:meth:`Decision.from_ledger`): the
@@ -55,11 +56,14 @@ class ValueRanking:
             proposed for cut, and why).
         model: the paired-outcome model's inputs and their sources (JSON values).
         not_computed: ``(variant, reason)`` of the variants without a computed value.
+        answerable: some comparison of the campaign, made or not, can change the answer
+            (ranked with all of them pending, one is not proposed for cut).
     """
 
     ranked: tuple[Ranked, ...] = ()
     model: Mapping[str, Any] = field(default_factory=dict)
     not_computed: tuple[tuple[str, str], ...] = ()
+    answerable: bool = True
 
     @property
     def proposed_cuts(self) -> dict[str, str]:
@@ -68,9 +72,10 @@ class ValueRanking:
 
     def to_json(self) -> dict[str, Any]:
         """``{ranking: [{variant, decision_value, gpu_hours, value_per_gpu_hour, cut,
-        reason}], model, not_computed: [{variant, reason}]}``."""
+        reason}], model, not_computed: [{variant, reason}], answerable}``."""
         return {"ranking": [r.to_json() for r in self.ranked], "model": dict(self.model),
-                "not_computed": [{"variant": v, "reason": why} for v, why in self.not_computed]}
+                "not_computed": [{"variant": v, "reason": why} for v, why in self.not_computed],
+                "answerable": self.answerable}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> "ValueRanking":
@@ -83,7 +88,8 @@ class ValueRanking:
                               else float(r["value_per_gpu_hour"]), bool(r["cut"]), r["reason"])
                        for r in data.get("ranking") or [])
         return cls(ranked, dict(data.get("model") or {}),
-                   tuple((n["variant"], n["reason"]) for n in data.get("not_computed") or []))
+                   tuple((n["variant"], n["reason"]) for n in data.get("not_computed") or []),
+                   bool(data.get("answerable", True)))
 
     def line(self) -> str:
         """One line: the ranking, ``"1. lora-r8 0.250 (3.75 per GPU·h); 2. …"``."""
@@ -317,42 +323,56 @@ def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapp
     waiting = set(pending)
     comparisons = {c.variant: c for c in power.comparisons if c.variant in waiting}
     ranked = rank_by_value(comparisons, {name: gpu_hours[name] for name in comparisons})
+    everyone = rank_by_value({c.variant: c for c in power.comparisons},
+                             {c.variant: 1.0 for c in power.comparisons})
     inputs = dict(next(iter(comparisons.values())).inputs) if comparisons else {}
     if notes:
         inputs["notes"] = list(inputs.get("notes", [])) + notes
     return ValueRanking(tuple(ranked), inputs,
-                        tuple((v, why) for v, _, why in power.not_computed if v in waiting))
+                        tuple((v, why) for v, _, why in power.not_computed if v in waiting),
+                        answerable=not everyone or any(not r.cut for r in everyone))
 
 
 def with_value_cuts(choice: Choice, value: ValueRanking,
-                    runs: Sequence[tuple[str, str | None]]) -> Choice:
-    """The window's choice with the variants whose result cannot change the answer
-    dropped too (``cut``, each with its reason); a ``stop`` stays a stop.
+                    runs: Sequence[tuple[str, str, str | None]]) -> Choice:
+    """The window's choice with the optional variants whose result cannot change the
+    answer dropped too (``cut``, each with its reason); a ``stop`` stays a stop.
 
-    A proposed variant that another run kept in the campaign is compared against (its
-    ``reference``) is not dropped: that comparison needs it.
+    Cutting spends the hours on the variants that can change the answer, so it applies
+    only while one can (``value.answerable``): when no comparison of the campaign, made or
+    not, can (the test set cannot settle the question as asked, whichever runs), nothing
+    is cut for it and the reason says so. An
+    ``essential`` variant is never cut (it is needed to conclude), nor a run that another
+    kept run is compared against (its ``reference``); both keep their reasons in the
+    ranking.
 
     Args:
         choice: what the window says (:func:`choose`).
         value: the ranking (:func:`rank_variants`).
-        runs: ``(name, reference)`` of every run, in campaign order.
+        runs: ``(name, tier, reference)`` of every run, in campaign order.
     """
     proposed = value.proposed_cuts
     if choice.decision == "stop" or not proposed:
         return choice
-    dropped = set(choice.dropped) | set(proposed)
+    if not value.answerable:
+        return replace(choice, reason=f"{choice.reason}; no variant's result can change the "
+                                      f"answer on these test examples, so none is cut for it: "
+                                      f"the campaign cannot settle its question as asked "
+                                      f"(--decide stop to change it)")
+    tiers = {name: tier for name, tier, _ in runs}
+    dropped = set(choice.dropped) | {n for n in proposed if tiers.get(n) != "essential"}
     needed = True
     while needed:               # keep what a kept run is compared against
         needed = False
-        for name, reference in runs:
+        for name, _, reference in runs:
             if name not in dropped and reference in dropped:
                 dropped.discard(reference)
                 needed = True
-    added = [name for name, _ in runs if name in dropped and name not in choice.dropped]
+    added = [name for name, _, _ in runs if name in dropped and name not in choice.dropped]
     if not added:
         return choice
     reasons = "; ".join(f"{name}: {proposed[name]}" for name in added)
     return replace(choice, decision="cut",
-                   dropped=[name for name, _ in runs if name in dropped],
+                   dropped=[name for name, _, _ in runs if name in dropped],
                    reason=f"{choice.reason}; its result cannot change the answer, so cut "
                           f"{reasons}")
