@@ -2,9 +2,13 @@
 
 Running it again continues where it stopped: finished and stopped runs are skipped, an
 interrupted run resumes from its checkpoints, a run whose configuration changed gets a
-new id (the old id stays in the ledger as ``superseded``). The pilot and the decision
-are kept in the ledger and not redone unless the control changed or ``--decide`` is
-given. Everything is written under the campaign directory.
+new id (the old id stays in the ledger as ``superseded``). The pilot that passed for the
+control's id is kept (also after the control changed and was changed back), and the
+decision is kept while it was made for this control and this decision rule and no
+``--decide`` is given (:class:`~flightplan.run.decision.Decision`). Until a run beyond the
+pilot has started, a corrected decision rule is accepted and recorded
+(:mod:`flightplan.plan.decision_rule`). Everything is written under the campaign
+directory.
 
 Exit code of :func:`run_campaign` (in :class:`CampaignOutcome`): 0 when every run that
 was not cut ended, finished or stopped by its own rule; 1 when the campaign was stopped
@@ -122,6 +126,8 @@ class _Campaign:
             ledger, package_days=spec.rental.package_days, started=spec.rental.started,
             past_end=past_end, leave_before_s=float(spec.rental.checkpoint_before_end.seconds))
         self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
+        self._by_id: dict[str, PlannedRun] = {}
+        self._decisions: list[dict[str, Any]] = []
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -440,6 +446,19 @@ class _Campaign:
         return durations, estimates
 
     def runs(self, dropped: list[str]) -> None:
+        """Execute every run not ended and not ``dropped`` (those are cut), through the
+        executor, recording each start, end and interruption as it happens."""
+        jobs = self._jobs(dropped)
+        self._by_id = {p.run_id: p for p in self.planned}
+        self._decisions = self.ledger.decisions()        # the estimates the clock reads
+        self.executor.run(jobs, on_start=self._started, on_done=self._ended,
+                          on_progress=self._progress, on_interrupted=self._interrupted,
+                          admit=self._admit,
+                          leave_by=lambda job, flight: self.rental.leave_by(flight))
+
+    def _jobs(self, dropped: list[str]) -> list[Job]:
+        """A job, with its ``trial.json`` written, for every run to execute now; the runs
+        in ``dropped`` are recorded as cut."""
         jobs: list[Job] = []
         for planned in self.planned:
             status = self.recorder.settle(planned)
@@ -453,54 +472,49 @@ class _Campaign:
             write_json_atomic(RunDir(planned.run_dir).trial_json,
                               trial_document(self.spec, planned, resume=resume))
             jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
-        by_id = {p.run_id: p for p in self.planned}
-        decisions = self.ledger.decisions()
+        return jobs
 
-        def admit(job: Job, flight: str) -> bool:
-            planned = by_id[job.run_id]
-            if not self.rental.admit(job.run_id, needs_s=run_needs_s(planned.run, decisions),
-                                     flight=flight):
-                self.say(f"{planned.run.name} ({job.run_id}): "
-                         f"{waiting_reasons(self.ledger.events(job.run_id))[job.run_id]}")
-                return False
-            left = self.rental.window(flight).hours_left(time.time())
-            self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
-            last = self.ledger.events(job.run_id)[-1:]
-            if last and last[0]["kind"] == "past_end":
-                self.say(f"{planned.run.name} ({job.run_id}): {last[0]['data']['message']}")
-            return True
+    def _admit(self, job: Job, flight: str) -> bool:
+        """Whether ``job`` may start on ``flight`` now (:meth:`RentalClock.admit`)."""
+        planned = self._by_id[job.run_id]
+        if not self.rental.admit(job.run_id, needs_s=run_needs_s(planned.run, self._decisions),
+                                 flight=flight):
+            self.say(f"{planned.run.name} ({job.run_id}): "
+                     f"{waiting_reasons(self.ledger.events(job.run_id))[job.run_id]}")
+            return False
+        left = self.rental.window(flight).hours_left(time.time())
+        self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
+        last = self.ledger.events(job.run_id)[-1:]
+        if last and last[0]["kind"] == "past_end":
+            self.say(f"{planned.run.name} ({job.run_id}): {last[0]['data']['message']}")
+        return True
 
-        def start(job: Job) -> None:
-            self._bar(job)
-            self.recorder.start(by_id[job.run_id])
+    def _started(self, job: Job) -> None:
+        self._bar(job)
+        self.recorder.start(self._by_id[job.run_id])
 
-        def done(result: JobResult) -> None:
-            row = self.recorder.end(by_id[result.run_id], result)
-            self.say(f"{row['name']} ({result.run_id}): {row['status']}"
-                     + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
-                        if row.get("metric") is not None else "")
-                     + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
-                     + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
-                     + (f"; {row['reason']}" if row.get("reason") else ""))
+    def _ended(self, result: JobResult) -> None:
+        row = self.recorder.end(self._by_id[result.run_id], result)
+        self.say(f"{row['name']} ({result.run_id}): {row['status']}"
+                 + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
+                    if row.get("metric") is not None else "")
+                 + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
+                 + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
+                 + (f"; {row['reason']}" if row.get("reason") else ""))
 
-        def interrupted(job: Job, info: Interruption) -> None:
-            self.recorder.interrupted(by_id[job.run_id], info)
-            if info.cause != "flight_lost":
-                self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): left flight "
-                         f"{info.node} after {info.steps_done} steps with {info.checkpoint} "
-                         f"home ({info.reason}); it resumes from there on a flight with "
-                         f"time left")
-                return
-            self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): flight {info.node} lost "
-                     f"after {info.steps_done} steps; {info.steps_lost} steps "
-                     f"({info.lost_s:.0f} s) lost; "
-                     + (f"resumes from {info.checkpoint}" if info.checkpoint else
-                        "restarts from step 0" if info.resumes else
-                        "no checkpoint came home: stops with no_usable_resume"))
-
-        self.executor.run(jobs, on_start=start, on_done=done, on_progress=self._progress,
-                          on_interrupted=interrupted, admit=admit,
-                          leave_by=lambda job, flight: self.rental.leave_by(flight))
+    def _interrupted(self, job: Job, info: Interruption) -> None:
+        name = self._by_id[job.run_id].run.name
+        self.recorder.interrupted(self._by_id[job.run_id], info)
+        if info.cause != "flight_lost":
+            self.say(f"{name} ({job.run_id}): left flight {info.node} after {info.steps_done} "
+                     f"steps with {info.checkpoint} home ({info.reason}); it resumes from "
+                     f"there on a flight with time left")
+            return
+        self.say(f"{name} ({job.run_id}): flight {info.node} lost after {info.steps_done} "
+                 f"steps; {info.steps_lost} steps ({info.lost_s:.0f} s) lost; "
+                 + (f"resumes from {info.checkpoint}" if info.checkpoint else
+                    "restarts from step 0" if info.resumes else
+                    "no checkpoint came home: stops with no_usable_resume"))
 
     def _saved_before(self, planned: PlannedRun) -> bool:
         """Whether this run id saved a checkpoint since it was last (re)started: a
@@ -572,9 +586,12 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
             not a run.
-        SpecError: the campaign has no ``[corpus]``.
+        SpecError: the campaign has no ``[corpus]``; a task's declared prediction columns
+            cannot give the metric; the decision rule changed after a run started.
         LockHeld: another ``flightplan run`` holds the campaign.
         SpecError, CatalogError: the campaign does not plan.
+        TaskError: a run's task cannot be loaded; TaskHookFailed: one of its hooks raised
+            (its traceback appended to :data:`RUNNER_LOG`, nothing of that step recorded).
     """
     if decide is not None and decide not in DECISIONS:
         raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
