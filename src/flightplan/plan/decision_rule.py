@@ -49,8 +49,9 @@ def rule_in_force(frozen_plan: Mapping[str, Any],
     ``decision_rule``; None for a plan frozen before the rule was part of plans."""
     for change in reversed(changes):
         data = change.get("data")
-        if isinstance(data, Mapping) and isinstance(data.get("to"), Mapping):
-            return data["to"]
+        to = data.get("to") if isinstance(data, Mapping) else None
+        if isinstance(to, Mapping):
+            return to
     frozen = frozen_plan.get("decision_rule")
     return frozen if isinstance(frozen, Mapping) else None
 
