@@ -6,14 +6,21 @@ Exit codes: 0 success; 1 a check failed or a campaign stopped by a rule; 2 bad i
 naming what stopped and the command that continues (:mod:`flightplan.interrupts`).
 Each verb's work lives in the ``commands`` module of its stage (``plan/``, ``run/``,
 ``close/``); heavy imports (torch) happen only inside the verbs that need them.
+
+A reader that goes away (``flightplan run … | head -5``) stops nothing: once stdout is
+found closed, the rest of the output is dropped and the verb goes on to its own end and
+exit code (:class:`StdoutOutlivesReader`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import click
 import typer
@@ -21,7 +28,7 @@ import typer
 from flightplan.errors import FlightplanError
 from flightplan.interrupts import Stoppable, StopNotice
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "StdoutOutlivesReader"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan, run and close GPU training campaigns on flat-rate rental packages.")
@@ -37,6 +44,58 @@ _state = {"debug": False}
 @app.callback()
 def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors.")) -> None:
     _state["debug"] = debug
+
+
+class StdoutOutlivesReader:
+    """``sys.stdout`` for the length of a verb, such that a closed pipe stops nothing.
+
+    Writes and flushes pass to ``stream``; the first that finds the reader gone (EPIPE:
+    ``| head`` exited) points the stream's file descriptor at ``/dev/null``, so that line and
+    every later one are dropped without an error, also what the stream still buffers when
+    the interpreter exits. Everything else (``isatty``, ``encoding``, ``fileno``) is the
+    stream's.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.reader_gone = False
+
+    def _guard(self, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except OSError as exc:              # BrokenPipeError, or EPIPE from a raw write
+            if exc.errno != errno.EPIPE:
+                raise
+            self.reader_gone = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+            return None
+
+    def write(self, text: str) -> int:
+        """Write ``text`` (dropped once the reader is gone); its length."""
+        self._guard(lambda: self._stream.write(text))
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream (to ``/dev/null`` once the reader is gone)."""
+        self._guard(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_outlives_reader() -> Iterator[None]:
+    """:class:`StdoutOutlivesReader` as ``sys.stdout`` inside the block."""
+    original = sys.stdout
+    sys.stdout = StdoutOutlivesReader(original)
+    try:
+        yield
+    finally:
+        sys.stdout = original
 
 
 def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to start it over"
@@ -57,7 +116,7 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
             stop = Stoppable(notice)
             code = 0
             try:
-                with stop:
+                with stop, _stdout_outlives_reader():
                     code = func(*args, **kwargs)
             except FlightplanError as exc:
                 if _state["debug"]:

@@ -148,6 +148,43 @@ def test_plan_finds_a_missing_task_file_or_train_without_running_the_task(tmp_pa
     assert _invoke(["plan", str(path)]).exit_code == 0
 
 
+def test_plan_finds_a_metric_column_the_tasks_predictions_cannot_have(tmp_path: Path) -> None:
+    # the built-in task declares its columns: a misspelt column is found before any run
+    text = ILLUSTRATION.replace('metric = "macro_f1"\ngoal = "max"',
+                                'metric = "mean:n_token"\ngoal = "min"')
+    assert "mean:n_token" in text
+    path = _write(tmp_path, text)
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {path}: campaign.metric: 'mean:n_token': task 'textclf' declares the columns "
+        f"of its predictions.csv (PREDICTION_COLUMNS: example_id, gold, predicted, n_tokens, "
+        f"truncated, prob_*), and none is 'n_token'; fix the metric's spelling or give "
+        f"mean:<one of its numeric columns>")
+    for good in ("mean:n_tokens", "mean:prob_positive"):           # prob_* is one per class
+        assert _invoke(["plan", str(_write(tmp_path, text.replace("mean:n_token", good)))]
+                       ).exit_code == 0
+    # a file task declares them in its text, read without running it
+    task = ("open('ran', 'w').close()\nPREDICTION_COLUMNS = ('example_id', 'y', 'abs_error')\n"
+            "def train(trial):\n    pass\n")
+    (tmp_path / "train.py").write_text(task)
+    text = text.replace("[[run]]\n", '[[run]]\ntask = "train.py"\n')
+    path = _write(tmp_path, text.replace("mean:n_token", "mean:abs_eror"))
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2 and "none is 'abs_eror'" in result.stderr
+    assert not (tmp_path / "ran").exists()
+    assert _invoke(["plan", str(_write(tmp_path, text.replace("mean:n_token", "mean:abs_error")))]
+                   ).exit_code == 0
+    # a classification metric needs gold and predicted
+    result = _invoke(["plan", str(_write(tmp_path, text.replace(
+        'metric = "mean:n_token"\ngoal = "min"', 'metric = "macro_f1"\ngoal = "max"')))])
+    assert result.exit_code == 2 and "none is 'gold' or 'predicted'" in result.stderr
+    # without a declaration nothing can be said before the pilot
+    (tmp_path / "train.py").write_text("def train(trial):\n    pass\n")
+    assert _invoke(["plan", str(_write(tmp_path, text.replace("mean:n_token", "mean:x")))]
+                   ).exit_code == 0
+
+
 BAD_SPECS = {
     "after names an unknown stage": ('after = ["install"]', 'after = ["instal"]',
                                      "stage[1].after: 'instal' is not a stage or run; did you mean 'install'?"),

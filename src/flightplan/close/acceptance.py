@@ -1,6 +1,6 @@
 """Which runs delivered an accepted product, and the variant-versus-reference comparisons.
 
-A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5):
+A run's product is accepted only when all four hold:
 
 1. the run finished without a stop (ledger status ``finished``, no stop record);
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions

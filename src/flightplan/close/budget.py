@@ -10,7 +10,7 @@ adds a tax, fee or transfer cost that was not recorded.
 with ``undefined_reason`` naming the rejection reasons, while ``committed_total`` still
 shows what was spent.
 
-Known answers (DESIGN.md): one 47.14 USD package, two accepted products → ``"23.57"``;
+Known answers: one 47.14 USD package, two accepted products → ``"23.57"``;
 two 3-day RTX 4090 flights → ``committed_total`` ``"94.28"``.
 
 Usage::

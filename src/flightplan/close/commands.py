@@ -37,7 +37,7 @@ from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.metrics import read_predictions
 from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
-from flightplan.plan.decision_rule import check_rule_unchanged
+from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
 from flightplan.rows import Row, parse_rows
@@ -156,7 +156,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     if original is None:
         raise ArgumentError(f"{spec.source}: the campaign has no frozen plan; run "
                             f"`flightplan run {spec.source}` before closing it")
-    check_rule_unchanged(spec, original["plan"])
+    check_rule_unchanged(spec, original["plan"], ledger.events(kind=RULE_CHANGED))
     campaign_dir = spec.campaign_dir
     results = results_dir_of(campaign_dir)
     publish_plan(campaign_dir, original["plan"])

@@ -321,6 +321,12 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
             extra = " (overridden; computed: " + d["computed"] + ")" if d["overridden"] else ""
             dropped = f"; dropped {', '.join(map(str, d['dropped']))}" if d["dropped"] else ""
             lines.append(f"- decision point after the pilot: **{d['decision']}**{extra}{dropped}")
+            ranking = ((d.get("figures") or {}).get("value") or {}).get("ranking") or []
+            lines += [f"  {i}. {r['variant']}: decision value {r['decision_value']:.3f}"
+                      + ("" if r["value_per_gpu_hour"] is None
+                         else f", {r['value_per_gpu_hour']:.3g} per GPU·h")
+                      + (f"; proposed for cut: {r['reason']}" if r["cut"] else "")
+                      for i, r in enumerate(ranking, 1)]
         elif d["kind"] == "pilot_check":
             lines.append(f"- pilot (short run, checkpoint, resume in a new process): "
                          f"{'passed' if d['ok'] else 'FAILED'}"

@@ -1,6 +1,6 @@
 """The offer catalog: the built-in published facts, user catalog files, spec checks.
 
-The built-in catalog holds exactly what IteraGPU publishes (see DESIGN.md): the RTX 4090
+The built-in catalog holds exactly what IteraGPU publishes: the RTX 4090
 (1 GPU of 24 GB per flight; 3, 7 and 30 days for 47.14, 110.00 and 390.00 USD) and the
 B200 (2 GPUs per flight; nothing else is published, so it has no packages and cannot be
 quoted until a user catalog gives them). A user catalog file adds offers or overrides
@@ -113,7 +113,7 @@ def suggest(bad: str, known: list[str]) -> str:
 
 
 def builtin_catalog() -> Catalog:
-    """The published IteraGPU facts of DESIGN.md, nothing more."""
+    """The facts IteraGPU publishes (module docstring), nothing more."""
     return Catalog({
         "RTX 4090": Offer("RTX 4090", gpus_per_flight=1, gpu_memory_gb=24.0, currency="USD",
                           packages={3: Money.parse("47.14", "USD"),

@@ -180,7 +180,8 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
 
     Raises:
         SpecError, CatalogError: bad campaign or catalog. TaskError: a run's task is not
-            found or binds no ``train`` (checked without running it). ArgumentError: a bad
+            found or binds no ``train`` (checked without running it); SpecError too when
+            the prediction columns a task declares cannot give the metric. ArgumentError: a bad
             ``--extend`` (format or unknown name), a ``--gantt`` or ``--power-plot`` path
             that cannot be written, or ``--power-plot`` when no comparison's power is known.
         ArgumentError or SpecError: the results directory to plan from does not verify or
@@ -188,7 +189,8 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
-        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
+        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source,
+                   metric=spec.campaign.metric)
     calibrated, source = _calibrated(spec, calibrate_from, verify)
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
     uncertain, measured = uncertainties(result.schedule, calibrated.estimates)

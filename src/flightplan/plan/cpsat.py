@@ -188,7 +188,7 @@ def _solver(limit_s: float) -> cp_model.CpSolver:
 
     ``catch_sigint_signal`` off: CP-SAT otherwise installs its own C-level SIGINT handler
     during a solve and leaves SIGINT at its default action afterwards, so a later Ctrl-C
-    killed ``flightplan run`` outright, with no "interrupted: …" line (issue 14).
+    killed ``flightplan run`` outright, with no "interrupted: …" line.
     """
     solver = cp_model.CpSolver()
     solver.parameters.catch_sigint_signal = False

@@ -156,7 +156,7 @@ SIMULATED_LAMBDAS = LAMBDAS[::5]
 to linearise is simulated at every other one (−0.5, 0, 0.5, 1)."""
 LINEAR_BUDGET = 200_000
 """Largest number of confusion-matrix entries evaluated per tilt for the linearisation
-(2K + 1 tables of (C+1)² entries); beyond it (many classes) the simulation goes without
+(2K + 1 tables of C² entries); beyond it (many classes) the simulation goes without
 the control variate."""
 MIN_DECISION_VALUE = 0.05
 """A variant whose decision value is below this is proposed for cut."""
@@ -204,7 +204,7 @@ class PairedModel(Protocol):
 
     @property
     def inputs(self) -> Mapping[str, Any]:
-        """What the model was built from, and its sources."""
+        """What the model was built from, and its sources (JSON values)."""
         ...
 
     def moments(self, n: int, *, upto: float = 0.0) -> Moments:
@@ -251,7 +251,7 @@ class LabelModel:
     Attributes:
         metric: a name of :data:`flightplan.metrics.LABEL_METRICS`. sign: +1 (goal max)
             or −1 (min). cells: (K, 3) int64 triples (gold, reference's prediction,
-            variant's prediction); gold ``n_labels`` is a gold label outside the classes.
+            variant's prediction), each a class index in [0, ``n_labels``).
         table: (K,) probabilities at true gain 0, symmetric in the two predictions.
         n_labels: the classes C. inputs: what the model was built from, and its sources
             (JSON values).
@@ -277,9 +277,9 @@ class LabelModel:
         return self.table * (1.0 + lam * s)
 
     def _confusions(self, weights: np.ndarray, column: int) -> np.ndarray:
-        """(M, K) cell weights → (M, C+1, C+1) confusion matrices of the reference
+        """(M, K) cell weights → (M, C, C) confusion matrices of the reference
         (``column`` 1) or the variant (2)."""
-        k = self.n_labels + 1
+        k = self.n_labels
         index = self.cells[:, 0] * k + self.cells[:, column]
         rows = weights.shape[0]
         flat = (np.arange(rows)[:, None] * (k * k) + index[None, :]).ravel()
@@ -315,7 +315,7 @@ class LabelModel:
             exceed the previous one's is left out).
         """
         size = len(self.table)
-        linearise = (2 * size + 1) * (self.n_labels + 1) ** 2 <= LINEAR_BUDGET
+        linearise = (2 * size + 1) * self.n_labels ** 2 <= LINEAR_BUDGET
         simulated = SIMULATED_LAMBDAS if linearise else SIMULATED_LAMBDAS[::2]
         eye = np.eye(size) * _STEP if linearise else None
         true, exact, bias, excess = [], [], [], []
@@ -357,7 +357,7 @@ class LabelModel:
         if n >= len(p):
             return self.gains(_multinomial(n, p, N_SIMULATIONS) / n)
         rng = np.random.default_rng(SEED)
-        k = self.n_labels + 1
+        k = self.n_labels
         cumulative = np.cumsum(p)
         index_ref = self.cells[:, 0] * k + self.cells[:, 1]
         index_var = self.cells[:, 0] * k + self.cells[:, 2]
@@ -434,12 +434,12 @@ def _label_metric(metric: str) -> str:
 def _with_other_run(metric: str, goal: str, reference: np.ndarray, disagreement: float,
                     inputs: dict[str, Any]) -> LabelModel:
     """A :class:`LabelModel` from the reference's (gold, prediction) probabilities
-    ``reference`` (C+1, C) (row C: gold outside the classes) and the disagreement d: d/2
-    moved from its right answers to "only the reference right", d/2 from its wrong ones
-    to "only the variant right"; d is lowered to what the reference allows (noted)."""
+    ``reference`` (C, C) and the disagreement d: d/2 moved from its right answers to "only
+    the reference right", d/2 from its wrong ones to "only the variant right"; d is lowered
+    to what the reference allows (noted)."""
     c = reference.shape[1]
-    right = float(np.trace(reference[:c]))
-    wrong = float(reference[:c].sum() - right)
+    right = float(np.trace(reference))
+    wrong = float(reference.sum() - right)
     most = 2 * min(right, wrong)
     if disagreement > most + 1e-12:
         inputs["notes"] = list(inputs.get("notes", [])) + [
@@ -448,19 +448,16 @@ def _with_other_run(metric: str, goal: str, reference: np.ndarray, disagreement:
         disagreement = most
     cells: list[tuple[int, int, int]] = []
     probs: list[float] = []
-    for gold in range(c + 1):
+    for gold in range(c):
         row = reference[gold]
-        errors = np.where(np.arange(c) == gold, 0.0, row) if gold < c else row
+        errors = np.where(np.arange(c) == gold, 0.0, row)
         spread = errors / errors.sum() if errors.sum() > 0 else \
             np.where(np.arange(c) == gold, 0.0, 1.0 / max(1, c - 1))
         for pred in range(c):
             mass = float(row[pred])
             if mass <= 0:
                 continue
-            if gold == c:                                   # outside the classes: alike
-                cells.append((gold, pred, pred))
-                probs.append(mass)
-            elif pred == gold:
+            if pred == gold:
                 moved = mass * disagreement / 2 / right if right else 0.0
                 cells.append((gold, gold, gold))
                 probs.append(mass - moved)
@@ -501,8 +498,7 @@ def default_model(metric: str, *, goal: str, label_counts: Mapping[str, int] | N
     shares /= shares.sum()
     c = len(shares)
     accuracy = min(max(DEFAULT_REFERENCE_ACCURACY, disagreement / 2), 1 - disagreement / 2)
-    reference = np.zeros((c + 1, c))
-    reference[:c] = shares[:, None] * (1 - accuracy) / (c - 1)
+    reference = np.repeat(shares[:, None] * (1 - accuracy) / (c - 1), c, axis=1)   # (C, C)
     reference[np.arange(c), np.arange(c)] = shares * accuracy
     inputs = {"kind": "labels", "source": "assumed",
               "disagreement_source": disagreement_source,
@@ -529,12 +525,12 @@ def model_from_reference(metric: str, reference: Predictions, *, goal: str,
     name = _label_metric(metric)
     _, (gold, predicted), _ = paired(name, reference, reference, source=source)
     c = len(reference.labels)
-    joint = np.zeros((c + 1, c))
-    np.add.at(joint, (np.where(gold < 0, c, gold), predicted), 1.0)
+    joint = np.zeros((c, c))
+    np.add.at(joint, (gold, predicted), 1.0)
     joint /= max(1, len(gold))
     inputs = {"kind": "labels", "source": source, "examples": int(len(gold)),
               "disagreement_source": disagreement_source,
-              "reference_accuracy": round(float(np.trace(joint[:c])), 4),
+              "reference_accuracy": round(float(np.trace(joint)), 4),
               "reference_accuracy_source": source}
     return _with_other_run(name, goal, joint, disagreement, inputs)
 
@@ -566,7 +562,7 @@ def model_from_predictions(metric: str, reference: Predictions, variant: Predict
             "disagreement_source": source})
     (gold, ref), (_, var) = ref_arrays, var_arrays
     c = len(union_labels(reference, variant))
-    triples = np.stack([np.where(gold < 0, c, gold), ref, var], axis=1)
+    triples = np.stack([gold, ref, var], axis=1)
     cells, counts = np.unique(triples, axis=0, return_counts=True)
     cells, table = _symmetric(cells, counts.astype(np.float64))
     return LabelModel(metric=parsed.name, sign=_sign(parsed.name, goal), cells=cells,

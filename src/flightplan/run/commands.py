@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
-from flightplan.errors import ArgumentError
+from flightplan.errors import ArgumentError, SetupError
 
 if TYPE_CHECKING:
     from flightplan.run.campaign import Observer
@@ -54,7 +54,8 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
     the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``).
 
     Raises:
-        ArgumentError: an unknown engine, ``--address`` without Ray, or Ray not installed.
+        ArgumentError: an unknown engine, or ``--address`` without Ray.
+        SetupError: Ray is not installed.
     """
     engine = engine or spec.execution.engine
     if engine not in ("local", "ray"):
@@ -68,13 +69,13 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
     try:
         from flightplan.run.executors.ray_executor import RayExecutor
     except ImportError as exc:
-        raise ArgumentError(f"--executor ray: Ray is not installed ({exc}); install it with "
-                            f"pip install 'flightplan[ray]'") from None
+        raise SetupError(f"--executor ray: Ray is not installed ({exc}); install it with "
+                         f"pip install 'flightplan[ray]'") from None
     return RayExecutor(address=address or spec.execution.address)
 
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
-                restart: list[str] = (), observer: Observer | None = None,
+                restart: Sequence[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
                 past_end: bool = False) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...

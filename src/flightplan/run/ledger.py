@@ -29,10 +29,9 @@ from typing import Any, Iterator
 from flightplan.errors import ArgumentError
 from flightplan.canonical import canonical_json, plan_sha256
 
-__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES"]
+__all__ = ["Ledger", "LEDGER_FILE"]
 
 LEDGER_FILE = Path(".flightplan") / "ledger.sqlite"
-RUN_STATUSES = ("pending", "running", "finished", "stopped", "cut", "failed", "superseded")
 _SCHEMA_VERSION = 1
 
 _SCHEMA = """

@@ -22,6 +22,7 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 
+from flightplan.run.decision import ValueRanking
 from flightplan.run.progress import format_stop
 
 __all__ = ["status_lines", "run_lines", "clock", "cut"]
@@ -173,6 +174,11 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                                 width=width, indent=6)
             if d.get("dropped"):
                 out.append(cut("      dropped: " + ", ".join(d["dropped"]), width))
+            if (d.get("figures") or {}).get("value"):
+                value = ValueRanking.from_json(d["figures"]["value"])
+                out.append(cut("      " + value.line(), width))
+                out += [cut(f"      cut {name}: {why}", width)
+                        for name, why in value.proposed_cuts.items()]
     expenses = snapshot.get("expenses") or []
     if expenses:
         out += ["", "expenses"]

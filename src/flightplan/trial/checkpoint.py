@@ -18,9 +18,10 @@ optimizer to ``optimizer.safetensors``, see :mod:`flightplan.trial.checkpoint_io
 Everything is tensors and plain Python data, so ``torch.load(weights_only=True)`` accepts it.
 
 A save costs the loop only :meth:`Snapshot.capture`: each tensor is ``copy_``-ed into a CPU
-buffer allocated once and reused (``clone()`` would allocate each time and stall far longer;
-see DESIGN.md). On CUDA the copies go into pinned buffers on a side stream and the loop does
-not wait for them: the next training step's forward and backward overlap them, and the
+buffer allocated once and reused (``clone()`` would allocate each time and stall a third to
+a half of a synchronous save for a 210 MB state, the buffers 2–19 %). On CUDA the copies go
+into pinned buffers on a side stream and the loop does not wait for them: the next training
+step's forward and backward overlap them, and the
 compute stream waits for them only before the state can change (the next optimizer step, or
 the next forward of a model with buffers). :class:`BackgroundWriter` then hashes,
 serialises and fsyncs in a thread; at most one save is in flight and the next one waits
@@ -158,11 +159,6 @@ class Snapshot:
             items = [self._tree(item, f"{path}/{index}") for index, item in enumerate(value)]
             return items if isinstance(value, list) else tuple(items)
         return value
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the buffers."""
-        return sum(b.numel() * b.element_size() for b in self._buffers.values())
 
     def capture(self, parts: Components, counters: Mapping[str, int]) -> Captured:
         """Copy the registered state into the buffers (the only cost the loop pays).

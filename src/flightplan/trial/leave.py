@@ -17,6 +17,8 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
+from flightplan.errors import TrialPreempted
+
 if TYPE_CHECKING:
     from flightplan.trial.trial import Trial
 
@@ -28,8 +30,8 @@ LEAVE_SIGNAL = signal.SIGUSR1
 SAVE_SIGNAL = signal.SIGUSR2
 """Checkpoint at the next step boundary and go on (``--past-end``)."""
 
-EXIT_PREEMPTED = 75
-"""The worker's exit code after leaving a flight with its checkpoint saved (``EX_TEMPFAIL``
+EXIT_PREEMPTED = TrialPreempted.exit_code
+"""The worker's exit code (75) after leaving a flight with its checkpoint saved (``EX_TEMPFAIL``
 of ``sysexits.h``: the run is not over, it goes on elsewhere)."""
 
 def install_leave_handlers(trial: "Trial") -> None:

@@ -8,6 +8,7 @@ adapters plus the head. See :mod:`.model` for the params, :mod:`.loop` for the t
 One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
 
     CODE_VERSION                                  # stands for the code in run ids
+    PREDICTION_COLUMNS                            # the columns of its predictions.csv
     train(trial)                                  # trains, evaluates, writes outputs
     reload_predictions(artifact_dir, out, *, campaign_dir, limit)   # in a fresh process
     base_revision(base_model, params)             # {package, version, weights_sha256, ...}
@@ -25,13 +26,17 @@ from typing import Any, Mapping
 
 from flightplan.tasks.textclf.cost_model import pilot_examples
 
-__all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "data_check",
+__all__ = ["CODE_VERSION", "PREDICTION_COLUMNS", "train", "reload_predictions", "base_revision", "data_check",
            "load_artifact", "estimate_run", "pilot_examples"]
 
 CODE_VERSION = "2"
 """Bump when a change alters what a run computes (a new version gives new run ids).
 2: evaluation in batches of equal token length (probabilities move in the last float32
 bits), runs on the GPU the executor gives them, ``precision`` param."""
+
+PREDICTION_COLUMNS = ("example_id", "gold", "predicted", "n_tokens", "truncated", "prob_*")
+"""The columns of its predictions.csv (:mod:`flightplan.tasks.protocol`): ``prob_<label>``
+one per class, in the model's label order (:mod:`.inference` writes them)."""
 
 
 def train(trial: Any) -> None:
