@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.ledger import Ledger
-from flightplan.run.lock import lock_holder
+from flightplan.campaign_lock import lock_holder
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "flightplan"
 
 LAYERS = [
     {"__init__", "__main__", "errors", "units", "canonical", "durable", "activity",
-     "interrupts", "metrics", "corpus", "spec", "rundir", "transfer_time", "ids", "rows"},
+     "interrupts", "metrics", "corpus", "spec", "rundir", "transfer_time", "ids", "rows",
+     "campaign_lock"},
     {"trial"},
     {"tasks", "integrations"},
     {"plan"},

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.activity import WaitDisplay, doing
+from flightplan.campaign_lock import CampaignLock
 from flightplan.close.acceptance import accept_runs, accepted_product_count, comparisons
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
@@ -216,17 +217,22 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
     ``open_ledger(campaign_dir)`` opens the campaign's ledger for reading (the command
-    line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). On a
-    terminal, stderr shows what is being done and how far along while it works
-    (:class:`flightplan.activity.WaitDisplay`); nothing when stderr is not a terminal.
+    line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). Close
+    holds the campaign lock (:mod:`flightplan.campaign_lock`) while it reads the ledger
+    and writes ``results/``, so it never publishes a half-run campaign beside a runner
+    that still writes there. On a terminal, stderr shows what is being done and how far
+    along while it works (:class:`flightplan.activity.WaitDisplay`); nothing when stderr
+    is not a terminal.
 
     Raises:
         SpecError: the campaign file is invalid. ArgumentError: the campaign never ran.
+        LockHeld: ``flightplan run`` (or another close) holds the campaign; the line names
+            its pid and says to close once it has finished.
     """
     spec = load_spec(spec_path)
-    ledger = open_ledger(spec.campaign_dir)
+    ledger = open_ledger(spec.campaign_dir)      # refuses a campaign that never ran
     try:
-        with WaitDisplay():
+        with CampaignLock(spec.campaign_dir, verb="close"), WaitDisplay():
             outcome = close_campaign(spec, ledger)
     finally:
         ledger.close()

@@ -125,7 +125,8 @@ def _remove_stale_temp_files(results_dir: Path, *, listed: dict[str, Any]) -> No
     """Delete ``.<name>.<random>.tmp`` files a killed writer left (see :func:`write_atomic`).
 
     Called under the results lock; only one campaign process writes ``results/`` (the
-    runner holds the campaign lock), so a temp file seen here is never still being written.
+    runner or ``close``, each holding the campaign lock, :mod:`flightplan.campaign_lock`),
+    so a temp file seen here is never still being written.
     """
     for path in results_dir.rglob(".*.tmp"):
         rel = path.relative_to(results_dir).as_posix()

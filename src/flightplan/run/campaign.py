@@ -42,7 +42,7 @@ from flightplan.run.decision import DECISIONS, choose, cut_steps, replan_from_op
 from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
-from flightplan.run.lock import CampaignLock
+from flightplan.campaign_lock import CampaignLock
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
 from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
 from flightplan.run.progress import ProgressBoard, format_stop
@@ -453,7 +453,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
             not a run.
         SpecError: the campaign has no ``[corpus]``.
-        LockHeld: another ``flightplan run`` holds the campaign.
+        LockHeld: another ``flightplan run`` (or a ``flightplan close``) holds the campaign.
         SpecError, CatalogError: the campaign does not plan.
     """
     if decide is not None and decide not in DECISIONS:

@@ -133,8 +133,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 def status_command(spec_path: Path, *, as_json: bool) -> int:
     """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
     (:func:`flightplan.run.status.status_lines`) or one JSON object
-    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
-    lock, or null; runs left ``running`` by a runner that is gone show as
+    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: ``{pid, since, verb}``
+    of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner that is gone show as
     ``interrupted``; ``flights``: each flight's package window and hours left; a pending
     run that was not started because its flight's package ends first has that ``reason``).
 
@@ -143,7 +143,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         ArgumentError: the campaign has no ledger yet (it was never run).
     """
     from flightplan.run.ledger import Ledger
-    from flightplan.run.lock import lock_holder
+    from flightplan.campaign_lock import lock_holder
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -152,6 +152,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         snapshot = ledger.snapshot()
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
+    if holder is not None and holder.get("verb", "run") != "run":
+        holder = None                   # `flightplan close` holds it: no run is going on
     snapshot["runner"] = holder
     if holder is None:
         for run in snapshot["runs"]:

@@ -120,6 +120,9 @@ class FakeLedger:
     def stage_times(self):
         return self.stage_rows
 
+    def close(self):
+        pass
+
 
 def _write_corpus(folder: Path, extra_test: int = 0) -> dict[str, str]:
     folder.mkdir(parents=True)
