@@ -35,6 +35,7 @@ from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, SpecError
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.decision_rule import check_rule_unchanged
+from flightplan.plan.frozen_rental import check_rental_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import check_summary, run_data_check
@@ -140,8 +141,10 @@ class _Campaign:
         spec, ledger = self.spec, self.ledger
         activity.doing("freezing the plan")
         frozen = ledger.original_plan()
+        offer = self.catalog.offers[spec.rental.offer]
         if frozen is not None:  # before anything is written
             check_rule_unchanged(spec, frozen["plan"])
+            check_rental_unchanged(spec, offer, frozen["plan"])
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
@@ -151,7 +154,7 @@ class _Campaign:
         if written:
             self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
                      f"(sha256 {original['plan_sha256'][:12]})")
-        ledger.sync_expenses(expense_rows(spec, self.catalog.offers[spec.rental.offer]))
+        ledger.sync_expenses(expense_rows(spec, offer))
         for interrupted in ledger.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         self.planned = plan_runs(spec, tasks=self.tasks)

@@ -380,3 +380,45 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
     path.write_text(text.replace('question = "', 'question = "Reworded: '), encoding="utf-8")
     assert "Reworded" in path.read_text(encoding="utf-8")
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+
+
+def test_the_rental_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
+    from flightplan.errors import SpecError
+
+    path = _spec(tmp_path)
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        expenses, events = ledger.expenses(), len(ledger.events())
+    assert [(e["kind"], e["amount"]) for e in expenses] == [("package", "47.14")]
+    text = path.read_text(encoding="utf-8")
+    longer = text.replace("package_days = 3", "package_days = 7")
+    path.write_text(longer, encoding="utf-8")
+    with pytest.raises(SpecError) as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert str(refused.value) == (
+        f"{path}: rental.package_days: 7 differs from 3, the rental committed with the plan "
+        f"before the first run; restore 3 (a package bought later to extend the rental is an "
+        f"[[expense]] with its amount, not a change of [rental]), or plan the new rental in a "
+        f"new campaign folder")
+    assert refused.value.exit_code == 2
+    # a catalog that prices the same package otherwise is refused too, with both prices
+    (tmp_path / "prices.toml").write_text(
+        '[[offer]]\nname = "RTX 4090"\ngpus_per_flight = 1\ngpu_memory_gb = 24\n'
+        'currency = "USD"\npackage = [{ days = 3, price = "52.00" }]\n', encoding="utf-8")
+    path.write_text(text.replace("package_days = 3", 'package_days = 3\ncatalog = "prices.toml"'),
+                    encoding="utf-8")
+    with pytest.raises(SpecError, match=r"rental.catalog: the catalog now prices the rental "
+                                        r"\(1 × RTX 4090 3-day package\) at 52.00 USD, but it "
+                                        r"was committed at 47.14 USD"):
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert ledger.expenses() == expenses             # the committed total is unchanged
+        assert len(ledger.events()) == events            # nothing was written
+    # a package bought later is an expense; the order number may be added
+    path.write_text(text.replace("package_days = 3", 'package_days = 3\norder = "ITG-7"')
+                    + '\n[[expense]]\nlabel = "4 more days"\namount = "62.86"\ncurrency = "USD"\n',
+                    encoding="utf-8")
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert [(e["kind"], e["amount"]) for e in ledger.expenses()] == [
+            ("package", "47.14"), ("external", "62.86")]
