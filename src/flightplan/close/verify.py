@@ -17,7 +17,9 @@ absolute_path        a text file holds an absolute path of the writing machine (
                      recorded in the manifest) or any /home/<user>, /Users/<user> path
 missing_run          an expected run id lacks its files (params and measurements; plus
                      predictions and artifact unless the run stopped)
-base_revision        an artifact names a base model (``base_revision``) but not exactly
+base_revision        an artifact names a base model (``base_revision``) but not exactly, or
+                     names none although its run's campaign names a base model or the
+                     artifact holds an adapter (``adapter_config.json``, ``peft``)
 path_traversal       a manifest path, or a link in the directory, leads outside it
 task_source          a run's file or module task has no source kept in ``tasks/``, or the
                      kept source does not hash to the run's ``code_version``
@@ -225,17 +227,49 @@ def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> l
         if lacking:
             findings.append(finding("missing_run", lacking[0],
                                     f"expected run {run_id} lacks {', '.join(lacking)}"))
-    for rel in sorted(p for p in present if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)):
-        try:
-            meta = json.loads((results / rel).read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            meta = {}
-        revision = meta.get("base_revision") if isinstance(meta, dict) else None
-        if revision is not None and not _exact_revision(revision):
-            findings.append(finding("base_revision", rel, "the artifact names a base model but "
-                                    "not its exact revision (a 64-hex weights_sha256, or a "
-                                    "40-hex commit as revision)"))
+    for run_id in sorted({p.split("/")[1] for p in present
+                          if re.fullmatch(r"artifacts/[^/]+/.+", p)}):
+        problem = _revision_problem(results, run_id, present)
+        if problem:
+            findings.append(finding("base_revision", f"artifacts/{run_id}/artifact.json", problem))
     return findings
+
+
+def _json_object(results: Path, rel: str, present: set[str]) -> dict[str, Any]:
+    """The JSON object in ``rel`` ({} when it is not present, unreadable or no object)."""
+    if rel not in present:
+        return {}
+    try:
+        value = json.loads((results / rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _revision_problem(results: Path, run_id: str, present: set[str]) -> str | None:
+    """Why ``artifacts/<run_id>`` does not pin its base model exactly, or None.
+
+    A run whose campaign names a base model (``base_model`` in ``params/<id>.json``) or whose
+    artifact holds an adapter (PEFT's ``adapter_config.json``, or ``peft`` in
+    ``artifact.json``) must record the exact revision in ``artifact.json``; an artifact
+    that records one must record it exactly, whatever else is wrong with the file.
+    """
+    meta = _json_object(results, f"artifacts/{run_id}/artifact.json", present)
+    revision = meta.get("base_revision")
+    if revision is not None:
+        return None if _exact_revision(revision) else (
+            "the artifact names a base model but not its exact revision (a 64-hex "
+            "weights_sha256, or a 40-hex commit as revision)")
+    if _json_object(results, f"params/{run_id}.json", present).get("base_model") is not None:
+        why = "the run's campaign names a base model ([base_model])"
+    elif f"artifacts/{run_id}/adapter_config.json" in present or meta.get("peft"):
+        why = "the artifact holds an adapter, which is nothing without its base model"
+    else:
+        return None
+    return (f"{why}, but artifact.json records no base_revision; the artifact cannot be "
+            f"matched to the exact base model it was trained on: the task must write "
+            f"base_revision (package, version and a 64-hex weights_sha256, or a 40-hex "
+            f"commit as revision) into artifact.json, and the run be made again")
 
 
 def _exact_revision(revision: Any) -> bool:
