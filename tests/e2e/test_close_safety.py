@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,3 +117,35 @@ def test_close_is_refused_while_a_run_goes_on_and_verifies_after(tmp_path):
     report = json.loads(closed.stdout)
     assert report["verified"] is True and report["findings"] == []
     assert sorted(report["accepted"]) == sorted(r["run_id"] for r in outcome["runs"])
+
+
+def test_a_run_stopped_for_want_of_its_checkpoints_closes_and_verifies(tmp_path):
+    _paced_campaign(tmp_path, sleep_s=0.2)
+    runner = _start_run(tmp_path)
+    try:
+        def saved() -> bool:
+            control, paced = _run_id(tmp_path, "control"), _run_id(tmp_path, "lr-0.2")
+            return bool(control and (tmp_path / "runs" / control / "done.json").is_file()
+                        and any(r.get("event") == "checkpoint" for r in _rows(tmp_path, paced)))
+        _wait(runner, saved, "a checkpoint of lr-0.2")
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.communicate()
+    paced = _run_id(tmp_path, "lr-0.2")
+    assert not (tmp_path / "runs" / paced / "done.json").exists()
+    shutil.rmtree(tmp_path / "runs" / paced / "checkpoints")       # its only checkpoints lost
+    again = _cli("run", "campaign.toml", "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    outcome = json.loads(again.stdout)
+    assert outcome["statuses"] == {"control": "finished", "lr-0.2": "stopped"}
+    stop = next(r["stop"] for r in outcome["runs"] if r["name"] == "lr-0.2")
+    assert stop["rule"] == "no_usable_resume"
+    assert "its checkpoints/ folder holds no finished one" in stop["message"]
+    closed = _cli("close", "campaign.toml", "--json", cwd=tmp_path)
+    assert closed.returncode == 0, closed.stdout[-3000:] + closed.stderr[-3000:]
+    report = json.loads(closed.stdout)
+    assert report["verified"] is True and report["findings"] == []
+    stops = json.loads((tmp_path / "results" / "stops.json").read_text())
+    assert [s["rule"] for s in stops] == ["no_usable_resume"]
+    verified = _cli("verify", "results", "--json", cwd=tmp_path)
+    assert verified.returncode == 0 and json.loads(verified.stdout)["verified"] is True
