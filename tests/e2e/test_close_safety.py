@@ -133,6 +133,7 @@ def test_a_run_stopped_for_want_of_its_checkpoints_closes_and_verifies(tmp_path)
         runner.communicate()
     paced = _run_id(tmp_path, "lr-0.2")
     assert not (tmp_path / "runs" / paced / "done.json").exists()
+    saved_at = next(r["time"] for r in _rows(tmp_path, paced) if r.get("event") == "checkpoint")
     shutil.rmtree(tmp_path / "runs" / paced / "checkpoints")       # its only checkpoints lost
     again = _cli("run", "campaign.toml", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -141,6 +142,11 @@ def test_a_run_stopped_for_want_of_its_checkpoints_closes_and_verifies(tmp_path)
     stop = next(r["stop"] for r in outcome["runs"] if r["name"] == "lr-0.2")
     assert stop["rule"] == "no_usable_resume"
     assert "its checkpoints/ folder holds no finished one" in stop["message"]
+    with Ledger.open(tmp_path, create=False) as ledger:   # each execution counts once
+        wall_s = ledger.run(paced)["wall_s"]
+        executions = [t for t in ledger.stage_times() if t["name"] == "lr-0.2"]
+    assert len(executions) == 2 and executions[0]["ended_at"] >= saved_at
+    assert wall_s == pytest.approx(sum(t["ended_at"] - t["started_at"] for t in executions))
     closed = _cli("close", "campaign.toml", "--json", cwd=tmp_path)
     assert closed.returncode == 0, closed.stdout[-3000:] + closed.stderr[-3000:]
     report = json.loads(closed.stdout)

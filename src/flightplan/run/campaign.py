@@ -155,7 +155,7 @@ class _Campaign:
             self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
                      f"(sha256 {original['plan_sha256'][:12]})")
         ledger.sync_expenses(expense_rows(spec, offer))
-        for interrupted in ledger.reset_interrupted():
+        for interrupted in self.recorder.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         self.planned = plan_runs(spec, tasks=self.tasks)
         for planned in self.planned:

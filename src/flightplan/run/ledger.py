@@ -24,7 +24,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from flightplan.errors import ArgumentError
 from flightplan.canonical import canonical_json, plan_sha256
@@ -287,15 +287,59 @@ class Ledger:
                        "SELECT name, 'run', ?, ? FROM runs WHERE run_id = ?",
                        (started_at, ended_at, run_id))
 
-    def reset_interrupted(self) -> list[str]:
+    def reset_interrupted(self, last_seen: Mapping[str, float] | None = None) -> list[str]:
         """Runs left ``running`` by a killed runner go back to ``pending`` with an
-        ``interrupted`` event. Returns their ids."""
+        ``interrupted`` event (no data: the runner died).
+
+        Args:
+            last_seen: run id → unix time of the execution's last sign of life (its newest
+                file write); the execution then counts once, like any other, from its
+                ``started``/``resumed`` event to that time: wall time added, end time set,
+                a ``stage_times`` row. A run not in it counts no time.
+
+        Returns:
+            The ids reset.
+        """
+        seen = dict(last_seen or {})
         with self._write() as tx:
             ids = [r[0] for r in tx.execute("SELECT run_id FROM runs WHERE status = 'running'")]
             for run_id in ids:
                 tx.execute("UPDATE runs SET status = 'pending' WHERE run_id = ?", (run_id,))
+                start = _last_start(tx, run_id)
+                if run_id in seen and start is not None:
+                    ended = max(start, seen[run_id])
+                    tx.execute("UPDATE runs SET ended_at = ?, wall_s = wall_s + ? WHERE "
+                               "run_id = ?", (ended, ended - start, run_id))
+                    tx.execute("INSERT INTO stage_times (name, kind, started_at, ended_at) "
+                               "SELECT name, 'run', ?, ? FROM runs WHERE run_id = ?",
+                               (start, ended, run_id))
                 _insert_event(tx, "interrupted", run_id, None, None)
         return ids
+
+    def record_late_end(self, run_id: str, *, status: str, ended_at: float,
+                        stop: dict[str, Any] | None = None,
+                        metric: float | None = None) -> None:
+        """A run whose directory shows it ``finished`` or ``stopped`` while the ledger says
+        otherwise (a runner killed between the worker's end and its record, or a run id
+        back in use after its configuration was changed and changed back): status, stop
+        record and metric set, in one transaction. No time is added: the execution that
+        ended it was counted when it was closed (its end, or :meth:`reset_interrupted`).
+        Its ``finished``/``stopped`` event (data ``recorded_late``, at ``ended_at``) is
+        appended unless the run's last execution event already is that one.
+        """
+        kind = "stopped" if status == "stopped" else "finished"
+        with self._write() as tx:
+            tx.execute("UPDATE runs SET status = ?, stop_json = ?, metric = ?, "
+                       "ended_at = COALESCE(ended_at, ?) WHERE run_id = ?",
+                       (status, None if stop is None else _dump(stop), metric, ended_at,
+                        run_id))
+            last = tx.execute("SELECT kind FROM events WHERE run_id = ? AND kind IN "
+                              f"({_EXECUTION_KINDS}) ORDER BY id DESC LIMIT 1",
+                              (run_id,)).fetchone()
+            if last is None or last[0] != kind:
+                _insert_event(tx, kind, run_id,
+                              {"recorded_late": True, **({"stop": stop} if stop else {})},
+                              ended_at)
 
     def record_stage(self, name: str, *, started_at: float, ended_at: float,
                      event: str | None = None, data: dict[str, Any] | None = None) -> None:
@@ -415,6 +459,17 @@ class Ledger:
                 "runs": self.runs(), "decisions": self.decisions(), "expenses": self.expenses(),
                 "notes": self.notes(), "stage_times": self.stage_times(),
                 "events": self.events()}
+
+
+_EXECUTION_KINDS = "'started', 'resumed', 'finished', 'stopped', 'failed', 'interrupted'"
+"""Events that open or close one execution of a run (SQL list)."""
+
+
+def _last_start(tx: sqlite3.Connection, run_id: str) -> float | None:
+    """Unix time of the run's latest ``started``/``resumed`` event, or None."""
+    row = tx.execute("SELECT at FROM events WHERE run_id = ? AND kind IN ('started', "
+                     "'resumed') ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+    return None if row is None else float(row[0])
 
 
 def _insert_event(tx: sqlite3.Connection, kind: str, run_id: str | None,

@@ -91,13 +91,23 @@ class RunRecorder:
         done = RunDir(planned.run_dir).read_json(RunDir.DONE) or {}
         ended = (stop or {}).get("time") or _iso_to_unix(done.get("finished_at"))
         ended = float(ended) if ended else planned.run_dir.stat().st_mtime
-        started = entry.get("started_at") or ended - float(done.get("wall_s") or 0.0)
-        self.ledger.record_run_end(planned.run_id, status=on_disk, started_at=started,
-                                   ended_at=ended, stop=stop,
-                                   metric=self._metric(planned.run_dir),
-                                   data={"recorded_late": True})
+        self.ledger.record_late_end(planned.run_id, status=on_disk, ended_at=ended, stop=stop,
+                                    metric=self._metric(planned.run_dir))
         publish_run(self.dir, planned.run_id)
         return on_disk
+
+    def reset_interrupted(self) -> list[str]:
+        """Runs a killed runner left ``running`` go back to ``pending``
+        (:meth:`Ledger.reset_interrupted`); each killed execution counts until its last sign
+        of life: the newest write of its measurements, log, ``done.json`` or ``stop.json``.
+        Returns their ids."""
+        seen = {}
+        for run in self.ledger.runs():
+            if run["status"] == "running":
+                last = _last_written(RunDir.of(self.dir, run["run_id"]))
+                if last is not None:
+                    seen[run["run_id"]] = last
+        return self.ledger.reset_interrupted(seen)
 
     def cut(self, planned: "PlannedRun") -> None:
         """Mark a run ``cut`` by the decision point (it is not executed)."""
@@ -202,6 +212,13 @@ class RunRecorder:
     def summary(self, planned: list["PlannedRun"]) -> list[dict[str, Any]]:
         """Summary rows of the current runs, in tier order."""
         return [self.row(p) for p in planned]
+
+
+def _last_written(run: RunDir) -> float | None:
+    """Unix time of the newest write of the files an execution writes as it goes, or None."""
+    times = [p.stat().st_mtime for p in (run.measurements, run.log, run.done_json, run.stop_json)
+             if p.is_file()]
+    return max(times) if times else None
 
 
 def _iso_to_unix(text: str | None) -> float | None:
