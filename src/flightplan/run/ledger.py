@@ -157,6 +157,16 @@ class Ledger:
             raise
         self._db.execute("COMMIT")
 
+    @contextmanager
+    def _read(self) -> Iterator[None]:
+        """One read transaction: every read inside sees the same committed state, even while
+        another process writes (SQLite WAL: the snapshot is taken at the first read)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check``: ``"ok"`` when the file is consistent."""
         return self._db.execute("PRAGMA integrity_check").fetchone()[0]
@@ -445,20 +455,24 @@ class Ledger:
         """The whole ledger as one JSON-ready object (what ``status --json`` prints).
 
         Plan versions carry their summary (``reserved_hours``, ``window_hours``, ``fits``)
-        instead of the whole plan.
+        instead of the whole plan. Every table is read in one transaction, so the object is
+        one state of the ledger even while a runner writes it (no event of a run that the
+        runs list lacks).
         """
-        versions = []
-        for entry in self.plan_versions():
-            plan = entry["plan"]
-            versions.append({k: entry[k] for k in ("version", "kind", "plan_sha256",
-                                                   "created_at", "reason")}
-                            | {k: plan.get(k) for k in ("reserved_hours", "window_hours",
-                                                        "uncommitted_hours", "fits")})
-        return {"campaign": self.campaign(), "plan_versions": versions,
-                "original_plan_intact": self.verify_original() if versions else None,
-                "runs": self.runs(), "decisions": self.decisions(), "expenses": self.expenses(),
-                "notes": self.notes(), "stage_times": self.stage_times(),
-                "events": self.events()}
+        with self._read():
+            entries = self.plan_versions()
+            versions = []
+            for entry in entries:
+                plan = entry["plan"]
+                versions.append({k: entry[k] for k in ("version", "kind", "plan_sha256",
+                                                       "created_at", "reason")}
+                                | {k: plan.get(k) for k in ("reserved_hours", "window_hours",
+                                                            "uncommitted_hours", "fits")})
+            return {"campaign": self.campaign(), "plan_versions": versions,
+                    "original_plan_intact": self.verify_original() if versions else None,
+                    "runs": self.runs(), "decisions": self.decisions(),
+                    "expenses": self.expenses(), "notes": self.notes(),
+                    "stage_times": self.stage_times(), "events": self.events()}
 
 
 _EXECUTION_KINDS = "'started', 'resumed', 'finished', 'stopped', 'failed', 'interrupted'"

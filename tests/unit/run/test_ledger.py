@@ -161,3 +161,30 @@ def test_kill_9_while_writing_leaves_a_consistent_ledger(tmp_path, delay):
     # at most the last run was caught between its two transactions
     assert len(runs) - len(finished) <= 1
     assert ledger.verify_original() is True
+
+
+def test_snapshot_is_one_state_of_the_ledger_while_another_process_writes(tmp_path,
+                                                                         monkeypatch):
+    """A runner (another connection) starts a run between the snapshot's reads of the runs
+    and of the events: the snapshot shows neither the run nor its event."""
+    ledger = Ledger.open(tmp_path)
+    runner = Ledger.open(tmp_path)
+    ledger.ensure_run(run_id="r-1", name="a", tier="essential", config_hash=None)
+    read_runs = Ledger.runs
+
+    def runs_then_a_runner_writes(self):
+        rows = read_runs(self)
+        if self is ledger:
+            runner.ensure_run(run_id="r-2", name="b", tier="essential", config_hash=None)
+            runner.record_run_start("r-2", resumed=False, at=5.0)
+        return rows
+
+    monkeypatch.setattr(Ledger, "runs", runs_then_a_runner_writes)
+    snapshot = ledger.snapshot()
+    assert [r["run_id"] for r in snapshot["runs"]] == ["r-1"]
+    assert [e["run_id"] for e in snapshot["events"]] == []
+    monkeypatch.undo()
+    assert [r["run_id"] for r in ledger.snapshot()["runs"]] == ["r-1", "r-2"]  # then it shows
+    assert [e["kind"] for e in ledger.snapshot()["events"]] == ["started"]
+    runner.close()
+    ledger.close()
