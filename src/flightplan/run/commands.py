@@ -196,8 +196,9 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     (or one of the run ids in the ledger).
 
     Raises:
-        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"), or
-            ``TEXT`` is empty.
+        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"),
+            ``TEXT`` is empty, or the campaign never ran (no ledger: ``flightplan run``
+            first; none is created).
         SpecError: the campaign file is missing or invalid.
     """
     import difflib
@@ -208,7 +209,7 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     spec = load_spec(spec_path)
     if not text.strip():
         raise ArgumentError("the note is empty; say why the stage or run deviated")
-    with Ledger.open(spec.campaign_dir) as ledger:
+    with Ledger.open_existing(spec.campaign_dir) as ledger:
         known = [e.name for e in (*spec.stages, *spec.runs)] + \
                 [r["run_id"] for r in ledger.runs()]
         if name not in known:
@@ -230,8 +231,8 @@ def stage_command(spec_path: Path, *, name: str, action: str, took: str | None,
     (:mod:`flightplan.run.stages`): prints one line, or the record as one JSON object.
 
     Raises:
-        ArgumentError: not a stage a person marks, already started, not started, or a
-            ``--took`` that is not a duration.
+        ArgumentError: not a stage a person marks, already started, not started, a
+            ``--took`` that is not a duration, or a campaign that never ran.
         SpecError: the campaign file is missing or invalid.
     """
     from flightplan.run.stages import mark_stage_done, mark_stage_start
