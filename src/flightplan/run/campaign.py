@@ -412,12 +412,7 @@ class _Campaign:
             if planned is None:
                 raise ArgumentError(f"--restart {name}: not a run of the campaign; give one of "
                                     f"{', '.join(sorted(by_name))}")
-            if planned.run_dir.exists():
-                n = 1
-                while planned.run_dir.with_name(f"{planned.run_id}.restarted-{n}").exists():
-                    n += 1
-                planned.run_dir.rename(planned.run_dir.with_name(
-                    f"{planned.run_id}.restarted-{n}"))
+            RunDir(planned.run_dir).set_aside()
             self.ledger.set_run_status(planned.run_id, "pending", event="restarted",
                                        data={"name": name})
             self.say(f"{name} ({planned.run_id}) restarts from step 0 on purpose")

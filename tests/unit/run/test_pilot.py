@@ -180,3 +180,20 @@ def test_no_checkpoint_or_a_crash_fails_the_pilot(tmp_path):
     assert not result.ok and "crashed (exit code 3)" in result.message
     assert result.cause == "crashed"
     assert str(Path("runs") / "pilot-control-0123456789" / "log.txt") in result.message
+
+
+def test_a_failed_pilots_folder_is_kept_aside_when_the_pilot_runs_again(tmp_path):
+    failed = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(drift_at=2), steps=3)
+    assert not failed.ok
+    folder = tmp_path / "runs" / pilot_id("control-0123456789")
+    rows = (folder / "resume" / "measurements.jsonl").read_bytes()
+    again = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
+    assert again.ok, again.message
+    kept = folder.with_name(folder.name + ".restarted-1")
+    assert (kept / "resume" / "measurements.jsonl").read_bytes() == rows   # the evidence stays
+    assert sorted(p.name for p in (kept / "checkpoints").iterdir()) == ["step-000001",
+                                                                       "step-000003"]
+    run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        folder.name, folder.name + ".restarted-1", folder.name + ".restarted-2"]
