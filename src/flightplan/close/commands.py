@@ -254,13 +254,29 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     return 0 if outcome["verified"] else 1
 
 
-def _reload_line(report: dict[str, Any], directory: Path) -> str | None:
-    """The text line about reloads that did not run, or None."""
+def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
+    """The text lines about reloads that did not run (untrusted code): the ``--trust-code``
+    command for the runs whose kept task source passes its checks, and, for those whose
+    source has a ``task_source`` finding, that ``--trust-code`` would refuse them too."""
     not_run = sorted(r for r, status in report.get("reload", {}).items() if status == "not_run")
     if not not_run:
-        return None
-    return (f"reload: not run (untrusted code) for {', '.join(not_run)}; run "
-            f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} to reload")
+        return []
+    failing = {f["path"] for f in report["findings"] if f["check"] == "task_source"}
+    runs = read_manifest(directory).get("runs") or {}
+    refused = [r for r in not_run
+               if ((runs.get(r) or {}).get("task") or {}).get("source") in failing]
+    trusted = [r for r in not_run if r not in refused]
+    lines = []
+    if trusted:
+        lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; run "
+                     f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} "
+                     f"to reload")
+    if refused:
+        lines.append(f"reload: not run for {', '.join(refused)}: the task source kept for "
+                     f"{'it' if len(refused) == 1 else 'them'} fails its checks (task_source "
+                     f"above), so --trust-code would not run it either; only the code the "
+                     f"runs were made from, every file as the manifest lists it, is run")
+    return lines
 
 
 def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) -> int:
@@ -284,7 +300,6 @@ def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) 
         print("verified" if report["verified"] else
               f"NOT verified: {len(report['findings'])} finding(s)")
         _print_findings(report["findings"])
-        line = _reload_line(report, directory)
-        if line:
+        for line in _reload_lines(report, directory):
             print(line)
     return 0 if report["verified"] else 1
