@@ -60,14 +60,20 @@ def _test_examples(spec: CampaignSpec) -> tuple[list[str] | None, dict[str, str]
     return [e.id for e in corpus.test], {e.id: e.text for e in corpus.test}
 
 
+def _artifact_meta(results: Path, run_id: str) -> dict[str, Any]:
+    """The run's ``artifact.json`` object ({} when missing or unreadable)."""
+    path = results / "artifacts" / run_id / "artifact.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _input_limit(results: Path, run_id: str) -> int | None:
     """``input_limit`` recorded in the run's ``artifact.json`` (the length the task cut
     inputs at), or None."""
-    path = results / "artifacts" / run_id / "artifact.json"
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("input_limit")
-    except (OSError, ValueError, AttributeError):
-        return None
+    value = _artifact_meta(results, run_id).get("input_limit")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -87,8 +93,9 @@ def _write_json(results: Path, rel: str, value: Any, written: list[str]) -> None
 
 
 def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]]:
-    """For README.md: per artifact, the shell line that reproduces its predictions and
-    ``package``, the built-in task's module (None for a file or module task)."""
+    """For README.md: per artifact, the shell line that reproduces its predictions,
+    ``package``, the built-in task's module (None for a file or module task), and
+    ``base_revision``, whether its ``artifact.json`` records a base model."""
     manifest = read_manifest(results)
     out = []
     for run_id in run_ids:
@@ -103,7 +110,9 @@ def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]
                            task_root=source, python="python")
         out.append({"run_id": run_id, "command": shlex.join(argv),
                     "package": BUILTIN_TASKS.get(record["entry"])
-                    if record.get("kind") == "builtin" else None})
+                    if record.get("kind") == "builtin" else None,
+                    "base_revision": _artifact_meta(results, run_id).get("base_revision")
+                    is not None})
     return out
 
 

@@ -182,8 +182,9 @@ def render_readme(context: dict[str, Any]) -> str:
 
     Args:
         context: ``{campaign, conclusion, order_number, products, artifacts: [{run_id,
-            package, command}]}``; ``command`` is the shell line run from results/;
-            ``package`` the built-in task's module, None for a task kept in ``tasks/``.
+            package, command, base_revision}]}``; ``command`` is the shell line run from
+            results/; ``package`` the built-in task's module, None for a task kept in
+            ``tasks/``; ``base_revision`` whether the artifact records a base model.
     """
     import jinja2
 
