@@ -46,7 +46,7 @@ from flightplan.run.ledger import Ledger
 from flightplan.campaign_lock import CampaignLock
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
 from flightplan.run.pilot import RESUME_CAUSES, PilotResult, pilot_id, run_pilot
-from flightplan.run.progress import ProgressBoard, format_stop
+from flightplan.run.progress import ProgressBoard, RunActivity, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.run.rental import RentalClock, left_flight, run_needs_s, waiting_reasons
 from flightplan.metrics import metric_value, parse_metric, read_predictions
@@ -111,6 +111,7 @@ class _Campaign:
             ledger, package_days=spec.rental.package_days, started=spec.rental.started,
             past_end=past_end, leave_before_s=float(spec.rental.checkpoint_before_end.seconds))
         self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
+        self._running = RunActivity()           # what the interruption line names
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -208,6 +209,7 @@ class _Campaign:
             trial_document(self.spec, control, resume=False), self.dir, report,
             task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
             on_progress=self._progress)
+        self._running.ended(pilot_id(control.run_id))
         data = dict(result.to_json(), control_id=control.run_id)
         self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
                                  ended_at=result.ended_at, event="pilot", data=data)
@@ -358,6 +360,7 @@ class _Campaign:
             self.recorder.start(by_id[job.run_id])
 
         def done(result: JobResult) -> None:
+            self._running.ended(result.run_id)
             row = self.recorder.end(by_id[result.run_id], result)
             self.say(f"{row['name']} ({result.run_id}): {row['status']}"
                      + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
@@ -367,6 +370,7 @@ class _Campaign:
                      + (f"; {row['reason']}" if row.get("reason") else ""))
 
         def interrupted(job: Job, info: Interruption) -> None:
+            self._running.ended(job.run_id)
             self.recorder.interrupted(by_id[job.run_id], info)
             if info.cause != "flight_lost":
                 self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): left flight "
@@ -426,7 +430,7 @@ class _Campaign:
     def _progress(self, job: Job, progress: Any) -> None:
         self.board.update(str(job.run_dir), progress)
         what = f"run {job.run_id}" + (" (resumed)" if job.run_dir.name == "resume" else "")
-        activity.doing(what, done=progress.completed, total=progress.total, unit="steps")
+        self._running.update(job.run_id, what, progress)
 
 
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,

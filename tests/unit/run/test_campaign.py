@@ -422,3 +422,27 @@ def test_the_rental_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
     with Ledger.open(tmp_path, create=False) as ledger:
         assert [(e["kind"], e["amount"]) for e in ledger.expenses()] == [
             ("package", "47.14"), ("external", "62.86")]
+
+
+def test_the_interruption_line_names_both_runs_that_train_side_by_side(tmp_path):
+    from flightplan import activity
+    from flightplan.run.executors.contract import RunProgress
+
+    class SideBySide(FakeExecutor):
+        """Reports two runs' progress before it works through them."""
+        seen: list[str] = []
+
+        def run(self, jobs, **callbacks):
+            if len(jobs) >= 2:
+                callbacks["on_progress"](jobs[0], RunProgress(step=4, total=8))
+                callbacks["on_progress"](jobs[1], RunProgress(step=1, total=8))
+                self.seen.append(activity.current().describe())
+            return super().run(jobs, **callbacks)
+
+    fake = SideBySide()
+    try:
+        outcome = run_campaign(load_spec(_spec(tmp_path)), executor=fake, quiet=True)
+    finally:
+        activity.clear()
+    first, second = [r["run_id"] for r in outcome.runs[:2]]
+    assert fake.seen == [f"run {first}, 5 of 8 steps done; run {second}, 2 of 8 steps done"]
