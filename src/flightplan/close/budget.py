@@ -78,7 +78,8 @@ def build_budget(*, packages: list[Package], external: list[ExternalExpense],
         SpecError: no package, or an amount in another currency than the rental's.
     """
     if not packages:
-        raise SpecError("no committed package; give [rental] offer and package_days",
+        raise SpecError("the ledger records no committed package; flightplan run records the "
+                        "rental before the first run: run the campaign before closing it",
                         field="rental")
     currency = packages[0].price.currency
     committed_total = Money.zero(currency)
@@ -117,16 +118,15 @@ def build_budget(*, packages: list[Package], external: list[ExternalExpense],
 
 def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
                   ) -> tuple[list[Package], list[ExternalExpense]]:
-    """Committed packages and external expenses, from the ledger or else the spec.
+    """Committed packages and external expenses, from the ledger (external ones else the spec).
 
     Ledger rows (``Ledger.expenses()``) of kind ``package`` give ``amount`` as the whole
-    price of the rental (``flights`` × the package price, as the runner records it), so the
-    price of one flight is ``amount / flights``; rows of kind ``external`` are other expenses.
-    Without package rows, the package is ``[rental]`` priced from the catalog; without
-    external rows, the ``[[expense]]`` entries.
+    price of the rental (``flights`` × the package price, as the runner records it before
+    the first run: the rental frozen with the plan), so the price of one flight is
+    ``amount / flights``; rows of kind ``external`` are other expenses. Without external
+    rows, the ``[[expense]]`` entries.
 
     Raises:
-        CatalogError: the offer or package length is not in the catalog.
         SpecError: an amount is not valid money.
     """
     packages: list[Package] = []
@@ -144,13 +144,6 @@ def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
                                     amount.per(flights)))
         else:
             external.append(ExternalExpense(str(row["label"]), amount))
-    if not packages:
-        from flightplan.plan.catalog import catalog_for_spec, rental_price
-
-        offer = catalog_for_spec(spec).offer(spec.rental.offer, source=spec.source,
-                                             field_name="rental.offer")
-        price = rental_price(spec, offer).per(spec.rental.flights)
-        packages.append(Package(offer.name, spec.rental.package_days, spec.rental.flights, price))
     if not any(row["kind"] == "external" for row in expense_rows):
         external = [ExternalExpense(e.label, e.money) for e in spec.expenses]
     return packages, external
