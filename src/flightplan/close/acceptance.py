@@ -80,7 +80,7 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
         else:
             _, reproduced = reproduce_run(results, run_id, limit=None, trust_code=True,
                                           campaign_dir=spec.campaign_dir)
-            reasons += [f"{f['check']}: {f['message']}" for f in reproduced]
+            reasons += [f"{f.check}: {f.message}" for f in reproduced]
             if expected_ids is not None:
                 missing = sorted(set(expected_ids) - set(predictions.ids))
                 if missing:
