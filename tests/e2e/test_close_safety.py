@@ -67,7 +67,7 @@ def _start_run(folder: Path) -> subprocess.Popen:
 def _run_id(folder: Path, name: str) -> str | None:
     try:
         with Ledger.open(folder, create=False) as ledger:
-            return next((r["run_id"] for r in ledger.runs() if r["name"] == name), None)
+            return next((r.run_id for r in ledger.runs() if r.name == name), None)
     except Exception:       # the runner is creating the ledger
         return None
 
@@ -143,10 +143,10 @@ def test_a_run_stopped_for_want_of_its_checkpoints_closes_and_verifies(tmp_path)
     assert stop["rule"] == "no_usable_resume"
     assert "its checkpoints/ folder holds no finished one" in stop["message"]
     with Ledger.open(tmp_path, create=False) as ledger:   # each execution counts once
-        wall_s = ledger.run(paced)["wall_s"]
-        executions = [t for t in ledger.stage_times() if t["name"] == "lr-0.2"]
-    assert len(executions) == 2 and executions[0]["ended_at"] >= saved_at
-    assert wall_s == pytest.approx(sum(t["ended_at"] - t["started_at"] for t in executions))
+        wall_s = ledger.run(paced).wall_s
+        executions = [t for t in ledger.stage_times() if t.name == "lr-0.2"]
+    assert len(executions) == 2 and executions[0].ended_at >= saved_at
+    assert wall_s == pytest.approx(sum(t.ended_at - t.started_at for t in executions))
     closed = _cli("close", "campaign.toml", "--json", cwd=tmp_path)
     assert closed.returncode == 0, closed.stdout[-3000:] + closed.stderr[-3000:]
     report = json.loads(closed.stdout)

@@ -90,7 +90,7 @@ def campaign(tmp_path_factory):
 
 def _ids(folder: Path) -> dict[str, str]:
     with Ledger.open(folder, create=False) as ledger:
-        return {r["name"]: r["run_id"] for r in ledger.runs()}
+        return {r.name: r.run_id for r in ledger.runs()}
 
 
 def test_ctrl_c_prints_the_resume_line_exits_130_and_running_again_is_bitwise_identical(
@@ -134,10 +134,10 @@ def test_status_shows_every_run_id_in_full_within_the_width(campaign, columns):
         runs = ledger.runs()
     assert len(runs) == 3
     for run in runs:                       # one line per run: its full id, then its status
-        assert any(re.match(rf"^  {re.escape(run['run_id'])}\s+{run['status']}\s", line)
-                   for line in lines), (run["run_id"], term.text)
-    stopped = next(r for r in runs if r["status"] == "stopped")    # a short reason: whole
-    reason = f"non_finite_loss at step 3: {stopped['stop']['message']}"
+        assert any(re.match(rf"^  {re.escape(run.run_id)}\s+{run.status}\s", line)
+                   for line in lines), (run.run_id, term.text)
+    stopped = next(r for r in runs if r.status == "stopped")    # a short reason: whole
+    reason = f"non_finite_loss at step 3: {stopped.stop['message']}"
     assert any(line.endswith(reason) for line in lines), term.text
 
 

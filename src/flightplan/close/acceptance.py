@@ -28,6 +28,7 @@ from flightplan.activity import doing
 from flightplan.close.conclusion import compare_runs
 from flightplan.close.verify import reproduce_run
 from flightplan.errors import CheckFailed
+from flightplan.ledger_rows import RunRow
 from flightplan.metrics import Predictions, metric_value, parse_metric, read_predictions
 from flightplan.spec import CampaignSpec
 
@@ -44,13 +45,13 @@ def _load(results: Path, run_id: str) -> Predictions | None:
         return None
 
 
-def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec,
+def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,
                 expected_ids: list[str] | None) -> list[dict[str, Any]]:
     """Judge every run.
 
     Args:
         results: the results directory (runs already published into it).
-        runs: ledger rows ``{run_id, name, status, stop, config_hash, ...}`` to judge.
+        runs: the ledger's rows of the runs to judge.
         spec: the campaign (metric, goal, accept_at_least).
         expected_ids: the test example ids every product must cover (None: not checked).
 
@@ -68,12 +69,12 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
     for done, run in enumerate(runs):
         doing("reloading each artifact in a fresh process", done=done, total=len(runs),
               unit="runs")
-        run_id, reasons = run["run_id"], []
+        run_id, reasons = run.run_id, []
         predictions = _load(results, run_id)
         value, reproduced, usable = None, None, False
-        if run["status"] != "finished" or run.get("stop"):
-            rule = (run.get("stop") or {}).get("rule")
-            reasons.append(f"stopped by rule {rule}" if rule else f"status {run['status']}, "
+        if run.status != "finished" or run.stop:
+            rule = (run.stop or {}).get("rule")
+            reasons.append(f"stopped by rule {rule}" if rule else f"status {run.status}, "
                            f"not finished")
         elif predictions is None:
             reasons.append("no readable predictions")
@@ -98,8 +99,8 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
                     word = "below" if section.goal == "max" else "above"
                     reasons.append(f"{section.metric} {value:.4f} is {word} accept_at_least "
                                    f"{threshold}")
-        verdicts.append({"run_id": run_id, "name": run["name"], "tier": run.get("tier"),
-                         "status": run["status"], "config_hash": run.get("config_hash"),
+        verdicts.append({"run_id": run_id, "name": run.name, "tier": run.tier,
+                         "status": run.status, "config_hash": run.config_hash,
                          "metric_value": None if value is None else round(value, 6),
                          "accepted": not reasons, "usable": usable, "reasons": reasons,
                          "reload_findings": reproduced})

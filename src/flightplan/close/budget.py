@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flightplan.errors import SpecError
+from flightplan.ledger_rows import ExpenseRow
 from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 
@@ -116,7 +117,7 @@ def build_budget(*, packages: list[Package], external: list[ExternalExpense],
     }
 
 
-def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
+def budget_inputs(spec: CampaignSpec, expense_rows: list[ExpenseRow]
                   ) -> tuple[list[Package], list[ExternalExpense]]:
     """Committed packages and external expenses, from the ledger (external ones else the spec).
 
@@ -133,17 +134,16 @@ def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
     external: list[ExternalExpense] = []
     for row in expense_rows:
         try:
-            amount = Money.parse(str(row["amount"]), row["currency"])
+            amount = Money.parse(str(row.amount), row.currency)
         except ValueError as exc:
-            raise SpecError(f"ledger expense {row.get('label')!r}: {exc}", field="expense.amount",
-                            value=row.get("amount")) from None
-        if row["kind"] == "package":
-            flights = int(row.get("flights") or 1)
-            packages.append(Package(str(row.get("offer") or row["label"]),
-                                    int(row.get("package_days") or 0), flights,
-                                    amount.per(flights)))
+            raise SpecError(f"ledger expense {row.label!r}: {exc}", field="expense.amount",
+                            value=row.amount) from None
+        if row.kind == "package":
+            flights = int(row.flights or 1)
+            packages.append(Package(str(row.offer or row.label), int(row.package_days or 0),
+                                    flights, amount.per(flights)))
         else:
-            external.append(ExternalExpense(str(row["label"]), amount))
-    if not any(row["kind"] == "external" for row in expense_rows):
+            external.append(ExternalExpense(row.label, amount))
+    if not any(row.kind == "external" for row in expense_rows):
         external = [ExternalExpense(e.label, e.money) for e in spec.expenses]
     return packages, external

@@ -35,6 +35,7 @@ from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
+from flightplan.ledger_rows import PlanVersionRow, RunRow
 from flightplan.metrics import read_predictions
 from flightplan.plan.decision_rule import check_rule_unchanged
 from flightplan.publish.manifest import read_manifest, update_manifest
@@ -77,9 +78,9 @@ def _input_limit(results: Path, run_id: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _latest_runs(ledger: LedgerReader) -> list[dict[str, Any]]:
+def _latest_runs(ledger: LedgerReader) -> list[RunRow]:
     """The ledger's runs the campaign still owes (not cut, not superseded), in order."""
-    return [r for r in ledger.runs() if r["status"] not in _NOT_OWED]
+    return [r for r in ledger.runs() if r.status not in _NOT_OWED]
 
 
 def _write_text(results: Path, rel: str, text: str, written: list[str]) -> None:
@@ -138,34 +139,13 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     if original is None:
         raise ArgumentError(f"{spec.source}: the campaign has no frozen plan; run "
                             f"`flightplan run {spec.source}` before closing it")
-    check_rule_unchanged(spec, original["plan"])
-    campaign_dir = spec.campaign_dir
-    results = results_dir_of(campaign_dir)
-    publish_plan(campaign_dir, original["plan"])
-    runs = _latest_runs(ledger)
-    for done, run in enumerate(runs):
-        doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
-        if (campaign_dir / "runs" / run["run_id"] / "trial.json").is_file():
-            publish_run(campaign_dir, run["run_id"])
-
+    check_rule_unchanged(spec, original.plan)
+    results = results_dir_of(spec.campaign_dir)
+    runs = _publish_runs(spec, ledger, original)
     expected_ids, texts = _test_examples(spec)
     verdicts = accept_runs(results, runs, spec=spec, expected_ids=expected_ids)
     written: list[str] = []
-    analyses = []
-    for run in runs:
-        run_id = run["run_id"]
-        path = results / "predictions" / f"{run_id}.csv"
-        analysis = None
-        if path.is_file():
-            analysis = error_analysis(read_predictions(path), metric=spec.campaign.metric,
-                                      goal=spec.campaign.goal, texts=texts,
-                                      input_limit=_input_limit(results, run_id))
-            _write_json(results, f"errors/{run_id}.json", analysis | {"run_id": run_id,
-                                                                      "name": run["name"]},
-                        written)
-            _write_text(results, f"errors/{run_id}.md",
-                        error_markdown(run_id, run["name"], analysis), written)
-        analyses.append({"run_id": run_id, "name": run["name"], "analysis": analysis})
+    analyses = _write_analyses(results, spec, runs, texts, written)
 
     section = spec.campaign
     doing("comparing each variant with its reference (paired bootstrap)")
@@ -173,41 +153,20 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                           min_gain=section.min_gain,
                           comparisons=comparisons(results, spec, verdicts))
     _write_json(results, "conclusion.json", conclusion, written)
-
-    packages, external = budget_inputs(spec, ledger.expenses())
-    stopped = [{"run_id": r["run_id"], "rule": (r.get("stop") or {}).get("rule"),
-                "reason": (r.get("stop") or {}).get("message")}
-               for r in runs if r["status"] == "stopped"]
-    budget = build_budget(packages=packages, external=external,
-                          accepted_products=accepted_product_count(verdicts),
-                          rejections=[{"run_id": v["run_id"], "reasons": v["reasons"]}
-                                      for v in verdicts if not v["accepted"]],
-                          stopped_runs=stopped)
-    budget = portable(budget, campaign_dir)
-    _write_json(results, "budget.json", budget, written)
-
-    pve = portable(plan_vs_execution(ledger), campaign_dir)
+    budget = _write_budget(results, spec, ledger, runs, verdicts, written)
+    pve = portable(plan_vs_execution(ledger), spec.campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
-
-    run_ids = [r["run_id"] for r in runs]
-    doing("writing README.md and report.html")
-    context = {"campaign": section.name, "conclusion": conclusion, "products": verdicts,
-               "order_number": spec.rental.order, "metric": section.metric}
-    _write_text(results, "README.md", render_readme(
-        context | {"artifacts": _artifact_commands(results, run_ids)}), written)
-    curves = {r["name"]: loss_curves(results / "measurements" / f"{r['run_id']}.jsonl")
-              for r in runs}
-    _write_text(results, "report.html", render_report(
-        context | {"plan_vs_execution": pve, "budget": budget, "runs": analyses,
-                   "curves": curves}), written)
+    _write_pages(results, spec, runs, {"conclusion": conclusion, "products": verdicts,
+                                       "plan_vs_execution": pve, "budget": budget,
+                                       "runs": analyses}, written)
 
     accepted = [v["run_id"] for v in verdicts if v["accepted"]]
     update_manifest(results, written=written, meta={
         "campaign": section.name, "question": section.question, "metric": section.metric,
-        "plan_sha256": original["plan_sha256"],
+        "plan_sha256": original.plan_sha256,
         "corpus_sha256": dict(spec.corpus.sha256) if spec.corpus else None,
-        "order_number": spec.rental.order, "expected_run_ids": run_ids,
+        "order_number": spec.rental.order, "expected_run_ids": [r.run_id for r in runs],
         "accepted_run_ids": accepted},
         runs={v["run_id"]: {"accepted": v["accepted"], "reasons": v["reasons"],
                             "metric_value": v["metric_value"]} for v in verdicts})
@@ -215,6 +174,74 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
         v["run_id"]: v["reload_findings"] for v in verdicts if v["reload_findings"] is not None})
     return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
                      "conclusion": conclusion}
+
+
+def _publish_runs(spec: CampaignSpec, ledger: LedgerReader, original: PlanVersionRow
+                  ) -> list[RunRow]:
+    """Publish the original plan and every run the campaign owes (again: what a runner
+    killed before publishing left out); returns those runs."""
+    publish_plan(spec.campaign_dir, original.plan)
+    runs = _latest_runs(ledger)
+    for done, run in enumerate(runs):
+        doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
+        if (spec.campaign_dir / "runs" / run.run_id / "trial.json").is_file():
+            publish_run(spec.campaign_dir, run.run_id)
+    return runs
+
+
+def _write_analyses(results: Path, spec: CampaignSpec, runs: list[RunRow],
+                    texts: dict[str, str], written: list[str]) -> list[dict[str, Any]]:
+    """``errors/<id>.json`` and ``.md`` of every run with predictions; returns ``[{run_id,
+    name, analysis (None without predictions)}]`` for the report."""
+    analyses = []
+    for run in runs:
+        path = results / "predictions" / f"{run.run_id}.csv"
+        analysis = None
+        if path.is_file():
+            analysis = error_analysis(read_predictions(path), metric=spec.campaign.metric,
+                                      goal=spec.campaign.goal, texts=texts,
+                                      input_limit=_input_limit(results, run.run_id))
+            _write_json(results, f"errors/{run.run_id}.json",
+                        analysis | {"run_id": run.run_id, "name": run.name}, written)
+            _write_text(results, f"errors/{run.run_id}.md",
+                        error_markdown(run.run_id, run.name, analysis), written)
+        analyses.append({"run_id": run.run_id, "name": run.name, "analysis": analysis})
+    return analyses
+
+
+def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs: list[RunRow],
+                  verdicts: list[dict[str, Any]], written: list[str]) -> dict[str, Any]:
+    """``budget.json`` (:func:`flightplan.close.budget.build_budget`); returns it."""
+    packages, external = budget_inputs(spec, ledger.expenses())
+    stopped = [{"run_id": r.run_id, "rule": (r.stop or {}).get("rule"),
+                "reason": (r.stop or {}).get("message")}
+               for r in runs if r.status == "stopped"]
+    budget = build_budget(packages=packages, external=external,
+                          accepted_products=accepted_product_count(verdicts),
+                          rejections=[{"run_id": v["run_id"], "reasons": v["reasons"]}
+                                      for v in verdicts if not v["accepted"]],
+                          stopped_runs=stopped)
+    budget = portable(budget, spec.campaign_dir)
+    _write_json(results, "budget.json", budget, written)
+    return budget
+
+
+def _write_pages(results: Path, spec: CampaignSpec, runs: list[RunRow],
+                 parts: dict[str, Any], written: list[str]) -> None:
+    """``README.md`` and ``report.html`` from ``parts`` (``conclusion``, ``products``,
+    ``plan_vs_execution``, ``budget``, ``runs``: the analyses)."""
+    section = spec.campaign
+    doing("writing README.md and report.html")
+    context = {"campaign": section.name, "conclusion": parts["conclusion"],
+               "products": parts["products"], "order_number": spec.rental.order,
+               "metric": section.metric}
+    _write_text(results, "README.md", render_readme(
+        context | {"artifacts": _artifact_commands(results, [r.run_id for r in runs])}),
+        written)
+    curves = {r.name: loss_curves(results / "measurements" / f"{r.run_id}.jsonl") for r in runs}
+    _write_text(results, "report.html", render_report(
+        context | {"plan_vs_execution": parts["plan_vs_execution"], "budget": parts["budget"],
+                   "runs": parts["runs"], "curves": curves}), written)
 
 
 def _print_findings(findings: list[dict[str, str]]) -> None:

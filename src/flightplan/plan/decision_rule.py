@@ -10,7 +10,7 @@ field, both values and the fix. The question's wording may change; it decides no
 Usage::
 
     plan["decision_rule"] = decision_rule(spec)
-    check_rule_unchanged(spec, ledger.original_plan()["plan"])   # SpecError on a change
+    check_rule_unchanged(spec, ledger.original_plan().plan)   # SpecError on a change
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ order number and ``[rental] started`` may change; they price nothing.
 
 Usage::
 
-    check_rental_unchanged(spec, offer, ledger.original_plan()["plan"])   # SpecError on a change
+    check_rental_unchanged(spec, offer, ledger.original_plan().plan)   # SpecError on a change
 """
 
 from __future__ import annotations

@@ -144,17 +144,17 @@ class _Campaign:
         frozen = ledger.original_plan()
         offer = self.catalog.offers[spec.rental.offer]
         if frozen is not None:  # before anything is written
-            check_rule_unchanged(spec, frozen["plan"])
-            check_rental_unchanged(spec, offer, frozen["plan"])
+            check_rule_unchanged(spec, frozen.plan)
+            check_rental_unchanged(spec, offer, frozen.plan)
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
         plan = plan_campaign(spec, catalog=self.catalog).to_json()
         original, written = ledger.freeze_original(plan)
-        publish_plan(self.dir, original["plan"])
+        publish_plan(self.dir, original.plan)
         if written:
             self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
-                     f"(sha256 {original['plan_sha256'][:12]})")
+                     f"(sha256 {original.plan_sha256[:12]})")
         ledger.sync_expenses(expense_rows(spec, offer))
         for interrupted in self.recorder.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
@@ -197,9 +197,9 @@ class _Campaign:
     def pilot(self, report: dict[str, Any]) -> dict[str, Any] | CampaignOutcome:
         control = next(p for p in self.planned if p.run.name == self.spec.control.name)
         for event in reversed(self.ledger.events(kind="pilot")):
-            data = event["data"] or {}
+            data = event.data or {}
             if data.get("control_id") == control.run_id and data.get("ok"):
-                when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+                when = time.strftime("%H:%M:%S", time.localtime(event.at))
                 self.say(f"pilot: kept from {when} ({data.get('message')})")
                 return data
             break
@@ -250,13 +250,14 @@ class _Campaign:
         previous = self.ledger.decisions()
         if previous and self.decide is None:
             last = previous[-1]
-            return {k: last[k] for k in ("decision", "computed", "overridden", "dropped")} | {
-                "reason": last["figures"].get("reason", ""), "kept_from_earlier_run": True}
+            return {"decision": last.decision, "computed": last.computed,
+                    "overridden": last.overridden, "dropped": last.dropped,
+                    "reason": last.figures.get("reason", ""), "kept_from_earlier_run": True}
         durations, estimates = self._re_estimates(pilot)
         plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
         plan = plan_result.to_json()
         version = self.ledger.add_plan_version(plan, reason="re-estimated from the pilot")
-        done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
+        done = {r.name for r in self.ledger.runs() if r.status in ("finished", "stopped")}
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
         computed = choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs}))
         chosen, dropped = computed.decision, computed.dropped
@@ -289,9 +290,9 @@ class _Campaign:
         estimates: dict[str, Any] = {}
         names = {s.name for s in self.spec.stages}
         for stage in self.ledger.stage_times():
-            if stage["kind"] == "stage" and stage["name"] in names:
-                seconds = round(stage["ended_at"] - stage["started_at"])
-                durations[stage["name"]] = Duration(max(1, seconds))
+            if stage.kind == "stage" and stage.name in names:
+                seconds = round(stage.ended_at - stage.started_at)
+                durations[stage.name] = Duration(max(1, seconds))
         if not pilot.get("figures"):
             return durations, estimates
         figures = PilotFigures(**pilot["figures"])
@@ -351,8 +352,8 @@ class _Campaign:
             left = self.rental.window(flight).hours_left(time.time())
             self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
             last = self.ledger.events(job.run_id)[-1:]
-            if last and last[0]["kind"] == "past_end":
-                self.say(f"{planned.run.name} ({job.run_id}): {last[0]['data']['message']}")
+            if last and last[0].kind == "past_end":
+                self.say(f"{planned.run.name} ({job.run_id}): {(last[0].data or {})['message']}")
             return True
 
         def start(job: Job) -> None:
@@ -396,9 +397,9 @@ class _Campaign:
         checkpoint has gone, the trial stops with ``no_usable_resume`` instead of training
         from scratch (``--restart NAME`` starts it over on purpose)."""
         events = self.ledger.events(planned.run_id)
-        restarts = [i for i, e in enumerate(events) if e["kind"] == "restarted"]
+        restarts = [i for i, e in enumerate(events) if e.kind == "restarted"]
         since = events[restarts[-1] + 1:] if restarts else events
-        if any(e["kind"] == "checkpoint_saved" for e in since):
+        if any(e.kind == "checkpoint_saved" for e in since):
             return True
         return RunDir(planned.run_dir).saved_checkpoint()
 

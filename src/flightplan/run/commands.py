@@ -168,9 +168,10 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
 
 def _add_rental(snapshot: dict, *, now: float) -> None:
     """Add ``flights`` (:meth:`FlightWindow.to_json`) and each waiting run's ``reason``."""
+    from flightplan.ledger_rows import EventRow
     from flightplan.run.rental import flight_windows, waiting_reasons
 
-    events = snapshot["events"]
+    events = [EventRow(**event) for event in snapshot["events"]]
     snapshot["flights"] = [w.to_json(now=now) for w in flight_windows(events).values()]
     waiting = waiting_reasons(events)
     for run in snapshot["runs"]:
@@ -211,7 +212,7 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
         raise ArgumentError("the note is empty; say why the stage or run deviated")
     with Ledger.open_existing(spec.campaign_dir) as ledger:
         known = [e.name for e in (*spec.stages, *spec.runs)] + \
-                [r["run_id"] for r in ledger.runs()]
+                [r.run_id for r in ledger.runs()]
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else \
@@ -219,9 +220,9 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
             raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
         note = ledger.add_note(name, text.strip())
     if as_json:
-        print(json.dumps(note))
+        print(json.dumps(note.to_json()))
     else:
-        print(f"noted for {name}: {note['text']}")
+        print(f"noted for {name}: {note.text}")
     return 0
 
 

@@ -54,12 +54,12 @@ def open_stage_start(ledger: Ledger, name: str) -> float | None:
     """Unix time of the ``stage_started`` event of ``name`` not yet closed, or None."""
     started = None
     for event in ledger.events(kind=None):
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        if data.get("name") != name or event.get("run_id") is not None:
+        data = event.data if isinstance(event.data, dict) else {}
+        if data.get("name") != name or event.run_id is not None:
             continue
-        if event["kind"] == "stage_started":
-            started = float(event["at"])
-        elif event["kind"] == "stage_done":
+        if event.kind == "stage_started":
+            started = float(event.at)
+        elif event.kind == "stage_done":
             started = None
     return started
 

@@ -78,9 +78,10 @@ def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
     from close_fixture import make_campaign
 
     from flightplan.close.budget import budget_inputs
+    from flightplan.ledger_rows import ExpenseRow
     spec, _ = make_campaign(tmp_path, publish=False)
-    rows = [{"kind": "package", "label": "RTX 4090 3-day package × 2", "offer": "RTX 4090",
-             "package_days": 3, "flights": 2, "amount": "94.28", "currency": "USD"}]
+    rows = [ExpenseRow(kind="package", label="RTX 4090 3-day package × 2", offer="RTX 4090",
+                       package_days=3, flights=2, amount="94.28", currency="USD")]
     packages, external = budget_inputs(spec, rows)
     assert packages == [Package("RTX 4090", 3, 2, Money.parse("47.14", USD))]
     # no external row in the ledger: the spec's [[expense]] entries

@@ -53,7 +53,7 @@ def test_publish_writes_every_run_file_with_a_matching_manifest(tmp_path):
     assert manifest["expected_run_ids"] == ["control-0000000000", "variant-0000000001"]
     assert manifest["runs"]["variant-0000000001"]["status"] == "stopped"
     assert manifest["runs"]["control-0000000000"]["status"] == "finished"
-    assert manifest["plan_sha256"] == ledger.original_plan()["plan_sha256"]
+    assert manifest["plan_sha256"] == ledger.original_plan().plan_sha256
     assert manifest["base_model_revision"]["weights_sha256"] == "ab" * 32
 
 

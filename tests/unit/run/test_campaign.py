@@ -163,13 +163,13 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert outcome.pilot["figures"]["restore_s"] == 0.2
     with Ledger.open(tmp_path, create=False) as ledger:
         decision = ledger.decisions()[-1]
-        assert decision["overridden"] is True and decision["dropped"] == ["wild"]
-        assert set(decision["figures"]["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
-                                                         "wild"}
-        assert [v["kind"] for v in ledger.plan_versions()] == ["original", "re-estimate"]
+        assert decision.overridden is True and decision.dropped == ["wild"]
+        assert set(decision.figures["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
+                                                      "wild"}
+        assert [v.kind for v in ledger.plan_versions()] == ["original", "re-estimate"]
         control_id = rows["control"]["run_id"]
-        assert [e["kind"] for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
-                                                                  "finished"]
+        assert [e.kind for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
+                                                               "finished"]
     stops = json.loads((tmp_path / "results" / "stops.json").read_text())
     assert [s["run_id"] for s in stops] == [rows["lora-r4"]["run_id"]]
 
@@ -201,7 +201,7 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert new["run_id"] != old_id and new["status"] == "pending"
     with Ledger.open(tmp_path, create=False) as ledger:
         old = ledger.run(old_id)
-        assert old["status"] == "superseded" and old["superseded_by"] == new["run_id"]
+        assert old.status == "superseded" and old.superseded_by == new["run_id"]
         assert ledger.integrity_check() == "ok" and ledger.verify_original()
 
 
@@ -221,13 +221,13 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
     with Ledger.open(tmp_path, create=False) as ledger:
         events = ledger.events(control["run_id"])
         run = ledger.run(control["run_id"])
-    assert [e["kind"] for e in events] == ["started", "checkpoint_saved", "interrupted",
-                                           "resumed", "checkpoint_verified", "finished"]
-    assert events[2]["data"] == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
+    assert [e.kind for e in events] == ["started", "checkpoint_saved", "interrupted",
+                                        "resumed", "checkpoint_verified", "finished"]
+    assert events[2].data == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
                                  "reason": "ActorDiedError: gone", "steps_done": 2,
                                  "checkpoint": "step-000001", "steps_lost": 1, "lost_s": 25.0,
                                  "resumes": True}
-    assert run["wall_s"] >= 30.0          # the lost execution's time is a cost too
+    assert run.wall_s >= 30.0          # the lost execution's time is a cost too
 
 
 def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
@@ -263,12 +263,12 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     with Ledger.open(tmp_path, create=False) as ledger:
         [flight] = ledger.events(kind="flight_started")
         [refused] = ledger.events(waiting["run_id"])[-1:]
-    assert flight["data"] == {"flight": "local", "started_at": started.timestamp(),
-                              "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
-                              "source": "spec"}
-    assert refused["kind"] == "not_started" and refused["data"]["flight"] == "local"
-    assert 16.0 < refused["data"]["needs_hours"] < 20.0
-    assert 0.9 < refused["data"]["hours_left"] <= 1.0
+    assert flight.data == {"flight": "local", "started_at": started.timestamp(),
+                           "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
+                           "source": "spec"}
+    assert refused.kind == "not_started" and refused.data["flight"] == "local"
+    assert 16.0 < refused.data["needs_hours"] < 20.0
+    assert 0.9 < refused.data["hours_left"] <= 1.0
 
     # status says why and how much time is left, in JSON and in the text
     assert status_command(path, as_json=True) == 0
@@ -277,10 +277,10 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     assert window["flight"] == "local" and window["source"] == "spec"
     assert 0.9 < window["hours_left"] <= 1.0
     run = next(r for r in snapshot["runs"] if r["run_id"] == waiting["run_id"])
-    assert run["status"] == "pending" and run["reason"] == refused["data"]["message"]
+    assert run["status"] == "pending" and run["reason"] == refused.data["message"]
     lines = status_lines(snapshot, metric="macro_f1", width=260, now=time.time())
     row = next(i for i, line in enumerate(lines) if waiting["run_id"] in line)
-    assert lines[row].endswith(refused["data"]["message"])
+    assert lines[row].endswith(refused.data["message"])
     flights = lines.index("flights (packages)")
     assert lines[flights + 1].split()[0] == "local" and "h left" in lines[flights + 1]
 
@@ -300,7 +300,7 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
                         labels[waiting["run_id"]])
     assert outcome.to_json()["statuses"]["lora-r4-len128"] == "finished"
     with Ledger.open(tmp_path, create=False) as ledger:
-        kinds = [e["kind"] for e in ledger.events(waiting["run_id"])]
+        kinds = [e.kind for e in ledger.events(waiting["run_id"])]
         assert len(ledger.events(kind="flight_started")) == 1
     assert kinds[:3] == ["not_started", "past_end", "started"]
 
@@ -317,8 +317,8 @@ def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_pa
     assert "no numeric column 'abs_error'" in outcome.message
     assert all(run_id.startswith("pilot-") for run_id in fake.started)   # no run paid for
     with Ledger.open(tmp_path, create=False) as ledger:
-        assert [e["data"]["by"] for e in ledger.events(kind="stopped")
-                if e["run_id"] is None] == ["pilot"]
+        assert [e.data["by"] for e in ledger.events(kind="stopped")
+                if e.run_id is None] == ["pilot"]
 
 
 def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_left(tmp_path,
@@ -342,10 +342,10 @@ def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_lef
     with Ledger.open(tmp_path, create=False) as ledger:
         [window] = ledger.events(kind="flight_started")
         [event] = ledger.events(left["run_id"], kind="interrupted")
-    ends_at = window["data"]["ends_at"]
+    ends_at = window.data["ends_at"]
     assert {(d.at, d.ends_at, d.stop, d.flight) for d in fake.deadlines.values()} == {
         (ends_at - 1200.0, ends_at, True, "local")}
-    assert event["data"]["cause"] == "package_end"
+    assert event.data["cause"] == "package_end"
     assert status_command(path, as_json=True) == 0
     snapshot = json.loads(capsys.readouterr().out)
     run = next(r for r in snapshot["runs"] if r["run_id"] == left["run_id"])
@@ -359,7 +359,7 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
     path = _spec(tmp_path)
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
     with Ledger.open(tmp_path, create=False) as ledger:
-        frozen = ledger.original_plan()["plan"]["decision_rule"]
+        frozen = ledger.original_plan().plan["decision_rule"]
         events = len(ledger.events())
     assert frozen == {"metric": "macro_f1", "goal": "max", "min_gain": 0.05,
                       "accept_at_least": 0.0}
@@ -389,7 +389,7 @@ def test_the_rental_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
     with Ledger.open(tmp_path, create=False) as ledger:
         expenses, events = ledger.expenses(), len(ledger.events())
-    assert [(e["kind"], e["amount"]) for e in expenses] == [("package", "47.14")]
+    assert [(e.kind, e.amount) for e in expenses] == [("package", "47.14")]
     text = path.read_text(encoding="utf-8")
     longer = text.replace("package_days = 3", "package_days = 7")
     path.write_text(longer, encoding="utf-8")
@@ -420,7 +420,7 @@ def test_the_rental_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
                     encoding="utf-8")
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
     with Ledger.open(tmp_path, create=False) as ledger:
-        assert [(e["kind"], e["amount"]) for e in ledger.expenses()] == [
+        assert [(e.kind, e.amount) for e in ledger.expenses()] == [
             ("package", "47.14"), ("external", "62.86")]
 
 

@@ -61,11 +61,11 @@ def test_a_run_id_back_in_use_after_a_revert_keeps_its_one_execution(tmp_path):
     recorder.end(first, JobResult("lr-aaaa", first.run_dir, 0, 1_000_000.0, 1_000_031.0))
     ledger.ensure_run(run_id="lr-bbbb", name="lr", tier="essential", config_hash="b")  # edited
     ledger.ensure_run(run_id="lr-aaaa", name="lr", tier="essential", config_hash="a")  # reverted
-    assert ledger.run("lr-aaaa")["status"] == "pending"
+    assert ledger.run("lr-aaaa").status == "pending"
     assert recorder.settle(first) == "finished"
     run = ledger.run("lr-aaaa")
-    assert (run["status"], run["wall_s"], run["ended_at"]) == ("finished", 31.0, 1_000_031.0)
-    assert [e["kind"] for e in ledger.events("lr-aaaa")] == ["started", "finished",
+    assert (run.status, run.wall_s, run.ended_at) == ("finished", 31.0, 1_000_031.0)
+    assert [e.kind for e in ledger.events("lr-aaaa")] == ["started", "finished",
                                                              "superseded"]
     [item] = [i for i in plan_vs_execution(ledger)["items"] if i["name"] == "lr"]
     assert (item["executions"], item["observed_hours"]) == (1, round(31.0 / 3600, 6))
@@ -85,12 +85,12 @@ def test_the_execution_a_killed_runner_left_counts_until_its_last_write(tmp_path
     os.utime(rows, (2_000_012.0, 2_000_012.0))
     assert recorder.reset_interrupted() == ["lr-aaaa"]
     run = ledger.run("lr-aaaa")
-    assert (run["status"], run["wall_s"], run["ended_at"]) == ("pending", 12.0, 2_000_012.0)
+    assert (run.status, run.wall_s, run.ended_at) == ("pending", 12.0, 2_000_012.0)
     ledger.record_run_start("lr-aaaa", resumed=True, at=2_000_100.0)
     ledger.record_run_end("lr-aaaa", status="finished", started_at=2_000_100.0,
                           ended_at=2_000_105.0)
-    assert ledger.run("lr-aaaa")["wall_s"] == 17.0
-    assert [(t["started_at"], t["ended_at"]) for t in ledger.stage_times()] == [
+    assert ledger.run("lr-aaaa").wall_s == 17.0
+    assert [(t.started_at, t.ended_at) for t in ledger.stage_times()] == [
         (2_000_000.0, 2_000_012.0), (2_000_100.0, 2_000_105.0)]
     ledger.close()
 
@@ -107,9 +107,9 @@ def test_a_run_that_finished_after_its_runner_died_counts_once(tmp_path):
     recorder.reset_interrupted()
     assert recorder.settle(planned) == "finished"
     run = ledger.run("lr-aaaa")
-    assert (run["status"], run["wall_s"]) == ("finished", 20.0)
+    assert (run.status, run.wall_s) == ("finished", 20.0)
     events = ledger.events("lr-aaaa")
-    assert [e["kind"] for e in events] == ["started", "interrupted", "finished"]
-    assert events[-1]["data"] == {"recorded_late": True}
+    assert [e.kind for e in events] == ["started", "interrupted", "finished"]
+    assert events[-1].data == {"recorded_late": True}
     assert len(ledger.stage_times()) == 1
     ledger.close()

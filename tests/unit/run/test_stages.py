@@ -55,7 +55,7 @@ def test_start_then_done_records_one_execution_that_plan_vs_execution_compares(s
     assert record == {"name": "review", "started_at": 1000.0, "ended_at": 2800.0,
                       "hours": 0.5, "planned_hours": 0.25}
     with Ledger.open(spec.campaign_dir) as ledger:
-        assert [(r["name"], r["kind"], r["started_at"], r["ended_at"])
+        assert [(r.name, r.kind, r.started_at, r.ended_at)
                 for r in ledger.stage_times()] == [("review", "stage", 1000.0, 2800.0)]
         ledger.freeze_original(plan_campaign(spec).to_json())
         items = {i["name"]: i for i in plan_vs_execution(ledger)["items"]}
