@@ -25,7 +25,8 @@ from typing import Any
 
 from flightplan.activity import WaitDisplay, doing
 from flightplan.campaign_lock import CampaignLock
-from flightplan.close.acceptance import accept_runs, accepted_product_count, comparisons
+from flightplan.close.acceptance import (Verdict, accept_runs, accepted_product_count,
+                                         comparisons)
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
@@ -161,17 +162,17 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                                        "plan_vs_execution": pve, "budget": budget,
                                        "runs": analyses}, written)
 
-    accepted = [v["run_id"] for v in verdicts if v["accepted"]]
+    accepted = [v.run_id for v in verdicts if v.accepted]
     update_manifest(results, written=written, meta={
         "campaign": section.name, "question": section.question, "metric": section.metric,
         "plan_sha256": original.plan_sha256,
         "corpus_sha256": dict(spec.corpus.sha256) if spec.corpus else None,
         "order_number": spec.rental.order, "expected_run_ids": [r.run_id for r in runs],
         "accepted_run_ids": accepted},
-        runs={v["run_id"]: {"accepted": v["accepted"], "reasons": v["reasons"],
-                            "metric_value": v["metric_value"]} for v in verdicts})
+        runs={v.run_id: {"accepted": v.accepted, "reasons": v.reasons,
+                         "metric_value": v.metric_value} for v in verdicts})
     report = verify_results(results, sample=sample, reproduced={
-        v["run_id"]: v["reload_findings"] for v in verdicts if v["reload_findings"] is not None})
+        v.run_id: v.reload_findings for v in verdicts if v.reload_findings is not None})
     return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
                      "conclusion": conclusion}
 
@@ -210,7 +211,7 @@ def _write_analyses(results: Path, spec: CampaignSpec, runs: list[RunRow],
 
 
 def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs: list[RunRow],
-                  verdicts: list[dict[str, Any]], written: list[str]) -> dict[str, Any]:
+                  verdicts: list[Verdict], written: list[str]) -> dict[str, Any]:
     """``budget.json`` (:func:`flightplan.close.budget.build_budget`); returns it."""
     packages, external = budget_inputs(spec, ledger.expenses())
     stopped = [{"run_id": r.run_id, "rule": (r.stop or {}).get("rule"),
@@ -218,8 +219,8 @@ def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs:
                for r in runs if r.status == "stopped"]
     budget = build_budget(packages=packages, external=external,
                           accepted_products=accepted_product_count(verdicts),
-                          rejections=[{"run_id": v["run_id"], "reasons": v["reasons"]}
-                                      for v in verdicts if not v["accepted"]],
+                          rejections=[{"run_id": v.run_id, "reasons": v.reasons}
+                                      for v in verdicts if not v.accepted],
                           stopped_runs=stopped)
     budget = portable(budget, spec.campaign_dir)
     _write_json(results, "budget.json", budget, written)

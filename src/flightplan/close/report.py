@@ -141,8 +141,9 @@ def render_report(context: dict[str, Any]) -> str:
     """The HTML page.
 
     Args:
-        context: ``{campaign, conclusion (conclude()), products: [{run_id, name, status,
-            metric_value, accepted, reasons}], plan_vs_execution, budget, runs: [{run_id,
+        context: ``{campaign, conclusion (conclude()), products (the acceptance
+            verdicts, :class:`flightplan.close.acceptance.Verdict`), plan_vs_execution,
+            budget, runs: [{run_id,
             name, analysis (error_analysis() or None)}], curves: {name: [(step, loss)]},
             metric}``.
 

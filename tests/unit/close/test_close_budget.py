@@ -92,11 +92,16 @@ def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
 
 
 def test_timing_repeats_of_one_configuration_are_one_product():
-    from flightplan.close.acceptance import accepted_product_count
-    verdicts = [{"run_id": "control-aaaaaaaaaa", "config_hash": "a" * 64, "accepted": True},
-                {"run_id": "control-again-aaaaaaaaaa", "config_hash": "a" * 64, "accepted": True},
-                {"run_id": "lora-bbbbbbbbbb", "config_hash": "b" * 64, "accepted": True},
-                {"run_id": "len-cccccccccc", "config_hash": "c" * 64, "accepted": False}]
+    from flightplan.close.acceptance import Verdict, accepted_product_count
+
+    def verdict(run_id, config_hash, accepted):
+        return Verdict(run_id, run_id.rsplit("-", 1)[0], "essential", "finished", config_hash,
+                       0.5, accepted, True, [] if accepted else ["below"], [])
+
+    verdicts = [verdict("control-aaaaaaaaaa", "a" * 64, True),
+                verdict("control-again-aaaaaaaaaa", "a" * 64, True),
+                verdict("lora-bbbbbbbbbb", "b" * 64, True),
+                verdict("len-cccccccccc", "c" * 64, False)]
     assert accepted_product_count(verdicts) == 2
     budget = build_budget(packages=[RTX_3D], external=[], accepted_products=2, rejections=[],
                           stopped_runs=[])
