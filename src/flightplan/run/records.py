@@ -217,9 +217,15 @@ class RunRecorder:
 
 
 def _last_written(run: RunDir) -> float | None:
-    """Unix time of the newest write of the files an execution writes as it goes, or None."""
+    """Unix time of the last sign of life of the files an execution writes as it goes: the
+    newest modification time of its measurements, log, ``done.json`` or ``stop.json``, or
+    the time stamp of its last measurement row (a file's time comes from a coarser clock
+    and may lag the row's by milliseconds); None when there is none."""
     times = [p.stat().st_mtime for p in (run.measurements, run.log, run.done_json, run.stop_json)
              if p.is_file()]
+    rows = run.rows()
+    if rows and isinstance(rows[-1].get("time"), (int, float)):
+        times.append(float(rows[-1]["time"]))
     return max(times) if times else None
 
 

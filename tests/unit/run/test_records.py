@@ -82,7 +82,7 @@ def test_the_execution_a_killed_runner_left_counts_until_its_last_write(tmp_path
     ledger.record_run_start("lr-aaaa", resumed=False, at=2_000_000.0)
     rows = planned.run_dir / "measurements.jsonl"
     rows.write_text('{"step": 0, "time": 2000012.0, "loss": 1.0}\n')
-    os.utime(rows, (2_000_012.0, 2_000_012.0))
+    os.utime(rows, (2_000_011.996, 2_000_011.996))    # a file's clock lags the row's
     assert recorder.reset_interrupted() == ["lr-aaaa"]
     run = ledger.run("lr-aaaa")
     assert (run.status, run.wall_s, run.ended_at) == ("pending", 12.0, 2_000_012.0)
