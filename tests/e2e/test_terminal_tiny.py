@@ -37,9 +37,12 @@ inject_nan_at_step = 3 }
 duration = "15s"
 after = ["pilot"]
 """
-# the step count shows once the runner has read the run's planned steps (it polls 5 times a s)
-RESUME_LINE = re.compile(r"^interrupted: flightplan run stopped \(run lora-r4-[0-9a-f]{10}"
-                         r"(, \d+ of \d+ steps done)?\); nothing finished was lost: finished runs "
+# the step count shows once the runner has read the run's planned steps (it polls 5 times a s);
+# every run still in progress is named (the control may be writing its outputs beside lora-r4)
+_RUN = r"run [a-z0-9-]+-[0-9a-f]{10}(?:, \d+ of \d+ steps done)?"
+RESUME_LINE = re.compile(r"^interrupted: flightplan run stopped \((?:" + _RUN + r"; )*"
+                         r"run lora-r4-[0-9a-f]{10}(?:, \d+ of \d+ steps done)?(?:; " + _RUN +
+                         r")*\); nothing finished was lost: finished runs "
                          r"and saved checkpoints are kept; run `flightplan run campaign.toml` "
                          r"again to resume from the last checkpoint$")
 
