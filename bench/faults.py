@@ -305,7 +305,7 @@ def bench_concurrent(tries: int, work: Path) -> list[Row]:
     """Two ``flightplan run`` started at once on a copy of the tiny campaign."""
     import signal
 
-    from flightplan.run.lock import lock_holder
+    from flightplan.campaign_lock import lock_holder
 
     row = Row("concurrent runs", "second refused naming the holder, ledger whole")
     start = time.monotonic()

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flightplan.findings import Finding
+
 __all__ = [
     "FlightplanError",
     "InputError",
@@ -197,9 +199,10 @@ class CampaignStopped(CheckFailed):
 
 
 class VerificationFailed(CheckFailed):
-    """A results directory or checkpoint failed verification. ``findings`` lists each fault."""
+    """A results directory, artifact or checkpoint failed verification. ``findings`` lists
+    each fault (:class:`flightplan.findings.Finding`)."""
 
-    def __init__(self, message: str, findings: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, message: str, findings: list[Finding] | None = None) -> None:
         self.findings = findings or []
         super().__init__(message)
 

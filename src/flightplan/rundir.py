@@ -83,6 +83,22 @@ class RunDir:
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
+    def set_aside(self) -> Path | None:
+        """Move the folder aside to ``<name>.restarted-<n>`` (the first ``n`` free), so that
+        a run (or a pilot) can start over without deleting what an earlier one left.
+
+        Returns:
+            The new path, or None when the folder does not exist.
+        """
+        if not self.path.exists():
+            return None
+        n = 1
+        while self.path.with_name(f"{self.path.name}.restarted-{n}").exists():
+            n += 1
+        target = self.path.with_name(f"{self.path.name}.restarted-{n}")
+        self.path.rename(target)
+        return target
+
     @property
     def trial_json(self) -> Path:
         """``trial.json``."""

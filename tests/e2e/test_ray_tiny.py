@@ -274,12 +274,12 @@ def test_products_on_two_flights_are_bitwise_those_of_the_local_executor(campaig
         assert not (mine / ".incoming").exists()
     # both runs ran side by side, each on its own flight
     with Ledger.open(ray_dir, create=False) as ledger:
-        nodes = {e["run_id"]: e["data"]["node"] for e in ledger.events(kind="finished")}
-        runs = {r["run_id"]: r for r in ledger.runs()}
+        nodes = {e.run_id: e.data["node"] for e in ledger.events(kind="finished")}
+        runs = {r.run_id: r for r in ledger.runs()}
     assert len(nodes) == 2
     control, lora = (campaigns["ids"][n] for n in ("control", "lora-r4"))
-    first, second = sorted((runs[control], runs[lora]), key=lambda r: r["started_at"])
-    assert second["started_at"] < first["ended_at"]        # the two overlapped in time
+    first, second = sorted((runs[control], runs[lora]), key=lambda r: r.started_at)
+    assert second.started_at < first.ended_at        # the two overlapped in time
     # lora-r4 began on the flight that was killed, control ran on the other one
     assert not nodes[control].startswith(campaigns["killed"]["node_id"][:12])
 
@@ -289,18 +289,18 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     lora = campaigns["ids"]["lora-r4"]
     killed = campaigns["killed"]["node_id"][:12]
     with Ledger.open(ray_dir, create=False) as ledger:
-        kinds = [e["kind"] for e in ledger.events(lora)]
+        kinds = [e.kind for e in ledger.events(lora)]
         lost = ledger.events(lora, kind="interrupted")
         finished = ledger.events(lora, kind="finished")
         run = ledger.run(lora)
     assert kinds.index("started") < kinds.index("interrupted") < kinds.index("resumed") \
         < kinds.index("finished")
-    data = lost[0]["data"]
+    data = lost[0].data
     assert data["cause"] == "flight_lost" and data["node"].startswith(killed)
     assert data["checkpoint"] == campaigns["killed"]["home"][-1] and data["resumes"] is True
     assert data["steps_lost"] >= 0 and data["lost_s"] >= 0
-    assert not finished[0]["data"]["node"].startswith(killed)
-    assert run["status"] == "finished"
+    assert not finished[0].data["node"].startswith(killed)
+    assert run.status == "finished"
     log = (ray_dir / "runs" / lora / "log.txt").read_text()
     assert "lost node" in log and log.count("flightplan worker started") == 3
     rows = [json.loads(line) for line in
@@ -311,7 +311,7 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     assert transfers and all(r["bytes"] > 0 and r["wait_s"] >= 0 for r in transfers)
     # the pilot's transfers are its figures; the run's trial bounded its interval by them
     with Ledger.open(ray_dir, create=False) as ledger:
-        figures = ledger.decisions()[0]["figures"]
+        figures = ledger.decisions()[0].figures
     assert figures["pilot"]["transfer_s"] > 0 and figures["pilot"]["transfer_bytes_per_s"] > 0
     assert figures["estimates"]["lora-r4"]["transfer_s"] > 0
     intervals = [r for r in rows if r.get("event") == "checkpoint_interval"]
@@ -329,9 +329,9 @@ def test_a_killed_driver_run_again_loses_and_duplicates_nothing(campaigns):
     with Ledger.open(ray_dir, create=False) as ledger:
         assert ledger.integrity_check() == "ok"
         for run_id in campaigns["ids"].values():
-            kinds = [e["kind"] for e in ledger.events(run_id)]
+            kinds = [e.kind for e in ledger.events(run_id)]
             assert kinds.count("started") == 1 and kinds.count("finished") == 1, kinds
-        lost = [e["data"] for e in ledger.events(lora, kind="interrupted")]
+        lost = [e.data for e in ledger.events(lora, kind="interrupted")]
     # one loss of the flight, one of the driver (the runner: no data)
     assert [d and d["cause"] for d in lost] == ["flight_lost", None]
     manifest = json.loads((ray_dir / "results" / "MANIFEST.json").read_text())

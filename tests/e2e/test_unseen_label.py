@@ -194,8 +194,8 @@ def test_a_label_only_in_the_test_split_counts_in_every_figure(tmp_path, metric)
     assert ("data check: label(s) of the test split that no training example has: "
             "'c' (4 test examples)") in ran.stdout
     with Ledger.open(tmp_path, create=False) as ledger:
-        table = {r["name"]: r for r in ledger.runs()}          # what status and run show
-        assert ledger.events(kind="data_check")[-1]["data"]["test_labels_not_in_train"] == ["c"]
+        table = {r.name: r for r in ledger.runs()}          # what status and run show
+        assert ledger.events(kind="data_check")[-1].data["test_labels_not_in_train"] == ["c"]
     closed = _cli("close", "campaign.toml", "--json", cwd=tmp_path)
     assert closed.returncode == 0, closed.stderr[-3000:]
 
@@ -204,7 +204,7 @@ def test_a_label_only_in_the_test_split_counts_in_every_figure(tmp_path, metric)
         "test_labels_not_in_train"] == ["c"]
     manifest = json.loads((results / "MANIFEST.json").read_text())
     expected = {}
-    for name, run_id in {name: row["run_id"] for name, row in table.items()}.items():
+    for name, run_id in {name: row.run_id for name, row in table.items()}.items():
         with open(results / "predictions" / f"{run_id}.csv", newline="") as handle:
             rows = list(csv.DictReader(handle))
         assert [c for c in rows[0] if c.startswith("prob_")] == ["prob_a", "prob_b"]
@@ -212,7 +212,7 @@ def test_a_label_only_in_the_test_split_counts_in_every_figure(tmp_path, metric)
         assert gold.count("c") == 4 and "c" not in predicted
         value = expected[name] = _sklearn(metric, gold, predicted, rows)
         assert manifest["runs"][run_id]["metric_value"] == round(value, 6)
-        assert table[name]["metric"] == pytest.approx(value, abs=1e-12)
+        assert table[name].metric == pytest.approx(value, abs=1e-12)
         errors = json.loads((results / "errors" / f"{run_id}.json").read_text())
         assert errors["metric"]["value"] == round(value, 6)
         assert errors["labels"] == ["a", "b", "c"]

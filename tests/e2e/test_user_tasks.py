@@ -76,7 +76,7 @@ def test_a_user_regression_task_runs_the_whole_pipeline(regression):
     estimates = outcome["decision"]
     assert estimates["decision"] == "continue"
     with Ledger.open(folder, create=False) as ledger:
-        figures = ledger.decisions()[0]["figures"]
+        figures = ledger.decisions()[0].figures
     assert figures["estimates"]["control"]["steps"] == 130
     assert figures["estimates"]["control"]["model"] == "generic"
     for name in ("control", "lr-0.2"):
@@ -162,7 +162,7 @@ def _killed_runs(folder: Path) -> list[str]:
     checkpoint save (a ``checkpoint`` row: a kill during the first save leaves only a
     partial ``.tmp``, and such a run rightly starts afresh)."""
     with Ledger.open(folder, create=False) as ledger:
-        running = [r["run_id"] for r in ledger.runs() if r["status"] == "running"]
+        running = [r.run_id for r in ledger.runs() if r.status == "running"]
     return [r for r in running if RunDir.of(folder, r).saved_checkpoint()
             and RunDir.of(folder, r).status() is None]          # not finished meanwhile
 

@@ -179,9 +179,12 @@ PRODUCTS = ("artifact/model.safetensors", "artifact/artifact.json", "predictions
 
 def fingerprint(campaign_dir: Path) -> dict[str, str]:
     """sha256 of every run's products (``runs/<id>/`` parameters, artifact description,
-    predictions, metrics) and of the same files published under ``results/``."""
+    predictions, metrics) and of the same files published under ``results/``. A folder set
+    aside (``runs/<id>.restarted-<n>``: a pilot run again after a kill) is kept evidence,
+    not a product."""
     out = {}
-    for run_dir in sorted((campaign_dir / "runs").iterdir()):
+    for run_dir in sorted(p for p in (campaign_dir / "runs").iterdir()
+                          if ".restarted-" not in p.name):
         for rel in PRODUCTS:
             if (run_dir / rel).is_file():
                 out[f"runs/{run_dir.name}/{rel}"] = _sha(run_dir / rel)

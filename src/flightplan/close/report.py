@@ -24,6 +24,7 @@ import numpy as np
 from flightplan.close.plan_vs_execution import shown_hours, shown_transfers
 from flightplan.plan.power import rounded_count
 from flightplan.rows import Measurement, parse_rows
+from flightplan.units import time_unit
 
 __all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
            "render_readme"]
@@ -48,15 +49,6 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _time_unit(longest_hours: float) -> tuple[str, float]:
-    """A readable unit for a chart whose longest span is ``longest_hours``: (name, per hour)."""
-    if longest_hours < 2 / 60:
-        return "s", 3600.0
-    if longest_hours < 2:
-        return "min", 60.0
-    return "h", 1.0
-
-
 def gantt_png(items: list[dict[str, Any]], *, reserved_hours: float | None) -> str:
     """Planned (light) against observed (dark) bars per stage/run, base64 PNG.
 
@@ -68,7 +60,7 @@ def gantt_png(items: list[dict[str, Any]], *, reserved_hours: float | None) -> s
     ends = [(i["planned_start_hours"] or 0) + (i["planned_hours"] or 0) for i in items] + \
            [(i["observed_start_hours"] or 0) + (i["observed_hours"] or 0) for i in items] + \
            [reserved_hours or 0]
-    unit, scale = _time_unit(max(ends + [1e-9]))
+    unit, scale = time_unit(max(ends + [1e-9]))
     figure = _figure(9, 1.2 + 0.5 * max(1, len(items)))
     axes = figure.add_subplot()
     for row, item in enumerate(items):
@@ -144,8 +136,9 @@ def render_report(context: dict[str, Any]) -> str:
     """The HTML page.
 
     Args:
-        context: ``{campaign, conclusion (conclude()), products: [{run_id, name, status,
-            metric_value, accepted, reasons}], plan_vs_execution, budget, runs: [{run_id,
+        context: ``{campaign, conclusion (conclude()), products (the acceptance
+            verdicts, :class:`flightplan.close.acceptance.Verdict`), plan_vs_execution,
+            budget, runs: [{run_id,
             name, analysis (error_analysis() or None)}], curves: {name: [(step, loss)]},
             metric}``.
 
@@ -178,8 +171,9 @@ def render_readme(context: dict[str, Any]) -> str:
 
     Args:
         context: ``{campaign, conclusion, order_number, products, artifacts: [{run_id,
-            package, command}]}``; ``command`` is the shell line run from results/;
-            ``package`` the built-in task's module, None for a task kept in ``tasks/``.
+            package, command, base_revision}]}``; ``command`` is the shell line run from
+            results/; ``package`` the built-in task's module, None for a task kept in
+            ``tasks/``; ``base_revision`` whether the artifact records a base model.
     """
     import jinja2
 

@@ -20,6 +20,7 @@ from flightplan.errors import ArgumentError
 from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec, check_spec_against_catalog,
                                      rental_price, suggest)
 from flightplan.plan.decision_rule import decision_rule
+from flightplan.plan.frozen_rental import rental_terms
 from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
 from flightplan.plan.problem import Slot, Task
@@ -151,12 +152,8 @@ class PlanResult:
         return {
             "campaign": self.spec.campaign.name,
             "decision_rule": decision_rule(self.spec),
-            "offer": self.offer.name,
-            "package_days": rental.package_days,
-            "flights": rental.flights,
+            **rental_terms(self.spec, self.offer),   # offer, package days, flights, price
             "people": rental.people,
-            "total_price": str(self.price),
-            "currency": self.price.currency,
             "window_hours": self.window_hours,
             "reserved_hours": self.reserved_hours,
             "uncommitted_hours": self.uncommitted_hours,

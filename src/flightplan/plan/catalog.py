@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.errors import CatalogError, SpecError
+from flightplan.ledger_rows import ExpenseRow
 from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 
@@ -309,17 +310,17 @@ def _placement_faults(spec: CampaignSpec, offer: Offer) -> list[tuple[str, Any, 
     return faults
 
 
-def expense_rows(spec: CampaignSpec, offer: Offer) -> list[dict[str, Any]]:
+def expense_rows(spec: CampaignSpec, offer: Offer) -> list[ExpenseRow]:
     """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog's
     ``offer`` (amount = flights × package price) and each ``[[expense]]``."""
     rental = spec.rental
     price = rental_price(spec, offer)
-    rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
-             "flights": rental.flights, "amount": str(price), "currency": price.currency,
-             "label": f"{offer.name} {rental.package_days}-day package × {rental.flights}"
-                      + (f" (order {rental.order})" if rental.order else "")}]
+    rows = [ExpenseRow(kind="package", offer=offer.name, package_days=rental.package_days,
+                       flights=rental.flights, amount=str(price), currency=price.currency,
+                       label=f"{offer.name} {rental.package_days}-day package × {rental.flights}"
+                             + (f" (order {rental.order})" if rental.order else ""))]
     for expense in spec.expenses:
-        rows.append({"kind": "external", "label": expense.label, "offer": None,
-                     "package_days": None, "flights": None, "amount": str(expense.money),
-                     "currency": expense.currency})
+        rows.append(ExpenseRow(kind="external", label=expense.label, offer=None,
+                               package_days=None, flights=None, amount=str(expense.money),
+                               currency=expense.currency))
     return rows

@@ -15,7 +15,7 @@ on the rule in force is the latest correction's ``to`` (:func:`rule_in_force`).
 Usage::
 
     plan["decision_rule"] = decision_rule(spec)
-    check_rule_unchanged(spec, ledger.original_plan()["plan"],
+    check_rule_unchanged(spec, ledger.original_plan().plan,
                          ledger.events(kind=RULE_CHANGED))        # SpecError on a change
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from flightplan.ledger_rows import EventRow
 from flightplan.errors import SpecError
 from flightplan.spec import CampaignSpec
 
@@ -43,12 +44,12 @@ def decision_rule(spec: CampaignSpec) -> dict[str, Any]:
 
 
 def rule_in_force(frozen_plan: Mapping[str, Any],
-                  changes: Sequence[Mapping[str, Any]] = ()) -> Mapping[str, Any] | None:
+                  changes: Sequence[EventRow] = ()) -> Mapping[str, Any] | None:
     """The rule the results are judged by: the ``to`` of the last :data:`RULE_CHANGED`
     event in ``changes`` (ledger event rows, oldest first), else the frozen plan's
     ``decision_rule``; None for a plan frozen before the rule was part of plans."""
     for change in reversed(changes):
-        data = change.get("data")
+        data = change.data
         to = data.get("to") if isinstance(data, Mapping) else None
         if isinstance(to, Mapping):
             return to
@@ -57,7 +58,7 @@ def rule_in_force(frozen_plan: Mapping[str, Any],
 
 
 def check_rule_unchanged(spec: CampaignSpec, frozen_plan: Mapping[str, Any],
-                         changes: Sequence[Mapping[str, Any]] = ()) -> None:
+                         changes: Sequence[EventRow] = ()) -> None:
     """Refuse a campaign file whose decision rule differs from the one in force
     (:func:`rule_in_force`). A plan frozen before the rule was part of plans (no
     ``decision_rule`` key) is not checked.

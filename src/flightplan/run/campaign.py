@@ -41,6 +41,7 @@ from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecE
 from flightplan.plan.campaign_plan import plan_campaign
 from flightplan.plan.decision_rule import (RULE_CHANGED, check_rule_unchanged, decision_rule,
                                            rule_in_force)
+from flightplan.plan.frozen_rental import check_rental_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
@@ -50,13 +51,14 @@ from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, 
 from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
-from flightplan.run.lock import CampaignLock
+from flightplan.campaign_lock import CampaignLock
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
 from flightplan.run.pilot import (METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, pilot_id,
                                   run_pilot)
-from flightplan.run.progress import ProgressBoard, format_stop
+from flightplan.run.progress import ProgressBoard, RunActivity, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.run.rental import RentalClock, left_flight, run_needs_s, waiting_reasons
+from flightplan.ledger_rows import DecisionRow
 from flightplan.metrics import metric_value, parse_metric, read_predictions
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
@@ -128,6 +130,7 @@ class _Campaign:
         self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
         self._by_id: dict[str, PlannedRun] = {}
         self._decisions: list[dict[str, Any]] = []
+        self._running = RunActivity()           # what the interruption line names
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -157,7 +160,11 @@ class _Campaign:
     def prepare(self) -> None:
         spec, ledger = self.spec, self.ledger
         activity.doing("freezing the plan")
-        corrected = self._rule_correction()         # before anything is written
+        offer = self.catalog.offers[spec.rental.offer]
+        frozen = ledger.original_plan()
+        if frozen is not None:                       # before anything is written
+            check_rental_unchanged(spec, offer, frozen.plan)
+        corrected = self._rule_correction()
         self.planned = plan_runs(spec, tasks=self.tasks)    # calls base_revision hooks
         if corrected is not None:
             ledger.add_event(RULE_CHANGED, data={"from": dict(corrected),
@@ -172,12 +179,12 @@ class _Campaign:
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
         plan = plan_campaign(spec, catalog=self.catalog).to_json()
         original, written = ledger.freeze_original(plan)
-        publish_plan(self.dir, original["plan"])
+        publish_plan(self.dir, original.plan)
         if written:
             self.say(f"plan frozen: {plan['reserved_hours']:.2f} h of {plan['window_hours']:.0f} h "
-                     f"(sha256 {original['plan_sha256'][:12]})")
-        ledger.sync_expenses(expense_rows(spec, self.catalog.offers[spec.rental.offer]))
-        for interrupted in ledger.reset_interrupted():
+                     f"(sha256 {original.plan_sha256[:12]})")
+        ledger.sync_expenses(expense_rows(spec, offer))
+        for interrupted in self.recorder.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         for planned in self.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
@@ -196,11 +203,11 @@ class _Campaign:
             return None
         changes = self.ledger.events(kind=RULE_CHANGED)
         try:
-            check_rule_unchanged(self.spec, frozen["plan"], changes)
+            check_rule_unchanged(self.spec, frozen.plan, changes)
         except SpecError:
             if self.ledger.events(kind="started"):
                 raise
-            return rule_in_force(frozen["plan"], changes)
+            return rule_in_force(frozen.plan, changes)
         return None
 
     def data_check(self) -> DataCheckReport | CampaignOutcome:
@@ -251,6 +258,7 @@ class _Campaign:
                 trial_document(self.spec, control, resume=False), self.dir, report,
                 task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
                 on_progress=self._progress), control_id=control.run_id)
+            self._running.ended(pilot_id(control.run_id))
             self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
                                      ended_at=result.ended_at, event="pilot",
                                      data=result.to_json())
@@ -284,12 +292,12 @@ class _Campaign:
         if not RunDir(self.dir / "runs" / pilot_id(control.run_id)).measurements.is_file():
             return None
         for event in reversed(self.ledger.events(kind="pilot")):
-            kept = PilotResult.from_json(event["data"] or {})
+            kept = PilotResult.from_json(event.data or {})
             if kept.control_id != control.run_id or kept.cause == METRIC_UNAVAILABLE:
                 continue
             if not kept.ok:
                 return None
-            when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+            when = time.strftime("%H:%M:%S", time.localtime(event.at))
             self.say(f"pilot: kept from {when} ({kept.message})")
             return kept
         return None
@@ -317,7 +325,7 @@ class _Campaign:
         durations, estimates = self._re_estimates(pilot, report)   # the hooks, before writes
         plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
         plan = plan_result.to_json()
-        done = {r["name"] for r in self.ledger.runs() if r["status"] in ("finished", "stopped")}
+        done = {r.name for r in self.ledger.runs() if r.status in ("finished", "stopped")}
         value = self._value_ranking(report, estimates, done)
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
         computed = with_value_cuts(
@@ -383,11 +391,11 @@ class _Campaign:
             return None
         return last
 
-    def _pilot_before(self, decision: dict[str, Any]) -> str | None:
+    def _pilot_before(self, decision: DecisionRow) -> str | None:
         """The control id of the last passed pilot before ``decision`` (a ledger row that
         predates the decision's own ``control_id``)."""
-        ids = [e["data"].get("control_id") for e in self.ledger.events(kind="pilot")
-               if e["at"] <= decision["at"] and (e["data"] or {}).get("ok")]
+        ids = [(e.data or {}).get("control_id") for e in self.ledger.events(kind="pilot")
+               if e.at <= decision.at and (e.data or {}).get("ok")]
         return ids[-1] if ids else None
 
     def _say_decision(self, made: Decision, left: dict[str, Any]) -> None:
@@ -412,9 +420,9 @@ class _Campaign:
         estimates: dict[str, Any] = {}
         names = {s.name for s in self.spec.stages}
         for stage in self.ledger.stage_times():
-            if stage["kind"] == "stage" and stage["name"] in names:
-                seconds = round(stage["ended_at"] - stage["started_at"])
-                durations[stage["name"]] = Duration(max(1, seconds))
+            if stage.kind == "stage" and stage.name in names:
+                seconds = round(stage.ended_at - stage.started_at)
+                durations[stage.name] = Duration(max(1, seconds))
         if pilot.figures is None:
             return durations, estimates
         figures = pilot.figures
@@ -485,8 +493,8 @@ class _Campaign:
         left = self.rental.window(flight).hours_left(time.time())
         self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
         last = self.ledger.events(job.run_id)[-1:]
-        if last and last[0]["kind"] == "past_end":
-            self.say(f"{planned.run.name} ({job.run_id}): {last[0]['data']['message']}")
+        if last and last[0].kind == "past_end":
+            self.say(f"{planned.run.name} ({job.run_id}): {(last[0].data or {})['message']}")
         return True
 
     def _started(self, job: Job) -> None:
@@ -494,6 +502,7 @@ class _Campaign:
         self.recorder.start(self._by_id[job.run_id])
 
     def _ended(self, result: JobResult) -> None:
+        self._running.ended(result.run_id)
         row = self.recorder.end(self._by_id[result.run_id], result)
         self.say(f"{row['name']} ({result.run_id}): {row['status']}"
                  + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
@@ -504,6 +513,7 @@ class _Campaign:
 
     def _interrupted(self, job: Job, info: Interruption) -> None:
         name = self._by_id[job.run_id].run.name
+        self._running.ended(job.run_id)
         self.recorder.interrupted(self._by_id[job.run_id], info)
         if info.cause != "flight_lost":
             self.say(f"{name} ({job.run_id}): left flight {info.node} after {info.steps_done} "
@@ -523,9 +533,9 @@ class _Campaign:
         checkpoint has gone, the trial stops with ``no_usable_resume`` instead of training
         from scratch (``--restart NAME`` starts it over on purpose)."""
         events = self.ledger.events(planned.run_id)
-        restarts = [i for i, e in enumerate(events) if e["kind"] == "restarted"]
+        restarts = [i for i, e in enumerate(events) if e.kind == "restarted"]
         since = events[restarts[-1] + 1:] if restarts else events
-        if any(e["kind"] == "checkpoint_saved" for e in since):
+        if any(e.kind == "checkpoint_saved" for e in since):
             return True
         return RunDir(planned.run_dir).saved_checkpoint()
 
@@ -543,12 +553,7 @@ class _Campaign:
             if planned is None:
                 raise ArgumentError(f"--restart {name}: not a run of the campaign; give one of "
                                     f"{', '.join(sorted(by_name))}")
-            if planned.run_dir.exists():
-                n = 1
-                while planned.run_dir.with_name(f"{planned.run_id}.restarted-{n}").exists():
-                    n += 1
-                planned.run_dir.rename(planned.run_dir.with_name(
-                    f"{planned.run_id}.restarted-{n}"))
+            RunDir(planned.run_dir).set_aside()
             self.ledger.set_run_status(planned.run_id, "pending", event="restarted",
                                        data={"name": name})
             self.say(f"{name} ({planned.run_id}) restarts from step 0 on purpose")
@@ -562,7 +567,7 @@ class _Campaign:
     def _progress(self, job: Job, progress: Any) -> None:
         self.board.update(str(job.run_dir), progress)
         what = f"run {job.run_id}" + (" (resumed)" if job.run_dir.name == "resume" else "")
-        activity.doing(what, done=progress.completed, total=progress.total, unit="steps")
+        self._running.update(job.run_id, what, progress)
 
 
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
@@ -588,7 +593,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             not a run.
         SpecError: the campaign has no ``[corpus]``; a task's declared prediction columns
             cannot give the metric; the decision rule changed after a run started.
-        LockHeld: another ``flightplan run`` holds the campaign.
+        LockHeld: another ``flightplan run`` (or a ``flightplan close``) holds the campaign.
         SpecError, CatalogError: the campaign does not plan.
         TaskError: a run's task cannot be loaded; TaskHookFailed: one of its hooks raised
             (its traceback appended to :data:`RUNNER_LOG`, nothing of that step recorded).

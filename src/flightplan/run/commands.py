@@ -134,8 +134,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 def status_command(spec_path: Path, *, as_json: bool) -> int:
     """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
     (:func:`flightplan.run.status.status_lines`) or one JSON object
-    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
-    lock, or null; runs left ``running`` by a runner that is gone show as
+    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: ``{pid, since, verb}``
+    of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner that is gone show as
     ``interrupted``; ``flights``: each flight's package window and hours left; a pending
     run that was not started because its flight's package ends first has that ``reason``).
 
@@ -144,7 +144,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         ArgumentError: the campaign has no ledger yet (it was never run).
     """
     from flightplan.run.ledger import Ledger
-    from flightplan.run.lock import lock_holder
+    from flightplan.campaign_lock import lock_holder
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -153,6 +153,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         snapshot = ledger.snapshot()
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
+    if holder is not None and holder.get("verb", "run") != "run":
+        holder = None                   # `flightplan close` holds it: no run is going on
     snapshot["runner"] = holder
     if holder is None:
         for run in snapshot["runs"]:
@@ -167,9 +169,10 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
 
 def _add_rental(snapshot: dict, *, now: float) -> None:
     """Add ``flights`` (:meth:`FlightWindow.to_json`) and each waiting run's ``reason``."""
+    from flightplan.ledger_rows import EventRow
     from flightplan.run.rental import flight_windows, waiting_reasons
 
-    events = snapshot["events"]
+    events = [EventRow(**event) for event in snapshot["events"]]
     snapshot["flights"] = [w.to_json(now=now) for w in flight_windows(events).values()]
     waiting = waiting_reasons(events)
     for run in snapshot["runs"]:
@@ -195,8 +198,9 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     (or one of the run ids in the ledger).
 
     Raises:
-        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"), or
-            ``TEXT`` is empty.
+        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"),
+            ``TEXT`` is empty, or the campaign never ran (no ledger: ``flightplan run``
+            first; none is created).
         SpecError: the campaign file is missing or invalid.
     """
     import difflib
@@ -207,9 +211,9 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     spec = load_spec(spec_path)
     if not text.strip():
         raise ArgumentError("the note is empty; say why the stage or run deviated")
-    with Ledger.open(spec.campaign_dir) as ledger:
+    with Ledger.open_existing(spec.campaign_dir) as ledger:
         known = [e.name for e in (*spec.stages, *spec.runs)] + \
-                [r["run_id"] for r in ledger.runs()]
+                [r.run_id for r in ledger.runs()]
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else \
@@ -217,9 +221,9 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
             raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
         note = ledger.add_note(name, text.strip())
     if as_json:
-        print(json.dumps(note))
+        print(json.dumps(note.to_json()))
     else:
-        print(f"noted for {name}: {note['text']}")
+        print(f"noted for {name}: {note.text}")
     return 0
 
 
@@ -229,8 +233,8 @@ def stage_command(spec_path: Path, *, name: str, action: str, took: str | None,
     (:mod:`flightplan.run.stages`): prints one line, or the record as one JSON object.
 
     Raises:
-        ArgumentError: not a stage a person marks, already started, not started, or a
-            ``--took`` that is not a duration.
+        ArgumentError: not a stage a person marks, already started, not started, a
+            ``--took`` that is not a duration, or a campaign that never ran.
         SpecError: the campaign file is missing or invalid.
     """
     from flightplan.run.stages import mark_stage_done, mark_stage_start

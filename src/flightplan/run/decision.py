@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import AbstractSet, Any, Callable, Mapping, Sequence
 
+from flightplan.ledger_rows import DecisionRow
 from flightplan.errors import CheckFailed
 from flightplan.metrics import Predictions, parse_metric
 from flightplan.plan.power import (DEFAULT_DISAGREEMENT, PairedModel, Ranked, TestSplit,
@@ -164,21 +165,20 @@ class Decision:
                 "value": self.value.to_json()}
 
     @classmethod
-    def from_ledger(cls, row: Mapping[str, Any], *, control_id: str | None = None
-                    ) -> "Decision":
+    def from_ledger(cls, row: DecisionRow, *, control_id: str | None = None) -> "Decision":
         """A decision the ledger recorded (``Ledger.decisions()`` row), kept.
 
         Args:
             control_id: the control to assume when the record predates ``control_id``
                 (the runner passes the pilot's that preceded it).
         """
-        figures = row.get("figures") or {}
-        return cls(decision=row["decision"], computed=row["computed"],
-                   dropped=tuple(row.get("dropped") or ()), reason=figures.get("reason", ""),
+        figures = row.figures or {}
+        return cls(decision=row.decision, computed=row.computed,
+                   dropped=tuple(row.dropped or ()), reason=figures.get("reason", ""),
                    plan_version=figures.get("plan_version"),
                    fitting_option=figures.get("fitting_option"),
                    control_id=figures.get("control_id", control_id),
-                   rule=figures.get("decision_rule"), at=float(row["at"]),
+                   rule=figures.get("decision_rule"), at=float(row.at),
                    value=ValueRanking.from_json(figures.get("value")),
                    kept_from_earlier_run=True)
 

@@ -168,7 +168,8 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
               on_progress: Callable[[Job, RunProgress], None] | None = None,
               on_start: Callable[[Job], None] | None = None,
               steps: int = PILOT_STEPS) -> PilotResult:
-    """Run the pilot of the control (see the module docstring); starts from a clean folder.
+    """Run the pilot of the control (see the module docstring); starts from a clean folder
+    (an earlier pilot's is moved aside to ``runs/pilot-<id>.restarted-<n>``).
 
     Args:
         control_trial: the control's ``trial.json`` document.
@@ -189,8 +190,7 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
     # the task's hook first: if it raises, an earlier pilot's folder is left as it was
     n_train, n_test = pilot_limits(task, control_trial.get("params") or {}, data_check,
                                    steps=steps)
-    if pilot_dir.exists():
-        shutil.rmtree(pilot_dir)
+    RunDir(pilot_dir).set_aside()           # an earlier pilot's folder is kept, not deleted
     resume_dir = pilot_dir / "resume"
     resume_dir.mkdir(parents=True)
     corpus = dict(control_trial.get("corpus") or {}, train_limit=n_train, test_limit=n_test)

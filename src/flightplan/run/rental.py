@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from flightplan.ledger_rows import DecisionRow, EventRow
 from flightplan.run.ledger import Ledger
 from flightplan.run.executors.leave_watch import LeaveBy
 from flightplan.spec import Run
@@ -71,43 +72,43 @@ class FlightWindow:
                 "source": self.source, "hours_left": round(self.hours_left(now), 2)}
 
 
-def flight_windows(events: list[dict[str, Any]]) -> dict[str, FlightWindow]:
+def flight_windows(events: list[EventRow]) -> dict[str, FlightWindow]:
     """Each flight's current window from the ledger's ``flight_started`` events (the latest
     per flight), in the order the flights first appeared."""
     windows: dict[str, FlightWindow] = {}
     for event in events:
-        if event["kind"] != "flight_started":
+        if event.kind != "flight_started":
             continue
-        data = event["data"] or {}
+        data = event.data or {}
         windows[data["flight"]] = FlightWindow(data["flight"], float(data["started_at"]),
                                                float(data["ends_at"]), data["source"])
     return windows
 
 
-def run_needs_s(run: Run, decisions: list[dict[str, Any]]) -> float:
+def run_needs_s(run: Run, decisions: list[DecisionRow]) -> float:
     """Seconds ``run`` needs: the last decision's ``estimates[run.name].total_s``, else the
     run's planned ``duration``."""
-    estimates = ((decisions[-1]["figures"] or {}).get("estimates") or {}) if decisions else {}
+    estimates = ((decisions[-1].figures or {}).get("estimates") or {}) if decisions else {}
     total = (estimates.get(run.name) or {}).get("total_s")
     return float(total) if total is not None else float(run.duration.seconds)
 
 
-def _latest_by_run(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _latest_by_run(events: list[EventRow]) -> dict[str, EventRow]:
     """Each run's latest event (``events`` in ledger order)."""
-    return {event["run_id"]: event for event in events if event["run_id"]}
+    return {event.run_id: event for event in events if event.run_id}
 
 
-def _left_flight(event: dict[str, Any]) -> bool:
-    return event["kind"] == "interrupted" and (event["data"] or {}).get("cause") == "package_end"
+def _left_flight(event: EventRow) -> bool:
+    return event.kind == "interrupted" and (event.data or {}).get("cause") == "package_end"
 
 
-def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
+def waiting_reasons(events: list[EventRow]) -> dict[str, str]:
     """``{run_id: message}`` for every run whose latest event is ``not_started``, or an
     ``interrupted`` one with cause ``package_end`` (it left a flight whose package ends)."""
     reasons = {}
     for run_id, event in _latest_by_run(events).items():
-        data = event["data"] or {}
-        if event["kind"] == "not_started":
+        data = event.data or {}
+        if event.kind == "not_started":
             reasons[run_id] = data.get("message", "not started")
         elif _left_flight(event):
             reasons[run_id] = (f"left flight {data.get('node')} after {data.get('steps_done')} "
@@ -116,7 +117,7 @@ def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
     return reasons
 
 
-def left_flight(events: list[dict[str, Any]]) -> set[str]:
+def left_flight(events: list[EventRow]) -> set[str]:
     """The runs whose latest event is leaving a flight whose package ends (waiting, with a
     checkpoint home, for a flight with time left)."""
     return {run_id for run_id, event in _latest_by_run(events).items() if _left_flight(event)}

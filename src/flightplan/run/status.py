@@ -86,6 +86,9 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
               title: str = "runs") -> list[str]:
     """One line per run under its tier: full id, status, metric, wall time and (when the
     rows have ``started_at``) start; its reason at the end of the line or below it, cut.
+    A run id too long for its row to fit in ``width`` goes alone on its line, with its
+    columns below; the id column is as wide as the longest id that fits, so one long id
+    cuts neither the header nor the other runs' lines.
 
     Args:
         runs: ``{run_id, tier, status, metric, wall_s, stop, [started_at, superseded_by,
@@ -101,8 +104,13 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
                         f"{r.get('wall_s') or 0:.1f}"]
                        + ([clock(r.get("started_at"), now=now)] if started else [])
                        for r in runs]
-    lines = _table(rows, right={2, 3})
-    out = [title, cut("  " + lines[0], width)]
+    rest = _table([row[1:] for row in rows], right={1, 2})
+    # the id column is as wide as the longest id whose row still fits: a longer id goes
+    # alone on its line (not widening every row past the terminal)
+    room = width - 2 - 2 - max(cell_len(line) for line in rest)
+    fitting = [cell_len(row[0]) for row in rows if cell_len(row[0]) <= room]
+    id_width = max(fitting or [cell_len(header[0])])
+    out = [title, cut(f"  {header[0].ljust(id_width)}  {rest[0]}", width)]
     order = sorted(range(len(runs)), key=lambda i: (_TIERS.index(runs[i]["tier"])
                                                     if runs[i]["tier"] in _TIERS else 3, i))
     tier = None
@@ -110,13 +118,13 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
         if runs[i]["tier"] != tier:
             tier = runs[i]["tier"]
             out.append(f" {tier}")
-        row, reason = "  " + lines[i + 1], _run_reason(runs[i])
-        if cell_len(row) <= width:
+        run_id, columns, reason = runs[i]["run_id"], rest[i + 1], _run_reason(runs[i])
+        row = f"  {run_id.ljust(id_width)}  {columns}"
+        if cell_len(run_id) <= id_width and cell_len(row) <= width:
             out += _with_reason(row, reason, width=width, indent=4)
             continue
-        # a narrow terminal: the id alone on its line, its columns and reason below it
-        rest = lines[i + 1][len(runs[i]["run_id"]):].strip()
-        out += [f"  {runs[i]['run_id']}", cut(f"    {rest}", width)]
+        # an id too long for the terminal: alone on its line, its columns and reason below
+        out += [f"  {run_id}", cut(f"    {columns.strip()}", width)]
         out += [cut(f"    {reason}", width)] if reason else []
     return out
 
@@ -129,8 +137,9 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
         snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner`` and
             ``flights`` (:mod:`flightplan.run.rental`; a section when present).
         metric: the campaign's decision metric (the runs' metric column header).
-        width: terminal columns; no line is longer unless a run id alone is (a row
-            wider than the terminal puts the id alone on its line, the columns below).
+        width: terminal columns; no line is longer unless a run id alone is (an id too
+            long for its row to fit goes alone on its line, its columns below; the header
+            and the other runs keep their one line each).
         now: unix seconds; times on this local date show without the date.
 
     Returns:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.errors import ArgumentError, VerificationFailed
+from flightplan.findings import Finding
 from flightplan.tracking.store import (
     MetricPoint, MlflowRun, MlflowStore, default_tracking_uri, flatten, metric_key,
     metric_points, require_mlflow)
@@ -241,7 +242,7 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
         raise VerificationFailed(
             f"{results}: does not verify, so it is not exported ({len(report['findings'])} "
             f"finding(s): {named}); run `flightplan verify {results}` and fix or re-close it",
-            report["findings"])
+            [Finding.from_dict(f) for f in report["findings"]])
     uri = default_tracking_uri(tracking_uri)
     manifest = _json(results / "MANIFEST.json")
     conclusion = _json(results / "conclusion.json", {})

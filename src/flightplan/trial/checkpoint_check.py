@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.errors import UnsafeFileError
-from flightplan.trial.checkpoint_io import BadCheckpoint, Finding, load_checkpoint, read_manifest
+from flightplan.findings import Finding
+from flightplan.trial.checkpoint_io import BadCheckpoint, load_checkpoint, read_manifest
 from flightplan.trial.library_checkpoint import load_library_checkpoint
 
 __all__ = ["check_checkpoint", "verify_checkpoint"]

@@ -45,9 +45,10 @@ import torch
 
 from flightplan.durable import fsync_dir, hash_file
 from flightplan.errors import CheckpointError, UnsafeFileError
+from flightplan.findings import Finding
 
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
-           "CheckpointFiles", "FileRecord", "Finding", "write_checkpoint", "read_manifest",
+           "CheckpointFiles", "FileRecord", "write_checkpoint", "read_manifest",
            "load_checkpoint", "tensor_digests",
            "step_dir_name", "check_files"]
 
@@ -75,18 +76,6 @@ class FileRecord:
     """One file of a checkpoint: ``size`` in bytes and ``sha256`` hex."""
     size: int
     sha256: str
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One fault found in a checkpoint: which ``check`` failed, on which ``path``, and why."""
-    check: str
-    path: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        """``{check, path, message}`` for JSON."""
-        return {"check": self.check, "path": self.path, "message": self.message}
 
 
 @dataclass

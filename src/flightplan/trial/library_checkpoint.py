@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 from flightplan.durable import fsync_dir, hash_file, write_atomic
 from flightplan.errors import CheckpointError
-from flightplan.trial.checkpoint_io import (FORMAT, MANIFEST, BadCheckpoint, CheckpointFiles, Finding,
+from flightplan.findings import Finding
+from flightplan.trial.checkpoint_io import (FORMAT, MANIFEST, BadCheckpoint, CheckpointFiles,
                                           check_files, read_manifest, step_dir_name)
 
 __all__ = ["commit_library_checkpoint", "load_library_checkpoint", "missing_files"]

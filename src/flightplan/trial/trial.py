@@ -275,8 +275,8 @@ class Trial:
             if self.stop_rules.require_resume and (rejected or self.resume):
                 removed = ", ".join(p.name for p in partial)
                 found = [r.line() for r in rejected] or [
-                    f"this run saved checkpoints before, but {self.run_dir / 'checkpoints'} "
-                    f"holds no finished one" + (f" (partial saves removed: {removed})"
+                    "this run saved checkpoints before, but its checkpoints/ folder "
+                    "holds no finished one" + (f" (partial saves removed: {removed})"
                                                 if removed else "")
                     + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
                        f"--restart {self.name}" if self.name else "")]

@@ -166,13 +166,13 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert outcome.to_json()["pilot"]["figures"]["restore_s"] == 0.2
     with Ledger.open(tmp_path, create=False) as ledger:
         decision = ledger.decisions()[-1]
-        assert decision["overridden"] is True and decision["dropped"] == ["wild"]
-        assert set(decision["figures"]["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
-                                                         "wild"}
-        assert [v["kind"] for v in ledger.plan_versions()] == ["original", "re-estimate"]
+        assert decision.overridden is True and decision.dropped == ["wild"]
+        assert set(decision.figures["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
+                                                      "wild"}
+        assert [v.kind for v in ledger.plan_versions()] == ["original", "re-estimate"]
         control_id = rows["control"]["run_id"]
-        assert [e["kind"] for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
-                                                                  "finished"]
+        assert [e.kind for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
+                                                               "finished"]
     stops = json.loads((tmp_path / "results" / "stops.json").read_text())
     assert [s["run_id"] for s in stops] == [rows["lora-r4"]["run_id"]]
 
@@ -204,7 +204,7 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert new["run_id"] != old_id and new["status"] == "pending"
     with Ledger.open(tmp_path, create=False) as ledger:
         old = ledger.run(old_id)
-        assert old["status"] == "superseded" and old["superseded_by"] == new["run_id"]
+        assert old.status == "superseded" and old.superseded_by == new["run_id"]
         assert ledger.integrity_check() == "ok" and ledger.verify_original()
 
 
@@ -224,13 +224,13 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
     with Ledger.open(tmp_path, create=False) as ledger:
         events = ledger.events(control["run_id"])
         run = ledger.run(control["run_id"])
-    assert [e["kind"] for e in events] == ["started", "checkpoint_saved", "interrupted",
-                                           "resumed", "checkpoint_verified", "finished"]
-    assert events[2]["data"] == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
+    assert [e.kind for e in events] == ["started", "checkpoint_saved", "interrupted",
+                                        "resumed", "checkpoint_verified", "finished"]
+    assert events[2].data == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
                                  "reason": "ActorDiedError: gone", "steps_done": 2,
                                  "checkpoint": "step-000001", "steps_lost": 1, "lost_s": 25.0,
                                  "resumes": True}
-    assert run["wall_s"] >= 30.0          # the lost execution's time is a cost too
+    assert run.wall_s >= 30.0          # the lost execution's time is a cost too
 
 
 def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
@@ -266,12 +266,12 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     with Ledger.open(tmp_path, create=False) as ledger:
         [flight] = ledger.events(kind="flight_started")
         [refused] = ledger.events(waiting["run_id"])[-1:]
-    assert flight["data"] == {"flight": "local", "started_at": started.timestamp(),
-                              "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
-                              "source": "spec"}
-    assert refused["kind"] == "not_started" and refused["data"]["flight"] == "local"
-    assert 16.0 < refused["data"]["needs_hours"] < 20.0
-    assert 0.9 < refused["data"]["hours_left"] <= 1.0
+    assert flight.data == {"flight": "local", "started_at": started.timestamp(),
+                           "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
+                           "source": "spec"}
+    assert refused.kind == "not_started" and refused.data["flight"] == "local"
+    assert 16.0 < refused.data["needs_hours"] < 20.0
+    assert 0.9 < refused.data["hours_left"] <= 1.0
 
     # status says why and how much time is left, in JSON and in the text
     assert status_command(path, as_json=True) == 0
@@ -280,10 +280,10 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     assert window["flight"] == "local" and window["source"] == "spec"
     assert 0.9 < window["hours_left"] <= 1.0
     run = next(r for r in snapshot["runs"] if r["run_id"] == waiting["run_id"])
-    assert run["status"] == "pending" and run["reason"] == refused["data"]["message"]
+    assert run["status"] == "pending" and run["reason"] == refused.data["message"]
     lines = status_lines(snapshot, metric="macro_f1", width=260, now=time.time())
     row = next(i for i, line in enumerate(lines) if waiting["run_id"] in line)
-    assert lines[row].endswith(refused["data"]["message"])
+    assert lines[row].endswith(refused.data["message"])
     flights = lines.index("flights (packages)")
     assert lines[flights + 1].split()[0] == "local" and "h left" in lines[flights + 1]
 
@@ -303,7 +303,7 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
                         labels[waiting["run_id"]])
     assert outcome.to_json()["statuses"]["lora-r4-len128"] == "finished"
     with Ledger.open(tmp_path, create=False) as ledger:
-        kinds = [e["kind"] for e in ledger.events(waiting["run_id"])]
+        kinds = [e.kind for e in ledger.events(waiting["run_id"])]
         assert len(ledger.events(kind="flight_started")) == 1
     assert kinds[:3] == ["not_started", "past_end", "started"]
 
@@ -322,8 +322,8 @@ def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_pa
     assert "no numeric column 'abs_error'" in outcome.message
     assert all(run_id.startswith("pilot-") for run_id in fake.started)   # no run paid for
     with Ledger.open(tmp_path, create=False) as ledger:
-        assert [e["data"]["by"] for e in ledger.events(kind="stopped")
-                if e["run_id"] is None] == ["pilot"]
+        assert [e.data["by"] for e in ledger.events(kind="stopped")
+                if e.run_id is None] == ["pilot"]
 
 
 def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_left(tmp_path,
@@ -347,10 +347,10 @@ def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_lef
     with Ledger.open(tmp_path, create=False) as ledger:
         [window] = ledger.events(kind="flight_started")
         [event] = ledger.events(left["run_id"], kind="interrupted")
-    ends_at = window["data"]["ends_at"]
+    ends_at = window.data["ends_at"]
     assert {(d.at, d.ends_at, d.stop, d.flight) for d in fake.deadlines.values()} == {
         (ends_at - 1200.0, ends_at, True, "local")}
-    assert event["data"]["cause"] == "package_end"
+    assert event.data["cause"] == "package_end"
     assert status_command(path, as_json=True) == 0
     snapshot = json.loads(capsys.readouterr().out)
     run = next(r for r in snapshot["runs"] if r["run_id"] == left["run_id"])
@@ -364,7 +364,7 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
     path = _spec(tmp_path)
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
     with Ledger.open(tmp_path, create=False) as ledger:
-        frozen = ledger.original_plan()["plan"]["decision_rule"]
+        frozen = ledger.original_plan().plan["decision_rule"]
         events = len(ledger.events())
     assert frozen == {"metric": "macro_f1", "goal": "max", "min_gain": 0.05,
                       "accept_at_least": 0.0}
@@ -433,7 +433,7 @@ def test_a_task_hook_that_raises_is_one_line_with_its_traceback_in_the_log(tmp_p
     logged = log.read_text(encoding="utf-8")
     assert f"hook {broken}: {error}" in logged and 'hooked.py", line' in logged
     with Ledger.open(tmp_path, create=False) as ledger:      # nothing recorded half
-        kinds = [e["kind"] for e in ledger.events()]
+        kinds = [e.kind for e in ledger.events()]
         assert ledger.decisions() == [] and ledger.integrity_check() == "ok"
         if broken == "base_revision":
             assert ledger.original_plan() is None and kinds == []
@@ -443,7 +443,7 @@ def test_a_task_hook_that_raises_is_one_line_with_its_traceback_in_the_log(tmp_p
             assert kinds == ["data_check"] and not (tmp_path / "runs").exists()
         if broken == "estimate_run":      # the pilot is whole; no re-estimate, no decision
             assert kinds == ["data_check", "pilot"]
-            assert [v["kind"] for v in ledger.plan_versions()] == ["original"]
+            assert [v.kind for v in ledger.plan_versions()] == ["original"]
 
 
 def _control_params(path: Path, extra: str) -> None:
@@ -477,10 +477,10 @@ def test_a_changed_control_gets_a_new_decision_and_a_reverted_one_keeps_its_pilo
         decisions = ledger.decisions()
     assert len(decisions) == 2
     # its figures reach the estimates the rental clock reads: the new control's 0.5 s steps
-    assert decisions[-1]["figures"]["control_id"] == control_b
-    assert decisions[-1]["figures"]["pilot"]["step_s"] == 0.5
-    assert decisions[-1]["figures"]["estimates"]["control"]["step_s"] == 0.5
-    assert decisions[0]["figures"]["estimates"]["control"]["step_s"] == pytest.approx(0.01)
+    assert decisions[-1].figures["control_id"] == control_b
+    assert decisions[-1].figures["pilot"]["step_s"] == 0.5
+    assert decisions[-1].figures["estimates"]["control"]["step_s"] == 0.5
+    assert decisions[0].figures["estimates"]["control"]["step_s"] == pytest.approx(0.01)
 
     # unchanged: the decision is kept, and run --json prints it in the same shape
     third = run_campaign(load_spec(path), executor=fake, quiet=True)
@@ -497,7 +497,7 @@ def test_a_changed_control_gets_a_new_decision_and_a_reverted_one_keeps_its_pilo
     assert fourth.pilot.control_id == control_a and fourth.pilot.ok
     assert fourth.decision.control_id == control_a and not fourth.decision.kept_from_earlier_run
     with Ledger.open(tmp_path, create=False) as ledger:
-        last = ledger.decisions()[-1]["figures"]["estimates"]["control"]["step_s"]
+        last = ledger.decisions()[-1].figures["estimates"]["control"]["step_s"]
         assert last == pytest.approx(0.01)
         assert len(ledger.events(kind="pilot")) == 2
 
@@ -534,9 +534,9 @@ def test_a_misspelt_metric_can_be_corrected_until_a_run_beyond_the_pilot_starts(
     assert next(r for r in outcome.runs if r["name"] == "control")["metric"] == 1.0625
     with Ledger.open(tmp_path, create=False) as ledger:
         [change] = ledger.events(kind=RULE_CHANGED)
-        assert (change["data"]["from"]["metric"], change["data"]["to"]["metric"]) == (
+        assert (change.data["from"]["metric"], change.data["to"]["metric"]) == (
             "mean:nl", "mean:nll")
-        frozen = ledger.original_plan()["plan"]
+        frozen = ledger.original_plan().plan
         assert frozen["decision_rule"]["metric"] == "mean:nl"        # never rewritten
         check_rule_unchanged(load_spec(path), frozen, ledger.events(kind=RULE_CHANGED))
 
@@ -615,7 +615,7 @@ def test_a_reader_that_closes_stdout_early_stops_no_run(tmp_path):
     assert code == 0, errors
     assert "Traceback" not in errors and "Broken pipe" not in errors
     with Ledger.open(tmp_path, create=False) as ledger:
-        assert {r["name"]: r["status"] for r in ledger.runs()} == {
+        assert {r.name: r.status for r in ledger.runs()} == {
             "control": "finished", "lora-r4": "finished", "lora-r4-len128": "finished"}
 
 
@@ -658,7 +658,7 @@ def test_the_decision_point_ranks_variants_by_what_their_result_can_change(tmp_p
                                              "unsure": "cut", "strong": "finished"}
     # the ledger, status and plan vs execution keep the ranking and the reasons
     with Ledger.open(tmp_path, create=False) as ledger:
-        recorded = ledger.decisions()[-1]["figures"]["value"]
+        recorded = ledger.decisions()[-1].figures["value"]
         snapshot = ledger.snapshot()
         markdown = plan_vs_execution_markdown(plan_vs_execution(ledger))
     assert [r["variant"] for r in recorded["ranking"]] == [r.variant for r in ranked]
@@ -676,3 +676,69 @@ def test_the_decision_point_ranks_variants_by_what_their_result_can_change(tmp_p
     assert outcome.decision.overridden and outcome.decision.dropped == ()
     assert outcome.to_json()["statuses"] == {"control": "finished", "same": "finished",
                                              "unsure": "finished", "strong": "finished"}
+
+
+def test_the_rental_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
+    from flightplan.errors import SpecError
+
+    path = _spec(tmp_path)
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        expenses, events = ledger.expenses(), len(ledger.events())
+    assert [(e.kind, e.amount) for e in expenses] == [("package", "47.14")]
+    text = path.read_text(encoding="utf-8")
+    longer = text.replace("package_days = 3", "package_days = 7")
+    path.write_text(longer, encoding="utf-8")
+    with pytest.raises(SpecError) as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert str(refused.value) == (
+        f"{path}: rental.package_days: 7 differs from 3, the rental committed with the plan "
+        f"before the first run; restore 3 (a package bought later to extend the rental is an "
+        f"[[expense]] with its amount, not a change of [rental]), or plan the new rental in a "
+        f"new campaign folder")
+    assert refused.value.exit_code == 2
+    # a catalog that prices the same package otherwise is refused too, with both prices
+    (tmp_path / "prices.toml").write_text(
+        '[[offer]]\nname = "RTX 4090"\ngpus_per_flight = 1\ngpu_memory_gb = 24\n'
+        'currency = "USD"\npackage = [{ days = 3, price = "52.00" }]\n', encoding="utf-8")
+    path.write_text(text.replace("package_days = 3", 'package_days = 3\ncatalog = "prices.toml"'),
+                    encoding="utf-8")
+    with pytest.raises(SpecError, match=r"rental.catalog: the catalog now prices the rental "
+                                        r"\(1 × RTX 4090 3-day package\) at 52.00 USD, but it "
+                                        r"was committed at 47.14 USD"):
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert ledger.expenses() == expenses             # the committed total is unchanged
+        assert len(ledger.events()) == events            # nothing was written
+    # a package bought later is an expense; the order number may be added
+    path.write_text(text.replace("package_days = 3", 'package_days = 3\norder = "ITG-7"')
+                    + '\n[[expense]]\nlabel = "4 more days"\namount = "62.86"\ncurrency = "USD"\n',
+                    encoding="utf-8")
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert [(e.kind, e.amount) for e in ledger.expenses()] == [
+            ("package", "47.14"), ("external", "62.86")]
+
+
+def test_the_interruption_line_names_both_runs_that_train_side_by_side(tmp_path):
+    from flightplan import activity
+    from flightplan.run.executors.contract import RunProgress
+
+    class SideBySide(FakeExecutor):
+        """Reports two runs' progress before it works through them."""
+        seen: list[str] = []
+
+        def run(self, jobs, **callbacks):
+            if len(jobs) >= 2:
+                callbacks["on_progress"](jobs[0], RunProgress(step=4, total=8))
+                callbacks["on_progress"](jobs[1], RunProgress(step=1, total=8))
+                self.seen.append(activity.current().describe())
+            return super().run(jobs, **callbacks)
+
+    fake = SideBySide()
+    try:
+        outcome = run_campaign(load_spec(_spec(tmp_path)), executor=fake, quiet=True)
+    finally:
+        activity.clear()
+    first, second = [r["run_id"] for r in outcome.runs[:2]]
+    assert fake.seen == [f"run {first}, 5 of 8 steps done; run {second}, 2 of 8 steps done"]

@@ -206,3 +206,20 @@ def test_a_crash_summary_shows_the_whole_last_line_of_the_error(tmp_path):
                        executor=FakeWorkers(crash=True, log=log), steps=3)
     assert result.cause == "crashed"
     assert f"crashed (exit code 3: {fix}); see " in result.message
+
+
+def test_a_failed_pilots_folder_is_kept_aside_when_the_pilot_runs_again(tmp_path):
+    failed = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(drift_at=2), steps=3)
+    assert not failed.ok
+    folder = tmp_path / "runs" / pilot_id("control-0123456789")
+    rows = (folder / "resume" / "measurements.jsonl").read_bytes()
+    again = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
+    assert again.ok, again.message
+    kept = folder.with_name(folder.name + ".restarted-1")
+    assert (kept / "resume" / "measurements.jsonl").read_bytes() == rows   # the evidence stays
+    assert sorted(p.name for p in (kept / "checkpoints").iterdir()) == ["step-000001",
+                                                                       "step-000003"]
+    run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        folder.name, folder.name + ".restarted-1", folder.name + ".restarted-2"]

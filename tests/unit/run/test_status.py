@@ -176,3 +176,21 @@ def test_last_events_are_shown_in_time_order():
     shown = lines[lines.index("last events") + 1:]
     kinds = [line.split()[-1] for line in shown if line.strip()]
     assert kinds[-3:] == ["data_check", "checkpoint_saved", "started"]
+
+
+def test_one_long_run_id_at_80_columns_leaves_the_header_and_the_other_runs_whole():
+    long_id = "lora-r4-with-a-very-long-descriptive-name-f00dfeed01"       # 51 characters
+    runs = SNAPSHOT["runs"][:2] + [dict(SNAPSHOT["runs"][3], run_id=long_id, name="long",
+                                        status="pending")]
+    lines = status_lines(dict(SNAPSHOT, runs=runs), metric="macro_f1", width=80, now=NOW)
+    start = lines.index("runs")
+    assert lines[start:start + 9] == [
+        "runs",
+        "  RUN ID                  STATUS    MACRO_F1  WALL (s)  STARTED",
+        " essential",
+        "  control-2c7856a97f      finished    0.2989       7.9  05:07:19",
+        f"  {long_id}",
+        "    pending          -       0.0  05:07:27",
+        " exploratory",
+        "  control-nan-0123456789  stopped          -       3.1  2026-11-30 23:59",
+        "    non_finite_loss at step 3: loss is nan at step 3; the run stopped before it…"]

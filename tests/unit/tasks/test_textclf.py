@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from flightplan.corpus import load_corpus
 from flightplan.errors import SpecError, TrialStopped, VerificationFailed
 from flightplan.trial.trial import Trial
-from flightplan.spec import CorpusSection
+from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
 from flightplan.tasks.textclf.inference import EVAL_BATCH, length_batches, predict_probabilities
 from flightplan.tasks.textclf.loop import lr_factor
@@ -130,6 +130,42 @@ def test_a_base_with_another_hash_is_refused(lora_run, tmp_path):
     assert predict_main([str(artifact), "--out", str(tmp_path / "x.csv")]) == 1
     predictor = load_artifact(lora_run / "artifact")          # the untouched one loads
     assert predictor.labels == ["negative", "neutral", "positive"]
+
+
+def test_an_artifact_cannot_make_a_reload_import_a_module_that_ships_no_model(lora_run,
+                                                                              tmp_path):
+    """artifact.json names the base model's package, and a reload (as untrusted `verify`
+    runs it) imports that package: an installed package that is not a base model (here one
+    that leaves a mark when imported) is refused from its file list, never imported."""
+    from flightplan.tasks.reload import reload_argv
+
+    site = tmp_path / "site"
+    (site / "planted_pkg").mkdir(parents=True)
+    (site / "planted_pkg" / "__init__.py").write_text(
+        "import os\nopen(os.environ['PLANTED_MARK'], 'w').write('imported')\n")
+    info = site / "planted_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-pkg\nVersion: 1.0\n")
+    (info / "RECORD").write_text("planted_pkg/__init__.py,,\nplanted_pkg-1.0.dist-info/RECORD,,\n")
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    config = json.loads((lora_run / "artifact" / "artifact.json").read_text())
+    config["base_model"]["package"] = config["base_revision"]["package"] = "planted-pkg"
+    (artifact / "artifact.json").write_text(json.dumps(config))
+    (artifact / "model.safetensors").write_bytes((lora_run / "artifact" / "model.safetensors")
+                                                 .read_bytes())
+    mark = tmp_path / "imported.txt"
+    env = dict(os.environ, PYTHONPATH=str(site), PLANTED_MARK=str(mark))
+    done = subprocess.run(reload_argv("textclf", str(artifact), str(tmp_path / "out.csv")),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "'planted-pkg' is not a base-model package: its files hold no planted_pkg/ with " \
+           "model.safetensors and config.json" in done.stderr
+    assert not mark.exists()                             # nothing of it ran
+    from flightplan.tasks.textclf.model import model_dir
+    with pytest.raises(SpecError, match="'os' is not an installed package"):
+        model_dir(BaseModelSection(package="os"))
+    assert model_dir(BaseModelSection(**BASE)).joinpath("config.json").is_file()
 
 
 def test_predict_finds_a_path_corpus_above_the_artifact(lora_run, tmp_path):

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from close_fixture import FAKES, REVISION, T0, make_campaign
+from close_fixture import FAKES, T0, make_campaign
+from closefake.textclf import REVISION
 
 from flightplan.close.commands import close_campaign
 from flightplan.errors import VerificationFailed

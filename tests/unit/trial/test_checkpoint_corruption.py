@@ -142,3 +142,17 @@ def test_resume_requested_without_any_checkpoint_stops(tmp_path):
     assert record["value"] == 0
     assert "holds no finished one (partial saves removed: step-000003.tmp)" in record["message"]
     assert "run flightplan run CAMPAIGN_FILE --restart c" in record["message"]
+
+
+def test_the_no_usable_resume_stop_names_no_path_of_the_machine(tmp_path):
+    """The stop's message goes into stop.json, the measurement rows and results/."""
+    model, optimizer = _model()
+    trial = Trial.local(tmp_path, name="c", params={"k": 1}, resume=True)
+    trial.register(model, optimizer)
+    with pytest.raises(TrialStopped, match="no_usable_resume"):
+        trial.restore()
+    message = json.loads((tmp_path / "stop.json").read_text())["message"]
+    assert message.startswith("no usable checkpoint to resume from (this run saved checkpoints "
+                              "before, but its checkpoints/ folder "
+                              "holds no finished one")
+    assert "/" + tmp_path.parts[1] not in message and str(tmp_path) not in message

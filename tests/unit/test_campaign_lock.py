@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from flightplan.errors import LockHeld
-from flightplan.run.lock import CampaignLock, lock_holder
+from flightplan.campaign_lock import CampaignLock, lock_holder
 
 _HOLDER = """
 import sys, time
-from flightplan.run.lock import CampaignLock
+from flightplan.campaign_lock import CampaignLock
 with CampaignLock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(60)
