@@ -39,7 +39,8 @@ from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_again
                                      expense_rows)
 from flightplan.run.data_check import check_summary, run_data_check
 from flightplan.run.decision import DECISIONS, choose, cut_steps, replan_from_options
-from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
+from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult,
+                                               check_gpus)
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.run.lock import CampaignLock
@@ -454,7 +455,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             not a run.
         SpecError: the campaign has no ``[corpus]``.
         LockHeld: another ``flightplan run`` holds the campaign.
-        SpecError, CatalogError: the campaign does not plan.
+        SpecError, CatalogError: the campaign does not plan, or a run asks for more GPUs
+            than the executor's machine has (before anything is written).
     """
     if decide is not None and decide not in DECISIONS:
         raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
@@ -467,12 +469,14 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     catalog = catalog_for_spec(spec)           # read once for the whole command
     check_spec_against_catalog(spec, catalog)
     tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
+    executor = executor or LocalExecutor()
+    check_gpus(spec.runs, executor.gpu_limit(), source=spec.source)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             (observer(spec) if observer else contextlib.nullcontext()), \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
-                             executor=executor or LocalExecutor(),
+                             executor=executor,
                              console=console, board=board, quiet=quiet, past_end=past_end)
         campaign.prepare()
         campaign.restart(list(restart))

@@ -59,8 +59,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flightplan.durable import append_durable
 from flightplan.errors import ArgumentError, TransferError
-from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult, MeasurementTail,
-                                     RunProgress, left_execution, lost_execution)
+from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, Interruption, Job,
+                                               JobResult, MeasurementTail, RunProgress,
+                                               left_execution, lost_execution)
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import EXIT_PREEMPTED
 from flightplan.run.executors.ray_host import Delta, RunHost
@@ -72,9 +73,6 @@ __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"
 
 FLIGHT_RESOURCE = "flight"
 """Custom Ray resource that a CPU-only node declares once per run it may hold."""
-
-EXIT_NO_FLIGHT = 4
-"""Exit code given to a run that no flight of the cluster can hold any more."""
 
 EXIT_HOST_ERROR = 5
 """Exit code given to an execution whose flight-side host raised (e.g. a checkpoint sent
@@ -123,6 +121,12 @@ def _node_address(where: dict[str, Any]) -> str:
                  if n["NodeID"] == where["node_id"]), "?")
 
 
+def _needs_text(needs: dict[str, float]) -> str:
+    """``2 GPUs`` or ``1 flight``: what one execution holds, in words."""
+    return ", ".join(f"{amount:g} {'GPU' if name == 'GPU' else name}"
+                     f"{'s' if amount != 1 else ''}" for name, amount in needs.items())
+
+
 def _trial(job: Job) -> dict[str, Any]:
     return json.loads(job.trial_json.read_text(encoding="utf-8"))
 
@@ -137,8 +141,12 @@ class RayExecutor(Executor):
         env: extra environment variables for every worker.
         scratch: parent folder of the scratch folders on every flight (None: each node's
             ``$FLIGHTPLAN_SCRATCH`` or temp folder).
-        no_flight_s: how long a run waits for a flight that the cluster no longer has
-            (all lost) before it ends with :data:`EXIT_NO_FLIGHT`.
+        no_flight_s: how long a run waits for a flight that the cluster does not have
+            (all lost, or none with the GPUs it needs) before it ends with
+            :data:`~flightplan.run.executors.contract.EXIT_NO_FLIGHT`.
+        worker: the command that starts a worker on a flight, before the ``trial.json``
+            path (None: ``python -m flightplan.run.worker`` with the flight's Python;
+            tests substitute a fake worker).
 
     Raises:
         ArgumentError: (at ``run``) no cluster answers at ``address``, or it has neither
@@ -147,8 +155,9 @@ class RayExecutor(Executor):
 
     def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
                  env: dict[str, str] | None = None, scratch: str | None = None,
-                 no_flight_s: float = 120.0) -> None:
+                 no_flight_s: float = 120.0, worker: list[str] | None = None) -> None:
         self.address = address
+        self.worker = list(worker) if worker else None
         self.poll_s = poll_s
         self.env = dict(env or {})
         self.scratch = scratch
@@ -207,7 +216,7 @@ class RayExecutor(Executor):
         if node_id is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
         actor = ray.remote(RunHost).options(**options).remote(job.run_id, self.scratch,
-                                                              self.env)
+                                                              self.env, self.worker)
         trial = _trial(job)
         shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
         return _Execution(job, actor, actor.where.remote(),
@@ -420,9 +429,9 @@ class RayExecutor(Executor):
     def _no_flight(self, job: Job, needs: dict[str, float],
                    on_done: Callable[[JobResult], None] | None) -> JobResult:
         append_durable(job.run_dir / "log.txt",
-                       f"--- flightplan: no flight of the cluster has {needs} any more "
-                       f"(waited {self.no_flight_s:.0f} s); join a flight and run again to "
-                       f"resume ---\n".encode())
+                       f"--- flightplan: not started: no flight of the cluster has "
+                       f"{_needs_text(needs)} (waited {self.no_flight_s:.0f} s); join a "
+                       f"flight that has and run again to resume ---\n".encode())
         now = time.time()
         result = JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)
         if on_done:

@@ -76,13 +76,17 @@ class RunHost:
         scratch: parent of the scratch folder (default ``$FLIGHTPLAN_SCRATCH`` or the temp
             folder of the node).
         env: extra environment variables for the worker.
+        worker: the command before the ``trial.json`` path (None: ``python -m
+            flightplan.run.worker`` with this node's Python).
     """
 
-    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str]) -> None:
+    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str],
+                 worker: list[str] | None = None) -> None:
         root = scratch or os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()
         os.makedirs(root, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
         self.env = dict(env)
+        self.worker = list(worker) if worker else None
         self.proc: subprocess.Popen | None = None
         self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
         self._sent: set[str] = set()
@@ -114,7 +118,8 @@ class RunHost:
         env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
                    PYTHONUNBUFFERED="1")
         with open(self.dir / "log.txt", "ab") as log:
-            self.proc = subprocess.Popen(worker_argv(trial_json), stdout=log,
+            argv = [*self.worker, str(trial_json)] if self.worker else worker_argv(trial_json)
+            self.proc = subprocess.Popen(argv, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, cwd=str(self.dir),
                                          preexec_fn=die_with_parent)
