@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -163,11 +164,8 @@ class LocalExecutor(Executor):
             leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
         queue = list(jobs)
         free = list(range(self._gpus))          # GPUs no run holds
-        running: dict[int, tuple[Job, subprocess.Popen, float, MeasurementTail,
-                                 list[int]]] = {}       # by the order started
-        watches: dict[int, LeaveWatch] = {}
+        running: list[_Process] = []
         results: list[JobResult] = []
-        started_count = 0
 
         def ended(result: JobResult) -> None:
             results.append(result)
@@ -176,7 +174,7 @@ class LocalExecutor(Executor):
 
         try:
             while queue or running:
-                while queue and len(running) < self.slots:
+                while queue and len(running) < self.slots:   # start what fits, in order
                     job = queue[0]
                     if self._needs(job) > self._gpus:
                         ended(self._not_placeable(queue.pop(0)))
@@ -190,35 +188,54 @@ class LocalExecutor(Executor):
                     free = [d for d in free if d not in devices]
                     if on_start:
                         on_start(job)
-                    key = started_count = started_count + 1
-                    running[key] = (job, self._start(job, devices), time.time(),
-                                    MeasurementTail(job.run_dir), devices)
                     deadline = leave_by(job, LOCAL_FLIGHT) if leave_by else None
-                    if deadline is not None:
-                        watches[key] = LeaveWatch(deadline, job.run_dir, poll_s=self._poll_s)
-                for key, (job, proc, started, tail, devices) in list(running.items()):
-                    code = proc.poll()
-                    if on_progress:
-                        on_progress(job, tail.read())
-                    watch = watches.get(key)
+                    running.append(_Process(
+                        job, self._start(job, devices), time.time(),
+                        MeasurementTail(job.run_dir), devices,
+                        None if deadline is None else LeaveWatch(deadline, job.run_dir,
+                                                                 poll_s=self._poll_s)))
+                for process in list(running):
+                    code = process.check(on_progress)
                     if code is None:
-                        if watch is not None and watch.due(time.time()):
-                            watch.ask(proc.send_signal)
                         continue
-                    del running[key]
-                    free += devices
-                    watches.pop(key, None)
+                    running.remove(process)
+                    free += process.devices
                     if code == EXIT_PREEMPTED:
-                        info = left_execution(job, node=LOCAL_FLIGHT, started_at=started,
-                                              watch=watch)
+                        info = left_execution(process.job, node=LOCAL_FLIGHT,
+                                              started_at=process.started_at,
+                                              watch=process.watch)
                         if on_interrupted:
-                            on_interrupted(job, info)
+                            on_interrupted(process.job, info)
                         continue
-                    ended(JobResult(job.run_id, job.run_dir, code, started, time.time()))
+                    ended(JobResult(process.job.run_id, process.job.run_dir, code,
+                                    process.started_at, time.time()))
                 if running:
                     time.sleep(self._poll_s)
         finally:
-            for _, proc, _, _, _ in running.values():
-                proc.kill()
-                proc.wait()
+            for process in running:
+                process.proc.kill()
+                process.proc.wait()
         return results
+
+
+@dataclass
+class _Process:
+    """One worker process of :meth:`LocalExecutor.run`: its job, the process, its unix
+    start, its measurement tail, the GPUs it holds and its leave watch (or None)."""
+
+    job: Job
+    proc: subprocess.Popen
+    started_at: float
+    tail: MeasurementTail
+    devices: list[int]
+    watch: LeaveWatch | None
+
+    def check(self, on_progress: Callable[[Job, RunProgress], None] | None) -> int | None:
+        """Report progress, ask the worker to leave when its watch says so; the exit code
+        once it ended (read before the rows, so its last rows are read too), else None."""
+        code = self.proc.poll()
+        if on_progress:
+            on_progress(self.job, self.tail.read())
+        if code is None and self.watch is not None and self.watch.due(time.time()):
+            self.watch.ask(self.proc.send_signal)
+        return code

@@ -47,7 +47,9 @@ Usage::
 
 from __future__ import annotations
 
+import enum
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +80,26 @@ EXIT_HOST_ERROR = 5
 """Exit code given to an execution whose flight-side host raised (e.g. a checkpoint sent
 to it arrived damaged); the error is appended to the run's ``log.txt``."""
 
+class Phase(enum.Enum):
+    """Where one execution stands, seen from home; in each, one call to its actor is pending.
+
+    ::
+
+        PLACING ──where() answered, the runner admits it there──▶ STARTING
+           │ refused there: the actor goes, the job is placed again pinned elsewhere
+        STARTING ──start() answered (checkpoint sent, worker started)──▶ RUNNING
+        RUNNING ──poll() every poll_s; ends when a poll brings the worker's exit code
+
+    From any phase, a call that raises ends it: the host's own error (a result with
+    :data:`EXIT_HOST_ERROR`) or its actor or node gone (RUNNING: an interruption that
+    resumes elsewhere; before that: placed again, nothing lost).
+    """
+
+    PLACING = "placing"
+    STARTING = "starting"
+    RUNNING = "running"
+
+
 @dataclass
 class _Execution:
     """Home's view of one execution in flight."""
@@ -85,9 +107,8 @@ class _Execution:
     job: Job
     actor: Any
     ref: Any                      # the pending where(), start() or poll() call, or None
-    start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint)
-    placing: bool = True
-    admitted: bool = False        # the runner let it start where it was placed
+    start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint, figure)
+    phase: Phase = Phase.PLACING
     where: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
     last_poll: float = 0.0
@@ -99,6 +120,45 @@ class _Execution:
     def node(self) -> str:
         """``<node id[:12]> (<ip>)``."""
         return f"{str(self.where.get('node_id', '?'))[:12]} ({self.where.get('ip', '?')})"
+
+
+@dataclass
+class _Callbacks:
+    """The runner's callbacks of one :meth:`RayExecutor.run` (see :class:`Executor`)."""
+
+    on_start: Callable[[Job], None] | None = None
+    on_done: Callable[[JobResult], None] | None = None
+    on_progress: Callable[[Job, RunProgress], None] | None = None
+    on_interrupted: Callable[[Job, Interruption], None] | None = None
+    admit: Callable[[Job, str], bool] | None = None
+    leave_by: Callable[[Job, str], LeaveBy | None] | None = None
+
+
+@dataclass
+class _Loop:
+    """The state of one :meth:`RayExecutor.run`: jobs waiting (front first), executions
+    in flight, results so far, the flights each job was refused on, and since when the
+    job at the front has waited for a flight that the cluster does not have."""
+
+    calls: _Callbacks
+    queue: list[Job]
+    active: list[_Execution] = field(default_factory=list)
+    results: list[JobResult] = field(default_factory=list)
+    refused: dict[str, set[str]] = field(default_factory=dict)   # run id → node ids
+    waiting_since: float | None = None
+
+    def ended(self, result: JobResult) -> None:
+        """A job's execution ended with ``result``."""
+        self.results.append(result)
+        if self.calls.on_done:
+            self.calls.on_done(result)
+
+    def again(self, ex: _Execution, info: Interruption | None = None) -> None:
+        """``ex`` is over without its run ending: report ``info`` (an interruption) and put
+        the job back at the front of the queue."""
+        if info is not None and self.calls.on_interrupted:
+            self.calls.on_interrupted(ex.job, info)
+        self.queue.insert(0, ex.job)
 
 
 def _row(run_dir: Path, step: int, **fields: Any) -> None:
@@ -178,7 +238,7 @@ class RayExecutor(Executor):
         self._connected = True
         try:
             ray.init(address=self.address or "auto", log_to_driver=False,
-                     logging_level="WARNING", configure_logging=False)
+                     logging_level=logging.WARNING, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ArgumentError(
                 f"--address {self.address or '(none: $RAY_ADDRESS or auto)'}: no Ray cluster "
@@ -215,8 +275,8 @@ class RayExecutor(Executor):
             options["resources"] = needs
         if node_id is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        actor = ray.remote(RunHost).options(**options).remote(job.run_id, self.scratch,
-                                                              self.env, self.worker)
+        host: Any = ray.remote(RunHost)     # an actor class (Ray's stubs type it as the class)
+        actor = host.options(**options).remote(job.run_id, self.scratch, self.env, self.worker)
         trial = _trial(job)
         shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
         return _Execution(job, actor, actor.where.remote(),
@@ -257,6 +317,7 @@ class RayExecutor(Executor):
         self._transfers.add(size, committed - asked_at, delta.wait_s)
 
     def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
+        assert delta.exit_code is not None
         code = int(delta.exit_code)
         try:
             commit_outputs(ex.job.run_dir, delta.outputs)
@@ -304,115 +365,125 @@ class RayExecutor(Executor):
             leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
         self._connect()
         self._check_cluster()
-        queue = list(jobs)
-        active: list[_Execution] = []
-        results: list[JobResult] = []
-        refused: dict[str, set[str]] = {}     # run id → node ids the runner refused it on
-        waiting_since: float | None = None
+        loop = _Loop(_Callbacks(on_start, on_done, on_progress, on_interrupted, admit,
+                                leave_by), list(jobs))
         try:
-            while queue or active:
-                if queue and not any(e.placing for e in active):
-                    needs = self._needs(queue[0])
-                    pinned = None
-                    if refused.get(queue[0].run_id):
-                        pinned = self._other_flight(queue[0], refused[queue[0].run_id])
-                        if pinned is None:
-                            append_durable(queue.pop(0).run_dir / "log.txt",
-                                           b"--- flightplan: not started: no flight left "
-                                           b"where it can finish before the package ends "
-                                           b"(flightplan status says why) ---\n")
-                            continue
-                    if self._has(ray.available_resources(), needs):
-                        active.append(self._launch(queue.pop(0), pinned))
-                        waiting_since = None
-                    elif not active and not self._has(ray.cluster_resources(), needs):
-                        waiting_since = waiting_since or time.time()
-                        if time.time() - waiting_since > self.no_flight_s:
-                            results.append(self._no_flight(queue.pop(0), needs, on_done))
-                            waiting_since = None
-                            continue
+            while loop.queue or loop.active:
+                self._place(loop)
                 now = time.time()
-                for ex in active:
-                    if ex.ref is None and now - ex.last_poll >= self.poll_s:
+                for ex in loop.active:
+                    if ex.phase is Phase.RUNNING and ex.ref is None \
+                            and now - ex.last_poll >= self.poll_s:
                         ex.last_poll = now
                         ex.ref = ex.actor.poll.remote(self._transfers.figure())
-                refs = [e.ref for e in active if e.ref is not None]
+                refs = [e.ref for e in loop.active if e.ref is not None]
                 if not refs:
                     time.sleep(self.poll_s)
                     continue
                 ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_s)
-                for ex in [e for e in active if e.ref in ready]:
-                    ref, ex.ref = ex.ref, None
-                    try:
-                        value = ray.get(ref)
-                    except RayTaskError as exc:  # the host raised: this execution failed
-                        active.remove(ex)
-                        result = self._host_error(ex, exc)
-                        results.append(result)
-                        if on_done:
-                            on_done(result)
-                        continue
-                    except RayError as exc:  # actor or node gone: the flight was lost
-                        active.remove(ex)
-                        if not ex.placing:
-                            info = self._lost(ex, exc)
-                            if on_interrupted:
-                                on_interrupted(ex.job, info)
-                        else:
-                            ray.kill(ex.actor)
-                        queue.insert(0, ex.job)
-                        continue
-                    if not ex.admitted:
-                        ex.where = dict(value, ip=_node_address(value))
-                        if admit and not admit(ex.job, ex.node):
-                            active.remove(ex)
-                            refused.setdefault(ex.job.run_id, set()).add(value["node_id"])
-                            ray.kill(ex.actor)
-                            queue.insert(0, ex.job)
-                            continue
-                        ex.admitted, ex.ref = True, ex.actor.start.remote(*ex.start_args)
-                        deadline = leave_by(ex.job, ex.node) if leave_by else None
-                        if deadline is not None:
-                            ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
-                        continue
-                    if ex.placing:
-                        ex.placing, ex.where = False, dict(value, ip=_node_address(value))
-                        ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
-                        append_durable(ex.job.run_dir / "log.txt",
-                                       f"--- flightplan worker started "
-                                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')} on node "
-                                       f"{ex.node}, host {value['host']}, scratch "
-                                       f"{value['scratch']} ---\n".encode())
-                        if on_start:
-                            on_start(ex.job)
-                        continue
-                    self._absorb(ex, value, ex.last_poll)
-                    if on_progress:
-                        on_progress(ex.job, ex.tail.read())
-                    if value.exit_code == EXIT_PREEMPTED:  # its checkpoint came with it
-                        active.remove(ex)
-                        info = self._left(ex)
-                        if on_interrupted:
-                            on_interrupted(ex.job, info)
-                        refused.setdefault(ex.job.run_id, set()).add(ex.where["node_id"])
-                        queue.insert(0, ex.job)
-                        continue
-                    if value.exit_code is None and ex.watch is not None \
-                            and ex.watch.due(time.time()):
-                        ex.watch.ask(ex.actor.leave.remote)
-                    if value.exit_code is not None:
-                        active.remove(ex)
-                        result = self._finish(ex, value)
-                        results.append(result)
-                        if on_done:
-                            on_done(result)
+                for ex in [e for e in loop.active if e.ref in ready]:
+                    self._answer(loop, ex)
         finally:
-            for ex in active:
+            for ex in loop.active:
                 try:
                     ray.kill(ex.actor)
                 except RayError:
                     pass
-        return results
+        return loop.results
+
+    def _place(self, loop: _Loop) -> None:
+        """Launch the job at the front of the queue when no other is being placed and a
+        flight has what it needs; drop the jobs no flight is left for on the way."""
+        while loop.queue and not any(e.phase is not Phase.RUNNING for e in loop.active):
+            job = loop.queue[0]
+            needs = self._needs(job)
+            pinned = None
+            if loop.refused.get(job.run_id):
+                pinned = self._other_flight(job, loop.refused[job.run_id])
+                if pinned is None:
+                    append_durable(loop.queue.pop(0).run_dir / "log.txt",
+                                   b"--- flightplan: not started: no flight left where it "
+                                   b"can finish before the package ends (flightplan status "
+                                   b"says why) ---\n")
+                    continue
+            if self._has(ray.available_resources(), needs):
+                loop.active.append(self._launch(loop.queue.pop(0), pinned))
+                loop.waiting_since = None
+            elif not loop.active and not self._has(ray.cluster_resources(), needs):
+                loop.waiting_since = loop.waiting_since or time.time()
+                if time.time() - loop.waiting_since > self.no_flight_s:
+                    loop.ended(self._no_flight(loop.queue.pop(0), needs))
+                    loop.waiting_since = None
+                    continue
+            return
+
+    def _answer(self, loop: _Loop, ex: _Execution) -> None:
+        """Take the answer of ``ex``'s pending call and move it on (:class:`Phase`)."""
+        ref, ex.ref = ex.ref, None
+        try:
+            value = ray.get(ref)
+        except RayTaskError as exc:  # the host raised: this execution failed
+            loop.active.remove(ex)
+            loop.ended(self._host_error(ex, exc))
+            return
+        except RayError as exc:  # actor or node gone: the flight was lost
+            loop.active.remove(ex)
+            if ex.phase is Phase.RUNNING:
+                loop.again(ex, self._lost(ex, exc))
+            else:
+                ray.kill(ex.actor)
+                loop.again(ex)
+            return
+        if ex.phase is Phase.PLACING:
+            self._placed(loop, ex, value)
+        elif ex.phase is Phase.STARTING:
+            self._started(loop, ex, value)
+        else:
+            self._polled(loop, ex, value)
+
+    def _placed(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
+        """PLACING → STARTING when the runner admits the job on the flight Ray chose; else
+        the actor goes and the job is placed again, not on that flight."""
+        ex.where = dict(where, ip=_node_address(where))
+        admit = loop.calls.admit
+        if admit and not admit(ex.job, ex.node):
+            loop.active.remove(ex)
+            loop.refused.setdefault(ex.job.run_id, set()).add(where["node_id"])
+            ray.kill(ex.actor)
+            loop.again(ex)
+            return
+        ex.phase, ex.ref = Phase.STARTING, ex.actor.start.remote(*ex.start_args)
+        deadline = loop.calls.leave_by(ex.job, ex.node) if loop.calls.leave_by else None
+        if deadline is not None:
+            ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
+
+    def _started(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
+        """STARTING → RUNNING: the worker runs on the flight."""
+        ex.phase, ex.where = Phase.RUNNING, dict(where, ip=_node_address(where))
+        ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
+        append_durable(ex.job.run_dir / "log.txt",
+                       f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
+                       f"on node {ex.node}, host {where['host']}, scratch "
+                       f"{where['scratch']} ---\n".encode())
+        if loop.calls.on_start:
+            loop.calls.on_start(ex.job)
+
+    def _polled(self, loop: _Loop, ex: _Execution, delta: Delta) -> None:
+        """RUNNING: take what came home; the execution ends with the worker's exit."""
+        assert ex.tail is not None
+        self._absorb(ex, delta, ex.last_poll)
+        if loop.calls.on_progress:
+            loop.calls.on_progress(ex.job, ex.tail.read())
+        if delta.exit_code == EXIT_PREEMPTED:  # its checkpoint came with it
+            loop.active.remove(ex)
+            info = self._left(ex)
+            loop.refused.setdefault(ex.job.run_id, set()).add(ex.where["node_id"])
+            loop.again(ex, info)
+        elif delta.exit_code is not None:
+            loop.active.remove(ex)
+            loop.ended(self._finish(ex, delta))
+        elif ex.watch is not None and ex.watch.due(time.time()):
+            ex.watch.ask(ex.actor.leave.remote)
 
     def _host_error(self, ex: _Execution, exc: RayTaskError) -> JobResult:
         append_durable(ex.job.run_dir / "log.txt",
@@ -426,14 +497,10 @@ class RayExecutor(Executor):
         return JobResult(ex.job.run_id, ex.job.run_dir, EXIT_HOST_ERROR, ex.started_at or now,
                          now, node=ex.node)
 
-    def _no_flight(self, job: Job, needs: dict[str, float],
-                   on_done: Callable[[JobResult], None] | None) -> JobResult:
+    def _no_flight(self, job: Job, needs: dict[str, float]) -> JobResult:
         append_durable(job.run_dir / "log.txt",
                        f"--- flightplan: not started: no flight of the cluster has "
                        f"{_needs_text(needs)} (waited {self.no_flight_s:.0f} s); join a "
                        f"flight that has and run again to resume ---\n".encode())
         now = time.time()
-        result = JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)
-        if on_done:
-            on_done(result)
-        return result
+        return JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)
