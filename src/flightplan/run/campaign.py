@@ -366,6 +366,8 @@ class _Campaign:
 
         def interrupted(job: Job, info: Interruption) -> None:
             self.recorder.interrupted(by_id[job.run_id], info)
+            if info.cause == "flight_lost":
+                self.rental.lost(info.node, at=info.at, reason=info.reason)
             if info.cause != "flight_lost":
                 self.say(f"{by_id[job.run_id].run.name} ({job.run_id}): left flight "
                          f"{info.node} after {info.steps_done} steps with {info.checkpoint} "
@@ -457,6 +459,9 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         LockHeld: another ``flightplan run`` holds the campaign.
         SpecError, CatalogError: the campaign does not plan, or a run asks for more GPUs
             than the executor's machine has (before anything is written).
+        InputError: the executor cannot or must not reach where runs execute (a Ray head
+            that does not answer, or without token authentication on a network not stated
+            trusted), before anything is written.
     """
     if decide is not None and decide not in DECISIONS:
         raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
@@ -470,6 +475,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     check_spec_against_catalog(spec, catalog)
     tasks = {run.name: load_run_task(run, spec) for run in spec.runs}
     executor = executor or LocalExecutor()
+    joined = executor.connect()
     check_gpus(spec.runs, executor.gpu_limit(), source=spec.source)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
@@ -479,6 +485,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                              executor=executor,
                              console=console, board=board, quiet=quiet, past_end=past_end)
         campaign.prepare()
+        if joined is not None:
+            ledger.add_event("cluster_joined", data=joined.to_json())
         campaign.restart(list(restart))
         report = campaign.data_check()
         if isinstance(report, CampaignOutcome):

@@ -33,7 +33,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from flightplan.durable import append_durable, write_json_atomic
 from flightplan.errors import SpecError
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from flightplan.spec import Run
 
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
-           "GpuLimit", "worker_argv", "lost_execution", "left_execution", "check_gpus",
+           "GpuLimit", "ClusterJoined", "worker_argv", "lost_execution", "left_execution", "check_gpus",
            "WORKER_MODULE", "EXIT_NO_FLIGHT"]
 
 WORKER_MODULE = "flightplan.run.worker"
@@ -257,6 +257,42 @@ def check_gpus(runs: Sequence[Run], limit: GpuLimit | None, *, source: str | Non
                 file=source, field=f"run[{index}].gpus", value=run.gpus)
 
 
+@dataclass(frozen=True)
+class ClusterJoined:
+    """The cluster this invocation's runs execute on, as the ledger records it (event
+    ``cluster_joined``; ``flightplan status`` shows the latest).
+
+    Attributes:
+        address: the head's ``HOST:PORT``.
+        loopback: reachable from this machine only.
+        token: the head refuses callers without the cluster's token (Ray's token
+            authentication).
+        trusted_network: the user stated that only their machines can reach it
+            (``--trusted-network``).
+    """
+
+    address: str
+    loopback: bool
+    token: bool
+    trusted_network: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """``{address, loopback, token, trusted_network}``."""
+        return {"address": self.address, "loopback": self.loopback, "token": self.token,
+                "trusted_network": self.trusted_network}
+
+    def line(self) -> str:
+        """One line: where, and who else can call it."""
+        who = "token authentication" if self.token else "no token authentication"
+        if self.loopback:
+            where = "loopback only"
+        elif self.trusted_network:
+            where = "network stated trusted (--trusted-network)"
+        else:
+            where = "reachable from the network"
+        return f"ray cluster {self.address}: {who}, {where}"
+
+
 class Executor(ABC):
     """Carries out runs. ``run`` blocks until every job ended; callbacks run in the
     caller's thread, so they may write the ledger."""
@@ -293,6 +329,18 @@ class Executor(ABC):
             One result per job that ended, in the order they ended.
         """
 
+
+    def connect(self) -> ClusterJoined | None:
+        """Reach where the runs execute, before the runner writes anything (idempotent).
+
+        Returns:
+            The cluster joined (the runner records it in the ledger), or None when runs
+            execute on this machine.
+
+        Raises:
+            InputError: it cannot or must not be reached; one line with the fix.
+        """
+        return None
 
     def gpu_limit(self) -> GpuLimit | None:
         """The most GPUs one run can hold, when known before any run starts (None by

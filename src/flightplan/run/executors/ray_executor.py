@@ -47,9 +47,11 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +63,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flightplan.durable import append_durable
 from flightplan.errors import ArgumentError, TransferError
-from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, Interruption, Job,
-                                               JobResult, MeasurementTail, RunProgress,
-                                               left_execution, lost_execution)
+from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, ClusterJoined, Executor,
+                                               Interruption, Job, JobResult, MeasurementTail,
+                                               RunProgress, left_execution, lost_execution)
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import EXIT_PREEMPTED
+from flightplan.run.executors.ray_head import check_head, join_settings
 from flightplan.run.executors.ray_host import Delta, RunHost
 from flightplan.run.executors.transfer import (blob_bytes, commit_checkpoint, commit_outputs,
                                      latest_checkpoint)
@@ -195,7 +198,7 @@ class RayExecutor(Executor):
     """Runs on the nodes of a Ray cluster (see the module docstring).
 
     Args:
-        address: the cluster's ``HOST:PORT`` (None: ``$RAY_ADDRESS``, or a cluster this
+        address: the head's ``HOST:PORT`` (None: ``$RAY_ADDRESS``, or a cluster this
             process already joined).
         poll_s: seconds between polls of each execution.
         env: extra environment variables for every worker.
@@ -208,42 +211,74 @@ class RayExecutor(Executor):
             path (None: ``python -m flightplan.run.worker`` with the flight's Python;
             tests substitute a fake worker).
 
+        trusted_network: join a head without token authentication that the network can
+            reach (the user stated that only their machines can reach it).
+
     Raises:
-        ArgumentError: (at ``run``) no cluster answers at ``address``, or it has neither
-            GPUs nor the ``flight`` resource.
+        ArgumentError: (at :meth:`connect` or ``run``) no cluster answers at ``address``,
+            its head refuses this driver's token, it has no token authentication and the
+            network is not stated trusted, or it has neither GPUs nor the ``flight``
+            resource.
     """
 
     def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
                  env: dict[str, str] | None = None, scratch: str | None = None,
-                 no_flight_s: float = 120.0, worker: list[str] | None = None) -> None:
+                 no_flight_s: float = 120.0, worker: list[str] | None = None,
+                 trusted_network: bool = False) -> None:
         self.address = address
         self.worker = list(worker) if worker else None
         self.poll_s = poll_s
         self.env = dict(env or {})
         self.scratch = scratch
         self.no_flight_s = no_flight_s
+        self.trusted_network = trusted_network
         self._connected = False
+        self._joined: ClusterJoined | None = None
+        self._settings = contextlib.ExitStack()
         self._transfers = TransferTally()   # every checkpoint that came home through it
 
     def close(self) -> None:
-        """Leave the cluster if :meth:`run` joined it (this process's actors end with it)."""
+        """Leave the cluster if :meth:`connect` joined it (this process's actors end with
+        it)."""
         if self._connected and ray.is_initialized():
             ray.shutdown()
         self._connected = False
+        self._joined = None
+        self._settings.close()
 
     # -- the cluster -------------------------------------------------------------------
-    def _connect(self) -> None:
-        if ray.is_initialized():
-            return
-        self._connected = True
+    def connect(self) -> ClusterJoined | None:
+        """Join the cluster at ``address`` (else ``$RAY_ADDRESS``) once its head was checked
+        (:func:`~flightplan.run.executors.ray_head.check_head`: something answers; a head
+        without token authentication that the network can reach only with
+        ``trusted_network``); nothing when this process already joined one.
+
+        Returns:
+            What was found about the head (the runner records it), or None when this
+            process had joined a cluster itself.
+
+        Raises:
+            ArgumentError: no address; the head check refused it; Ray could not join it.
+        """
+        if self._joined is not None or (ray.is_initialized() and not self._connected):
+            return self._joined
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise ArgumentError("--executor ray: no head address; give --address HOST:PORT "
+                                "(or [execution] address, or $RAY_ADDRESS)")
+        joined = check_head(address, trusted_network=self.trusted_network)
+        self._settings.enter_context(join_settings(joined))
         try:
-            ray.init(address=self.address or "auto", log_to_driver=False,
-                     logging_level=logging.WARNING, configure_logging=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                     configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            self._settings.close()
             raise ArgumentError(
-                f"--address {self.address or '(none: $RAY_ADDRESS or auto)'}: no Ray cluster "
-                f"answers ({str(exc).splitlines()[0]}); start the head with `ray start --head "
-                f"--node-ip-address HOST --port 6379` and give HOST:6379") from None
+                f"--address {address}: the Ray head answers but this driver could not join "
+                f"it ({str(exc).splitlines()[0]}); check that it runs Ray "
+                f"{ray.__version__}, as here") from None
+        self._connected, self._joined = True, joined
+        return joined
 
     def _needs(self, job: Job) -> dict[str, float]:
         """The resources one execution of ``job`` holds."""
@@ -363,7 +398,7 @@ class RayExecutor(Executor):
             on_interrupted: Callable[[Job, Interruption], None] | None = None,
             admit: Callable[[Job, str], bool] | None = None,
             leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
-        self._connect()
+        self.connect()
         self._check_cluster()
         loop = _Loop(_Callbacks(on_start, on_done, on_progress, on_interrupted, admit,
                                 leave_by), list(jobs))

@@ -2,8 +2,8 @@
 this suite passes on it.
 
 Each case runs against the local executor and against the Ray executor on a real
-loopback cluster (a head and two flights, ``tests/fixtures/ray_cluster.py``, started once
-for the module), with the fake worker of ``tests/fixtures/fake_worker.py`` (no torch):
+loopback cluster with token authentication (a head and two flights, ``conftest.py``,
+started once for the session), with the fake worker of ``tests/fixtures/fake_worker.py`` (no torch):
 a run starts and finishes; a rule stops one; a killed runner leaves no worker behind; a
 run asked to leave before its flight's package ends comes home with its checkpoint; a run
 holding N GPUs gets N of its own (a fake two-GPU machine: the local executor's GPU count
@@ -36,26 +36,11 @@ WAIT_S = 120
 """Longer than any case takes on a loaded machine: a safety net, not a speed check."""
 
 sys.path.insert(0, str(FIXTURES))
-from ray_cluster import loopback_cluster, remove_node  # noqa: E402 (fixtures put on the path)
+from ray_cluster import remove_node  # noqa: E402 (fixtures put on the path)
 
 
 def _fake_argv(trial_json: Path) -> list[str]:
     return [sys.executable, str(FAKE_WORKER), str(trial_json)]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    """The loopback cluster, joined by this process once for the module."""
-    pytest.importorskip("ray", reason="Requires: ray (flightplan[ray])")
-    import ray
-
-    with loopback_cluster(flights=2) as made:
-        ray.init(address=made[0].address, log_to_driver=False, logging_level="WARNING",
-                 configure_logging=False)
-        try:
-            yield made
-        finally:
-            ray.shutdown()
 
 
 Make = Callable[..., Executor]
