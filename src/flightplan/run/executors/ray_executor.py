@@ -12,11 +12,15 @@ One execution, seen from home::
 
     trial.json + latest verified checkpoint ──▶ RunHost.start (scratch folder on the flight,
                                                   python -m flightplan.run.worker)
-    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the newest committed
-                                     checkpoint not yet home, and at the end every output
-    home: rows appended; checkpoint committed after hash checks (run/executors/transfer.py), with a
-          ``checkpoint_transfer`` row {name, bytes, wait_s, fetch_s, commit_s, node}; outputs
-          committed, done.json/stop.json last
+    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the next chunk of the
+                   (rewinds)        newest checkpoint not yet home (as it is written), and,
+                                     once every committed checkpoint is home, the exit code
+                                     and every output; while checkpoint data waits, polls go
+                                     at once, DEPTH in flight (run/executors/stream.py)
+    home: rows appended; chunks written and hash-checked as they come, the checkpoint
+          committed at its manifest, with a ``checkpoint_transfer`` row {name, bytes,
+          wait_s, fetch_s, commit_s, stream_s, resent_bytes, node}; outputs committed
+          after hash checks (run/executors/transfer.py), done.json/stop.json last
 
 The transfers this executor measured (every run's, the pilot's too) go to the flight with
 ``start`` and each ``poll`` as one figure, kept in ``<scratch>/transfer.json`` for the
@@ -62,6 +66,7 @@ from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flightplan.durable import append_durable
+from flightplan.rundir import RunDir
 from flightplan.errors import ArgumentError, TransferError
 from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, ClusterJoined, Executor,
                                                Interruption, Job, JobResult, MeasurementTail,
@@ -70,8 +75,9 @@ from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import EXIT_PREEMPTED
 from flightplan.run.executors.ray_head import check_head, join_settings
 from flightplan.run.executors.ray_host import Delta, RunHost
-from flightplan.run.executors.transfer import (blob_bytes, commit_checkpoint, commit_outputs,
-                                     latest_checkpoint)
+from flightplan.run.executors.stream import (DEPTH, CheckpointReceiver, Outcome, Rewind,
+                                             checkpoint_name)
+from flightplan.run.executors.transfer import commit_outputs, latest_checkpoint
 from flightplan.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"]
@@ -109,9 +115,13 @@ class _Execution:
 
     job: Job
     actor: Any
-    ref: Any                      # the pending where(), start() or poll() call, or None
+    ref: Any                      # the pending where() or start() call, or None
+    receiver: CheckpointReceiver
     start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint, figure)
     phase: Phase = Phase.PLACING
+    polls: list[tuple[Any, float]] = field(default_factory=list)  # (poll(), unix asked)
+    rewinds: list[Rewind] = field(default_factory=list)   # for the next poll
+    streaming: bool = False       # checkpoint data waits on the flight: ask at once
     where: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
     last_poll: float = 0.0
@@ -164,7 +174,7 @@ class _Loop:
         self.queue.insert(0, ex.job)
 
 
-def _row(run_dir: Path, step: int, **fields: Any) -> None:
+def _row(run_dir: Path, step: int | None, **fields: Any) -> None:
     """Append one home-made row (``event`` …) to the run's ``measurements.jsonl``."""
     row = {"step": step, "time": time.time(), **fields}
     append_durable(run_dir / "measurements.jsonl", (json.dumps(row) + "\n").encode())
@@ -182,6 +192,14 @@ def _node_address(where: dict[str, Any]) -> str:
     """The address the node joined the cluster with (what Ray binds), from the GCS."""
     return next((n["NodeManagerAddress"] for n in ray.nodes()
                  if n["NodeID"] == where["node_id"]), "?")
+
+
+def _awaited(ex: _Execution) -> Any:
+    """The call of ``ex`` to wait for: its oldest poll while it runs (answers come in
+    order), else its where() or start(); None when none is pending."""
+    if ex.phase is Phase.RUNNING:
+        return ex.polls[0][0] if ex.polls else None
+    return ex.ref
 
 
 def _needs_text(needs: dict[str, float]) -> str:
@@ -314,7 +332,9 @@ class RayExecutor(Executor):
         actor = host.options(**options).remote(job.run_id, self.scratch, self.env, self.worker)
         trial = _trial(job)
         shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
+        keep = (trial.get("checkpoint") or {}).get("keep_last")
         return _Execution(job, actor, actor.where.remote(),
+                          CheckpointReceiver(job.run_dir / RunDir.CHECKPOINTS, keep_last=keep),
                           start_args=(job.trial_json.read_bytes(), shipped,
                                       self._transfers.figure()))
 
@@ -327,29 +347,41 @@ class RayExecutor(Executor):
 
     # -- one execution's deltas ----------------------------------------------------------
     def _absorb(self, ex: _Execution, delta: Delta, asked_at: float) -> None:
+        """Append the new rows and log home; write the chunks that came (their rewinds go
+        with the next poll); each checkpoint committed gets a ``checkpoint_transfer`` row
+        (:mod:`flightplan.transfer_time`): ``wait_s`` on the flight from durable there to
+        its last chunk, ``fetch_s`` for the poll that brought it, ``commit_s`` for the
+        checks, fsync and rename, ``stream_s`` from asking for its first chunk to durable
+        at home, ``resent_bytes``."""
         run_dir = ex.job.run_dir
-        append_durable(run_dir / "measurements.jsonl", delta.measurements)
-        append_durable(run_dir / "log.txt", delta.log)
+        append_durable(run_dir / RunDir.MEASUREMENTS, delta.measurements)
+        append_durable(run_dir / RunDir.LOG, delta.log)
         if b'"checkpoint"' in delta.measurements:
             ex.saved_any = ex.saved_any or any(_is_save(line)
                                                for line in delta.measurements.splitlines())
-        if delta.checkpoint is None:
-            return
-        name, blobs = delta.checkpoint
+        ex.streaming = delta.pending or bool(delta.chunks)
         fetched = time.time()
-        keep = (_trial(ex.job).get("checkpoint") or {}).get("keep_last")
-        try:
-            commit_checkpoint(run_dir / "checkpoints", name, blobs, keep_last=keep)
-        except TransferError as exc:
-            _row(run_dir, int(name[5:]), event="checkpoint_transfer_failed", name=name,
-                 error=str(exc), node=ex.node)
-            return
-        committed = time.time()
-        size = blob_bytes(blobs)
-        _row(run_dir, int(name[5:]), event="checkpoint_transfer", name=name, bytes=size,
-             wait_s=delta.wait_s, fetch_s=fetched - asked_at, commit_s=committed - fetched,
-             node=ex.node)
-        self._transfers.add(size, committed - asked_at, delta.wait_s)
+        for chunk in delta.chunks:
+            try:
+                outcome = ex.receiver.take(chunk, asked_at=asked_at)
+            except TransferError as exc:
+                ex.receiver.abandon()
+                outcome = Outcome(refused=str(exc))
+            if outcome.rewind is not None:
+                ex.rewinds.append(outcome.rewind)
+            if outcome.refused is not None:
+                _row(run_dir, None, event="checkpoint_transfer_failed", name=chunk.name[:80],
+                     error=outcome.refused, node=ex.node)
+            done = outcome.committed
+            if done is None:
+                continue
+            now = time.time()
+            stream_s, trip = now - done.first_asked_at, done.waited_s + now - asked_at
+            _row(run_dir, checkpoint_name(done.name), event="checkpoint_transfer",
+                 name=done.name, bytes=done.bytes, wait_s=done.waited_s,
+                 fetch_s=fetched - asked_at, commit_s=now - fetched, stream_s=stream_s,
+                 resent_bytes=done.resent_bytes, node=ex.node)
+            self._transfers.add(done.bytes, stream_s, done.waited_s, trip_s=trip)
 
     def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
         assert delta.exit_code is not None
@@ -407,17 +439,17 @@ class RayExecutor(Executor):
                 self._place(loop)
                 now = time.time()
                 for ex in loop.active:
-                    if ex.phase is Phase.RUNNING and ex.ref is None \
-                            and now - ex.last_poll >= self.poll_s:
-                        ex.last_poll = now
-                        ex.ref = ex.actor.poll.remote(self._transfers.figure())
-                refs = [e.ref for e in loop.active if e.ref is not None]
-                if not refs:
+                    if ex.phase is Phase.RUNNING:
+                        self._ask(ex, now)
+                awaited = {ref: ex for ex in loop.active if (ref := _awaited(ex)) is not None}
+                if not awaited:
                     time.sleep(self.poll_s)
                     continue
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_s)
-                for ex in [e for e in loop.active if e.ref in ready]:
-                    self._answer(loop, ex)
+                ready, _ = ray.wait(list(awaited), num_returns=len(awaited),
+                                   timeout=self.poll_s)
+                for ref in ready:
+                    if awaited[ref] in loop.active:
+                        self._answer(loop, awaited[ref])
         finally:
             for ex in loop.active:
                 try:
@@ -452,9 +484,21 @@ class RayExecutor(Executor):
                     continue
             return
 
+    def _ask(self, ex: _Execution, now: float) -> None:
+        """Poll a running execution: every ``poll_s``, or while checkpoint data waits on
+        the flight at once, with up to :data:`~flightplan.run.executors.stream.DEPTH`
+        polls in flight (the flight cuts the next chunk while home writes this one)."""
+        depth = DEPTH if ex.streaming else 1
+        while len(ex.polls) < depth and (ex.streaming or now - ex.last_poll >= self.poll_s):
+            ex.polls.append((ex.actor.poll.remote(self._transfers.figure(), ex.rewinds), now))
+            ex.rewinds, ex.last_poll = [], now
+
     def _answer(self, loop: _Loop, ex: _Execution) -> None:
-        """Take the answer of ``ex``'s pending call and move it on (:class:`Phase`)."""
-        ref, ex.ref = ex.ref, None
+        """Take the answer of ``ex``'s oldest pending call and move it on (:class:`Phase`)."""
+        if ex.phase is Phase.RUNNING:
+            ref, asked_at = ex.polls.pop(0)
+        else:
+            ref, ex.ref, asked_at = ex.ref, None, 0.0
         try:
             value = ray.get(ref)
         except RayTaskError as exc:  # the host raised: this execution failed
@@ -474,7 +518,7 @@ class RayExecutor(Executor):
         elif ex.phase is Phase.STARTING:
             self._started(loop, ex, value)
         else:
-            self._polled(loop, ex, value)
+            self._polled(loop, ex, value, asked_at)
 
     def _placed(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
         """PLACING → STARTING when the runner admits the job on the flight Ray chose; else
@@ -503,10 +547,11 @@ class RayExecutor(Executor):
         if loop.calls.on_start:
             loop.calls.on_start(ex.job)
 
-    def _polled(self, loop: _Loop, ex: _Execution, delta: Delta) -> None:
-        """RUNNING: take what came home; the execution ends with the worker's exit."""
+    def _polled(self, loop: _Loop, ex: _Execution, delta: Delta, asked_at: float) -> None:
+        """RUNNING: take what came home; the execution ends with the worker's exit (which
+        the flight reports once every committed checkpoint is home)."""
         assert ex.tail is not None
-        self._absorb(ex, delta, ex.last_poll)
+        self._absorb(ex, delta, asked_at)
         if loop.calls.on_progress:
             loop.calls.on_progress(ex.job, ex.tail.read())
         if delta.exit_code == EXIT_PREEMPTED:  # its checkpoint came with it
