@@ -12,9 +12,10 @@ machine without one, runs compute on the CPU whatever ``gpus`` says, as many at 
 the cores allow, each with ``$FLIGHTPLAN_TORCH_THREADS`` threads
 (:func:`flightplan.trial.accelerator.cpu_slots`). Each run computes alone in its own process
 with its recorded thread count, so running side by side changes no result. A worker dies
-with the runner (``PR_SET_PDEATHSIG`` on Linux), so a killed runner never leaves a process
-writing into a run directory that the next runner resumes, and ignores SIGINT: a Ctrl-C in
-the terminal stops the runner, which kills its workers on the way out.
+with the runner (``PR_SET_PDEATHSIG`` on Linux, set by the worker itself before it starts:
+:mod:`flightplan.run.executors.tether`), so a killed runner never leaves a process writing
+into a run directory that the next runner resumes, and ignores SIGINT: a Ctrl-C in the
+terminal stops the runner, which kills its workers on the way out.
 
 Usage::
 
@@ -24,11 +25,8 @@ Usage::
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,15 +38,15 @@ from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, GpuLimi
                                                Interruption, Job, JobResult, MeasurementTail,
                                                RunProgress, left_execution, worker_argv)
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
+from flightplan.run.executors.tether import tethered
 from flightplan.trial.accelerator import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV,
                                      cpu_slots, torch_threads)
 from flightplan.trial.leave import EXIT_PREEMPTED
 
-__all__ = ["LocalExecutor", "LOCAL_FLIGHT", "gpu_count", "die_with_parent"]
+__all__ = ["LocalExecutor", "LOCAL_FLIGHT", "gpu_count"]
 
 LOCAL_FLIGHT = "local"
 """The one flight of the local executor: this machine."""
-_PR_SET_PDEATHSIG = 1
 
 
 def gpu_count() -> int:
@@ -58,20 +56,6 @@ def gpu_count() -> int:
     except ImportError:
         return 0
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def die_with_parent() -> None:
-    """In a worker, between fork and exec: ignore SIGINT and die with the parent (Linux)."""
-    # Ctrl-C reaches the whole foreground process group; the runner alone decides how its
-    # workers stop (flightplan.interrupts), so a worker ignores SIGINT (exec keeps that)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        return
-
-
 
 
 class LocalExecutor(Executor):
@@ -133,14 +117,12 @@ class LocalExecutor(Executor):
             env[THREADS_ENV] = str(self.threads)
             env.setdefault(OMP_ENV, str(self.threads))  # BLAS/OpenMP of any library too
             where = f"device cpu, {self.threads} thread(s)"
-        preexec = die_with_parent if sys.platform == "linux" else None
         with open(RunDir(job.run_dir).log, "ab") as log:
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
                       f"({where}) ---\n".encode())
-            return subprocess.Popen(self._argv(job.trial_json), stdout=log,
+            return subprocess.Popen(tethered(self._argv(job.trial_json)), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=str(job.run_dir),
-                                    preexec_fn=preexec)
+                                    cwd=str(job.run_dir))
 
     def _needs(self, job: Job) -> int:
         """GPUs ``job`` holds here (0 on a machine without GPUs)."""

@@ -34,20 +34,15 @@ import ray
 from flightplan.durable import write_json_atomic
 from flightplan.rundir import RunDir
 from flightplan.run.executors.contract import worker_argv
-from flightplan.run.executors.local import die_with_parent
+from flightplan.run.executors.tether import tethered
 from flightplan.run.executors.stream import CHUNK_BYTES, Chunk, CheckpointSender, Rewind
-from flightplan.run.executors.transfer import Blob, commit_checkpoint, pack_tree
+from flightplan.run.executors.transfer import OUTPUTS, Blob, commit_checkpoint, pack_tree
 
-__all__ = ["SCRATCH_ENV", "KEPT_AT_HOME", "Delta", "RunHost"]
+__all__ = ["SCRATCH_ENV", "Delta", "RunHost"]
 
 SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
 """On a flight: the folder under which each execution gets its scratch folder (default:
 the system's temp folder)."""
-
-KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS,
-                RunDir.TRANSFER}
-"""Scratch entries that are not outputs (streamed separately or sent from home)."""
-
 
 @dataclass(frozen=True)
 class Delta:
@@ -60,7 +55,7 @@ class Delta:
             chunk's worth of data; numpy arrays, which Ray hands home without a copy).
         exit_code: the worker's exit code once it ended and every committed checkpoint
             was sent, else None (reported once with the outputs; None again after that).
-        outputs: with the exit code, every other file of the scratch folder.
+        outputs: with the exit code, the run's outputs (:data:`~flightplan.run.executors.transfer.OUTPUTS`).
         pending: more checkpoint data waits on the flight (home asks again at once).
     """
 
@@ -127,10 +122,9 @@ class RunHost:
                    PYTHONUNBUFFERED="1")
         with open(self.dir / "log.txt", "ab") as log:
             argv = [*self.worker, str(trial_json)] if self.worker else worker_argv(trial_json)
-            self.proc = subprocess.Popen(argv, stdout=log,
+            self.proc = subprocess.Popen(tethered(argv), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=str(self.dir),
-                                         preexec_fn=die_with_parent)
+                                         env=env, cwd=str(self.dir))
         return self.where()
 
     def _read_new(self, name: str, *, whole_lines: bool) -> bytes:
@@ -174,7 +168,7 @@ class RunHost:
         pending = self.sender.pending(ended=ended)
         if ended and not chunks and not pending and not self._ended:
             self._ended = True
-            return Delta(rows, log, [], code, pack_tree(self.dir, skip=KEPT_AT_HOME))
+            return Delta(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS))
         return Delta(rows, log, chunks, None, [], pending)
 
     def leave(self, signum: int) -> None:

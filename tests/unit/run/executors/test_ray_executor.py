@@ -118,6 +118,9 @@ def test_the_host_keeps_homes_transfer_figure_and_measures_the_wait(tmp_path):
     (step / "model.safetensors").write_bytes(b"w" * 10)
     (step / "manifest.json").write_text(json.dumps({"files": {"model.safetensors": {
         "size": 10, "sha256": hashlib.sha256(b"w" * 10).hexdigest()}}}))
+    for name in ("predictions.csv", "artifact/model.bin", "stray.bin", ".staging/step-1/x"):
+        (host.dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (host.dir / name).write_bytes(b"made")
     durable = time.time() - 2.5            # the checkpoint became durable 2.5 s ago
     os.utime(step / "manifest.json", (durable, durable))
     figure = {"transfer_s": 0.75, "bytes_per_s": 4e6, "wait_s": 0.25, "checkpoints": 3}
@@ -133,8 +136,8 @@ def test_the_host_keeps_homes_transfer_figure_and_measures_the_wait(tmp_path):
         ("manifest.json", 0, len((step / "manifest.json").read_bytes()))]
     assert [d.exit_code for d in deltas] == [None] * 4 + [0]
     assert 2.5 <= chunks[-1].waited_s <= 2.5 + (time.time() - before) + 0.01
-    # transfer.json stays on the flight: it is not an output
-    assert [b.path for b in deltas[-1].outputs] == []
+    # only a run's outputs come home: not transfer.json, the log or a task's scratch files
+    assert [b.path for b in deltas[-1].outputs] == ["artifact/model.bin", "predictions.csv"]
     assert json.loads((host.dir / "transfer.json").read_text()) == figure
     assert host.poll(None).exit_code is None             # reported once
     host.poll(dict(figure, checkpoints=4, transfer_s=0.5))
