@@ -22,6 +22,7 @@ and two nodes of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.p
 Usage::
 
     .venv/bin/python bench/distributed.py [--mib 1024] [--rounds 3] [--skip-campaign]
+        [--free-ms MS]
 """
 
 from __future__ import annotations
@@ -229,6 +230,59 @@ def _ray_alone(nbytes: int) -> float:
     return best
 
 
+def _makespan(cluster, work: Path) -> None:
+    """The tiny campaign with each executor: wall times, ratio, products compared."""
+    local_s = _run(_campaign(work / "local"))
+    ray_s = _run(_campaign(work / "ray"), "--executor", "ray", "--address", cluster.address)
+    same = _products(work / "local") == _products(work / "ray")
+    print(f"makespan  tiny campaign: local executor (2 runs at once) {local_s:6.1f} s, ray on "
+          f"2 flights {ray_s:6.1f} s, products identical: {same} -> {ray_s / local_s:.2f} "
+          f"(ray / local)", flush=True)
+
+
+def _streamed(cluster, tmp: Path, work: Path, *, mib: int, rounds: int) -> None:
+    """A ``mib`` MiB checkpoint streamed home ``rounds`` times against copy + fsync, with
+    the peak memory of both sides."""
+    from flightplan.run.executors.ray_executor import RayExecutor
+    from flightplan.run.executors.stream import CHUNK_BYTES, DEPTH
+
+    stand_in = work / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    executor = RayExecutor(address=cluster.address, scratch=str(tmp / "scratch"),
+                           worker=[sys.executable, str(stand_in)])
+    executor.connect()
+    warm = work / "warm" / "step-000001"
+    _checkpoint(warm, 16)
+    _transfer(executor, work, warm, 0)               # every code path imported
+    source = work / "flight" / "step-000001"
+    size = _checkpoint(source, mib)
+    best_stream = best_copy = float("inf")
+    peaks = {"host": [0, 0], "home": [0, 0]}
+    for round_ in range(1, rounds + 1):
+        row, host, home = _transfer(executor, work, source, round_)
+        assert row["bytes"] == size and row["resent_bytes"] == 0
+        best_stream = min(best_stream, row["stream_s"])
+        for name, peak in (("host", host), ("home", home)):
+            peaks[name] = [max(peaks[name][0], peak.private), max(peaks[name][1], peak.total)]
+        started = time.perf_counter()
+        _copy_fsync(source, work / f"copy-{round_}")
+        best_copy = min(best_copy, time.perf_counter() - started)
+        shutil.rmtree(work / f"copy-{round_}")
+    alone = _ray_alone(size)
+    executor.close()
+    mb, chunks = size / 1e6, 4 * CHUNK_BYTES
+    print(f"transfer  {mb:.0f} MB checkpoint streamed home in {CHUNK_BYTES // MIB} MiB chunks, "
+          f"{DEPTH} in flight: {mb / best_stream:.0f} MB/s (Ray's transport alone, one "
+          f"object: {mb / alone:.0f} MB/s); local copy + fsync {mb / best_copy:.0f} MB/s -> "
+          f"{best_copy / best_stream:.2f} (target >= 0.5)", flush=True)
+    print(f"memory    peak resident above idle, private / with Ray's object store: flight "
+          f"host {peaks['host'][0] / MIB:.0f} / {peaks['host'][1] / MIB:.0f} MiB, home "
+          f"{peaks['home'][0] / MIB:.0f} / {peaks['home'][1] / MIB:.0f} MiB -> "
+          f"{max(peaks['host'][0], peaks['home'][0]) / chunks:.2f} / "
+          f"{max(peaks['host'][1], peaks['home'][1]) / chunks:.2f} of 4 chunks "
+          f"({chunks // MIB} MiB; target <= 1)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="checkpoint size (MiB)")
@@ -246,54 +300,8 @@ def main() -> None:
     try:
         with loopback_cluster(flights=2, env=env) as (cluster, _, tmp):
             if not args.skip_campaign:
-                local_s = _run(_campaign(work / "local"))
-                ray_s = _run(_campaign(work / "ray"), "--executor", "ray",
-                             "--address", cluster.address)
-                same = _products(work / "local") == _products(work / "ray")
-                print(f"makespan  tiny campaign: local executor (2 runs at once) {local_s:6.1f} s"
-                      f", ray on 2 flights {ray_s:6.1f} s, products identical: {same} "
-                      f"-> {ray_s / local_s:.2f} (ray / local)", flush=True)
-            from flightplan.run.executors.ray_executor import RayExecutor
-            from flightplan.run.executors.stream import CHUNK_BYTES, DEPTH
-
-            stand_in = work / "stand_in.py"
-            stand_in.write_text(STAND_IN)
-            executor = RayExecutor(address=cluster.address, scratch=str(tmp / "scratch"),
-                                   worker=[sys.executable, str(stand_in)])
-            executor.connect()
-            warm = work / "warm" / "step-000001"
-            _checkpoint(warm, 16)
-            _transfer(executor, work, warm, 0)               # every code path imported
-            source = work / "flight" / "step-000001"
-            size = _checkpoint(source, args.mib)
-            best_stream = best_copy = float("inf")
-            peaks = {"host": [0, 0], "home": [0, 0]}
-            for round_ in range(1, args.rounds + 1):
-                row, host, home = _transfer(executor, work, source, round_)
-                assert row["bytes"] == size and row["resent_bytes"] == 0
-                best_stream = min(best_stream, row["stream_s"])
-                for name, peak in (("host", host), ("home", home)):
-                    peaks[name] = [max(peaks[name][0], peak.private),
-                                   max(peaks[name][1], peak.total)]
-                started = time.perf_counter()
-                _copy_fsync(source, work / f"copy-{round_}")
-                best_copy = min(best_copy, time.perf_counter() - started)
-                shutil.rmtree(work / f"copy-{round_}")
-            alone = _ray_alone(size)
-            executor.close()
-            mb = size / 1e6
-            print(f"transfer  {mb:.0f} MB checkpoint streamed home in {CHUNK_BYTES // MIB} MiB "
-                  f"chunks, {DEPTH} in flight: {mb / best_stream:.0f} MB/s (Ray's transport "
-                  f"alone, one object: {mb / alone:.0f} MB/s); local copy + fsync "
-                  f"{mb / best_copy:.0f} MB/s -> {best_copy / best_stream:.2f} (target >= 0.5)",
-                  flush=True)
-            chunks = 4 * CHUNK_BYTES
-            print(f"memory    peak resident above idle, private / with Ray's object store: "
-                  f"flight host {peaks['host'][0] / MIB:.0f} / {peaks['host'][1] / MIB:.0f} MiB, "
-                  f"home {peaks['home'][0] / MIB:.0f} / {peaks['home'][1] / MIB:.0f} MiB "
-                  f"-> {max(peaks['host'][0], peaks['home'][0]) / chunks:.2f} / "
-                  f"{max(peaks['host'][1], peaks['home'][1]) / chunks:.2f} of 4 chunks "
-                  f"({chunks // MIB} MiB; target <= 1)", flush=True)
+                _makespan(cluster, work)
+            _streamed(cluster, tmp, work, mib=args.mib, rounds=args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

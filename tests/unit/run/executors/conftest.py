@@ -1,6 +1,8 @@
-"""The executor tests' Ray cluster: one loopback cluster with token authentication (a head
-and two flights, ``tests/fixtures/ray_cluster.py``), started once for the session by the
-first test that asks for it and joined by this process."""
+"""The executor tests' Ray cluster: a loopback cluster with token authentication (a head
+and two flights, ``tests/fixtures/ray_cluster.py``), started once per test module by its
+first test that asks for it (the conformance suite starts Ray once), joined by this
+process, and stopped after the module's last test (this process leaving it), so a later
+module never finds this process joined to a cluster it did not start."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ sys.path.insert(0, str(FIXTURES))
 from ray_cluster import loopback_cluster  # noqa: E402 (fixtures put on the path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     """``(cluster, flight nodes, its temp folder)``; this process joined it with the
     cluster's token."""

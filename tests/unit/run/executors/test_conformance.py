@@ -3,7 +3,7 @@ this suite passes on it.
 
 Each case runs against the local executor and against the Ray executor on a real
 loopback cluster with token authentication (a head and two flights, ``conftest.py``,
-started once for the session), with the fake worker of ``tests/fixtures/fake_worker.py`` (no torch):
+started once for the module), with the fake worker of ``tests/fixtures/fake_worker.py`` (no torch):
 a run starts and finishes; a rule stops one; a killed runner leaves no worker behind; a
 run asked to leave before its flight's package ends comes home with its checkpoint; a run
 holding N GPUs gets N of its own (a fake two-GPU machine: the local executor's GPU count
