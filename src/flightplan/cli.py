@@ -189,13 +189,17 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         past_end: bool = typer.Option(False, "--past-end",
                                       help="Start runs even where they cannot finish before "
                                            "their flight's package ends."),
+        trusted_network: bool = typer.Option(
+            False, "--trusted-network",
+            help="Join a Ray head without token authentication that the network can reach "
+                 "(only your own machines can reach it; recorded in the ledger)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
     from flightplan.tracking.live import observer
     return run_command(spec, decide=decide, as_json=json, restart=restart,
                        observer=observer(tracking_uri), executor=executor, address=address,
-                       past_end=past_end)
+                       past_end=past_end, trusted_network=trusted_network)
 
 
 @app.command()

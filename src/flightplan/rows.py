@@ -199,8 +199,10 @@ class CheckpointFailed(Row):
 @dataclass(frozen=True)
 class CheckpointTransfer(Row):
     """Checkpoint ``name`` came home from flight ``node`` (written at home by the Ray
-    executor): ``bytes``; ``wait_s`` on the flight from durable to packed, ``fetch_s`` and
-    ``commit_s`` at home (seconds; :mod:`flightplan.transfer_time`)."""
+    executor): ``bytes``; ``wait_s`` on the flight from durable to its last chunk cut,
+    ``fetch_s`` and ``commit_s`` at home, ``stream_s`` from asking for its first chunk to
+    durable at home (None in rows from before streaming), ``resent_bytes`` sent again after
+    a failed check (seconds, bytes; :mod:`flightplan.transfer_time`)."""
 
     EVENT = "checkpoint_transfer"
     name: str = ""
@@ -208,6 +210,8 @@ class CheckpointTransfer(Row):
     wait_s: float = 0.0
     fetch_s: float = 0.0
     commit_s: float = 0.0
+    stream_s: float | None = None
+    resent_bytes: int | None = None
     node: str | None = None
 
 

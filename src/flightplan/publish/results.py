@@ -18,6 +18,9 @@ Nothing written here names a path of this machine: in every copied file that is 
 path under the campaign directory becomes relative to ``results/`` (:func:`portable_bytes`;
 the only change a copy undergoes: a file without such a path is copied byte for byte).
     stops.json                    list of stop records ``{run_id, rule, step, value, ...}``
+    flights.json                  once a flight was lost: every flight's package window
+                                  ``{flight, started_at, ends_at, source, hours_left,
+                                  lost_at, lost_reason}`` (unix s, hours at the loss)
     tasks/<hex[:12]>/...          the source of a file or module task (flightplan.tasks.archive),
                                   named by the run's manifest entry ``task``
 
@@ -50,6 +53,7 @@ __all__ = [
     "publish_plan",
     "publish_data_check",
     "publish_run",
+    "publish_flights",
 ]
 
 RESULTS_DIRNAME = "results"
@@ -142,6 +146,25 @@ def publish_data_check(campaign_dir: Path, data_check: dict[str, Any]) -> Path:
     path = results / "data_check.json"
     write_json_atomic(path, portable(data_check, campaign_dir))
     update_manifest(results, written=["data_check.json"])
+    return path
+
+
+def publish_flights(campaign_dir: Path, flights: list[dict[str, Any]]) -> Path:
+    """Write the flights' package windows to ``results/flights.json`` (the runner calls it
+    when a flight is lost, so ``results/`` says which flight went away and when).
+
+    Args:
+        campaign_dir: the campaign directory.
+        flights: ``{flight, started_at, ends_at, source, hours_left, lost_at,
+            lost_reason}`` per flight (:meth:`flightplan.run.rental.FlightWindow.to_json`).
+
+    Returns:
+        The path of ``flights.json``.
+    """
+    results = results_dir_of(campaign_dir)
+    path = results / "flights.json"
+    write_json_atomic(path, portable(flights, campaign_dir))
+    update_manifest(results, written=["flights.json"])
     return path
 
 

@@ -48,7 +48,8 @@ from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_dat
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
                                      rank_variants, replan_from_options, with_value_cuts)
-from flightplan.run.executors.contract import Executor, Interruption, Job, JobResult
+from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult,
+                                               ClusterJoined, check_gpus)
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.campaign_lock import CampaignLock
@@ -515,7 +516,9 @@ class _Campaign:
         name = self._by_id[job.run_id].run.name
         self._running.ended(job.run_id)
         self.recorder.interrupted(self._by_id[job.run_id], info)
-        if info.cause != "flight_lost":
+        if info.cause == "flight_lost":
+            self.rental.lost(info.node, at=info.at, reason=info.reason)
+        else:
             self.say(f"{name} ({job.run_id}): left flight {info.node} after {info.steps_done} "
                      f"steps with {info.checkpoint} home ({info.reason}); it resumes from "
                      f"there on a flight with time left")
@@ -594,7 +597,11 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         SpecError: the campaign has no ``[corpus]``; a task's declared prediction columns
             cannot give the metric; the decision rule changed after a run started.
         LockHeld: another ``flightplan run`` (or a ``flightplan close``) holds the campaign.
-        SpecError, CatalogError: the campaign does not plan.
+        SpecError, CatalogError: the campaign does not plan, or a run asks for more GPUs
+            than the executor's machine has (before anything is written).
+        InputError: the executor cannot or must not reach where runs execute (a Ray head
+            that does not answer, or without token authentication on a network not stated
+            trusted), before anything is written.
         TaskError: a run's task cannot be loaded; TaskHookFailed: one of its hooks raised
             (its traceback appended to :data:`RUNNER_LOG`, nothing of that step recorded).
     """
@@ -612,15 +619,18 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     for run in spec.runs:       # a metric the declared prediction columns cannot give
         check_metric_columns(spec.campaign.metric, tasks[run.name].prediction_columns,
                              run.task, source=spec.source)
+    executor = executor or LocalExecutor()
+    joined = executor.connect()
+    check_gpus(spec.runs, executor.gpu_limit(), source=spec.source)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             (observer(spec) if observer else contextlib.nullcontext()), \
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
-                             executor=executor or LocalExecutor(),
+                             executor=executor,
                              console=console, board=board, quiet=quiet, past_end=past_end)
         try:
-            return _carry_out(campaign, restart)
+            return _carry_out(campaign, restart, joined)
         except TaskHookFailed as exc:
             raise exc.logged(str(_log_traceback(spec.campaign_dir, exc))) from exc.exception
 
@@ -635,9 +645,13 @@ def _log_traceback(campaign_dir: Path, failed: TaskHookFailed) -> Path:
     return log
 
 
-def _carry_out(campaign: _Campaign, restart: Sequence[str]) -> CampaignOutcome:
-    """The steps of :func:`run_campaign` under the lock."""
+def _carry_out(campaign: _Campaign, restart: Sequence[str],
+               joined: ClusterJoined | None) -> CampaignOutcome:
+    """The steps of :func:`run_campaign` under the lock (``joined``: the cluster the
+    executor connected to, recorded once the campaign is prepared)."""
     campaign.prepare()
+    if joined is not None:
+        campaign.ledger.add_event("cluster_joined", data=joined.to_json())
     campaign.restart(list(restart))
     report = campaign.data_check()
     if isinstance(report, CampaignOutcome):

@@ -49,12 +49,15 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
 
 def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
-                  address: str | None = None) -> "Executor":
+                  address: str | None = None, trusted_network: bool = False) -> "Executor":
     """The executor of ``flightplan run``: ``engine``/``address`` (the command line) over
-    the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``).
+    the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``),
+    joining a head without token authentication that the network can reach only with
+    ``trusted_network`` (:mod:`flightplan.run.executors.ray_head`).
 
     Raises:
-        ArgumentError: an unknown engine, or ``--address`` without Ray.
+        ArgumentError: an unknown engine, ``--address`` or ``--trusted-network`` without
+            Ray.
         SetupError: Ray is not installed.
     """
     engine = engine or spec.execution.engine
@@ -64,6 +67,9 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
         if address:
             raise ArgumentError(f"--address {address}: only the ray executor takes an "
                                 f"address; add --executor ray")
+        if trusted_network:
+            raise ArgumentError("--trusted-network: only the ray executor joins a network; "
+                                "add --executor ray, or leave it out")
         from flightplan.run.executors.local import LocalExecutor
         return LocalExecutor()
     try:
@@ -71,15 +77,17 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
     except ImportError as exc:
         raise SetupError(f"--executor ray: Ray is not installed ({exc}); install it with "
                          f"pip install 'flightplan[ray]'") from None
-    return RayExecutor(address=address or spec.execution.address)
+    return RayExecutor(address=address or spec.execution.address,
+                       trusted_network=trusted_network)
 
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
                 restart: Sequence[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
-                past_end: bool = False) -> int:
+                past_end: bool = False, trusted_network: bool = False) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
-    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--past-end] [--json]``.
+    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--trusted-network]
+    [--past-end] [--json]``.
 
     Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`, with ``observer``
     watching it: the CLI's live MLflow mirror for ``--tracking-uri``), then prints
@@ -106,7 +114,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 
     spec = load_spec(spec_path)
     console = Console()
-    runner = make_executor(spec, engine=executor, address=address)
+    runner = make_executor(spec, engine=executor, address=address,
+                           trusted_network=trusted_network)
     # with --json, stdout holds the one JSON object: what an executor's library prints
     # there (Ray's node-death notices) goes to stderr
     quiet_stdout = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
@@ -135,8 +144,10 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
     (:func:`flightplan.run.status.status_lines`) or one JSON object
     (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: ``{pid, since, verb}``
-    of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner that is gone show as
-    ``interrupted``; ``flights``: each flight's package window and hours left; a pending
+    of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner
+    that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
+    left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
+    it authenticates and whether the network was stated trusted, or null; a pending
     run that was not started because its flight's package ends first has that ``reason``).
 
     Raises:
@@ -168,12 +179,15 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
 
 
 def _add_rental(snapshot: dict, *, now: float) -> None:
-    """Add ``flights`` (:meth:`FlightWindow.to_json`) and each waiting run's ``reason``."""
+    """Add ``flights`` (:meth:`FlightWindow.to_json`), ``cluster`` (the latest
+    ``cluster_joined`` event's data, or null) and each waiting run's ``reason``."""
     from flightplan.ledger_rows import EventRow
     from flightplan.run.rental import flight_windows, waiting_reasons
 
     events = [EventRow(**event) for event in snapshot["events"]]
     snapshot["flights"] = [w.to_json(now=now) for w in flight_windows(events).values()]
+    joined = [e.data for e in events if e.kind == "cluster_joined"]
+    snapshot["cluster"] = joined[-1] if joined else None
     waiting = waiting_reasons(events)
     for run in snapshot["runs"]:
         if run["status"] == "pending" and run["run_id"] in waiting:

@@ -23,6 +23,7 @@ from rich.cells import cell_len
 from rich.text import Text
 
 from flightplan.run.decision import ValueRanking
+from flightplan.run.executors.contract import ClusterJoined
 from flightplan.run.progress import format_stop
 
 __all__ = ["status_lines", "run_lines", "clock", "cut"]
@@ -129,13 +130,29 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
     return out
 
 
+def _flight_state(flight: dict[str, Any]) -> str:
+    """``12.50 h left``, ``ended`` or ``lost``."""
+    if flight.get("lost_at") is not None:
+        return "lost"
+    return f"{flight['hours_left']:.2f} h left" if flight["hours_left"] > 0 else "ended"
+
+
+def _flight_when(flight: dict[str, Any], *, now: float) -> str:
+    """When the package ends (or ended), or when the flight was lost."""
+    if flight.get("lost_at") is not None:
+        return "at " + clock(flight["lost_at"], now=now)
+    return ("ends " if flight["hours_left"] > 0 else "at ") + clock(flight["ends_at"], now=now)
+
+
 def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: float
                  ) -> list[str]:
     """The ``flightplan status`` text of a ledger snapshot.
 
     Args:
-        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner`` and
-            ``flights`` (:mod:`flightplan.run.rental`; a section when present).
+        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``,
+            ``cluster`` (the latest ``cluster_joined``, a line under the first when
+            present) and ``flights`` (:mod:`flightplan.run.rental`; a section when present,
+            a lost flight with its reason).
         metric: the campaign's decision metric (the runs' metric column header).
         width: terminal columns; no line is longer unless a run id alone is (an id too
             long for its row to fit goes alone on its line, its columns below; the header
@@ -151,7 +168,10 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     out = [cut(f"campaign {campaign.get('name', '?')} ({campaign.get('spec_path', '?')}), "
                f"created {clock(campaign.get('created_at'), now=now)}; "
                + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
-               width), "", "plan versions"]
+               width)]
+    if snapshot.get("cluster"):
+        out.append(cut(ClusterJoined(**snapshot["cluster"]).line(), width))
+    out += ["", "plan versions"]
     versions = snapshot.get("plan_versions") or []
     if versions:
         rows = [[f"v{v['version']}", v["kind"],
@@ -166,13 +186,13 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     flights = snapshot.get("flights") or []
     if flights:
         out += ["", "flights (packages)"]
-        rows = [[f["flight"], f"{f['hours_left']:.2f} h left" if f["hours_left"] > 0
-                 else "ended", ("ends " if f["hours_left"] > 0 else "at ")
-                 + clock(f["ends_at"], now=now),
+        rows = [[f["flight"], _flight_state(f), _flight_when(f, now=now),
                  f"started {clock(f['started_at'], now=now)} "
                  + ("([rental] started)" if f["source"] == "spec" else "(its first run)")]
                 for f in flights]
-        out += [cut("  " + line, width) for line in _table(rows, right={1})]
+        for f, line in zip(flights, _table(rows, right={1})):
+            out += _with_reason(cut("  " + line, width), f.get("lost_reason") or "",
+                                width=width, indent=6)
     decisions = snapshot.get("decisions") or []
     if decisions:
         out += ["", "decisions"]

@@ -43,7 +43,7 @@ from typing import IO, Callable, ContextManager, Iterator
 
 from flightplan.publish.results import RESULTS_DIRNAME
 from flightplan.rundir import RunDir
-from flightplan.run.executors.local import die_with_parent
+from flightplan.run.executors.tether import tethered
 from flightplan.spec import CampaignSpec
 from flightplan.tracking.mirror import (
     FINAL_COMMAND, POLL_S, TERMINAL_STATUSES, MirrorReport)
@@ -171,7 +171,7 @@ class LiveMirror:
 
     def start(self) -> None:
         """Start the mirror process; it dies with the runner and ignores Ctrl-C (the
-        runner stops it), like the workers (:func:`~flightplan.run.executors.local.die_with_parent`)."""
+        runner stops it), like the workers (:func:`flightplan.run.executors.tether.tethered`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "flightplan.tracking.mirror", str(self.campaign_dir),
                 self.uri, "--experiment", self.experiment, "--poll-s", str(self.poll_s)]
@@ -180,9 +180,8 @@ class LiveMirror:
                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')} ---\n".encode())
             log.flush()
             self._process = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                preexec_fn=die_with_parent if sys.platform == "linux" else None)
+                tethered(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"))
         self._reader = threading.Thread(target=self._read, args=(self._process.stdout,),
                                         name="flightplan-mlflow-mirror", daemon=True)
         self._reader.start()

@@ -582,7 +582,8 @@ class WaitsForTheReaderToGo(test_campaign.FakeExecutor):
         return super().run(jobs, **callbacks)
 
 
-commands.make_executor = lambda spec, engine=None, address=None: WaitsForTheReaderToGo()
+commands.make_executor = lambda spec, engine=None, address=None, trusted_network=False: \
+    WaitsForTheReaderToGo()
 from flightplan.cli import main
 sys.argv = ["flightplan", "run", "campaign.toml"]
 main()

@@ -92,3 +92,31 @@ def test_a_start_without_utc_offset_is_refused():
         RentalSection(offer="RTX 4090", package_days=3, started="2026-12-01T09:00:00")
     assert RentalSection(offer="RTX 4090", package_days=3,
                          started="2026-12-01T09:00:00Z").started.timestamp() == T0 + 9 * 3600
+
+
+def test_a_lost_flight_has_no_hours_left_and_results_say_so(ledger, tmp_path):
+    import json
+
+    now = [T0]
+    clock = RentalClock(ledger, package_days=3, started=None, past_end=False,
+                        now=lambda: now[0])
+    assert clock.admit("a-1", needs_s=3600.0, flight="n1 (127.0.0.1)") is True
+    assert clock.admit("b-2", needs_s=3600.0, flight="n2 (127.0.0.1)") is True
+    clock.lost("n1 (127.0.0.1)", at=T0 + 600.0, reason="ActorDiedError: node died")
+    windows = flight_windows(ledger.events())
+    lost, there = windows["n1 (127.0.0.1)"], windows["n2 (127.0.0.1)"]
+    assert (lost.lost_at, lost.lost_reason, lost.hours_left(T0 + 700.0)) == (
+        T0 + 600.0, "ActorDiedError: node died", 0.0)
+    assert there.lost_at is None and there.hours_left(T0 + 3600.0) == 71.0
+    published = json.loads((tmp_path / "results" / "flights.json").read_text())
+    assert published == [
+        {"flight": "n1 (127.0.0.1)", "started_at": T0, "ends_at": T0 + 72 * 3600.0,
+         "source": "first_run", "hours_left": 0.0, "lost_at": T0 + 600.0,
+         "lost_reason": "ActorDiedError: node died"},
+        {"flight": "n2 (127.0.0.1)", "started_at": T0, "ends_at": T0 + 72 * 3600.0,
+         "source": "first_run", "hours_left": 71.83, "lost_at": None, "lost_reason": None}]
+    manifest = json.loads((tmp_path / "results" / "MANIFEST.json").read_text())
+    assert "flights.json" in [f["path"] for f in manifest["files"]]
+    # a run that ends on it later shows it is there after all
+    ledger.add_event("finished", run_id="a-1", data={"node": "n1 (127.0.0.1)"})
+    assert flight_windows(ledger.events())["n1 (127.0.0.1)"].lost_at is None

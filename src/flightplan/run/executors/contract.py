@@ -9,7 +9,18 @@ runner wrote, starts ``python -m flightplan.run.worker <run_dir>/trial.json`` fo
 :class:`Interruption` when an execution ended without its run ending (a lost flight; a run
 that left a flight whose package ends). Worker and runner talk only through the trial file
 and the measurement rows, so every executor is tested by one conformance suite
-(``tests/unit/run/executors/test_conformance.py``).
+(``tests/unit/run/executors/test_conformance.py``): a run that starts and finishes, one
+stopped by a rule, one interrupted (its runner killed: no worker outlives it), one that
+leaves before its flight's package ends, and GPUs per run honoured (a run holding N GPUs
+gets N of its own; one asking for more than any flight has is not started). **A new
+executor is done when that suite passes on it**: add it to the suite's parameters.
+
+GPUs: a :class:`Job` holds ``gpus`` GPUs of one flight (its ``[[run]] gpus``), never
+shared with another run; its worker sees exactly those in ``CUDA_VISIBLE_DEVICES``. A job
+that asks for more than any flight has ends without starting, exit :data:`EXIT_NO_FLIGHT`,
+with the reason in its ``log.txt``; where the executor knows the limit before anything
+starts (:meth:`Executor.gpu_limit`), the runner refuses the campaign first
+(:func:`check_gpus`: exit 2, naming the run, ``[[run]] gpus`` and what the machine has).
 
 Progress is read, not reported: :class:`MeasurementTail` follows a run's
 ``measurements.jsonl`` and gives its latest step, loss and planned steps.
@@ -22,19 +33,28 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from flightplan.durable import append_durable, write_json_atomic
+from flightplan.errors import SpecError
 from flightplan.rows import Measurement
 from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import LEAVE_SIGNAL
 
+if TYPE_CHECKING:
+    from flightplan.spec import Run
+
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
-           "worker_argv", "lost_execution", "left_execution", "WORKER_MODULE"]
+           "GpuLimit", "ClusterJoined", "worker_argv", "lost_execution", "left_execution", "check_gpus",
+           "WORKER_MODULE", "EXIT_NO_FLIGHT"]
 
 WORKER_MODULE = "flightplan.run.worker"
 """The module a worker process runs (``python -m``)."""
+
+EXIT_NO_FLIGHT = 4
+"""Exit code given to a run that no flight of the executor can hold (more GPUs than any
+has, or every flight is gone); the reason is appended to its ``log.txt``."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +229,74 @@ def worker_argv(trial_json: Path) -> list[str]:
     return [sys.executable, "-m", WORKER_MODULE, str(trial_json)]
 
 
+@dataclass(frozen=True)
+class GpuLimit:
+    """The most GPUs one run can hold on an executor: ``gpus`` on ``where`` (one line, e.g.
+    ``this machine (CUDA_VISIBLE_DEVICES=0,1)``)."""
+
+    gpus: int
+    where: str
+
+
+def check_gpus(runs: Sequence[Run], limit: GpuLimit | None, *, source: str | None) -> None:
+    """Refuse a campaign one of whose runs asks for more GPUs than ``limit`` allows.
+
+    Args:
+        runs: the campaign's ``[[run]]`` entries, in file order.
+        limit: :meth:`Executor.gpu_limit` (None: nothing to check before runs start).
+        source: the campaign file (named in the error).
+
+    Raises:
+        SpecError: the first run whose ``gpus`` exceeds ``limit.gpus``, naming the run,
+            ``run[i].gpus``, what the machine has and the fix.
+    """
+    if limit is None:
+        return
+    for index, run in enumerate(runs):
+        if run.gpus > limit.gpus:
+            raise SpecError(
+                f"{run.name!r} needs {run.gpus} GPUs ([[run]] gpus) but {limit.where} has "
+                f"{limit.gpus}; give gpus = {limit.gpus} or fewer, or run the campaign on "
+                f"flights that have {run.gpus} (--executor ray)",
+                file=source, field=f"run[{index}].gpus", value=run.gpus)
+
+
+@dataclass(frozen=True)
+class ClusterJoined:
+    """The cluster this invocation's runs execute on, as the ledger records it (event
+    ``cluster_joined``; ``flightplan status`` shows the latest).
+
+    Attributes:
+        address: the head's ``HOST:PORT``.
+        loopback: reachable from this machine only.
+        token: the head refuses callers without the cluster's token (Ray's token
+            authentication).
+        trusted_network: the user stated that only their machines can reach it
+            (``--trusted-network``).
+    """
+
+    address: str
+    loopback: bool
+    token: bool
+    trusted_network: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """``{address, loopback, token, trusted_network}``."""
+        return {"address": self.address, "loopback": self.loopback, "token": self.token,
+                "trusted_network": self.trusted_network}
+
+    def line(self) -> str:
+        """One line: where, and who else can call it."""
+        who = "token authentication" if self.token else "no token authentication"
+        if self.loopback:
+            where = "loopback only"
+        elif self.trusted_network:
+            where = "network stated trusted (--trusted-network)"
+        else:
+            where = "reachable from the network"
+        return f"ray cluster {self.address}: {who}, {where}"
+
+
 class Executor(ABC):
     """Carries out runs. ``run`` blocks until every job ended; callbacks run in the
     caller's thread, so they may write the ledger."""
@@ -227,8 +315,9 @@ class Executor(ABC):
             on_start: called just before a job's process starts (again after a resume).
             on_done: called as soon as a job's process has ended.
             on_progress: called with a job's latest progress while it runs.
-            on_interrupted: called when an execution was lost with its machine, before
-                the executor starts it again elsewhere (never for local processes).
+            on_interrupted: called when an execution ended without its run ending: lost
+                with its machine (a remote executor), or it left a flight whose package
+                ends (every executor), before the executor starts it again elsewhere.
             admit: asked just before a job would start on a flight (the local executor:
                 :data:`~flightplan.run.executors.local.LOCAL_FLIGHT`; Ray: the node's name); False leaves it unstarted
                 there: another flight is tried, or, when none is left, the job is dropped
@@ -244,6 +333,23 @@ class Executor(ABC):
             One result per job that ended, in the order they ended.
         """
 
+
+    def connect(self) -> ClusterJoined | None:
+        """Reach where the runs execute, before the runner writes anything (idempotent).
+
+        Returns:
+            The cluster joined (the runner records it in the ledger), or None when runs
+            execute on this machine.
+
+        Raises:
+            InputError: it cannot or must not be reached; one line with the fix.
+        """
+        return None
+
+    def gpu_limit(self) -> GpuLimit | None:
+        """The most GPUs one run can hold, when known before any run starts (None by
+        default: unknown until the executor meets its flights, or runs compute on CPUs)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 (a default: an executor holding nothing keeps it)
         """Release what the executor holds (a cluster connection); nothing by default."""

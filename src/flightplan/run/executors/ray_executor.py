@@ -12,11 +12,15 @@ One execution, seen from home::
 
     trial.json + latest verified checkpoint ──▶ RunHost.start (scratch folder on the flight,
                                                   python -m flightplan.run.worker)
-    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the newest committed
-                                     checkpoint not yet home, and at the end every output
-    home: rows appended; checkpoint committed after hash checks (run/executors/transfer.py), with a
-          ``checkpoint_transfer`` row {name, bytes, wait_s, fetch_s, commit_s, node}; outputs
-          committed, done.json/stop.json last
+    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the next chunk of the
+                   (rewinds)        newest checkpoint not yet home (as it is written), and,
+                                     once every committed checkpoint is home, the exit code
+                                     and every output; while checkpoint data waits, polls go
+                                     at once, DEPTH in flight (run/executors/stream.py)
+    home: rows appended; chunks written and hash-checked as they come, the checkpoint
+          committed at its manifest, with a ``checkpoint_transfer`` row {name, bytes,
+          wait_s, fetch_s, commit_s, stream_s, resent_bytes, node}; outputs committed
+          after hash checks (run/executors/transfer.py), done.json/stop.json last
 
 The transfers this executor measured (every run's, the pilot's too) go to the flight with
 ``start`` and each ``poll`` as one figure, kept in ``<scratch>/transfer.json`` for the
@@ -47,7 +51,11 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
+import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,17 +66,20 @@ from ray.exceptions import RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flightplan.durable import append_durable
+from flightplan.rundir import RunDir
 from flightplan.errors import ArgumentError, TransferError
-from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult, MeasurementTail,
-                                     RunProgress, left_execution, lost_execution)
+from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, ClusterJoined, Executor,
+                                               Interruption, Job, JobResult, MeasurementTail,
+                                               RunProgress, left_execution, lost_execution)
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import EXIT_PREEMPTED
+from flightplan.run.executors.ray_head import check_head, join_settings
 from flightplan.run.executors.ray_host import Delta, RunHost
-from flightplan.run.executors.transfer import (blob_bytes, commit_checkpoint, commit_outputs,
-                                     latest_checkpoint)
-from flightplan.rows import (CheckpointSaved, CheckpointTransfer, CheckpointTransferFailed, Row, encode_row,
-                             parse_rows)
-from flightplan.rundir import RunDir
+from flightplan.run.executors.stream import (DEPTH, CheckpointReceiver, Outcome, Rewind,
+                                             checkpoint_name)
+from flightplan.run.executors.transfer import commit_outputs, latest_checkpoint
+from flightplan.rows import (CheckpointSaved, CheckpointTransfer, CheckpointTransferFailed, Row,
+                             encode_row, parse_rows)
 from flightplan.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"]
@@ -76,12 +87,29 @@ __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"
 FLIGHT_RESOURCE = "flight"
 """Custom Ray resource that a CPU-only node declares once per run it may hold."""
 
-EXIT_NO_FLIGHT = 4
-"""Exit code given to a run that no flight of the cluster can hold any more."""
-
 EXIT_HOST_ERROR = 5
 """Exit code given to an execution whose flight-side host raised (e.g. a checkpoint sent
 to it arrived damaged); the error is appended to the run's ``log.txt``."""
+
+class Phase(enum.Enum):
+    """Where one execution stands, seen from home; in each, one call to its actor is pending.
+
+    ::
+
+        PLACING ──where() answered, the runner admits it there──▶ STARTING
+           │ refused there: the actor goes, the job is placed again pinned elsewhere
+        STARTING ──start() answered (checkpoint sent, worker started)──▶ RUNNING
+        RUNNING ──poll() every poll_s; ends when a poll brings the worker's exit code
+
+    From any phase, a call that raises ends it: the host's own error (a result with
+    :data:`EXIT_HOST_ERROR`) or its actor or node gone (RUNNING: an interruption that
+    resumes elsewhere; before that: placed again, nothing lost).
+    """
+
+    PLACING = "placing"
+    STARTING = "starting"
+    RUNNING = "running"
+
 
 @dataclass
 class _Execution:
@@ -89,10 +117,13 @@ class _Execution:
 
     job: Job
     actor: Any
-    ref: Any                      # the pending where(), start() or poll() call, or None
-    start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint)
-    placing: bool = True
-    admitted: bool = False        # the runner let it start where it was placed
+    ref: Any                      # the pending where() or start() call, or None
+    receiver: CheckpointReceiver
+    start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint, figure)
+    phase: Phase = Phase.PLACING
+    polls: list[tuple[Any, float]] = field(default_factory=list)  # (poll(), unix asked)
+    rewinds: list[Rewind] = field(default_factory=list)   # for the next poll
+    streaming: bool = False       # checkpoint data waits on the flight: ask at once
     where: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
     last_poll: float = 0.0
@@ -106,15 +137,76 @@ class _Execution:
         return f"{str(self.where.get('node_id', '?'))[:12]} ({self.where.get('ip', '?')})"
 
 
+@dataclass
+class _Callbacks:
+    """The runner's callbacks of one :meth:`RayExecutor.run` (see :class:`Executor`)."""
+
+    on_start: Callable[[Job], None] | None = None
+    on_done: Callable[[JobResult], None] | None = None
+    on_progress: Callable[[Job, RunProgress], None] | None = None
+    on_interrupted: Callable[[Job, Interruption], None] | None = None
+    admit: Callable[[Job, str], bool] | None = None
+    leave_by: Callable[[Job, str], LeaveBy | None] | None = None
+
+
+@dataclass
+class _Loop:
+    """The state of one :meth:`RayExecutor.run`: jobs waiting (front first), executions
+    in flight, results so far, the flights each job was refused on, and since when the
+    job at the front has waited for a flight that the cluster does not have."""
+
+    calls: _Callbacks
+    queue: list[Job]
+    active: list[_Execution] = field(default_factory=list)
+    results: list[JobResult] = field(default_factory=list)
+    refused: dict[str, set[str]] = field(default_factory=dict)   # run id → node ids
+    waiting_since: float | None = None
+
+    def ended(self, result: JobResult) -> None:
+        """A job's execution ended with ``result``."""
+        self.results.append(result)
+        if self.calls.on_done:
+            self.calls.on_done(result)
+
+    def again(self, ex: _Execution, info: Interruption | None = None) -> None:
+        """``ex`` is over without its run ending: report ``info`` (an interruption) and put
+        the job back at the front of the queue."""
+        if info is not None and self.calls.on_interrupted:
+            self.calls.on_interrupted(ex.job, info)
+        self.queue.insert(0, ex.job)
+
+
 def _row(run_dir: Path, row: Row) -> None:
     """Append one row made at home (a transfer's) to the run's ``measurements.jsonl``."""
     append_durable(RunDir(run_dir).measurements, encode_row(row))
+
+
+def _step_of(name: str) -> int:
+    """The steps a checkpoint folder's name holds, 0 for a name that is not one."""
+    try:
+        return checkpoint_name(name)
+    except TransferError:
+        return 0
 
 
 def _node_address(where: dict[str, Any]) -> str:
     """The address the node joined the cluster with (what Ray binds), from the GCS."""
     return next((n["NodeManagerAddress"] for n in ray.nodes()
                  if n["NodeID"] == where["node_id"]), "?")
+
+
+def _awaited(ex: _Execution) -> Any:
+    """The call of ``ex`` to wait for: its oldest poll while it runs (answers come in
+    order), else its where() or start(); None when none is pending."""
+    if ex.phase is Phase.RUNNING:
+        return ex.polls[0][0] if ex.polls else None
+    return ex.ref
+
+
+def _needs_text(needs: dict[str, float]) -> str:
+    """``2 GPUs`` or ``1 flight``: what one execution holds, in words."""
+    return ", ".join(f"{amount:g} {'GPU' if name == 'GPU' else name}"
+                     f"{'s' if amount != 1 else ''}" for name, amount in needs.items())
 
 
 def _trial(job: Job) -> dict[str, Any]:
@@ -125,50 +217,87 @@ class RayExecutor(Executor):
     """Runs on the nodes of a Ray cluster (see the module docstring).
 
     Args:
-        address: the cluster's ``HOST:PORT`` (None: ``$RAY_ADDRESS``, or a cluster this
+        address: the head's ``HOST:PORT`` (None: ``$RAY_ADDRESS``, or a cluster this
             process already joined).
         poll_s: seconds between polls of each execution.
         env: extra environment variables for every worker.
         scratch: parent folder of the scratch folders on every flight (None: each node's
             ``$FLIGHTPLAN_SCRATCH`` or temp folder).
-        no_flight_s: how long a run waits for a flight that the cluster no longer has
-            (all lost) before it ends with :data:`EXIT_NO_FLIGHT`.
+        no_flight_s: how long a run waits for a flight that the cluster does not have
+            (all lost, or none with the GPUs it needs) before it ends with
+            :data:`~flightplan.run.executors.contract.EXIT_NO_FLIGHT`.
+        worker: the command that starts a worker on a flight, before the ``trial.json``
+            path (None: ``python -m flightplan.run.worker`` with the flight's Python;
+            tests substitute a fake worker).
+
+        trusted_network: join a head without token authentication that the network can
+            reach (the user stated that only their machines can reach it).
 
     Raises:
-        ArgumentError: (at ``run``) no cluster answers at ``address``, or it has neither
-            GPUs nor the ``flight`` resource.
+        ArgumentError: (at :meth:`connect` or ``run``) no cluster answers at ``address``,
+            its head refuses this driver's token, it has no token authentication and the
+            network is not stated trusted, or it has neither GPUs nor the ``flight``
+            resource.
     """
 
     def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
                  env: dict[str, str] | None = None, scratch: str | None = None,
-                 no_flight_s: float = 120.0) -> None:
+                 no_flight_s: float = 120.0, worker: list[str] | None = None,
+                 trusted_network: bool = False) -> None:
         self.address = address
+        self.worker = list(worker) if worker else None
         self.poll_s = poll_s
         self.env = dict(env or {})
         self.scratch = scratch
         self.no_flight_s = no_flight_s
+        self.trusted_network = trusted_network
         self._connected = False
+        self._joined: ClusterJoined | None = None
+        self._settings = contextlib.ExitStack()
         self._transfers = TransferTally()   # every checkpoint that came home through it
 
     def close(self) -> None:
-        """Leave the cluster if :meth:`run` joined it (this process's actors end with it)."""
+        """Leave the cluster if :meth:`connect` joined it (this process's actors end with
+        it)."""
         if self._connected and ray.is_initialized():
             ray.shutdown()
         self._connected = False
+        self._joined = None
+        self._settings.close()
 
     # -- the cluster -------------------------------------------------------------------
-    def _connect(self) -> None:
-        if ray.is_initialized():
-            return
-        self._connected = True
+    def connect(self) -> ClusterJoined | None:
+        """Join the cluster at ``address`` (else ``$RAY_ADDRESS``) once its head was checked
+        (:func:`~flightplan.run.executors.ray_head.check_head`: something answers; a head
+        without token authentication that the network can reach only with
+        ``trusted_network``); nothing when this process already joined one.
+
+        Returns:
+            What was found about the head (the runner records it), or None when this
+            process had joined a cluster itself.
+
+        Raises:
+            ArgumentError: no address; the head check refused it; Ray could not join it.
+        """
+        if self._joined is not None or (ray.is_initialized() and not self._connected):
+            return self._joined
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            raise ArgumentError("--executor ray: no head address; give --address HOST:PORT "
+                                "(or [execution] address, or $RAY_ADDRESS)")
+        joined = check_head(address, trusted_network=self.trusted_network)
+        self._settings.enter_context(join_settings(joined))
         try:
-            ray.init(address=self.address or "auto", log_to_driver=False,
-                     logging_level="WARNING", configure_logging=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                     configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            self._settings.close()
             raise ArgumentError(
-                f"--address {self.address or '(none: $RAY_ADDRESS or auto)'}: no Ray cluster "
-                f"answers ({str(exc).splitlines()[0]}); start the head with `ray start --head "
-                f"--node-ip-address HOST --port 6379` and give HOST:6379") from None
+                f"--address {address}: the Ray head answers but this driver could not join "
+                f"it ({str(exc).splitlines()[0]}); check that it runs Ray "
+                f"{ray.__version__}, as here") from None
+        self._connected, self._joined = True, joined
+        return joined
 
     def _needs(self, job: Job) -> dict[str, float]:
         """The resources one execution of ``job`` holds."""
@@ -200,11 +329,13 @@ class RayExecutor(Executor):
             options["resources"] = needs
         if node_id is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-        actor = ray.remote(RunHost).options(**options).remote(job.run_id, self.scratch,
-                                                              self.env)
+        host: Any = ray.remote(RunHost)     # an actor class (Ray's stubs type it as the class)
+        actor = host.options(**options).remote(job.run_id, self.scratch, self.env, self.worker)
         trial = _trial(job)
         shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
+        keep = (trial.get("checkpoint") or {}).get("keep_last")
         return _Execution(job, actor, actor.where.remote(),
+                          CheckpointReceiver(job.run_dir / RunDir.CHECKPOINTS, keep_last=keep),
                           start_args=(job.trial_json.read_bytes(), shipped,
                                       self._transfers.figure()))
 
@@ -217,31 +348,45 @@ class RayExecutor(Executor):
 
     # -- one execution's deltas ----------------------------------------------------------
     def _absorb(self, ex: _Execution, delta: Delta, asked_at: float) -> None:
+        """Append the new rows and log home; write the chunks that came (their rewinds go
+        with the next poll); each checkpoint committed gets a ``checkpoint_transfer`` row
+        (:mod:`flightplan.transfer_time`): ``wait_s`` on the flight from durable there to
+        its last chunk, ``fetch_s`` for the poll that brought it, ``commit_s`` for the
+        checks, fsync and rename, ``stream_s`` from asking for its first chunk to durable
+        at home, ``resent_bytes``."""
         run_dir = ex.job.run_dir
-        append_durable(run_dir / "measurements.jsonl", delta.measurements)
-        append_durable(run_dir / "log.txt", delta.log)
+        append_durable(run_dir / RunDir.MEASUREMENTS, delta.measurements)
+        append_durable(run_dir / RunDir.LOG, delta.log)
         if b'"checkpoint"' in delta.measurements:
             ex.saved_any = ex.saved_any or any(isinstance(row, CheckpointSaved)
                                                for row in parse_rows(delta.measurements)[0])
-        if delta.checkpoint is None:
-            return
-        name, blobs = delta.checkpoint
+        ex.streaming = delta.pending or bool(delta.chunks)
         fetched = time.time()
-        keep = (_trial(ex.job).get("checkpoint") or {}).get("keep_last")
-        try:
-            commit_checkpoint(run_dir / "checkpoints", name, blobs, keep_last=keep)
-        except TransferError as exc:
-            _row(run_dir, CheckpointTransferFailed(int(name[5:]), time.time(), name=name,
-                                                   error=str(exc), node=ex.node))
-            return
-        committed = time.time()
-        size = blob_bytes(blobs)
-        _row(run_dir, CheckpointTransfer(int(name[5:]), time.time(), name=name, bytes=size,
-                                         wait_s=delta.wait_s, fetch_s=fetched - asked_at,
-                                         commit_s=committed - fetched, node=ex.node))
-        self._transfers.add(size, committed - asked_at, delta.wait_s)
+        for chunk in delta.chunks:
+            try:
+                outcome = ex.receiver.take(chunk, asked_at=asked_at)
+            except TransferError as exc:
+                ex.receiver.abandon()
+                outcome = Outcome(refused=str(exc))
+            if outcome.rewind is not None:
+                ex.rewinds.append(outcome.rewind)
+            if outcome.refused is not None:
+                _row(run_dir, CheckpointTransferFailed(
+                    _step_of(chunk.name), time.time(), name=chunk.name[:80],
+                    error=outcome.refused, node=ex.node))
+            done = outcome.committed
+            if done is None:
+                continue
+            now = time.time()
+            stream_s, trip = now - done.first_asked_at, done.waited_s + now - asked_at
+            _row(run_dir, CheckpointTransfer(
+                checkpoint_name(done.name), now, name=done.name, bytes=done.bytes,
+                wait_s=done.waited_s, fetch_s=fetched - asked_at, commit_s=now - fetched,
+                stream_s=stream_s, resent_bytes=done.resent_bytes, node=ex.node))
+            self._transfers.add(done.bytes, stream_s, done.waited_s, trip_s=trip)
 
     def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
+        assert delta.exit_code is not None
         code = int(delta.exit_code)
         try:
             commit_outputs(ex.job.run_dir, delta.outputs)
@@ -287,117 +432,140 @@ class RayExecutor(Executor):
             on_interrupted: Callable[[Job, Interruption], None] | None = None,
             admit: Callable[[Job, str], bool] | None = None,
             leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
-        self._connect()
+        self.connect()
         self._check_cluster()
-        queue = list(jobs)
-        active: list[_Execution] = []
-        results: list[JobResult] = []
-        refused: dict[str, set[str]] = {}     # run id → node ids the runner refused it on
-        waiting_since: float | None = None
+        loop = _Loop(_Callbacks(on_start, on_done, on_progress, on_interrupted, admit,
+                                leave_by), list(jobs))
         try:
-            while queue or active:
-                if queue and not any(e.placing for e in active):
-                    needs = self._needs(queue[0])
-                    pinned = None
-                    if refused.get(queue[0].run_id):
-                        pinned = self._other_flight(queue[0], refused[queue[0].run_id])
-                        if pinned is None:
-                            append_durable(queue.pop(0).run_dir / "log.txt",
-                                           b"--- flightplan: not started: no flight left "
-                                           b"where it can finish before the package ends "
-                                           b"(flightplan status says why) ---\n")
-                            continue
-                    if self._has(ray.available_resources(), needs):
-                        active.append(self._launch(queue.pop(0), pinned))
-                        waiting_since = None
-                    elif not active and not self._has(ray.cluster_resources(), needs):
-                        waiting_since = waiting_since or time.time()
-                        if time.time() - waiting_since > self.no_flight_s:
-                            results.append(self._no_flight(queue.pop(0), needs, on_done))
-                            waiting_since = None
-                            continue
+            while loop.queue or loop.active:
+                self._place(loop)
                 now = time.time()
-                for ex in active:
-                    if ex.ref is None and now - ex.last_poll >= self.poll_s:
-                        ex.last_poll = now
-                        ex.ref = ex.actor.poll.remote(self._transfers.figure())
-                refs = [e.ref for e in active if e.ref is not None]
-                if not refs:
+                for ex in loop.active:
+                    if ex.phase is Phase.RUNNING:
+                        self._ask(ex, now)
+                awaited = {ref: ex for ex in loop.active if (ref := _awaited(ex)) is not None}
+                if not awaited:
                     time.sleep(self.poll_s)
                     continue
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=self.poll_s)
-                for ex in [e for e in active if e.ref in ready]:
-                    ref, ex.ref = ex.ref, None
-                    try:
-                        value = ray.get(ref)
-                    except RayTaskError as exc:  # the host raised: this execution failed
-                        active.remove(ex)
-                        result = self._host_error(ex, exc)
-                        results.append(result)
-                        if on_done:
-                            on_done(result)
-                        continue
-                    except RayError as exc:  # actor or node gone: the flight was lost
-                        active.remove(ex)
-                        if not ex.placing:
-                            info = self._lost(ex, exc)
-                            if on_interrupted:
-                                on_interrupted(ex.job, info)
-                        else:
-                            ray.kill(ex.actor)
-                        queue.insert(0, ex.job)
-                        continue
-                    if not ex.admitted:
-                        ex.where = dict(value, ip=_node_address(value))
-                        if admit and not admit(ex.job, ex.node):
-                            active.remove(ex)
-                            refused.setdefault(ex.job.run_id, set()).add(value["node_id"])
-                            ray.kill(ex.actor)
-                            queue.insert(0, ex.job)
-                            continue
-                        ex.admitted, ex.ref = True, ex.actor.start.remote(*ex.start_args)
-                        deadline = leave_by(ex.job, ex.node) if leave_by else None
-                        if deadline is not None:
-                            ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
-                        continue
-                    if ex.placing:
-                        ex.placing, ex.where = False, dict(value, ip=_node_address(value))
-                        ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
-                        append_durable(ex.job.run_dir / "log.txt",
-                                       f"--- flightplan worker started "
-                                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')} on node "
-                                       f"{ex.node}, host {value['host']}, scratch "
-                                       f"{value['scratch']} ---\n".encode())
-                        if on_start:
-                            on_start(ex.job)
-                        continue
-                    self._absorb(ex, value, ex.last_poll)
-                    if on_progress:
-                        on_progress(ex.job, ex.tail.read())
-                    if value.exit_code == EXIT_PREEMPTED:  # its checkpoint came with it
-                        active.remove(ex)
-                        info = self._left(ex)
-                        if on_interrupted:
-                            on_interrupted(ex.job, info)
-                        refused.setdefault(ex.job.run_id, set()).add(ex.where["node_id"])
-                        queue.insert(0, ex.job)
-                        continue
-                    if value.exit_code is None and ex.watch is not None \
-                            and ex.watch.due(time.time()):
-                        ex.watch.ask(ex.actor.leave.remote)
-                    if value.exit_code is not None:
-                        active.remove(ex)
-                        result = self._finish(ex, value)
-                        results.append(result)
-                        if on_done:
-                            on_done(result)
+                ready, _ = ray.wait(list(awaited), num_returns=len(awaited),
+                                   timeout=self.poll_s)
+                for ref in ready:
+                    if awaited[ref] in loop.active:
+                        self._answer(loop, awaited[ref])
         finally:
-            for ex in active:
+            for ex in loop.active:
                 try:
                     ray.kill(ex.actor)
                 except RayError:
                     pass
-        return results
+        return loop.results
+
+    def _place(self, loop: _Loop) -> None:
+        """Launch the job at the front of the queue when no other is being placed and a
+        flight has what it needs; drop the jobs no flight is left for on the way."""
+        while loop.queue and not any(e.phase is not Phase.RUNNING for e in loop.active):
+            job = loop.queue[0]
+            needs = self._needs(job)
+            pinned = None
+            if loop.refused.get(job.run_id):
+                pinned = self._other_flight(job, loop.refused[job.run_id])
+                if pinned is None:
+                    append_durable(loop.queue.pop(0).run_dir / "log.txt",
+                                   b"--- flightplan: not started: no flight left where it "
+                                   b"can finish before the package ends (flightplan status "
+                                   b"says why) ---\n")
+                    continue
+            if self._has(ray.available_resources(), needs):
+                loop.active.append(self._launch(loop.queue.pop(0), pinned))
+                loop.waiting_since = None
+            elif not loop.active and not self._has(ray.cluster_resources(), needs):
+                loop.waiting_since = loop.waiting_since or time.time()
+                if time.time() - loop.waiting_since > self.no_flight_s:
+                    loop.ended(self._no_flight(loop.queue.pop(0), needs))
+                    loop.waiting_since = None
+                    continue
+            return
+
+    def _ask(self, ex: _Execution, now: float) -> None:
+        """Poll a running execution: every ``poll_s``, or while checkpoint data waits on
+        the flight at once, with up to :data:`~flightplan.run.executors.stream.DEPTH`
+        polls in flight (the flight cuts the next chunk while home writes this one)."""
+        depth = DEPTH if ex.streaming else 1
+        while len(ex.polls) < depth and (ex.streaming or now - ex.last_poll >= self.poll_s):
+            ex.polls.append((ex.actor.poll.remote(self._transfers.figure(), ex.rewinds), now))
+            ex.rewinds, ex.last_poll = [], now
+
+    def _answer(self, loop: _Loop, ex: _Execution) -> None:
+        """Take the answer of ``ex``'s oldest pending call and move it on (:class:`Phase`)."""
+        if ex.phase is Phase.RUNNING:
+            ref, asked_at = ex.polls.pop(0)
+        else:
+            ref, ex.ref, asked_at = ex.ref, None, 0.0
+        try:
+            value = ray.get(ref)
+        except RayTaskError as exc:  # the host raised: this execution failed
+            loop.active.remove(ex)
+            loop.ended(self._host_error(ex, exc))
+            return
+        except RayError as exc:  # actor or node gone: the flight was lost
+            loop.active.remove(ex)
+            if ex.phase is Phase.RUNNING:
+                loop.again(ex, self._lost(ex, exc))
+            else:
+                ray.kill(ex.actor)
+                loop.again(ex)
+            return
+        if ex.phase is Phase.PLACING:
+            self._placed(loop, ex, value)
+        elif ex.phase is Phase.STARTING:
+            self._started(loop, ex, value)
+        else:
+            self._polled(loop, ex, value, asked_at)
+
+    def _placed(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
+        """PLACING → STARTING when the runner admits the job on the flight Ray chose; else
+        the actor goes and the job is placed again, not on that flight."""
+        ex.where = dict(where, ip=_node_address(where))
+        admit = loop.calls.admit
+        if admit and not admit(ex.job, ex.node):
+            loop.active.remove(ex)
+            loop.refused.setdefault(ex.job.run_id, set()).add(where["node_id"])
+            ray.kill(ex.actor)
+            loop.again(ex)
+            return
+        ex.phase, ex.ref = Phase.STARTING, ex.actor.start.remote(*ex.start_args)
+        deadline = loop.calls.leave_by(ex.job, ex.node) if loop.calls.leave_by else None
+        if deadline is not None:
+            ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
+
+    def _started(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
+        """STARTING → RUNNING: the worker runs on the flight."""
+        ex.phase, ex.where = Phase.RUNNING, dict(where, ip=_node_address(where))
+        ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
+        append_durable(ex.job.run_dir / "log.txt",
+                       f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
+                       f"on node {ex.node}, host {where['host']}, scratch "
+                       f"{where['scratch']} ---\n".encode())
+        if loop.calls.on_start:
+            loop.calls.on_start(ex.job)
+
+    def _polled(self, loop: _Loop, ex: _Execution, delta: Delta, asked_at: float) -> None:
+        """RUNNING: take what came home; the execution ends with the worker's exit (which
+        the flight reports once every committed checkpoint is home)."""
+        assert ex.tail is not None
+        self._absorb(ex, delta, asked_at)
+        if loop.calls.on_progress:
+            loop.calls.on_progress(ex.job, ex.tail.read())
+        if delta.exit_code == EXIT_PREEMPTED:  # its checkpoint came with it
+            loop.active.remove(ex)
+            info = self._left(ex)
+            loop.refused.setdefault(ex.job.run_id, set()).add(ex.where["node_id"])
+            loop.again(ex, info)
+        elif delta.exit_code is not None:
+            loop.active.remove(ex)
+            loop.ended(self._finish(ex, delta))
+        elif ex.watch is not None and ex.watch.due(time.time()):
+            ex.watch.ask(ex.actor.leave.remote)
 
     def _host_error(self, ex: _Execution, exc: RayTaskError) -> JobResult:
         append_durable(ex.job.run_dir / "log.txt",
@@ -411,14 +579,10 @@ class RayExecutor(Executor):
         return JobResult(ex.job.run_id, ex.job.run_dir, EXIT_HOST_ERROR, ex.started_at or now,
                          now, node=ex.node)
 
-    def _no_flight(self, job: Job, needs: dict[str, float],
-                   on_done: Callable[[JobResult], None] | None) -> JobResult:
+    def _no_flight(self, job: Job, needs: dict[str, float]) -> JobResult:
         append_durable(job.run_dir / "log.txt",
-                       f"--- flightplan: no flight of the cluster has {needs} any more "
-                       f"(waited {self.no_flight_s:.0f} s); join a flight and run again to "
-                       f"resume ---\n".encode())
+                       f"--- flightplan: not started: no flight of the cluster has "
+                       f"{_needs_text(needs)} (waited {self.no_flight_s:.0f} s); join a "
+                       f"flight that has and run again to resume ---\n".encode())
         now = time.time()
-        result = JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)
-        if on_done:
-            on_done(result)
-        return result
+        return JobResult(job.run_id, job.run_dir, EXIT_NO_FLIGHT, now, now)

@@ -3,48 +3,46 @@ worker in a scratch folder on the flight and hands home, at each poll, what is n
 
 Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json`` and, when resuming, its
 newest verified checkpoint (:meth:`RunHost.start`), then polls: each :class:`Delta` holds
-the new measurement rows and log bytes, the newest committed checkpoint not sent before
-(with how long it waited on the flight), and, once the worker ended, every other file of
-the scratch folder. Home's running transfer figure comes back with each poll and is
-written to ``<scratch>/transfer.json`` for the trial's interval policy
-(:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes home's request to leave
-the flight to the worker (:mod:`flightplan.run.executors.leave_watch`).
+the new measurement rows and log bytes, the next chunks of the newest checkpoint not yet
+home (at most one chunk's worth, cut as the trial writes it:
+:class:`~flightplan.run.executors.stream.CheckpointSender`), and, once the worker ended
+and every committed checkpoint is home, its exit code and its outputs. A poll carries home's
+:class:`~flightplan.run.executors.stream.Rewind` s (chunks to send again). Home's running
+transfer figure comes back with each poll and is written to ``<scratch>/transfer.json`` for
+the trial's interval policy (:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes
+home's request to leave the flight to the worker
+(:mod:`flightplan.run.executors.leave_watch`).
 
 Plain Python apart from :meth:`RunHost.where`, so it is testable without a cluster.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy
 
 import ray
 
 from flightplan.durable import write_json_atomic
-from flightplan.errors import TransferError
-from flightplan.rundir import RunDir, list_checkpoints
+from flightplan.rundir import RunDir
 from flightplan.run.executors.contract import worker_argv
-from flightplan.run.executors.local import die_with_parent
-from flightplan.run.executors.transfer import Blob, commit_checkpoint, pack, pack_tree
+from flightplan.run.executors.tether import tethered
+from flightplan.run.executors.stream import CHUNK_BYTES, Chunk, CheckpointSender, Rewind
+from flightplan.run.executors.transfer import OUTPUTS, Blob, commit_checkpoint, pack_tree
 
-__all__ = ["SCRATCH_ENV", "KEPT_AT_HOME", "Delta", "RunHost"]
+__all__ = ["SCRATCH_ENV", "Delta", "RunHost"]
 
 SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
 """On a flight: the folder under which each execution gets its scratch folder (default:
 the system's temp folder)."""
-
-KEPT_AT_HOME = {RunDir.TRIAL, RunDir.MEASUREMENTS, RunDir.LOG, RunDir.CHECKPOINTS,
-                RunDir.TRANSFER}
-"""Scratch entries that are not outputs (streamed separately or sent from home)."""
-
 
 @dataclass(frozen=True)
 class Delta:
@@ -53,19 +51,20 @@ class Delta:
     Attributes:
         measurements: new complete rows of ``measurements.jsonl`` (bytes, newline-ended).
         log: new bytes of the worker's stdout/stderr.
-        checkpoint: the newest committed checkpoint not sent before, ``(name, blobs)``.
-        exit_code: the worker's exit code once it ended, else None.
-        outputs: once ended, every other file of the scratch folder.
-        wait_s: seconds ``checkpoint`` waited on the flight, from its manifest being
-            written to this poll packing it (0.0 without a checkpoint).
+        chunks: the next pieces of the newest checkpoint not yet home (at most one
+            chunk's worth of data; numpy arrays, which Ray hands home without a copy).
+        exit_code: the worker's exit code once it ended and every committed checkpoint
+            was sent, else None (reported once with the outputs; None again after that).
+        outputs: with the exit code, the run's outputs (:data:`~flightplan.run.executors.transfer.OUTPUTS`).
+        pending: more checkpoint data waits on the flight (home asks again at once).
     """
 
     measurements: bytes
     log: bytes
-    checkpoint: tuple[str, list[Blob]] | None
+    chunks: list[Chunk]
     exit_code: int | None
     outputs: list[Blob]
-    wait_s: float = 0.0
+    pending: bool = False
 
 
 class RunHost:
@@ -76,16 +75,23 @@ class RunHost:
         scratch: parent of the scratch folder (default ``$FLIGHTPLAN_SCRATCH`` or the temp
             folder of the node).
         env: extra environment variables for the worker.
+        worker: the command before the ``trial.json`` path (None: ``python -m
+            flightplan.run.worker`` with this node's Python).
+        chunk_bytes: checkpoint data per poll (:data:`~flightplan.run.executors.stream.CHUNK_BYTES`).
     """
 
-    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str]) -> None:
+    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str],
+                 worker: list[str] | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
         root = scratch or os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()
         os.makedirs(root, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
         self.env = dict(env)
+        self.worker = list(worker) if worker else None
         self.proc: subprocess.Popen | None = None
         self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
-        self._sent: set[str] = set()
+        self._chunk_bytes = chunk_bytes
+        self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS, chunk_bytes=chunk_bytes)
+        self._ended = False                 # the exit code went home
         self._transfer: dict[str, Any] | None = None
 
     def where(self) -> dict[str, Any]:
@@ -107,17 +113,18 @@ class RunHost:
         (self.dir / "trial.json").write_bytes(trial)
         if checkpoint is not None:
             name, blobs = checkpoint
-            commit_checkpoint(self.dir / "checkpoints", name, blobs)
-            self._sent.add(name)
+            commit_checkpoint(self.dir / RunDir.CHECKPOINTS, name, blobs)
+            self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS,
+                                           chunk_bytes=self._chunk_bytes, sent=[name])
         self._note_transfer(transfer)
         trial_json = self.dir / "trial.json"
         env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
                    PYTHONUNBUFFERED="1")
         with open(self.dir / "log.txt", "ab") as log:
-            self.proc = subprocess.Popen(worker_argv(trial_json), stdout=log,
+            argv = [*self.worker, str(trial_json)] if self.worker else worker_argv(trial_json)
+            self.proc = subprocess.Popen(tethered(argv), stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=str(self.dir),
-                                         preexec_fn=die_with_parent)
+                                         env=env, cwd=str(self.dir))
         return self.where()
 
     def _read_new(self, name: str, *, whole_lines: bool) -> bytes:
@@ -132,22 +139,6 @@ class RunHost:
         self._offsets[name] += len(data)
         return data
 
-    def _newest_checkpoint(self) -> tuple[tuple[str, list[Blob]], float] | None:
-        """The newest committed checkpoint not sent yet and the seconds it waited here."""
-        complete, _ = list_checkpoints(self.dir / "checkpoints")
-        for _, path in complete:
-            if path.name in self._sent:
-                return None
-            try:
-                wait_s = max(0.0, time.time() - (path / "manifest.json").stat().st_mtime)
-                manifest = json.loads((path / "manifest.json").read_bytes())
-                blobs = pack(path, ["manifest.json", *manifest["files"]])
-            except (OSError, ValueError, KeyError, TypeError, TransferError):
-                continue  # pruned or renamed meanwhile: an older one may still be whole
-            self._sent.update(p.name for _, p in complete)
-            return (path.name, blobs), wait_s
-        return None
-
     def _note_transfer(self, transfer: dict[str, Any] | None) -> None:
         """Keep home's latest transfer figure in ``<scratch>/transfer.json`` (written
         atomically, only when it changed; None leaves the file as it is)."""
@@ -155,21 +146,30 @@ class RunHost:
             write_json_atomic(self.dir / RunDir.TRANSFER, transfer)
             self._transfer = dict(transfer)
 
-    def poll(self, transfer: dict[str, Any] | None = None) -> Delta:
+    def poll(self, transfer: dict[str, Any] | None = None,
+             rewinds: Sequence[Rewind] = ()) -> Delta:
         """What is new since the last poll (see :class:`Delta`).
 
         Args:
             transfer: home's latest transfer figure (:meth:`_note_transfer`) or None.
+            rewinds: chunks home asks for again.
         """
         assert self.proc is not None, "start() before poll()"
         self._note_transfer(transfer)
+        for rewind in rewinds:
+            self.sender.rewind(rewind)
         code = self.proc.poll()  # read first: everything written before the exit is below
-        outputs = pack_tree(self.dir, skip=KEPT_AT_HOME) if code is not None else []
         rows = self._read_new("measurements.jsonl", whole_lines=True)
         log = self._read_new("log.txt", whole_lines=False)
-        found = self._newest_checkpoint()  # after the rows: a saved row's checkpoint is here
-        return Delta(rows, log, found[0] if found else None, code, outputs,
-                     found[1] if found else 0.0)
+        ended = code is not None
+        # after the rows: a saved row's checkpoint is on disk
+        chunks = [Chunk(c.name, c.path, c.offset, numpy.frombuffer(c.data, dtype=numpy.uint8),
+                        c.digest, c.waited_s) for c in self.sender.next(ended=ended)]
+        pending = self.sender.pending(ended=ended)
+        if ended and not chunks and not pending and not self._ended:
+            self._ended = True
+            return Delta(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS))
+        return Delta(rows, log, chunks, None, [], pending)
 
     def leave(self, signum: int) -> None:
         """Send ``signum`` to the worker while it runs: the request to checkpoint and leave

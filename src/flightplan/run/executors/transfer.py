@@ -11,10 +11,13 @@ flight into its scratch folder, so both directions check the same way.
   unlisted. Files go into ``step-NNNNNN.tmp/`` (which ``restore()`` never loads and
   removes), the manifest last, each fsync'd; then one rename makes it a checkpoint. The
   newest ``keep_last`` are kept (:func:`flightplan.trial.checkpoint.prune`).
-- :func:`commit_outputs`: a finished or stopped run's outputs (predictions, metrics,
-  artifact folder, …). All are written and checked in ``.incoming/`` first, then each
-  top-level entry is renamed into place, the status markers ``done.json``/``stop.json``
-  last, so the run counts as ended only once everything it made is home.
+- :func:`commit_outputs`: a finished or stopped run's outputs, only the names a run
+  produces (:data:`OUTPUTS`: predictions, metrics, the artifact folder, the status
+  markers; a flight that sends anything else, such as ``trial.json``, the measurements or
+  ``checkpoints/``, is refused whole). All are written and checked in ``.incoming/``
+  first, then each top-level entry is renamed into place, the status markers
+  ``done.json``/``stop.json`` last, so the run counts as ended only once everything it
+  made is home.
 - :func:`latest_checkpoint`: the newest checkpoint of a folder whose files match its
   manifest, packed for sending (a failing one is set aside as ``.corrupt-transfer``).
 
@@ -22,7 +25,7 @@ Usage::
 
     blobs = pack(scratch / "checkpoints" / "step-000008", ["manifest.json", "model.safetensors"])
     commit_checkpoint(run_dir / "checkpoints", "step-000008", blobs, keep_last=2)
-    commit_outputs(run_dir, pack_tree(scratch, skip={"checkpoints", "trial.json"}))
+    commit_outputs(run_dir, pack_tree(scratch, only=OUTPUTS))
 """
 
 from __future__ import annotations
@@ -41,11 +44,16 @@ from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.trial.checkpoint import prune, set_aside
 from flightplan.trial.checkpoint_io import MANIFEST, read_manifest
 
-__all__ = ["Blob", "STATUS_MARKERS", "INCOMING", "pack", "pack_tree", "commit_checkpoint",
-           "commit_outputs", "latest_checkpoint", "blob_bytes"]
+__all__ = ["Blob", "STATUS_MARKERS", "OUTPUTS", "INCOMING", "pack", "pack_tree",
+           "commit_checkpoint", "commit_outputs", "latest_checkpoint", "blob_bytes"]
 
 STATUS_MARKERS = (RunDir.DONE, RunDir.STOP)
 """Files that say a run ended (``run/records.py`` reads them); committed last."""
+
+OUTPUTS = (RunDir.PREDICTIONS, RunDir.METRICS, RunDir.ARTIFACT, *STATUS_MARKERS)
+"""The top-level names of a run directory that a run produces (docs/tasks.md, "Leave
+outputs"): all that comes home from a flight when it ends; the rest of its scratch folder
+is home's own (``trial.json``, measurements, log, checkpoints) or the task's scratch."""
 
 INCOMING = ".incoming"
 """The staging folder of :func:`commit_outputs` inside the run directory."""
@@ -93,13 +101,14 @@ def pack(root: Path, paths: Iterable[str]) -> list[Blob]:
     return blobs
 
 
-def pack_tree(root: Path, *, skip: set[str]) -> list[Blob]:
-    """Every file under ``root`` (sorted), except top-level entries named in ``skip``."""
-    root = Path(root)
+def pack_tree(root: Path, *, only: Iterable[str]) -> list[Blob]:
+    """Every file under ``root`` (sorted) whose top-level entry is named in ``only``
+    (symbolic links are not followed)."""
+    root, only = Path(root), set(only)
     names = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if relative.parts[0] in skip or not path.is_file() or path.is_symlink():
+        if relative.parts[0] not in only or not path.is_file() or path.is_symlink():
             continue
         names.append(relative.as_posix())
     return pack(root, names)
@@ -216,8 +225,13 @@ def commit_outputs(run_dir: Path, blobs: list[Blob]) -> list[str]:
         The top-level names committed, markers last.
 
     Raises:
-        TransferError: a file fails its hash check (nothing is renamed into place).
+        TransferError: a file that is not an output (:data:`OUTPUTS`), or one that fails
+            its hash check (nothing is renamed into place).
     """
+    strays = sorted({b.path for b in blobs if _safe(b.path).parts[0] not in OUTPUTS})
+    if strays:
+        raise TransferError(f"{strays[0]}: not an output of a run (only "
+                            f"{', '.join(OUTPUTS)} come home); refusing the outputs")
     run_dir = Path(run_dir)
     staging = run_dir / INCOMING
     if staging.exists():

@@ -116,9 +116,9 @@ def test_a_worker_asked_to_leave_resumes_bitwise_identical(tmp_path):
     [plain] = executor.run([_job(tmp_path / "plain", "p-1", steps=40, sleep_s=0.02)])
     assert plain.exit_code == 0
     # a task that sets no thread count computes with the run's (default 1), BLAS too
-    assert json.loads((tmp_path / "plain" / "threads.json").read_text()) == {"torch": 1,
-                                                                            "omp": "1"}
-    expected = (tmp_path / "plain" / "weights.bin").read_bytes()
+    assert json.loads((tmp_path / "plain" / "artifact" / "threads.json").read_text()) == {
+        "torch": 1, "omp": "1"}
+    expected = (tmp_path / "plain" / "artifact" / "weights.bin").read_bytes()
 
     job = _job(tmp_path / "left", "l-1", steps=40, sleep_s=0.02)
     interruptions = []
@@ -137,11 +137,12 @@ def test_a_worker_asked_to_leave_resumes_bitwise_identical(tmp_path):
     assert json.loads(job.trial_json.read_text())["resume"] is True
     log = (job.run_dir / "log.txt").read_text()
     assert "checkpoint now and leave ---" in log and "left flight local at" in log
-    assert "exited with code" not in log and not (job.run_dir / "weights.bin").exists()
+    assert "exited with code" not in log
+    assert not (job.run_dir / "artifact" / "weights.bin").exists()
 
     [again] = executor.run([job])
     assert again.exit_code == 0
-    assert (job.run_dir / "weights.bin").read_bytes() == expected
+    assert (job.run_dir / "artifact" / "weights.bin").read_bytes() == expected
 
     # --past-end: the checkpoint is made and brought home, and the run goes on
     going = _job(tmp_path / "going", "g-1", steps=40, sleep_s=0.02)
@@ -150,7 +151,7 @@ def test_a_worker_asked_to_leave_resumes_bitwise_identical(tmp_path):
     assert ended.exit_code == 0
     assert [r.then for r in _rows(going.run_dir) if isinstance(r, ForcedCheckpoint)] \
         == ["continue"]
-    assert (going.run_dir / "weights.bin").read_bytes() == expected
+    assert (going.run_dir / "artifact" / "weights.bin").read_bytes() == expected
 
 
 def test_a_request_from_elsewhere_is_honoured_too(tmp_path):

@@ -4,6 +4,7 @@ executor itself runs on a real cluster in tests/e2e/test_ray_tiny.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from flightplan.rundir import RunDir
+from flightplan.rows import CheckpointTransferFailed
 from flightplan.errors import ArgumentError, SpecError
 from flightplan.run.commands import make_executor
 from flightplan.run.executors.contract import Job, lost_execution
@@ -106,29 +109,68 @@ def test_checkpoints_lost_everywhere_never_restart_from_scratch(tmp_path):
 
 
 def test_the_host_keeps_homes_transfer_figure_and_measures_the_wait(tmp_path):
-    """RunHost without Ray: its worker is a process that has already ended."""
-    host = RunHost("r-1", str(tmp_path), {})
+    """RunHost without Ray: its worker is a process that has already ended; the checkpoint
+    it committed goes home in chunks before its exit code."""
+    host = RunHost("r-1", str(tmp_path), {}, chunk_bytes=4)
     with open(host.dir / "log.txt", "wb") as log:
         host.proc = subprocess.Popen([sys.executable, "-c", "print('done')"], stdout=log)
     host.proc.wait()
     step = host.dir / "checkpoints" / "step-000003"
     step.mkdir(parents=True)
     (step / "model.safetensors").write_bytes(b"w" * 10)
-    (step / "manifest.json").write_text(json.dumps({"files": {"model.safetensors": {}}}))
+    (step / "manifest.json").write_text(json.dumps({"files": {"model.safetensors": {
+        "size": 10, "sha256": hashlib.sha256(b"w" * 10).hexdigest()}}}))
+    for name in ("predictions.csv", "artifact/model.bin", "stray.bin", ".staging/step-1/x"):
+        (host.dir / name).parent.mkdir(parents=True, exist_ok=True)
+        (host.dir / name).write_bytes(b"made")
     durable = time.time() - 2.5            # the checkpoint became durable 2.5 s ago
     os.utime(step / "manifest.json", (durable, durable))
     figure = {"transfer_s": 0.75, "bytes_per_s": 4e6, "wait_s": 0.25, "checkpoints": 3}
     before = time.time()
-    first = host.poll(figure)
+    deltas = [host.poll(figure)]
     assert json.loads((host.dir / "transfer.json").read_text()) == figure
-    assert first.checkpoint[0] == "step-000003"
-    assert 2.5 <= first.wait_s <= 2.5 + (time.time() - before) + 0.01
-    # transfer.json stays on the flight: it is not an output
-    assert first.exit_code == 0 and [b.path for b in first.outputs] == []
-    second = host.poll(None)               # no figure: the file is left as it was
-    assert second.checkpoint is None and second.wait_s == 0.0
+    while deltas[-1].exit_code is None:
+        deltas.append(host.poll(None))     # no figure: the file is left as it was
+    # 10 bytes in chunks of 4, then the manifest; the exit code only once all is sent
+    chunks = [c for d in deltas for c in d.chunks]
+    assert [(c.path, c.offset, c.size) for c in chunks] == [
+        ("model.safetensors", 0, 4), ("model.safetensors", 4, 4), ("model.safetensors", 8, 2),
+        ("manifest.json", 0, len((step / "manifest.json").read_bytes()))]
+    assert [d.exit_code for d in deltas] == [None] * 4 + [0]
+    assert 2.5 <= chunks[-1].waited_s <= 2.5 + (time.time() - before) + 0.01
+    # only a run's outputs come home: not transfer.json, the log or a task's scratch files
+    assert [b.path for b in deltas[-1].outputs] == ["artifact/model.bin", "predictions.csv"]
     assert json.loads((host.dir / "transfer.json").read_text()) == figure
+    assert host.poll(None).exit_code is None             # reported once
     host.poll(dict(figure, checkpoints=4, transfer_s=0.5))
     assert json.loads((host.dir / "transfer.json").read_text())["checkpoints"] == 4
     host.close()
     assert not host.dir.exists()
+
+
+def test_a_checkpoint_name_from_a_flight_that_is_not_one_is_refused_not_fatal(tmp_path):
+    """Home takes the step count from a name the flight sends: a bad one is a refused
+    transfer (a ``checkpoint_transfer_failed`` row), never an exception in the runner."""
+    from flightplan.run.executors.ray_executor import _Execution
+    from flightplan.run.executors.ray_host import Delta
+    from flightplan.run.executors.stream import CheckpointReceiver, Chunk
+
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    ex = _Execution(Job("r-1", run_dir), actor=None, ref=None,
+                    receiver=CheckpointReceiver(run_dir / "checkpoints"),
+                    where={"node_id": "n" * 12, "ip": "127.0.0.1"})
+    chunks = [Chunk("step-12x", "model.bin", 0, b"x", "0"),
+              Chunk("step-" + "9" * 40, "model.bin", 0, b"x", "0"),
+              Chunk("step-000001", "../../escape", 0, b"x", "0")]
+    RayExecutor()._absorb(ex, Delta(b"", b"", chunks, None, []), asked_at=time.time())
+    rows = RunDir(run_dir).rows()
+    # a name that is not a checkpoint's holds no steps: its row is at step 0
+    assert [(type(r), r.step, r.name) for r in rows] == [
+        (CheckpointTransferFailed, 0, "step-12x"),
+        (CheckpointTransferFailed, 0, "step-" + "9" * 40),
+        (CheckpointTransferFailed, 1, "step-000001")]
+    assert "not a checkpoint name" in rows[0].error
+    assert "must be relative" in rows[2].error
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == []
+    assert not (tmp_path / "escape").exists()

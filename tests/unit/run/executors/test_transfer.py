@@ -97,6 +97,26 @@ def test_pack_and_latest_checkpoint_round_trip_and_set_aside_a_corrupt_one(tmp_p
     assert sorted(p.name for p in parent.iterdir()) == ["step-000001",
                                                         "step-000002.corrupt-transfer"]
     # what pack_tree reads commits elsewhere byte for byte
-    commit_checkpoint(tmp_path / "there", name, pack_tree(parent / name, skip=set()))
+    commit_checkpoint(tmp_path / "there", name,
+                      pack_tree(parent / name, only={"manifest.json", "model.safetensors"}))
     assert pack(tmp_path / "there" / name, ["model.safetensors"])[0].data == b"one"
     assert latest_checkpoint(tmp_path / "empty") is None
+
+
+@pytest.mark.parametrize("stray", ["trial.json", "measurements.jsonl", "log.txt",
+                                   "checkpoints/step-000009/model.safetensors",
+                                   ".incoming/x", "weights.bin"])
+def test_home_commits_only_the_outputs_a_run_produces(tmp_path: Path, stray: str):
+    """A flight that sends back anything but a run's outputs (a new trial.json for the next
+    execution, rewritten measurements, a checkpoint that skipped the checks) is refused
+    whole: nothing is written, so the run is not finished."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "trial.json").write_text('{"run_id": "r-1"}')
+    blobs = [_blob("done.json", b"{}"), _blob("metrics.json", b"{}"), _blob(stray, b"evil")]
+    with pytest.raises(TransferError, match=rf"{stray}: not an output of a run \(only "
+                                            rf"predictions.csv, metrics.json, artifact, "
+                                            rf"done.json, stop.json come home\)"):
+        commit_outputs(run_dir, blobs)
+    assert sorted(p.name for p in run_dir.iterdir()) == ["trial.json"]
+    assert (run_dir / "trial.json").read_text() == '{"run_id": "r-1"}'
