@@ -213,9 +213,11 @@ class Trial:
     def restore(self) -> int:
         """Load the newest valid checkpoint of this run, if any.
 
-        Walks ``checkpoints/`` newest first; partial ``.tmp`` saves are removed; a checkpoint
-        that fails a check or belongs to another run is renamed ``<name>.corrupt-<reason>``,
-        reported on stderr and in ``measurements.jsonl``. RNG states are set last.
+        Walks ``checkpoints/`` newest first; a finished ``.tmp`` save whose rename a kill
+        cut off is put in place, partial ones are removed
+        (:func:`~flightplan.trial.checkpoint.recover_checkpoints`); a checkpoint that fails a
+        check or belongs to another run is renamed ``<name>.corrupt-<reason>``, reported on
+        stderr and in ``measurements.jsonl``. RNG states are set last.
 
         Returns:
             Optimizer steps done by the restored checkpoint (0 when starting fresh).

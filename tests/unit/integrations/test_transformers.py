@@ -54,12 +54,13 @@ def test_killed_after_a_step_mid_save_and_mid_commit_then_rerun_ends_bitwise_ide
     trainer_script.run(reference)  # 14 steps, the Trainer saves every 3 (user's save_steps)
     killed = tmp_path / "killed"
     # Inside the Trainer's save of step 6 (weights and optimizer written, no RNG state);
-    # after flightplan's manifest of step 9 but before its rename; right after step 11.
+    # after flightplan's manifest of step 9 but before its last rename (the finished save
+    # is put in place by the next restore: step 9 is not lost); right after step 11.
     for kill in ("save:6", "commit:9", "step:11"):
         assert _child(killed, kill) == -9
     assert _child(killed, None) == 0
     sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
-    assert sources == [None, "step-000003", "step-000006", "step-000009"]
+    assert sources == [None, "step-000003", "step-000009", "step-000009"]
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == [
         "step-000012", "step-000014"]  # keep_last 2; nothing set aside
     _assert_same_state(reference, killed)
