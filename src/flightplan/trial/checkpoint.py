@@ -291,14 +291,19 @@ class BackgroundWriter:
             is written and verified (its hashes are taken from the bytes written).
         on_done: called in the writer thread with each :class:`SaveResult`.
         on_error: called in the writer thread with (steps_done, exception) of a failed save.
+        before_commit: called in the writer thread with (steps_done, final directory) once a
+            save is complete in its ``.tmp`` directory, before it is renamed into place
+            (:func:`~flightplan.trial.checkpoint_io.write_checkpoint`).
     """
 
     def __init__(self, parent: Path, keep_last: int, on_done: Callable[[SaveResult], None],
-                 on_error: Callable[[int, BaseException], None]) -> None:
+                 on_error: Callable[[int, BaseException], None], *,
+                 before_commit: Callable[[int, Path], None] | None = None) -> None:
         self.parent = parent
         self.keep_last = keep_last
         self._on_done = on_done
         self._on_error = on_error
+        self._before_commit = before_commit
         self._thread: threading.Thread | None = None
         self._error: tuple[int, BaseException] | None = None
 
@@ -342,9 +347,11 @@ class BackgroundWriter:
         try:
             if captured.cuda_event is not None:
                 captured.cuda_event.synchronize()
-            path, size = write_checkpoint(self.parent, steps_done, model=captured.model,
-                                          optimizer=captured.optimizer, state=captured.state,
-                                          meta=meta)
+            hook = self._before_commit
+            path, size = write_checkpoint(
+                self.parent, steps_done, model=captured.model, optimizer=captured.optimizer,
+                state=captured.state, meta=meta,
+                before_commit=None if hook is None else lambda final: hook(steps_done, final))
             persist_s = time.monotonic() - start
             prune(self.parent, self.keep_last)
             self._on_done(SaveResult(steps_done, path, size, stall_s, persist_s))

@@ -308,8 +308,8 @@ def replace_dir(final: Path, new: Path | None = None) -> None:
 
 
 def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
-                     optimizer: Any, state: Mapping[str, Any],
-                     meta: Mapping[str, Any]) -> tuple[Path, int]:
+                     optimizer: Any, state: Mapping[str, Any], meta: Mapping[str, Any],
+                     before_commit: Callable[[Path], None] | None = None) -> tuple[Path, int]:
     """Write one checkpoint atomically under ``parent`` (see the module docstring).
 
     Args:
@@ -320,6 +320,10 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
         meta: JSON values for the manifest (run_id, config_hash, epoch, micro_step …).
             The manifest's ``tensors`` equal :func:`tensor_digests` of the three parts;
             those of the tensor files are computed from the pieces as they are written.
+        before_commit: called with the final directory once the checkpoint is complete and
+            durable in its ``.tmp`` directory, just before the rename that puts it in place
+            (the trial makes its ``checkpoint_saving`` row durable there); an exception from
+            it abandons the save.
 
     Returns:
         (the final directory, bytes written).
@@ -357,6 +361,8 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
         out.write(json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
         out.sync_close()
         fsync_dir(tmp)
+        if before_commit is not None:
+            before_commit(final)
         replace_dir(final, tmp)  # the same step saved again after a resume: same run, same state
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from flightplan.durable import fsync_dir, hash_file, write_atomic
 from flightplan.errors import CheckpointError
@@ -38,7 +38,9 @@ __all__ = ["commit_library_checkpoint", "load_library_checkpoint", "missing_file
 
 
 def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
-                              meta: Mapping[str, Any]) -> tuple[Path, int]:
+                              meta: Mapping[str, Any],
+                              before_commit: Callable[[Path], None] | None = None
+                              ) -> tuple[Path, int]:
     """Commit a library's finished checkpoint folder as ``parent/step-NNNNNN``.
 
     Every file of ``source`` is fsync'd, hashed and listed in ``manifest.json`` (written
@@ -54,6 +56,8 @@ def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
         parent: the ``checkpoints/`` directory (created if missing), on the same file system.
         steps_done: optimizer steps done; names ``step-NNNNNN``.
         meta: JSON values for the manifest; ``kind`` (the library's name) is required.
+        before_commit: called with the final directory just before the rename that puts the
+            finished folder in place (the trial's durable ``checkpoint_saving`` row).
 
     Returns:
         (the committed directory, total bytes of the listed files).
@@ -87,6 +91,8 @@ def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
     os.rename(source, tmp)
     fsync_dir(parent)
     try:
+        if before_commit is not None:
+            before_commit(final)
         replace_dir(final, tmp)  # the same step saved again after a resume: same run, same state
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -36,6 +36,7 @@ import os
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -52,9 +53,10 @@ from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
 from flightplan.trial.stop_rules import NoUsableResume, Stop, build_rules, stop_record
 from flightplan.transfer_time import checkpoint_transfer_s
 from flightplan.trial.trial_file import TRIAL_ENV, TrialFile, read_trial_file
-from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved, Evaluation,
-                             Finished, ForcedCheckpoint, Measurement, PartialCheckpointRemoved,
-                             Restore, Row, StopEvent, Truncation, encode_row)
+from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved,
+                             CheckpointSaving, Evaluation, Finished, ForcedCheckpoint, Measurement,
+                             PartialCheckpointRemoved, Restore, Row, StopEvent, Truncation,
+                             encode_row)
 from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
@@ -103,7 +105,8 @@ class Trial:
         self._parts = Components()
         self._snapshot = Snapshot()
         self._writer = BackgroundWriter(self.run_dir / "checkpoints", config.checkpoint.keep_last,
-                                        self._saved, self._save_failed)
+                                        self._saved, self._save_failed,
+                                        before_commit=self._saving)
         self._lock = threading.Lock()
         self._log_fd: int | None = None
         self._restored: CheckpointFiles | None = None
@@ -304,8 +307,10 @@ class Trial:
 
     # -- measurements and stop rules ----------------------------------------------------
 
-    def _write(self, row: Row) -> None:
-        """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`)."""
+    def _write(self, row: Row, *, durable: bool = False) -> None:
+        """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`);
+        ``durable``: fsync it before returning (it then survives the machine, not only the
+        process)."""
         line = encode_row(row)
         with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
             if self._log_fd is None:
@@ -313,6 +318,8 @@ class Trial:
                 self._log_fd = os.open(self.run_dir / RunDir.MEASUREMENTS,
                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(self._log_fd, line)
+            if durable:
+                os.fsync(self._log_fd)
 
     def _stop(self, stop: Stop) -> None:
         """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
@@ -456,6 +463,12 @@ class Trial:
         """
         self._writer.wait()
 
+    def _saving(self, steps_done: int, final: Path) -> None:
+        """A save is complete and about to be renamed into place: the durable record that
+        this run saved (:class:`~flightplan.rows.CheckpointSaving`), no later than the
+        checkpoint itself."""
+        self._write(CheckpointSaving(steps_done, time.time(), name=final.name), durable=True)
+
     def _saved(self, result: SaveResult) -> None:
         self._write(CheckpointSaved(result.steps_done, time.time(), name=result.path.name,
                                     bytes=result.bytes, stall_s=result.stall_s,
@@ -539,7 +552,8 @@ class Trial:
         meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
                 "epoch": self.epoch, "saved_at": time.time()}
         parent = self.run_dir / "checkpoints"
-        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta)
+        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta,
+                                               before_commit=partial(self._saving, steps_done))
         prune(parent, self.checkpoint_policy.keep_last)
         stall_s = save_s + time.monotonic() - start  # the save is synchronous: C = D
         self._schedule.record_start(start - save_s)
