@@ -6,31 +6,17 @@ before the first batch; a NaN loss stops the run with stop.json. A tiny MLP on C
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import lightning_script  # pytest puts this folder on sys.path
+from script_support import assert_same_final_state, measurement_rows as _rows, run_child
 
 from flightplan.errors import ArgumentError, TrialPreempted, TrialStopped
 from flightplan.trial.checkpoint_check import check_checkpoint
 
 SCRIPT = Path(lightning_script.__file__)
-SRC = Path(__file__).resolve().parents[3] / "src"
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
-
-
-def _child(run_dir: Path, kill: str | None) -> int:
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, str(SCRIPT), str(run_dir)] + (["--kill", kill] if kill else [])
-    return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
 
 
 @pytest.mark.slow
@@ -39,18 +25,12 @@ def test_killed_mid_save_and_after_a_step_then_rerun_ends_bitwise_identical(
     reference = tmp_path / "reference"
     lightning_script.run(reference)  # 12 steps, a save every 3
     killed = tmp_path / "killed"
-    assert _child(killed, "save:6") == -9  # half of checkpoint.ckpt written, then SIGKILL
-    assert _child(killed, "step:10") == -9
-    assert _child(killed, None) == 0
+    assert run_child(SCRIPT, killed, "save:6") == -9  # half of checkpoint.ckpt written, then SIGKILL
+    assert run_child(SCRIPT, killed, "step:10") == -9
+    assert run_child(SCRIPT, killed, None) == 0
     sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
     assert sources == [None, "step-000003", "step-000009"]
-    left = torch.load(reference / "final.pt", weights_only=True)
-    right = torch.load(killed / "final.pt", weights_only=True)
-    for name, tensor in left["model"].items():
-        assert torch.equal(tensor, right["model"][name]), name
-    for index, state in left["optimizer"]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, right["optimizer"]["state"][index][key]), (index, key)
+    assert_same_final_state(reference, killed)
     committed = sorted((killed / "checkpoints").iterdir())
     assert [p.name for p in committed] == ["step-000009", "step-000012"]
     assert all(check_checkpoint(p)["verified"] for p in committed)
@@ -75,15 +55,8 @@ def test_asked_to_leave_it_saves_at_that_step_and_resumes_bitwise(tmp_path: Path
     lightning_script.run(later)
     assert [r["source"] for r in _rows(left) if r.get("event") == "restore"] == [
         None, "step-000004"]
-    theirs = torch.load(reference / "final.pt", weights_only=True)
     for resumed in (left, later):
-        ours = torch.load(resumed / "final.pt", weights_only=True)
-        for name, tensor in theirs["model"].items():
-            assert torch.equal(tensor, ours["model"][name]), (resumed.name, name)
-        for index, state in theirs["optimizer"]["state"].items():
-            for key, value in state.items():
-                assert torch.equal(value, ours["optimizer"]["state"][index][key]), (
-                    resumed.name, index, key)
+        assert_same_final_state(reference, resumed)
 
 
 def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from flightplan.errors import TrialStopped
 from flightplan.integrations.transformers import REQUIRED_FILES
@@ -20,31 +19,9 @@ from flightplan.trial.library_checkpoint import commit_library_checkpoint
 from flightplan.trial.trial import Trial
 
 import trainer_script  # pytest puts this folder on sys.path
+from script_support import SRC, assert_same_final_state, measurement_rows as _rows, run_child
 
 SCRIPT = Path(trainer_script.__file__)
-SRC = Path(__file__).resolve().parents[3] / "src"
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
-
-
-def _child(run_dir: Path, kill: str | None) -> int:
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, str(SCRIPT), str(run_dir)] + (["--kill", kill] if kill else [])
-    return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
-
-
-def _assert_same_state(a: Path, b: Path) -> None:
-    left = torch.load(a / "final.pt", weights_only=True)
-    right = torch.load(b / "final.pt", weights_only=True)
-    assert left["model"].keys() == right["model"].keys()
-    for name, tensor in left["model"].items():
-        assert torch.equal(tensor, right["model"][name]), name
-    assert left["optimizer"]["param_groups"] == right["optimizer"]["param_groups"]
-    for index, state in left["optimizer"]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, right["optimizer"]["state"][index][key]), (index, key)
 
 
 @pytest.mark.slow
@@ -57,13 +34,13 @@ def test_killed_after_a_step_mid_save_and_mid_commit_then_rerun_ends_bitwise_ide
     # after flightplan's manifest of step 9 but before its last rename (the finished save
     # is put in place by the next restore: step 9 is not lost); right after step 11.
     for kill in ("save:6", "commit:9", "step:11"):
-        assert _child(killed, kill) == -9
-    assert _child(killed, None) == 0
+        assert run_child(SCRIPT, killed, kill) == -9
+    assert run_child(SCRIPT, killed, None) == 0
     sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
     assert sources == [None, "step-000003", "step-000009", "step-000009"]
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == [
         "step-000012", "step-000014"]  # keep_last 2; nothing set aside
-    _assert_same_state(reference, killed)
+    assert_same_final_state(reference, killed)
     assert all(check_checkpoint(p)["verified"] for p in (killed / "checkpoints").iterdir())
 
 
