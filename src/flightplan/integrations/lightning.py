@@ -30,11 +30,15 @@ What :func:`fit` adds to Lightning:
   ``StatefulDataLoader`` gives the next epoch another first batch (measured: not
   bitwise). Lightning's own ``ModelCheckpoint`` (non-atomic) is refused: build the Trainer
   with ``enable_checkpointing=False``.
-- **Stop rules** from logged metrics: after each optimizer step, every logged value whose
-  name contains ``loss`` goes to ``trial.log`` (with ``lr`` and ``step_s``); after each
-  validation, the logged metrics go to ``trial.evaluate`` (``min_quality``). A stop sets
-  ``trainer.should_stop`` (no save after it; Lightning validates after the step's save, so
-  the state a validation judged may be saved) and :func:`fit` raises ``TrialStopped``.
+- **Measurements and stop rules**: after each optimizer step a row goes to ``trial.log``
+  with ``loss``, the loss ``training_step`` returned (the one the optimizer minimised; with
+  gradient accumulation the mean over the step's batches), whatever name the module logs
+  its loss under, so the pilot's resume check, ``non_finite_loss``, progress and the
+  re-estimate all read it; with it every logged value whose name contains ``loss`` (e.g.
+  ``train_loss``), ``lr`` and ``step_s``. After each validation, the logged metrics go to
+  ``trial.evaluate`` (``min_quality``). A stop sets ``trainer.should_stop`` (no save after
+  it; Lightning validates after the step's save, so the state a validation judged may be
+  saved) and :func:`fit` raises ``TrialStopped``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,16 @@ def _scalar(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _returned_loss(outputs: Any) -> torch.Tensor | None:
+    """The loss ``training_step`` returned (a tensor, or a dict's ``"loss"``; Lightning
+    hands it to ``on_train_batch_end`` divided by ``accumulate_grad_batches``), detached;
+    None when it returned none (``None``, or manual optimisation without a loss)."""
+    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return loss.detach()
+    return None
+
+
 class FlightplanCallback(pl.Callback):
     """The Lightning callback behind :func:`fit`.
 
@@ -86,6 +100,7 @@ class FlightplanCallback(pl.Callback):
         self._rng_to_restore: dict[str, Any] | None = None
         self._step_start = 0.0
         self._last_step = -1
+        self._loss: torch.Tensor | None = None  # the returned losses of this optimizer step
         self._owed = False      # a save due at an epoch's last batch, made one step later
 
     def _stop(self, exc: TrialStopped, trainer: pl.Trainer) -> None:
@@ -103,6 +118,8 @@ class FlightplanCallback(pl.Callback):
                     f"torchdata.stateful_dataloader.StatefulDataLoader")
         if self.trial.planned_steps is None and trainer.max_steps and trainer.max_steps > 0:
             self.trial.planned_steps = int(trainer.max_steps)
+        self._last_step = trainer.global_step   # after a resume: the restored step
+        self._loss = None
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -113,13 +130,19 @@ class FlightplanCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
+        loss = _returned_loss(outputs)
+        if loss is not None:  # summed over accumulated batches: their mean (each is / N)
+            self._loss = loss if self._loss is None else self._loss + loss
         step = trainer.global_step
         if step == self._last_step:  # gradient accumulation: no optimizer step yet
             return
         self._last_step = step
-        row = {key: value for key, value in ((k, _scalar(v)) for k, v in
-                                             trainer.callback_metrics.items() if "loss" in k)
-               if value is not None}
+        row: dict[str, float] = {} if self._loss is None else {"loss": float(self._loss)}
+        self._loss = None
+        row.update((key, value) for key, value in ((k, _scalar(v)) for k, v in
+                                                   trainer.callback_metrics.items()
+                                                   if "loss" in k and k != "loss")
+                   if value is not None)
         if trainer.optimizers:
             row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
         row["step_s"] = time.perf_counter() - self._step_start

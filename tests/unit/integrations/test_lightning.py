@@ -6,6 +6,7 @@ before the first batch; a NaN loss stops the run with stop.json. A tiny MLP on C
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import lightning_script  # pytest puts this folder on sys.path
 from script_support import assert_same_final_state, measurement_rows as _rows, run_child
 
 from flightplan.errors import ArgumentError, TrialPreempted, TrialStopped
+from flightplan.rundir import RunDir
+from flightplan.run.pilot import compare_losses
 from flightplan.trial.checkpoint_check import check_checkpoint
 
 SCRIPT = Path(lightning_script.__file__)
@@ -59,6 +62,23 @@ def test_asked_to_leave_it_saves_at_that_step_and_resumes_bitwise(tmp_path: Path
         assert_same_final_state(reference, resumed)
 
 
+def test_the_loss_training_step_returns_is_logged_as_loss_and_a_resume_compares_on_it(
+        tmp_path: Path) -> None:
+    """The module logs its loss as ``train_loss`` only; the row carries it as ``loss`` too,
+    so the pilot's bitwise resume check (which reads ``loss``) has steps to compare."""
+    reference = tmp_path / "reference"
+    lightning_script.run(reference)  # 12 steps, a save every 3: step-000009, step-000012 kept
+    steps = [r for r in _rows(reference) if "train_loss" in r]
+    assert [r["step"] for r in steps] == list(range(12))
+    assert all(r["loss"] == r["train_loss"] for r in steps)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(reference / "checkpoints" / "step-000009",
+                    resumed / "checkpoints" / "step-000009")
+    lightning_script.run(resumed)    # a new trial in the same process: steps 9, 10, 11
+    compared, mismatches = compare_losses(RunDir(reference).rows(), RunDir(resumed).rows())
+    assert (compared, mismatches) == ([9, 10, 11], [])
+
+
 def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match="a DataLoader cannot resume mid-epoch .*"
                                             "StatefulDataLoader"):
@@ -68,7 +88,7 @@ def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) ->
 
 def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    with pytest.raises(TrialStopped, match="train_loss is nan at step 5"):
+    with pytest.raises(TrialStopped, match="'non_finite_loss': loss is nan at step 5"):
         lightning_script.run(run_dir, nan_at=5)  # step 6 would save
     stop = json.loads((run_dir / "stop.json").read_text())
     assert (stop["rule"], stop["step"], stop["value"]) == ("non_finite_loss", 5, "nan")

@@ -115,8 +115,10 @@ def test_losses_compare_bit_for_bit():
 class FakeWorkers(Executor):
     """Writes what the control's worker would: rows, an early checkpoint, a restore."""
 
-    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False):
+    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False,
+                 loss_name: str = "loss"):
         self.drift_at, self.save, self.crash = drift_at, save, crash
+        self.loss_name = loss_name
         self.trials: list[dict] = []
 
     def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
@@ -138,6 +140,8 @@ class FakeWorkers(Executor):
                 rows = [dict(r) for r in RESUMED]
                 if self.drift_at is not None:
                     rows[self.drift_at]["loss"] = math.nextafter(rows[self.drift_at]["loss"], 9)
+                rows = [{(self.loss_name if k == "loss" else k): v for k, v in r.items()}
+                        for r in rows]
             with open(job.run_dir / "measurements.jsonl", "w") as out:
                 out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
             now = time.time()
@@ -188,3 +192,11 @@ def test_no_checkpoint_or_a_crash_fails_the_pilot(tmp_path):
     assert not result.ok and "crashed (exit code 3)" in result.message
     assert result.cause == "crashed"
     assert str(Path("runs") / "pilot-control-0123456789" / "log.txt") in result.message
+
+
+def test_a_resumed_process_that_logs_no_loss_is_told_what_it_logged(tmp_path):
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(loss_name="train_loss"), steps=3)
+    assert not result.ok and result.cause == "nothing_compared"
+    assert "logged no loss to compare (its rows hold step_s, train_loss)" in result.message
+    assert "trial.log(step, loss=...)" in result.message
