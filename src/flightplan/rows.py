@@ -294,6 +294,9 @@ EVENTS: Mapping[str, type[Row]] = {cls.EVENT: cls for cls in (
 """Event kind → row class."""
 
 _TUPLES = {"rejected", "not_yet_registered"}
+_RESERVED = frozenset(RESERVED)
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+"""Strict JSON, UTF-8 text; built once (a training loop writes a row per step)."""
 
 
 def encode_row(row: Row) -> bytes:
@@ -304,17 +307,17 @@ def encode_row(row: Row) -> bytes:
         ValueError: a :class:`Measurement` uses a reserved name (:data:`RESERVED`).
     """
     own = row.fields()
-    if isinstance(row, Measurement):
-        clash = [k for k in own if k in RESERVED]
-        if clash:
-            raise ValueError(f"measurement name {clash[0]!r} is reserved for the row itself "
-                             f"(step, time, event); log it under another name")
-    head: dict[str, Any] = {"step": row.step, "time": row.time}
+    if isinstance(row, Measurement) and not _RESERVED.isdisjoint(own):
+        clash = next(k for k in own if k in _RESERVED)
+        raise ValueError(f"measurement name {clash!r} is reserved for the row itself "
+                         f"(step, time, event); log it under another name")
+    line: dict[str, Any] = {"step": row.step, "time": row.time}
     event = row.event if isinstance(row, UnknownEvent) else row.EVENT
     if event:
-        head["event"] = event
-    body = {k: (list(v) if isinstance(v, tuple) else json_number(v)) for k, v in own.items()}
-    return (json.dumps({**head, **body}, allow_nan=False, ensure_ascii=False) + "\n").encode()
+        line["event"] = event
+    for key, value in own.items():
+        line[key] = json_number(value)  # a tuple is written as a JSON array
+    return (_ENCODER.encode(line) + "\n").encode()
 
 
 def parse_row(obj: Any) -> Row | None:

@@ -34,8 +34,12 @@ What :func:`fit` adds to Lightning:
   with ``loss``, the loss ``training_step`` returned (the one the optimizer minimised; with
   gradient accumulation the mean over the step's batches), whatever name the module logs
   its loss under, so the pilot's resume check, ``non_finite_loss``, progress and the
-  re-estimate all read it; with it every logged value whose name contains ``loss`` (e.g.
-  ``train_loss``), ``lr`` and ``step_s``. After each validation, the logged metrics go to
+  re-estimate all read it; with it ``lr`` and ``step_s`` (seconds from the batch's start to
+  the step's end), and every ``log_every_n_steps`` steps (Lightning's own logging steps) each
+  logged value whose name contains ``loss`` (e.g. ``train_loss``); every step when
+  ``training_step`` returns no loss. (Reading Lightning's logged metrics costs about as
+  much as the rest of the callback together: on every step it alone would break the 2 %
+  overhead bar, ``bench/trainer_overhead.py``.) After each validation, the logged metrics go to
   ``trial.evaluate`` (``min_quality``). A stop sets ``trainer.should_stop`` (no save after
   it; Lightning validates after the step's save, so the state a validation judged may be
   saved) and :func:`fit` raises ``TrialStopped``.
@@ -69,14 +73,23 @@ def _scalar(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _logged_losses(trainer: pl.Trainer) -> dict[str, float]:
+    """The values the module logged whose name contains ``loss`` (but ``loss`` itself), as
+    floats (Lightning computes its ``callback_metrics`` anew on each read)."""
+    return {key: value for key, value in ((k, _scalar(v)) for k, v in
+                                          trainer.callback_metrics.items()
+                                          if "loss" in k and k != "loss")
+            if value is not None}
+
+
 def _returned_loss(outputs: Any) -> torch.Tensor | None:
     """The loss ``training_step`` returned (a tensor, or a dict's ``"loss"``; Lightning
     hands it to ``on_train_batch_end`` divided by ``accumulate_grad_batches``), detached;
     None when it returned none (``None``, or manual optimisation without a loss)."""
-    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        return loss.detach()
-    return None
+    loss = outputs.get("loss") if type(outputs) is dict else outputs
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return None
+    return loss.detach() if loss.requires_grad else loss  # automatic optimisation: detached
 
 
 class FlightplanCallback(pl.Callback):
@@ -102,6 +115,10 @@ class FlightplanCallback(pl.Callback):
         self._last_step = -1
         self._loss: torch.Tensor | None = None  # the returned losses of this optimizer step
         self._owed = False      # a save due at an epoch's last batch, made one step later
+        # looked up once per fit / epoch, not per step
+        self._optimizer: Any = None
+        self._log_every = 0     # the Trainer's log_every_n_steps
+        self._batches: float = 0  # batches in this epoch
 
     def _stop(self, exc: TrialStopped, trainer: pl.Trainer) -> None:
         self.stopped = exc
@@ -120,6 +137,11 @@ class FlightplanCallback(pl.Callback):
             self.trial.planned_steps = int(trainer.max_steps)
         self._last_step = trainer.global_step   # after a resume: the restored step
         self._loss = None
+        self._optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        self._log_every = int(trainer.log_every_n_steps or 0)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._batches = trainer.num_training_batches
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -138,13 +160,11 @@ class FlightplanCallback(pl.Callback):
             return
         self._last_step = step
         row: dict[str, float] = {} if self._loss is None else {"loss": float(self._loss)}
+        if self._loss is None or (self._log_every and step % self._log_every == 0):
+            row.update(_logged_losses(trainer))
         self._loss = None
-        row.update((key, value) for key, value in ((k, _scalar(v)) for k, v in
-                                                   trainer.callback_metrics.items()
-                                                   if "loss" in k and k != "loss")
-                   if value is not None)
-        if trainer.optimizers:
-            row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+        if self._optimizer is not None:
+            row["lr"] = self._optimizer.param_groups[0]["lr"]
         row["step_s"] = time.perf_counter() - self._step_start
         try:
             self.trial.log(step - 1, **row)
@@ -156,7 +176,7 @@ class FlightplanCallback(pl.Callback):
                              else self.trial.library_checkpoint_due())
         # a checkpoint after an epoch's last batch does not resume bitwise (the next epoch's
         # first batch differs with a StatefulDataLoader): it is taken one step later
-        self._owed = due and batch_idx + 1 >= trainer.num_training_batches
+        self._owed = due and batch_idx + 1 >= self._batches
         if due and not self._owed:
             self._save(trainer, step)
 

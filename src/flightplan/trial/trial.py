@@ -50,7 +50,8 @@ from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
                                                  load_library_checkpoint, missing_files)
-from flightplan.trial.stop_rules import NoUsableResume, Stop, build_rules, stop_record
+from flightplan.trial.stop_rules import (NoUsableResume, Stop, StopRule, build_rules,
+                                         stop_record)
 from flightplan.transfer_time import checkpoint_transfer_s
 from flightplan.trial.trial_file import TRIAL_ENV, TrialFile, read_trial_file
 from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved,
@@ -99,6 +100,7 @@ class Trial:
         self.micro_step = 0
         self.finished = False
         self._rules = build_rules(config.stop)
+        self._log_rules = [r for r in self._rules if type(r).on_log is not StopRule.on_log]
         mtbi = config.checkpoint.mean_time_between_interruptions
         self._schedule = CheckpointSchedule(float(config.checkpoint.tolerated_loss.seconds),
                                             float(mtbi.seconds) if mtbi else None)
@@ -341,15 +343,17 @@ class Trial:
         Raises:
             TrialStopped: a rule fired (stop.json written, earlier checkpoints intact).
         """
-        self._begin_loop()
+        if not self._loop_started:
+            self._begin_loop()
         values = {k: _item(v) for k, v in measurements.items()}
         if "planned_steps" not in values and self.planned_steps is not None \
                 and self.planned_steps != self._planned_logged:
             values["planned_steps"] = int(self.planned_steps)
         self._planned_logged = values.get("planned_steps", self._planned_logged)
         self._write(Measurement(step, time.time(), values))
-        self._steps_done = max(self._steps_done, step + 1)
-        for rule in self._rules:
+        if step >= self._steps_done:
+            self._steps_done = step + 1
+        for rule in self._log_rules:
             stop = rule.on_log(step, values)
             if stop is not None:
                 self._stop(stop)

@@ -142,6 +142,7 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
                          enable_model_summary=False, callbacks=callbacks,
                          default_root_dir=str(run_dir / "lightning"),
                          num_sanity_val_steps=0, val_check_interval=val_every,
+                         log_every_n_steps=4,
                          check_val_every_n_epoch=None if val_every else 1)
     if where == "save":
         _kill_mid_save(trainer, at)

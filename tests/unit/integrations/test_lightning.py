@@ -64,13 +64,16 @@ def test_asked_to_leave_it_saves_at_that_step_and_resumes_bitwise(tmp_path: Path
 
 def test_the_loss_training_step_returns_is_logged_as_loss_and_a_resume_compares_on_it(
         tmp_path: Path) -> None:
-    """The module logs its loss as ``train_loss`` only; the row carries it as ``loss`` too,
-    so the pilot's bitwise resume check (which reads ``loss``) has steps to compare."""
+    """The module logs its loss as ``train_loss`` only; every step's row carries it as
+    ``loss``, so the pilot's bitwise resume check (which reads ``loss``) has steps to
+    compare; the logged ``train_loss`` joins the rows of Lightning's logging steps (every 4)."""
     reference = tmp_path / "reference"
     lightning_script.run(reference)  # 12 steps, a save every 3: step-000009, step-000012 kept
-    steps = [r for r in _rows(reference) if "train_loss" in r]
+    steps = [r for r in _rows(reference) if "loss" in r]
     assert [r["step"] for r in steps] == list(range(12))
-    assert all(r["loss"] == r["train_loss"] for r in steps)
+    logged = [r for r in steps if "train_loss" in r]
+    assert [r["step"] for r in logged] == [3, 7, 11]
+    assert all(r["loss"] == r["train_loss"] for r in logged)
     resumed = tmp_path / "resumed"
     shutil.copytree(reference / "checkpoints" / "step-000009",
                     resumed / "checkpoints" / "step-000009")
@@ -83,7 +86,7 @@ def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) ->
     with pytest.raises(ArgumentError, match="a DataLoader cannot resume mid-epoch .*"
                                             "StatefulDataLoader"):
         lightning_script.run(tmp_path / "run", stateful=False)
-    assert not [r for r in _rows(tmp_path / "run") if "train_loss" in r]
+    assert not [r for r in _rows(tmp_path / "run") if "loss" in r]
 
 
 def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) -> None:
