@@ -511,10 +511,12 @@ class Trial:
         missing = missing_files(files.manifest, required)
         if missing:
             reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "
-                      f"with a fresh optimizer, schedule and random streams; save full "
-                      f"checkpoints (the Trainer's save_only_model=False)")
+                      f"with a fresh optimizer, schedule and random streams")
             if self.stop_rules.require_resume:
-                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected)))
+                fix = ("save full checkpoints (the Trainer's save_only_model=False), then start "
+                       "this run over on purpose: flightplan run CAMPAIGN_FILE --restart "
+                       f"{self.name or 'NAME'}")
+                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected), fix=fix))
             self._write(Restore(0, time.time(), source=None,
                                 rejected=tuple(r.name for r in rejected),
                                 message=f"{reason}; starting at step 0 (require_resume is off)"))

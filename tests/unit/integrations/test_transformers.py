@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.errors import TrialStopped
+from flightplan.errors import TaskError, TrialStopped
 from flightplan.integrations.transformers import REQUIRED_FILES
 from flightplan.trial.checkpoint_check import check_checkpoint, verify_checkpoint
 from flightplan.trial.library_checkpoint import commit_library_checkpoint
@@ -73,17 +73,33 @@ def test_partial_and_corrupt_folders_are_never_resumed_from(tmp_path: Path) -> N
     assert [(f["check"], f["path"]) for f in report["findings"]] == [("sha256", "optimizer.pt")]
 
 
-def test_a_save_only_model_checkpoint_is_refused_with_no_usable_resume(tmp_path: Path) -> None:
+def test_save_only_model_is_refused_before_training_while_require_resume_is_on(
+        tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True)
+    with pytest.raises(TaskError, match=r"^TrainingArguments.save_only_model: .*"
+                                        r"set save_only_model=False$"):
+        trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True)
+    assert not (run_dir / "checkpoints").exists()     # nothing trained, nothing saved
+    assert not (run_dir / "measurements.jsonl").exists()
+
+
+def test_a_model_only_checkpoint_is_refused_with_no_usable_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    # saved model-only while require_resume was off, then resumed with it on
+    trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True,
+                       stop={"require_resume": False})
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "step-000002", "step-000004"]
     with pytest.raises(TrialStopped, match="no usable checkpoint"):
-        trainer_script.run(run_dir, steps=6, save_steps=2, save_only_model=True)
+        trainer_script.run(run_dir, steps=6, save_steps=2)
     stop = json.loads((run_dir / "stop.json").read_text())
     assert stop["rule"] == "no_usable_resume"
     assert ("step-000004 lacks optimizer.pt (optimizer state), scheduler.pt (learning-rate "
             "schedule), rng_state.pth (RNG states)") in stop["message"]
+    assert stop["message"].endswith("refusing to start over: save full checkpoints (the "
+                                    "Trainer's save_only_model=False), then start this run "
+                                    "over on purpose: flightplan run CAMPAIGN_FILE --restart "
+                                    "bert-tiny")
     assert (run_dir / "checkpoints" / "step-000004").is_dir()  # refused, not renamed
 
 
