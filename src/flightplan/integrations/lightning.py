@@ -1,10 +1,14 @@
 """flightplan's guarantees for Lightning (``lightning.pytorch.Trainer``).
 
-One line in a task's ``train(trial)`` replaces ``trainer.fit(...)``::
+One line in a task's ``train(trial)`` replaces ``trainer.fit(...)``, another leaves what
+``close`` needs::
 
-    from flightplan.integrations.lightning import fit
+    from flightplan.integrations.lightning import fit, write_outputs
     trainer = L.Trainer(max_steps=1000, enable_checkpointing=False, ...)
     fit(trainer, module, trial, train_dataloaders=loader)   # loader: a StatefulDataLoader
+    write_outputs(trial, module, predictions=rows, metrics={"accuracy": 0.97})
+
+``examples/digits-lightning`` is a whole campaign written so (with its reload hook).
 
 What :func:`fit` adds to Lightning:
 
@@ -49,20 +53,27 @@ from __future__ import annotations
 
 import shutil
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
+from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.integrations.outputs import write_predictions_and_metrics
+from flightplan.rundir import RunDir
 from flightplan.trial import Trial, capture_rng, restore_rng
 
-__all__ = ["FlightplanCallback", "fit", "KIND", "STAGING", "CKPT_FILE"]
+__all__ = ["FlightplanCallback", "fit", "write_outputs", "KIND", "STAGING", "CKPT_FILE",
+           "MODEL_FILE"]
 
 KIND = "lightning"
 STAGING = "lightning-staging"
 CKPT_FILE = "checkpoint.ckpt"
+MODEL_FILE = "model.safetensors"
+"""The module's weights in ``artifact/`` (:func:`write_outputs`)."""
 _RNG_KEY = "flightplan_rng"
 
 
@@ -138,7 +149,8 @@ class FlightplanCallback(pl.Callback):
         self._last_step = trainer.global_step   # after a resume: the restored step
         self._loss = None
         self._optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        self._log_every = int(trainer.log_every_n_steps or 0)
+        # set on the Trainer by one of its connectors, so not in its class's annotations
+        self._log_every = int(getattr(trainer, "log_every_n_steps", 0) or 0)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._batches = trainer.num_training_batches
@@ -254,3 +266,43 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
                 weights_only=True, **fit_kwargs)
     if callback.stopped is not None:
         raise callback.stopped
+
+
+def write_outputs(trial: Trial, module: pl.LightningModule, *,
+                  predictions: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any],
+                  extra: Mapping[str, Any] | None = None) -> Path:
+    """Write what close needs into the run directory: ``predictions.csv`` (one row per test
+    example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
+
+    ``artifact/`` holds ``model.safetensors``, the module's ``state_dict`` (parameters and
+    buffers; ``safetensors.torch.save_model``: a tensor shared by two names is stored once,
+    and ``safetensors.torch.load_model(module, path)`` reloads it into a module built the
+    same way; no pickle), and ``artifact.json`` ``{task, params, library: {lightning,
+    torch}, **extra}``: nothing in it points into this machine. A reload hook rebuilds the
+    module from what ``extra`` records and writes its predictions with
+    :func:`flightplan.integrations.outputs.write_predictions`.
+
+    Args:
+        trial: the run's trial.   module: the trained LightningModule.
+        predictions: rows, e.g. ``{"example_id", "gold", "predicted", "prob_<label>"...}``.
+        metrics: JSON-able numbers (the campaign metric among them).
+        extra: more ``artifact.json`` keys (what rebuilds the module, the corpus section …).
+
+    Returns:
+        The artifact directory.
+
+    Raises:
+        ArgumentError: no predictions.
+    """
+    from safetensors.torch import save_model
+
+    write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
+    artifact = RunDir(trial.run_dir).artifact
+    shutil.rmtree(artifact, ignore_errors=True)
+    artifact.mkdir(parents=True)
+    save_model(module, str(artifact / MODEL_FILE), metadata={"format": "pt"})
+    write_json_atomic(artifact / "artifact.json", {
+        "task": trial.task, "params": trial.params,
+        "library": {"lightning": pl.__version__, "torch": torch.__version__},
+        **dict(extra or {})})
+    return artifact

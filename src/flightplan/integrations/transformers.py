@@ -39,8 +39,6 @@ lives in the staging folder that is emptied), more than one process (``world_siz
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import shutil
 import sys
@@ -51,8 +49,9 @@ from typing import Any, Mapping, Sequence
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput
 
-from flightplan.durable import write_atomic, write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TaskError, TrialStopped
+from flightplan.integrations.outputs import write_predictions_and_metrics
 from flightplan.trial import Trial
 
 __all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
@@ -258,19 +257,12 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     import peft
     import transformers
 
-    if not predictions:
-        raise ArgumentError("write_outputs: predictions is empty; give one row per test example")
     model = trainer.model
     is_peft = isinstance(model, peft.PeftModel)
     if is_peft and not base_revision:
         raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
                             "model: package, version, weights_sha256) to be reloadable")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(predictions[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(predictions)
-    write_atomic(trial.run_dir / "predictions.csv", buffer.getvalue().encode("utf-8"))
-    write_json_atomic(trial.run_dir / "metrics.json", dict(metrics))
+    write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
     artifact = trial.run_dir / "artifact"
     shutil.rmtree(artifact, ignore_errors=True)
     trainer.save_model(str(artifact))
