@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flightplan.corpus import check_columns
 from flightplan.durable import write_atomic
 from flightplan.errors import ArgumentError
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
@@ -51,13 +52,17 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         0, also when the plan does not fit the window (the output says so).
 
     Raises:
-        SpecError, CatalogError: bad campaign or catalog. TaskError: a run's task is not
-            found or binds no ``train`` (checked without running it). ArgumentError: a bad
+        SpecError, CatalogError: bad campaign or catalog, or a ``[corpus]`` column missing
+            from the train or test file's header (:func:`flightplan.corpus.check_columns`).
+            TaskError: a run's task is not found or binds no ``train`` (checked without
+            running it). ArgumentError: a bad
             ``--extend`` (format or unknown name) or a ``--gantt`` path that cannot be written.
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
         check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
+    if spec.corpus is not None:
+        check_columns(spec.corpus, spec.campaign_dir, source=spec.source)
     result = plan_campaign(spec, extend=parse_extensions(extend))
     if gantt is not None:
         png = gantt_png(result.schedule, window_s=result.window_s, title=spec.campaign.name)

@@ -118,3 +118,12 @@ def test_the_trials_max_steps_caps_the_trainer(tmp_path: Path) -> None:
     lightning_script.run(tmp_path / "run", cap=4)  # the Trainer asks for 12
     assert json.loads((tmp_path / "run" / "done.json").read_text())["steps"] == 4
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-000003"]
+
+
+def test_docs_tasks_shows_the_lightning_example_as_it_is() -> None:
+    """docs/tasks.md copies examples/digits-lightning/train.py (which the e2e suite runs)."""
+    docs = (SCRIPT.parents[3] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    marker = "<!-- example: examples/digits-lightning/train.py -->\n```python\n"
+    assert docs.count(marker) == 1
+    shown = docs.split(marker, 1)[1].split("```", 1)[0]
+    assert shown == (SCRIPT.parents[3] / "examples" / "digits-lightning" / "train.py").read_text()
