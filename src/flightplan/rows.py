@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["Row", "Measurement", "Evaluation", "Restore", "CheckpointSaved", "CheckpointInterval",
+__all__ = ["Row", "Measurement", "Evaluation", "Restore", "CheckpointSaving", "CheckpointSaved",
+           "records_a_save", "CheckpointInterval",
            "CheckpointRejected", "PartialCheckpointRemoved", "CheckpointFailed",
            "CheckpointTransfer", "CheckpointTransferFailed", "Truncation", "StopEvent",
            "ForcedCheckpoint", "Finished", "UnknownEvent", "EVENTS", "RESERVED", "json_number",
@@ -135,6 +136,19 @@ class Restore(Row):
     not_yet_registered: tuple[str, ...] = ()
     message: str | None = None
     resume_requested: bool | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSaving(Row):
+    """Checkpoint ``name`` (``step-NNNNNN``) is complete in its ``.tmp`` folder and about to
+    be renamed into place: written and fsync'd before that rename, so the record that the
+    run saved is durable no later than the checkpoint itself (a ``checkpoint`` row follows
+    once it is in place). A run with such a row has saved: if its checkpoints are gone, it
+    must stop with ``no_usable_resume`` rather than start again from step 0
+    (:func:`records_a_save`)."""
+
+    EVENT = "checkpoint_saving"
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -270,13 +284,23 @@ class UnknownEvent(Row):
         return dict(self.values)
 
 
+def records_a_save(row: Row) -> bool:
+    """Whether ``row`` shows that its run saved a checkpoint: a ``checkpoint_saving`` row
+    (durable before the checkpoint is in place) or a ``checkpoint`` row (after it; the only
+    record of a save in rows written by older versions)."""
+    return isinstance(row, (CheckpointSaving, CheckpointSaved))
+
+
 EVENTS: Mapping[str, type[Row]] = {cls.EVENT: cls for cls in (
-    Evaluation, Restore, CheckpointSaved, CheckpointInterval, CheckpointRejected,
+    Evaluation, Restore, CheckpointSaving, CheckpointSaved, CheckpointInterval, CheckpointRejected,
     PartialCheckpointRemoved, CheckpointFailed, CheckpointTransfer, CheckpointTransferFailed,
     Truncation, StopEvent, ForcedCheckpoint, Finished) if cls.EVENT}
 """Event kind → row class."""
 
 _TUPLES = {"rejected", "not_yet_registered"}
+_RESERVED = frozenset(RESERVED)
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+"""Strict JSON, UTF-8 text; built once (a training loop writes a row per step)."""
 
 
 def encode_row(row: Row) -> bytes:
@@ -287,17 +311,17 @@ def encode_row(row: Row) -> bytes:
         ValueError: a :class:`Measurement` uses a reserved name (:data:`RESERVED`).
     """
     own = row.fields()
-    if isinstance(row, Measurement):
-        clash = [k for k in own if k in RESERVED]
-        if clash:
-            raise ValueError(f"measurement name {clash[0]!r} is reserved for the row itself "
-                             f"(step, time, event); log it under another name")
-    head: dict[str, Any] = {"step": row.step, "time": row.time}
+    if isinstance(row, Measurement) and not _RESERVED.isdisjoint(own):
+        clash = next(k for k in own if k in _RESERVED)
+        raise ValueError(f"measurement name {clash!r} is reserved for the row itself "
+                         f"(step, time, event); log it under another name")
+    line: dict[str, Any] = {"step": row.step, "time": row.time}
     event = row.event if isinstance(row, UnknownEvent) else row.EVENT
     if event:
-        head["event"] = event
-    body = {k: (list(v) if isinstance(v, tuple) else json_number(v)) for k, v in own.items()}
-    return (json.dumps({**head, **body}, allow_nan=False, ensure_ascii=False) + "\n").encode()
+        line["event"] = event
+    for key, value in own.items():
+        line[key] = json_number(value)  # a tuple is written as a JSON array
+    return (_ENCODER.encode(line) + "\n").encode()
 
 
 def parse_row(obj: Any) -> Row | None:

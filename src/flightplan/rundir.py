@@ -32,7 +32,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flightplan.rows import CheckpointSaved, Row, parse_rows
+from flightplan.rows import Row, parse_rows, records_a_save
 
 __all__ = ["RunDir", "list_checkpoints"]
 
@@ -181,9 +181,10 @@ class RunDir:
         return self.read_rows()[0]
 
     def saved_checkpoint(self) -> bool:
-        """Whether the measurements show a checkpoint this run saved (an ``event:
-        checkpoint`` row), whatever is left in ``checkpoints/``."""
-        return any(isinstance(row, CheckpointSaved) for row in self.rows())
+        """Whether the measurements show a checkpoint this run saved (a ``checkpoint_saving``
+        row, durable before the checkpoint was renamed into place, or a ``checkpoint`` row:
+        :func:`flightplan.rows.records_a_save`), whatever is left in ``checkpoints/``."""
+        return any(records_a_save(row) for row in self.rows())
 
     def has_checkpoint(self) -> bool:
         """Whether ``checkpoints/`` holds a finished ``step-*`` folder (not a ``.tmp``)."""

@@ -1,7 +1,7 @@
 """Kill processes at chosen moments, run them again, and check that nothing was lost.
 
-A :class:`CrashPoint` names one moment: the n-th ``os.replace``/``os.rename``, ``os.fsync``
-or SQLite ``COMMIT``/``INSERT`` of the runner or of a trial process (carried out by the
+A :class:`CrashPoint` names one moment: the n-th ``os.replace``/``os.rename``, ``os.fsync``,
+``os.unlink`` or SQLite ``COMMIT``/``INSERT`` of the runner or of a trial process (carried out by the
 ``faultshim/sitecustomize.py`` in the child), or a seeded delay after which the whole
 process group gets SIGKILL. :func:`count_calls` runs a command once in count mode so that
 crash points are drawn among calls that really happen (:func:`draw_points`).
@@ -48,10 +48,10 @@ class CrashPoint:
 
     Attributes:
         role: ``runner`` (the ``flightplan`` process), ``trial`` (a worker) or ``any``.
-        point: ``replace``, ``fsync``, ``commit``, ``insert`` or ``timer``.
+        point: ``replace``, ``fsync``, ``unlink``, ``commit``, ``insert`` or ``timer``.
         nth: fire at this call (1-based) within one process of that role.
         after: fire right after the call instead of right before it.
-        contains: only calls whose path contains this (``replace``/``fsync``).
+        contains: only calls whose path contains this (``replace``/``fsync``/``unlink``).
         group: kill the whole process group (the machine dies) or only that process.
         delay_s: for ``timer``: seconds after the start.
     """

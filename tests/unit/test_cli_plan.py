@@ -7,6 +7,7 @@ The cases edit the illustration campaign's text (line numbers in its comments).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -291,3 +292,28 @@ def test_names_that_look_like_markup_or_tex_print_as_written(tmp_path: Path) -> 
     assert "$\\foo{$ [bold]: Does a LoRA" in result.stdout
     assert "│ [red]lora-r8[/]" in result.stdout
     assert gantt.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plan_finds_a_corpus_column_the_files_lack_before_writing_anything(tmp_path: Path) -> None:
+    """The digits campaign with ``p64`` among its inputs (the files have p0 … p63): one line
+    naming the campaign file, the key, the corpus file and the column; exit 2."""
+    shutil.copytree(ROOT / "examples" / "digits", tmp_path / "digits")
+    spec = tmp_path / "digits" / "campaign.toml"
+    text = spec.read_text(encoding="utf-8")
+    assert '"p63"]' in text
+    spec.write_text(text.replace('"p63"]', '"p63", "p64"]'), encoding="utf-8")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _invoke(["plan", str(spec), "--gantt", str(tmp_path / "gantt.png")])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: {spec}: corpus.input_columns: digits_test.csv has no column 'p64' (its "
+        f"columns: 'id', 'p0', ")
+    assert lines[0].endswith("'p63', 'label'); fix corpus.input_columns")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    spec.write_text(text.replace('label_column = "label"', 'label_column = "digit"'),
+                    encoding="utf-8")
+    result = _invoke(["plan", str(spec)])
+    assert result.exit_code == 2 and "digits_test.csv has no column 'digit'" in result.stderr
+    spec.write_text(text, encoding="utf-8")
+    assert _invoke(["plan", str(spec)]).exit_code == 0

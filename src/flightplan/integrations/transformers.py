@@ -15,8 +15,10 @@ What :func:`train` adds to the Trainer:
   commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
   hashes, in one rename (:mod:`flightplan.trial.library_checkpoint`); ``keep_last`` prunes.
 - **Resume only from the newest verified checkpoint**, every byte re-hashed first
-  (:meth:`Trial.restore_library`). One lacking ``optimizer.pt``, ``scheduler.pt``,
-  ``rng_state.pth`` or ``trainer_state.json`` (``save_only_model=True``) stops the run with
+  (:meth:`Trial.restore_library`). ``save_only_model=True`` (checkpoints without the
+  optimizer, schedule and RNG states) is refused before training while ``[stop]
+  require_resume`` is on; a checkpoint lacking ``optimizer.pt``, ``scheduler.pt``,
+  ``rng_state.pth`` or ``trainer_state.json`` (saved so earlier) stops the run with
   ``no_usable_resume`` instead of going on with a fresh optimizer.
 - **When to save**: flightplan's measured interval policy (:mod:`flightplan.trial.interval`)
   sets ``should_save``, unless the user chose the Trainer's own schedule (``save_steps``
@@ -37,8 +39,6 @@ lives in the staging folder that is emptied), more than one process (``world_siz
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import shutil
 import sys
@@ -49,8 +49,9 @@ from typing import Any, Mapping, Sequence
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput
 
-from flightplan.durable import write_atomic, write_json_atomic
-from flightplan.errors import ArgumentError, TrialStopped
+from flightplan.durable import write_json_atomic
+from flightplan.errors import ArgumentError, TaskError, TrialStopped
+from flightplan.integrations.outputs import write_predictions_and_metrics
 from flightplan.trial import Trial
 
 __all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
@@ -181,6 +182,7 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
     Raises:
         ArgumentError: ``resume_from_checkpoint`` given, ``load_best_model_at_end`` set, or
             several processes.
+        TaskError: ``save_only_model=True`` while ``[stop] require_resume`` is on.
         TrialStopped: a stop rule fired (before training: ``no_usable_resume``; during it:
             after the step that crossed it, with no save after it).
     """
@@ -196,9 +198,15 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
         raise ArgumentError(f"TrainingArguments: {args.world_size} processes; the flightplan "
                             f"Trainer integration runs one process per run")
     if args.save_only_model:
+        if trial.stop_rules.require_resume:
+            raise TaskError("True saves checkpoints without the optimizer, schedule and RNG "
+                            "states, so a run killed after a save could not resume and "
+                            "[stop] require_resume would stop it with its work lost; set "
+                            "save_only_model=False", field="TrainingArguments.save_only_model",
+                            value=True)
         print("flightplan: save_only_model=True: these checkpoints lack the optimizer, schedule "
-              "and RNG states, so resuming from them will be refused (no_usable_resume)",
-              file=sys.stderr)
+              "and RNG states; a run killed after a save starts over ([stop] require_resume "
+              "is off)", file=sys.stderr)
     callback = next((c for c in trainer.callback_handler.callbacks
                      if isinstance(c, FlightplanCallback)), None)
     if callback is None:
@@ -249,19 +257,12 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     import peft
     import transformers
 
-    if not predictions:
-        raise ArgumentError("write_outputs: predictions is empty; give one row per test example")
     model = trainer.model
     is_peft = isinstance(model, peft.PeftModel)
     if is_peft and not base_revision:
         raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
                             "model: package, version, weights_sha256) to be reloadable")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(predictions[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(predictions)
-    write_atomic(trial.run_dir / "predictions.csv", buffer.getvalue().encode("utf-8"))
-    write_json_atomic(trial.run_dir / "metrics.json", dict(metrics))
+    write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
     artifact = trial.run_dir / "artifact"
     shutil.rmtree(artifact, ignore_errors=True)
     trainer.save_model(str(artifact))

@@ -33,6 +33,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from flightplan.corpus import load_split
+from flightplan.corpus import check_columns
 from flightplan.durable import write_atomic
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, InputError, SpecError
 from flightplan.metrics import Predictions, read_predictions
@@ -186,11 +187,15 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
             that cannot be written, or ``--power-plot`` when no comparison's power is known.
         ArgumentError or SpecError: the results directory to plan from does not verify or
             holds no calibration (:func:`read_calibration`).
+        SpecError: a ``[corpus]`` column missing from the train or test file's header
+            (:func:`flightplan.corpus.check_columns`).
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
         check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source,
                    metric=spec.campaign.metric)
+    if spec.corpus is not None:
+        check_columns(spec.corpus, spec.campaign_dir, source=spec.source)
     calibrated, source = _calibrated(spec, calibrate_from, verify)
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
     uncertain, measured = uncertainties(result.schedule, calibrated.estimates)

@@ -531,10 +531,12 @@ class _Campaign:
 
     def _saved_before(self, planned: PlannedRun) -> bool:
         """Whether this run id saved a checkpoint since it was last (re)started: a
-        ``checkpoint_saved`` event in the ledger, or a ``checkpoint`` row in its
-        measurements. Such a run is started with ``resume = true``, so that, if every
-        checkpoint has gone, the trial stops with ``no_usable_resume`` instead of training
-        from scratch (``--restart NAME`` starts it over on purpose)."""
+        ``checkpoint_saved`` event in the ledger, or a row of its measurements that records a
+        save (:meth:`RunDir.saved_checkpoint`: ``checkpoint_saving``, durable before the
+        checkpoint is in place, or ``checkpoint``). Such a run is started with ``resume =
+        true``, so that, if every checkpoint has gone, the trial stops with
+        ``no_usable_resume`` instead of training from scratch (``--restart NAME`` starts it
+        over on purpose)."""
         events = self.ledger.events(planned.run_id)
         restarts = [i for i, e in enumerate(events) if e.kind == "restarted"]
         since = events[restarts[-1] + 1:] if restarts else events

@@ -141,6 +141,20 @@ def compare_losses(uninterrupted: Sequence[Row], resumed: Sequence[Row]
     return steps, mismatches
 
 
+def _nothing_compared(checkpoint: str, resumed: Sequence[Row]) -> str:
+    """Why no loss compared: the resumed process logged no step at all, or its rows carry no
+    ``loss`` (named: the numbers they carry instead)."""
+    names = sorted({name for row in resumed if isinstance(row, Measurement)
+                    for name in row.values})
+    if not names:
+        return (f"the process resumed from {checkpoint} logged no step to compare; "
+                f"no usable resume")
+    return (f"the process resumed from {checkpoint} logged no loss to compare (its rows hold "
+            f"{', '.join(names)}): the resume check compares the loss logged as "
+            f"trial.log(step, loss=...) bit for bit; log the training loss under that name; "
+            f"no usable resume")
+
+
 def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: DataCheckReport, *,
                  steps: int = PILOT_STEPS) -> tuple[int | None, int | None]:
     """``(train, test)`` examples of the pilot: what the task's ``pilot_examples`` hook
@@ -219,9 +233,8 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
     rows, resumed_rows = RunDir(pilot_dir).rows(), RunDir(resume_dir).rows()
     compared, mismatches = compare_losses(rows, resumed_rows)
     if not compared:
-        return fail("nothing_compared",
-                    f"the process resumed from {early.name} logged no step to compare; "
-                    f"no usable resume", resumed_from=resumed_from)
+        return fail("nothing_compared", _nothing_compared(early.name, resumed_rows),
+                    resumed_from=resumed_from)
     if mismatches:
         worst = mismatches[0]
         return fail("losses_differ",

@@ -10,7 +10,7 @@ and the measurement rows out). The public API, documented in ``docs/tasks.md``::
   library-checkpoint methods for the Trainer and Lightning integrations.
 - :class:`TrialStopped`, :class:`TrialPreempted`: what a stop rule and a request to leave a
   flight raise through the loop (the worker exits 1 and 75).
-- device helpers (:mod:`.device`): :func:`device`, :func:`set_deterministic`,
+- device helpers (:mod:`.accelerator`): :func:`device`, :func:`set_deterministic`,
   :func:`autocast`, :func:`grad_scaler`, :func:`torch_threads`.
 - :func:`capture_rng`, :func:`restore_rng` (:mod:`.checkpoint`): every RNG a resume needs.
 - :func:`choose_interval` (:mod:`.interval`): the checkpoint interval policy, for a task's

@@ -31,6 +31,7 @@ for it.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import shutil
 import threading
@@ -42,14 +43,16 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from flightplan.durable import fsync_dir
 from flightplan.errors import CheckpointError, UnsafeFileError
 from flightplan.rundir import list_checkpoints
-from flightplan.trial.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint,
-                                          step_dir_name, write_checkpoint)
+from flightplan.trial.checkpoint_io import (DELETING, BadCheckpoint, CheckpointFiles,
+                                            load_checkpoint, read_manifest, replace_dir,
+                                            step_dir_name, write_checkpoint)
 
 __all__ = ["Components", "Captured", "Snapshot", "SaveResult", "BackgroundWriter",
            "capture_rng", "restore_rng", "apply_state", "set_aside",
-           "prune", "Rejection", "select_checkpoint"]
+           "prune", "recover_checkpoints", "Rejection", "select_checkpoint"]
 
 
 @dataclass
@@ -284,14 +287,19 @@ class BackgroundWriter:
             is written and verified (its hashes are taken from the bytes written).
         on_done: called in the writer thread with each :class:`SaveResult`.
         on_error: called in the writer thread with (steps_done, exception) of a failed save.
+        before_commit: called in the writer thread with (steps_done, final directory) once a
+            save is complete in its ``.tmp`` directory, before it is renamed into place
+            (:func:`~flightplan.trial.checkpoint_io.write_checkpoint`).
     """
 
     def __init__(self, parent: Path, keep_last: int, on_done: Callable[[SaveResult], None],
-                 on_error: Callable[[int, BaseException], None]) -> None:
+                 on_error: Callable[[int, BaseException], None], *,
+                 before_commit: Callable[[int, Path], None] | None = None) -> None:
         self.parent = parent
         self.keep_last = keep_last
         self._on_done = on_done
         self._on_error = on_error
+        self._before_commit = before_commit
         self._thread: threading.Thread | None = None
         self._error: tuple[int, BaseException] | None = None
 
@@ -335,9 +343,11 @@ class BackgroundWriter:
         try:
             if captured.cuda_event is not None:
                 captured.cuda_event.synchronize()
-            path, size = write_checkpoint(self.parent, steps_done, model=captured.model,
-                                          optimizer=captured.optimizer, state=captured.state,
-                                          meta=meta)
+            hook = self._before_commit
+            path, size = write_checkpoint(
+                self.parent, steps_done, model=captured.model, optimizer=captured.optimizer,
+                state=captured.state, meta=meta,
+                before_commit=None if hook is None else lambda final: hook(steps_done, final))
             persist_s = time.monotonic() - start
             prune(self.parent, self.keep_last)
             self._on_done(SaveResult(steps_done, path, size, stall_s, persist_s))
@@ -364,16 +374,51 @@ def set_aside(path: Path, reason: str) -> Path:
 def prune(parent: Path, keep_last: int) -> list[Path]:
     """Delete complete checkpoints beyond the newest ``keep_last``; the deleted paths.
 
-    Each is first renamed ``<name>.deleting`` (one atomic step out of the candidates), so a
-    kill in the middle never leaves a half-deleted ``step-NNNNNN``; leftovers are removed.
+    Each is first renamed ``<name>.deleting`` (one atomic step out of the candidates,
+    :func:`~flightplan.trial.checkpoint_io.replace_dir`), so a kill in the middle never
+    leaves a half-deleted ``step-NNNNNN``; leftovers of earlier kills are removed.
     """
     complete, _ = list_checkpoints(parent)
     doomed = [path for _, path in complete[keep_last:]]
     for path in doomed:
-        path.rename(path.with_name(f"{path.name}.deleting"))
-    for path in parent.glob("step-*.deleting"):
+        replace_dir(path)
+    for path in parent.glob(f"step-*{DELETING}"):
         shutil.rmtree(path, ignore_errors=True)
     return doomed
+
+
+def recover_checkpoints(parent: Path) -> list[Path]:
+    """Settle what a kill during a save, a replacement or a prune left in ``parent``.
+
+    - ``step-NNNNNN.tmp`` holding a flightplan manifest of that step, with no
+      ``step-NNNNNN`` beside it: a save that was complete (the manifest is written last)
+      but not yet renamed into place. It is renamed now and, like every checkpoint, checked
+      in full when loaded.
+    - any other ``.tmp``: a save that never finished; removed.
+    - ``step-NNNNNN.deleting``: set aside by a replacement or a prune; removed.
+
+    Returns:
+        The partial ``.tmp`` directories removed.
+    """
+    complete, partial = list_checkpoints(parent)
+    names = {path.name for _, path in complete}
+    removed = []
+    for tmp in partial:
+        final = tmp.with_name(tmp.name.removesuffix(".tmp"))
+        try:
+            finished = (final.name not in names
+                        and read_manifest(tmp).get("step") == int(final.name[5:]))
+        except BadCheckpoint:
+            finished = False
+        if finished:
+            os.rename(tmp, final)
+            fsync_dir(parent)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    for path in parent.glob(f"step-*{DELETING}"):
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -407,17 +452,17 @@ def select_checkpoint(parent: Path, run_id: str, config_hash: str | None, *,
                       ) -> tuple[CheckpointFiles | None, Path | None, list[Rejection], list[Path]]:
     """Walk complete checkpoints newest first and load the first valid one of this run.
 
-    Partial ``.tmp`` directories are removed (a save that never finished). A checkpoint
-    that fails a check, or belongs to another run id / config hash, is renamed aside.
+    First :func:`recover_checkpoints` (a finished ``.tmp`` is put in place, partial ones and
+    ``.deleting`` leftovers are removed). A checkpoint that fails a check, or belongs to
+    another run id / config hash, is renamed aside.
     ``load`` checks and loads one directory (``checkpoint_io.load_library_checkpoint`` for
     checkpoints a training library wrote).
 
     Returns:
         (the loaded files or None, its path or None, rejections newest first, removed partials).
     """
-    complete, partial = list_checkpoints(parent)
-    for path in partial:
-        shutil.rmtree(path, ignore_errors=True)
+    partial = recover_checkpoints(parent)
+    complete, _ = list_checkpoints(parent)
     rejected: list[Rejection] = []
     for _, path in complete:
         try:

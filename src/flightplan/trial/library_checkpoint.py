@@ -6,8 +6,10 @@ The Hugging Face Trainer writes ``checkpoint-N/`` (weights, ``optimizer.pt``,
 folder atomic: a kill mid-save leaves a partial folder that looks like the newest one. Here
 the library writes into a staging folder flightplan never loads from, and
 :func:`commit_library_checkpoint` turns the finished folder into ``checkpoints/step-NNNNNN/``
-with flightplan's manifest (each file's size and sha256, ``kind`` = the library), in one
-rename. :func:`load_library_checkpoint` re-checks every byte before the library may load it;
+with flightplan's manifest (each file's size and sha256, ``kind`` = the library): moved to
+``checkpoints/step-NNNNNN.tmp`` once the manifest is written, then renamed into place like a
+checkpoint flightplan writes itself (:func:`~flightplan.trial.checkpoint_io.replace_dir`).
+:func:`load_library_checkpoint` re-checks every byte before the library may load it;
 :meth:`flightplan.trial.trial.Trial.restore_library` picks the newest such checkpoint.
 
 Layout of a committed folder::
@@ -24,39 +26,46 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from flightplan.durable import fsync_dir, hash_file, write_atomic
 from flightplan.errors import CheckpointError
 from flightplan.findings import Finding
 from flightplan.trial.checkpoint_io import (FORMAT, MANIFEST, BadCheckpoint, CheckpointFiles,
-                                          check_files, read_manifest, step_dir_name)
+                                            check_files, read_manifest, replace_dir,
+                                            step_dir_name)
 
 __all__ = ["commit_library_checkpoint", "load_library_checkpoint", "missing_files"]
 
 
 def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
-                              meta: Mapping[str, Any]) -> tuple[Path, int]:
+                              meta: Mapping[str, Any],
+                              before_commit: Callable[[Path], None] | None = None
+                              ) -> tuple[Path, int]:
     """Commit a library's finished checkpoint folder as ``parent/step-NNNNNN``.
 
     Every file of ``source`` is fsync'd, hashed and listed in ``manifest.json`` (written
-    atomically into ``source``), the folder is fsync'd and renamed into ``parent`` in one
-    step, and ``parent`` is fsync'd. Until that rename nothing in ``parent`` changes, so a
-    kill at any point leaves the previous checkpoints as they were; ``source`` lies in a
-    staging folder that is never loaded.
+    atomically into ``source``); the finished folder is renamed ``parent/step-NNNNNN.tmp``
+    and ``parent`` fsync'd, then renamed into place by
+    :func:`~flightplan.trial.checkpoint_io.replace_dir` (a checkpoint of the same step
+    already there is set aside first and deleted last). A kill before the manifest leaves
+    ``source`` in a staging folder that is never loaded; after it, a finished ``.tmp`` that
+    the next restore puts in place; the previous checkpoints are untouched either way.
 
     Args:
         source: the library's checkpoint folder (moved, not copied); plain files only.
         parent: the ``checkpoints/`` directory (created if missing), on the same file system.
         steps_done: optimizer steps done; names ``step-NNNNNN``.
         meta: JSON values for the manifest; ``kind`` (the library's name) is required.
+        before_commit: called with the final directory just before the rename that puts the
+            finished folder in place (the trial's durable ``checkpoint_saving`` row).
 
     Returns:
         (the committed directory, total bytes of the listed files).
 
     Raises:
         CheckpointError: ``meta`` has no ``kind``, or ``source`` holds a sub-folder.
-        OSError: from the disk (``parent`` is then unchanged).
+        OSError: from the disk (the previous checkpoints are then unchanged).
     """
     if not meta.get("kind"):
         raise CheckpointError("a library checkpoint needs meta['kind'] (the library's name)")
@@ -78,10 +87,17 @@ def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
     write_atomic(source / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
     parent.mkdir(parents=True, exist_ok=True)
     final = parent / step_dir_name(steps_done)
-    if final.exists():  # the same step saved again after a resume: same run, same state
-        shutil.rmtree(final)
-    os.rename(source, final)
+    tmp = parent / f"{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.rename(source, tmp)
     fsync_dir(parent)
+    try:
+        if before_commit is not None:
+            before_commit(final)
+        replace_dir(final, tmp)  # the same step saved again after a resume: same run, same state
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final, sum(int(record["size"]) for record in files.values())
 
 

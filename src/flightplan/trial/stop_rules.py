@@ -151,13 +151,14 @@ class NoUsableResume(StopRule):
 
     name = "no_usable_resume"
 
-    def verdict(self, reasons: list[str], *, rejected: int) -> Stop:
+    def verdict(self, reasons: list[str], *, rejected: int, fix: str | None = None) -> Stop:
         """The stop for a restore that found nothing to resume from: ``reasons`` one line each,
-        ``rejected`` the number of checkpoints set aside now (the record's value)."""
+        ``rejected`` the number of checkpoints set aside now (the record's value), ``fix``
+        what to do (default: fix or remove the checkpoints, or turn the rule off)."""
         return Stop(self.name, 0, rejected, None,
                     f"no usable checkpoint to resume from ({'; '.join(reasons)}); "
-                    f"refusing to start over: fix or remove the checkpoints, or set "
-                    f"[stop] require_resume = false")
+                    f"refusing to start over: " + (fix or "fix or remove the checkpoints, or "
+                                                   "set [stop] require_resume = false"))
 
 
 def build_rules(stop: StopRules) -> list[StopRule]:

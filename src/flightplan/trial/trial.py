@@ -36,6 +36,7 @@ import os
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -49,12 +50,14 @@ from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
                                                  load_library_checkpoint, missing_files)
-from flightplan.trial.stop_rules import NoUsableResume, Stop, build_rules, stop_record
+from flightplan.trial.stop_rules import (NoUsableResume, Stop, StopRule, build_rules,
+                                         stop_record)
 from flightplan.transfer_time import checkpoint_transfer_s
 from flightplan.trial.trial_file import TRIAL_ENV, TrialFile, read_trial_file
-from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved, Evaluation,
-                             Finished, ForcedCheckpoint, Measurement, PartialCheckpointRemoved,
-                             Restore, Row, StopEvent, Truncation, encode_row)
+from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved,
+                             CheckpointSaving, Evaluation, Finished, ForcedCheckpoint, Measurement,
+                             PartialCheckpointRemoved, Restore, Row, StopEvent, Truncation,
+                             encode_row)
 from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
@@ -97,13 +100,15 @@ class Trial:
         self.micro_step = 0
         self.finished = False
         self._rules = build_rules(config.stop)
+        self._log_rules = [r for r in self._rules if type(r).on_log is not StopRule.on_log]
         mtbi = config.checkpoint.mean_time_between_interruptions
         self._schedule = CheckpointSchedule(float(config.checkpoint.tolerated_loss.seconds),
                                             float(mtbi.seconds) if mtbi else None)
         self._parts = Components()
         self._snapshot = Snapshot()
         self._writer = BackgroundWriter(self.run_dir / "checkpoints", config.checkpoint.keep_last,
-                                        self._saved, self._save_failed)
+                                        self._saved, self._save_failed,
+                                        before_commit=self._saving)
         self._lock = threading.Lock()
         self._log_fd: int | None = None
         self._restored: CheckpointFiles | None = None
@@ -213,9 +218,11 @@ class Trial:
     def restore(self) -> int:
         """Load the newest valid checkpoint of this run, if any.
 
-        Walks ``checkpoints/`` newest first; partial ``.tmp`` saves are removed; a checkpoint
-        that fails a check or belongs to another run is renamed ``<name>.corrupt-<reason>``,
-        reported on stderr and in ``measurements.jsonl``. RNG states are set last.
+        Walks ``checkpoints/`` newest first; a finished ``.tmp`` save whose rename a kill
+        cut off is put in place, partial ones are removed
+        (:func:`~flightplan.trial.checkpoint.recover_checkpoints`); a checkpoint that fails a
+        check or belongs to another run is renamed ``<name>.corrupt-<reason>``, reported on
+        stderr and in ``measurements.jsonl``. RNG states are set last.
 
         Returns:
             Optimizer steps done by the restored checkpoint (0 when starting fresh).
@@ -302,8 +309,10 @@ class Trial:
 
     # -- measurements and stop rules ----------------------------------------------------
 
-    def _write(self, row: Row) -> None:
-        """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`)."""
+    def _write(self, row: Row, *, durable: bool = False) -> None:
+        """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`);
+        ``durable``: fsync it before returning (it then survives the machine, not only the
+        process)."""
         line = encode_row(row)
         with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
             if self._log_fd is None:
@@ -311,6 +320,8 @@ class Trial:
                 self._log_fd = os.open(self.run_dir / RunDir.MEASUREMENTS,
                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(self._log_fd, line)
+            if durable:
+                os.fsync(self._log_fd)
 
     def _stop(self, stop: Stop) -> None:
         """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
@@ -332,15 +343,17 @@ class Trial:
         Raises:
             TrialStopped: a rule fired (stop.json written, earlier checkpoints intact).
         """
-        self._begin_loop()
+        if not self._loop_started:
+            self._begin_loop()
         values = {k: _item(v) for k, v in measurements.items()}
         if "planned_steps" not in values and self.planned_steps is not None \
                 and self.planned_steps != self._planned_logged:
             values["planned_steps"] = int(self.planned_steps)
         self._planned_logged = values.get("planned_steps", self._planned_logged)
         self._write(Measurement(step, time.time(), values))
-        self._steps_done = max(self._steps_done, step + 1)
-        for rule in self._rules:
+        if step >= self._steps_done:
+            self._steps_done = step + 1
+        for rule in self._log_rules:
             stop = rule.on_log(step, values)
             if stop is not None:
                 self._stop(stop)
@@ -454,6 +467,12 @@ class Trial:
         """
         self._writer.wait()
 
+    def _saving(self, steps_done: int, final: Path) -> None:
+        """A save is complete and about to be renamed into place: the durable record that
+        this run saved (:class:`~flightplan.rows.CheckpointSaving`), no later than the
+        checkpoint itself."""
+        self._write(CheckpointSaving(steps_done, time.time(), name=final.name), durable=True)
+
     def _saved(self, result: SaveResult) -> None:
         self._write(CheckpointSaved(result.steps_done, time.time(), name=result.path.name,
                                     bytes=result.bytes, stall_s=result.stall_s,
@@ -492,10 +511,12 @@ class Trial:
         missing = missing_files(files.manifest, required)
         if missing:
             reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "
-                      f"with a fresh optimizer, schedule and random streams; save full "
-                      f"checkpoints (the Trainer's save_only_model=False)")
+                      f"with a fresh optimizer, schedule and random streams")
             if self.stop_rules.require_resume:
-                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected)))
+                fix = ("save full checkpoints (the Trainer's save_only_model=False), then start "
+                       "this run over on purpose: flightplan run CAMPAIGN_FILE --restart "
+                       f"{self.name or 'NAME'}")
+                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected), fix=fix))
             self._write(Restore(0, time.time(), source=None,
                                 rejected=tuple(r.name for r in rejected),
                                 message=f"{reason}; starting at step 0 (require_resume is off)"))
@@ -537,7 +558,8 @@ class Trial:
         meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
                 "epoch": self.epoch, "saved_at": time.time()}
         parent = self.run_dir / "checkpoints"
-        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta)
+        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta,
+                                               before_commit=partial(self._saving, steps_done))
         prune(parent, self.checkpoint_policy.keep_last)
         stall_s = save_s + time.monotonic() - start  # the save is synchronous: C = D
         self._schedule.record_start(start - save_s)

@@ -119,8 +119,9 @@ class FakeWorkers(Executor):
     """Writes what the control's worker would: rows, an early checkpoint, a restore."""
 
     def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False,
-                 log: str = ""):
+                 log: str = "", loss_name: str = "loss"):
         self.drift_at, self.save, self.crash, self.log = drift_at, save, crash, log
+        self.loss_name = loss_name
         self.trials: list[dict] = []
 
     def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
@@ -142,6 +143,8 @@ class FakeWorkers(Executor):
                 rows = [dict(r) for r in RESUMED]
                 if self.drift_at is not None:
                     rows[self.drift_at]["loss"] = math.nextafter(rows[self.drift_at]["loss"], 9)
+                rows = [{(self.loss_name if k == "loss" else k): v for k, v in r.items()}
+                        for r in rows]
             with open(job.run_dir / "measurements.jsonl", "w") as out:
                 out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
             if self.log:
@@ -223,3 +226,11 @@ def test_a_failed_pilots_folder_is_kept_aside_when_the_pilot_runs_again(tmp_path
     run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
         folder.name, folder.name + ".restarted-1", folder.name + ".restarted-2"]
+
+
+def test_a_resumed_process_that_logs_no_loss_is_told_what_it_logged(tmp_path):
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(loss_name="train_loss"), steps=3)
+    assert not result.ok and result.cause == "nothing_compared"
+    assert "logged no loss to compare (its rows hold step_s, train_loss)" in result.message
+    assert "trial.log(step, loss=...)" in result.message

@@ -187,8 +187,8 @@ def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
 
     Args:
         job: the run.   node: where it ran.   reason: one line (the error seen, or why it
-        left).   started_at: unix start of the execution.   saved_any: a ``checkpoint``
-        row came home from it.   now: unix time of the end (default: now).
+        left).   started_at: unix start of the execution.   saved_any: a row recording a
+        save (:func:`flightplan.rows.records_a_save`) came home from it.   now: unix time of the end (default: now).
         cause: ``"flight_lost"``, ``"package_end"`` or ``"preempted"`` (:class:`Interruption`).
     """
     now = time.time() if now is None else now

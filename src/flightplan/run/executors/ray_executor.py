@@ -78,8 +78,8 @@ from flightplan.run.executors.ray_host import Delta, RunHost
 from flightplan.run.executors.stream import (DEPTH, CheckpointReceiver, Outcome, Rewind,
                                              checkpoint_name)
 from flightplan.run.executors.transfer import commit_outputs, latest_checkpoint
-from flightplan.rows import (CheckpointSaved, CheckpointTransfer, CheckpointTransferFailed, Row,
-                             encode_row, parse_rows)
+from flightplan.rows import (CheckpointTransfer, CheckpointTransferFailed, Row, encode_row,
+                             parse_rows, records_a_save)
 from flightplan.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"]
@@ -127,7 +127,7 @@ class _Execution:
     where: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
     last_poll: float = 0.0
-    saved_any: bool = False       # a checkpoint row came home from this execution
+    saved_any: bool = False       # a row recording a save came home from this execution
     tail: MeasurementTail | None = None
     watch: LeaveWatch | None = None   # when to ask it to leave before the package ends
 
@@ -357,8 +357,8 @@ class RayExecutor(Executor):
         run_dir = ex.job.run_dir
         append_durable(run_dir / RunDir.MEASUREMENTS, delta.measurements)
         append_durable(run_dir / RunDir.LOG, delta.log)
-        if b'"checkpoint"' in delta.measurements:
-            ex.saved_any = ex.saved_any or any(isinstance(row, CheckpointSaved)
+        if b'"checkpoint' in delta.measurements:
+            ex.saved_any = ex.saved_any or any(records_a_save(row)
                                                for row in parse_rows(delta.measurements)[0])
         ex.streaming = delta.pending or bool(delta.chunks)
         fetched = time.time()
