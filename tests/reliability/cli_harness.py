@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ROOT", "FLIGHTPLAN", "TINY", "small_tiny", "CliOutcome", "run_inprocess", "run_subprocess", "snapshot",
+__all__ = ["ROOT", "FLIGHTPLAN", "TINY", "CliOutcome", "run_inprocess", "run_subprocess", "snapshot",
            "assert_clean_input_error", "child_env"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,22 +31,6 @@ class CliOutcome:
     code: int
     stdout: str
     stderr: str
-
-
-def small_tiny(folder: Path) -> Path:
-    """A copy of the tiny campaign in ``folder`` cut to fit a test budget: 64 train and 16
-    test reviews (4 steps an epoch) and without its useful run ``lora-r4-len128``, so the
-    control and a LoRA run remain. Returns the campaign file."""
-    text = TINY.read_text(encoding="utf-8")
-    for old, new in (("train_limit = 240", "train_limit = 64"), ("test_limit = 80", "test_limit = 16")):
-        assert old in text
-        text = text.replace(old, new)
-    last = text.rindex("[[run]]")
-    assert 'name = "lora-r4-len128"' in text[last:]
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = folder / "campaign.toml"
-    spec.write_text(text[:last], encoding="utf-8")
-    return spec
 
 
 def child_env(**extra: str) -> dict[str, str]:

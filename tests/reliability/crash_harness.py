@@ -1,14 +1,20 @@
 """Kill processes at chosen moments, run them again, and check that nothing was lost.
 
 A :class:`CrashPoint` names one moment: the n-th ``os.replace``/``os.rename``, ``os.fsync``,
-``os.unlink`` or SQLite ``COMMIT``/``INSERT`` of the runner or of a trial process (carried out by the
-``faultshim/sitecustomize.py`` in the child), or a seeded delay after which the whole
-process group gets SIGKILL. :func:`count_calls` runs a command once in count mode so that
-crash points are drawn among calls that really happen (:func:`draw_points`).
+``os.unlink``, file opened for writing, or SQLite ``COMMIT``/``INSERT`` of the runner or of a
+trial process (carried out by the ``faultshim/sitecustomize.py`` in the child), or a seeded
+delay after which the whole process group gets SIGKILL. On a Ray cluster
+(:class:`~.flight_faults.Flights`) a point of role ``flight`` kills the whole flight node a
+trial process runs on, at such a call or at a delay. :func:`count_calls` runs a command once
+in count mode so that crash points are drawn among calls that really happen
+(:func:`draw_points`).
 
 After the runs, :func:`fingerprint` takes the sha256 of every product (parameters,
-predictions, metrics) and :func:`ledger_findings` checks the ledger: SQLite
-``PRAGMA integrity_check`` and, for every run, events in a valid order.
+predictions, metrics), :func:`ledger_findings` checks the ledger (SQLite
+``PRAGMA integrity_check`` and, for every run, events in a valid order) and
+:func:`store_fingerprint` reads back what ``flightplan export mlflow`` left in an MLflow
+store. :func:`crash_campaign` takes one campaign through ``run``, ``close`` and ``export``,
+each killed at its points and run again.
 
 Usage::
 
@@ -27,19 +33,27 @@ import re
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from flightplan.run.records import EVENT_KINDS
 
 from .cli_harness import child_env
 
+if TYPE_CHECKING:
+    from .flight_faults import Flights
+
 __all__ = ["SHIM_DIR", "CrashPoint", "Attempt", "CampaignCrashReport", "crash_campaign",
-           "count_calls", "draw_points", "run_with_crash",
-           "fingerprint", "ledger_findings", "event_order_ok", "WATCHED"]
+           "count_calls", "draw_points", "run_with_crash", "fingerprint", "store_fingerprint",
+           "ledger_findings", "event_order_ok", "WATCHED"]
 
 SHIM_DIR = Path(__file__).resolve().with_name("faultshim")
-# substrings that count-mode tallies separately: checkpoint files, the results directory
-WATCHED = ("checkpoints", "results")
+# substrings that count-mode tallies separately: checkpoint files, the results directory,
+# the folders where the Trainer and Lightning write their own saves, MLflow's artifacts
+WATCHED = ("checkpoints", "results", "staging", "mlartifacts")
 
 
 @dataclass(frozen=True)
@@ -47,13 +61,16 @@ class CrashPoint:
     """One moment to SIGKILL at.
 
     Attributes:
-        role: ``runner`` (the ``flightplan`` process), ``trial`` (a worker) or ``any``.
-        point: ``replace``, ``fsync``, ``unlink``, ``commit``, ``insert`` or ``timer``.
+        role: ``runner`` (the ``flightplan`` process), ``trial`` (a worker), ``any``, or
+            ``flight``: a worker on a Ray flight node, where the whole node is killed.
+        point: ``replace``, ``fsync``, ``unlink``, ``open``, ``commit``, ``insert`` or
+            ``timer``.
         nth: fire at this call (1-based) within one process of that role.
         after: fire right after the call instead of right before it.
-        contains: only calls whose path contains this (``replace``/``fsync``/``unlink``).
+        contains: only calls whose path contains this (``replace``/``fsync``/``unlink``/``open``).
         group: kill the whole process group (the machine dies) or only that process.
-        delay_s: for ``timer``: seconds after the start.
+        delay_s: for ``timer``: seconds after the start (``flight``: then the first flight
+            node that runs a worker).
     """
 
     role: str
@@ -67,10 +84,13 @@ class CrashPoint:
     def label(self) -> str:
         """Short text for tables: ``trial fsync#3 (checkpoints) before``."""
         if self.point == "timer":
-            return f"whole group at {self.delay_s:.1f} s"
+            return (f"flight node at {self.delay_s:.1f} s" if self.role == "flight"
+                    else f"whole group at {self.delay_s:.1f} s")
         where = f" ({self.contains})" if self.contains else ""
-        return (f"{self.role} {self.point}#{self.nth}{where} {'after' if self.after else 'before'}"
-                + ("" if self.group else ", that process only"))
+        call = f"{self.point}#{self.nth}{where} {'after' if self.after else 'before'}"
+        if self.role == "flight":
+            return f"flight node at trial {call}"
+        return f"{self.role} {call}" + ("" if self.group else ", that process only")
 
 
 @dataclass
@@ -85,23 +105,32 @@ class Attempt:
     stdout: str = ""
 
 
+def fault_config(point: CrashPoint, marker: Path) -> dict:
+    """The shim's JSON for ``point`` (``faultshim/sitecustomize.py``)."""
+    return dict({k: v for k, v in asdict(point).items() if k != "delay_s"}, marker=str(marker))
+
+
 def _env(point: CrashPoint | None, marker: Path | None, count_file: Path | None) -> dict[str, str]:
     env = child_env()
+    env.pop("FLIGHTPLAN_FAULT_FILE", None)   # a flight node's, not this process's
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM_DIR), env.get("PYTHONPATH", "")) if p)
     if count_file is not None:
         env["FLIGHTPLAN_FAULT_COUNT"] = str(count_file)
         env["FLIGHTPLAN_FAULT_CONTAINS"] = ",".join(WATCHED)
-    elif point is not None and point.point != "timer":
-        config = {k: v for k, v in asdict(point).items() if k != "delay_s"}
-        env["FLIGHTPLAN_FAULT"] = json.dumps(dict(config, marker=str(marker)))
+    elif point is not None and point.point != "timer" and point.role != "flight":
+        env["FLIGHTPLAN_FAULT"] = json.dumps(fault_config(point, marker))
     return env
 
 
 def _run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float,
-         kill_after_s: float | None = None) -> tuple[int, float, str, str]:
+         kill_after_s: float | None = None,
+         watch: Callable[[subprocess.Popen], None] | None = None) -> tuple[int, float, str, str]:
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+    watcher = threading.Thread(target=watch, args=(proc,), daemon=True) if watch else None
+    if watcher is not None:
+        watcher.start()
     out = err = b""
     try:
         try:
@@ -118,17 +147,27 @@ def _run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float,
             pass
         proc.kill()
         proc.wait()
+        if watcher is not None:
+            watcher.join()
     text = err.decode("utf-8", "replace")
     return (proc.returncode, time.monotonic() - start, "\n".join(text.strip().splitlines()[-5:]),
             out.decode("utf-8", "replace"))
 
 
-def count_calls(argv: list[str], *, cwd: Path, timeout_s: float = 900) -> tuple[int, dict]:
-    """Run ``argv`` once without faults, counting calls. Returns (exit code, counts) with
-    counts ``{(role, point, contains): total over processes of that role, max per process}``."""
+def count_calls(argv: list[str], *, cwd: Path, timeout_s: float = 900,
+                flights: Flights | None = None) -> tuple[int, dict]:
+    """Run ``argv`` once without faults, counting calls (on ``flights`` too: their trial
+    processes count as ``trial``). Returns (exit code, counts) with counts ``{(role, point,
+    contains): the most calls one process of that role made}``."""
     count_file = cwd / ".fault-counts.jsonl"
     count_file.unlink(missing_ok=True)
-    code, _, _, _ = _run(argv, cwd=cwd, env=_env(None, None, count_file), timeout_s=timeout_s)
+    if flights is not None:
+        flights.arm({"count": str(count_file), "contains": ",".join(WATCHED)})
+    try:
+        code, _, _, _ = _run(argv, cwd=cwd, env=_env(None, None, count_file), timeout_s=timeout_s)
+    finally:
+        if flights is not None:
+            flights.arm(None)
     counts: dict[tuple[str, str, str], int] = {}
     if count_file.is_file():
         for line in count_file.read_text(encoding="utf-8").splitlines():
@@ -159,12 +198,27 @@ def draw_points(counts: dict, *, n: int, seed: int, kinds: list[tuple[str, str, 
 
 
 def run_with_crash(argv: list[str], *, cwd: Path, point: CrashPoint | None, marker: Path,
-                   timeout_s: float = 900) -> Attempt:
-    """Run ``argv`` with ``point`` armed (None: no fault). ``marker`` records firing."""
+                   timeout_s: float = 900, flights: Flights | None = None) -> Attempt:
+    """Run ``argv`` with ``point`` armed (None: no fault). ``marker`` records firing. A point
+    of role ``flight`` needs ``flights`` (the Ray cluster whose node it kills)."""
     marker.unlink(missing_ok=True)
-    kill_after = point.delay_s if point is not None and point.point == "timer" else None
-    code, wall_s, tail, out = _run(argv, cwd=cwd, env=_env(point, marker, None),
-                                   timeout_s=timeout_s, kill_after_s=kill_after)
+    on_flight = point is not None and point.role == "flight"
+    if on_flight and flights is None:
+        raise ValueError(f"{point.label()}: a flight point needs the cluster's Flights")
+    kill_after = point.delay_s if point is not None and point.point == "timer" and not on_flight \
+        else None
+    watch = None
+    if on_flight:
+        flights.arm(None if point.point == "timer" else dict(fault_config(point, marker),
+                                                            role="trial", freeze=True))
+        watch = flights.watcher(point, marker)
+    try:
+        code, wall_s, tail, out = _run(argv, cwd=cwd, env=_env(point, marker, None),
+                                       timeout_s=timeout_s, kill_after_s=kill_after, watch=watch)
+    finally:
+        if on_flight:
+            flights.arm(None)
+            flights.replenish()
     fired = marker.exists() or (kill_after is not None and code == -signal.SIGKILL)
     marker.unlink(missing_ok=True)
     return Attempt(code, fired, wall_s, tail, out)
@@ -197,8 +251,10 @@ def fingerprint(campaign_dir: Path) -> dict[str, str]:
 
 # one letter per event: executions [SR]C*[FI] (or a bare I), then the final T (or a cut X)
 _VALID_RUN = re.compile(r"^(?:[SR]C*[FI]|I)*(?:[SR]C*T|T|X)?$")
-_TOKENS = {"started": "S", "resumed": "R", "checkpoint_saved": "C", "checkpoint_verified": "C",
-           "checkpoint_rejected": "C", "checkpoint_failed": "C", "finished": "T", "stopped": "T",
+# every event a trial's rows become (checkpoints saved, verified, rejected, forced, sent home
+# from a flight) is a C
+_TOKENS = {**{kind: "C" for kind in (*EVENT_KINDS.values(), "checkpoint_verified")},
+           "started": "S", "resumed": "R", "finished": "T", "stopped": "T",
            "failed": "F", "interrupted": "I", "cut": "X",
            "not_started": "", "past_end": ""}     # the rental's end: before an execution
 
@@ -233,18 +289,75 @@ def ledger_findings(campaign_dir: Path, *, finished: bool = True) -> list[str]:
         db.close()
 
 
+def store_fingerprint(database: Path) -> dict[str, str]:
+    """What an MLflow SQLite store holds, read back through ``MlflowClient``, keyed by
+    experiment name and the tag ``flightplan.run_id`` (MLflow's own ids and the folders
+    artifacts live in differ between stores and are left out): per experiment its tags;
+    per run its status, start and end, name, params, tags, every metric's whole history
+    (step, timestamp, value), dataset inputs and the sha256 of each artifact MLflow lists; a flightplan
+    run held by more than one MLflow run is ``"<n> runs"``."""
+    from urllib.parse import unquote, urlparse
+
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{database}")
+    out: dict[str, str] = {}
+    for experiment in client.search_experiments(view_type=ViewType.ALL):
+        out[f"experiment {experiment.name}"] = json.dumps(
+            [experiment.lifecycle_stage, sorted(experiment.tags.items())])
+        held: dict[str, list] = {}
+        for run in client.search_runs([experiment.experiment_id], run_view_type=ViewType.ALL,
+                                      max_results=50000):
+            held.setdefault(str(run.data.tags.get("flightplan.run_id")), []).append(run)
+        for run_id, runs in sorted(held.items()):
+            key = f"{experiment.name}/{run_id}"
+            if len(runs) != 1:
+                out[key] = f"{len(runs)} runs"
+                continue
+            info, data = runs[0].info, runs[0].data
+            out[key] = json.dumps([info.status, info.start_time, info.end_time,
+                                   info.lifecycle_stage, info.run_name])
+            out[f"{key} params"] = json.dumps(sorted(data.params.items()))
+            out[f"{key} tags"] = json.dumps(sorted(data.tags.items()))
+            for metric in sorted(data.metrics):
+                out[f"{key} metric {metric}"] = json.dumps(sorted(
+                    (m.step, m.timestamp, repr(m.value))
+                    for m in client.get_metric_history(info.run_id, metric)))
+            out[f"{key} inputs"] = json.dumps(sorted(
+                [i.dataset.name, i.dataset.digest, i.dataset.source,
+                 sorted((tag.key, tag.value) for tag in i.tags)]
+                for i in runs[0].inputs.dataset_inputs))
+            root = Path(unquote(urlparse(info.artifact_uri).path))
+            for name in _artifacts(client, info.run_id):
+                out[f"{key} artifact {name}"] = _sha(root / name)
+    return out
+
+
+def _artifacts(client, run_id: str, folder: str | None = None) -> list[str]:
+    """Every artifact file of the run as MLflow lists it (MLflow hides the staging files
+    of an upload it did not finish, ``.artifact.uploading.*``: no reader of the store sees
+    them, and they are left out here too)."""
+    found: list[str] = []
+    for entry in client.list_artifacts(run_id, folder):
+        found += _artifacts(client, run_id, entry.path) if entry.is_dir else [entry.path]
+    return found
+
+
 @dataclass
 class CampaignCrashReport:
     """What :func:`crash_campaign` saw.
 
     Attributes:
         attempts: (crash point label or ``"clean"``, the attempt) in order.
-        fired: crash points that fired (the process really died there).
+        fired: crash points that fired (the process, or its flight node, really died there).
         differences: product paths whose sha256 differs from the reference (or missing/extra).
         ledger: :func:`ledger_findings` after the campaign finished.
         verify_code: exit code of ``flightplan verify results``.
         rejected: checkpoints set aside at restore (``*.corrupt-*``): a save was not atomic.
-        finished: whether a clean ``run`` and ``close`` ended with exit 0.
+        finished: whether a clean ``run``, ``close`` (and ``export``) ended with exit 0.
+        store_differences: with an export, the keys of :func:`store_fingerprint` that differ
+            from an uninterrupted export of the same results into a fresh store.
     """
 
     attempts: list[tuple[str, Attempt]]
@@ -254,30 +367,47 @@ class CampaignCrashReport:
     verify_code: int
     rejected: list[str]
     finished: bool
+    store_differences: list[str] = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
-        """Finished, same products bit for bit, ledger whole, results verified."""
-        return self.finished and not self.differences and not self.ledger and self.verify_code == 0
+        """Finished, same products bit for bit (and the same store), ledger whole, results
+        verified."""
+        return self.finished and not self.differences and not self.ledger \
+            and self.verify_code == 0 and not self.store_differences
+
+
+def _differences(reference: dict[str, str], found: dict[str, str]) -> list[str]:
+    return sorted(k for k in set(reference) | set(found) if reference.get(k) != found.get(k))
 
 
 def crash_campaign(spec: Path, *, run_points: list[CrashPoint], close_points: list[CrashPoint],
-                   reference: dict[str, str], clean_tries: int = 3,
-                   timeout_s: float = 900) -> CampaignCrashReport:
-    """Run ``flightplan run`` once per crash point of ``run_points`` (stopping early if
-    one does not fire and the campaign finishes), then clean until it exits 0; the same
-    with ``flightplan close`` and ``close_points``; then verify and compare with
-    ``reference`` (a :func:`fingerprint` of an uninterrupted campaign)."""
+                   reference: dict[str, str], export_points: list[CrashPoint] | None = None,
+                   run_args: tuple[str, ...] = (), flights: Flights | None = None,
+                   clean_tries: int = 3, timeout_s: float = 900) -> CampaignCrashReport:
+    """Run ``flightplan run`` (with ``run_args``, on ``flights`` when given) once per crash
+    point of ``run_points`` (stopping early if one does not fire and the campaign
+    finishes), then clean until it exits 0; the same with ``flightplan close`` and
+    ``close_points`` and, unless ``export_points`` is None, with ``flightplan export mlflow``
+    into ``mlflow.db`` beside the campaign file; then verify, compare with ``reference`` (a
+    :func:`fingerprint` of an uninterrupted campaign) and the store with one that an
+    uninterrupted export of the same results fills."""
     from .cli_harness import FLIGHTPLAN
 
     folder = spec.parent
     marker = folder.parent / f".{folder.name}-fired"
+    export = ["export", "mlflow", str(folder / "results"), "--tracking-uri"]
+    verbs = [("run", ["run", str(spec), *run_args], run_points),
+             ("close", ["close", str(spec)], close_points)]
+    if export_points is not None:
+        verbs.append(("export", [*export, f"sqlite:///{folder / 'mlflow.db'}"], export_points))
     attempts: list[tuple[str, Attempt]] = []
     finished = True
-    for verb, points in (("run", run_points), ("close", close_points)):
-        argv = FLIGHTPLAN + [verb, str(spec)]
+    for verb, args, points in verbs:
+        argv = FLIGHTPLAN + args
         for point in points:
-            attempt = run_with_crash(argv, cwd=folder, point=point, marker=marker, timeout_s=timeout_s)
+            attempt = run_with_crash(argv, cwd=folder, point=point, marker=marker,
+                                     timeout_s=timeout_s, flights=flights)
             attempts.append((f"{verb}: {point.label()}", attempt))
             if not attempt.fired and attempt.code == 0:
                 break
@@ -287,13 +417,22 @@ def crash_campaign(spec: Path, *, run_points: list[CrashPoint], close_points: li
             if attempt.code == 0:
                 break
         finished = finished and attempts[-1][1].code == 0
+    store_differences: list[str] = []
+    if export_points is not None and finished:
+        uninterrupted = folder / "uninterrupted-export" / "mlflow.db"
+        uninterrupted.parent.mkdir()
+        again = run_with_crash(FLIGHTPLAN + export + [f"sqlite:///{uninterrupted}"], cwd=folder,
+                               point=None, marker=marker, timeout_s=timeout_s)
+        store_differences = _differences(store_fingerprint(uninterrupted),
+                                         store_fingerprint(folder / "mlflow.db")) \
+            if again.code == 0 else [f"the uninterrupted export failed: {again.stderr_tail}"]
     verify = run_with_crash(FLIGHTPLAN + ["verify", str(folder / "results")], cwd=folder,
                             point=None, marker=marker, timeout_s=timeout_s)
     products = fingerprint(folder) if (folder / "runs").is_dir() else {}
-    differences = sorted(k for k in set(reference) | set(products) if reference.get(k) != products.get(k))
     rejected = sorted(p.relative_to(folder).as_posix() for p in folder.glob("runs/*/checkpoints/*.corrupt-*"))
     return CampaignCrashReport(attempts=attempts, fired=sum(a.fired for _, a in attempts),
-                               differences=differences,
+                               differences=_differences(reference, products),
                                ledger=ledger_findings(folder) if (folder / ".flightplan").is_dir()
                                else ["no ledger"],
-                               verify_code=verify.code, rejected=rejected, finished=finished)
+                               verify_code=verify.code, rejected=rejected, finished=finished,
+                               store_differences=store_differences)

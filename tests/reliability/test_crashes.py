@@ -24,7 +24,8 @@ from flightplan.errors import TrialStopped
 from flightplan.rundir import RunDir
 from flightplan.trial.trial import Trial
 
-from .cli_harness import FLIGHTPLAN, small_tiny
+from .cli_harness import FLIGHTPLAN
+from .small_campaigns import small_tiny
 from .crash_harness import (CrashPoint, count_calls, crash_campaign, draw_points, fingerprint,
                             ledger_findings, run_with_crash)
 from .trial_script import RUN_ID, build

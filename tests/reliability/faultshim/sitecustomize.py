@@ -3,39 +3,72 @@
 Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``; the crash harness puts
 this folder there and describes one fault in ``FLIGHTPLAN_FAULT`` (JSON)::
 
-    {"role": "trial" | "runner" | "any",   # which process fires (by its command line)
-     "point": "replace" | "fsync" | "unlink" | "commit" | "insert",
+    {"role": "trial" | "runner" | "ray" | "any",  # which process fires (by its command line)
+     "point": "replace" | "fsync" | "unlink" | "open" | "commit" | "insert",
      "nth": 3,                               # fire at the 3rd matching call in the process
      "after": false,                         # before the call (false) or right after it
-     "contains": "checkpoints",              # replace/fsync/unlink: only paths containing this
+     "contains": "checkpoints",              # path points: only paths containing this
      "group": true,                          # SIGKILL the whole process group, or only self
-     "marker": "/tmp/x/fired"}               # created when it fires; nothing fires after
+     "freeze": false,                        # SIGSTOP self instead: the harness kills its machine
+     "marker": "/tmp/x/fired"}               # created when it fires (holding the pid); nothing
+                                             # fires after
 
 ``replace`` counts ``os.replace``/``os.rename`` (the commit point of every atomic write),
 ``fsync`` counts ``os.fsync`` (data written, not yet renamed), ``unlink`` counts
 ``os.unlink``/``os.remove`` (a file deleted: ``shutil.rmtree`` deletes through them, so a
 kill there leaves a folder half deleted; the path is resolved through ``dir_fd``),
-``commit`` counts SQLite ``COMMIT`` statements and ``insert`` SQLite ``INSERT``s (a
-transaction left open).
+``open`` counts files opened for writing by Python code (``open``/``io.open`` in a mode
+that writes, ``os.open`` with a flag that writes: a library's own save, e.g. the Trainer's
+``trainer_state.json`` or Lightning's ``.ckpt``, left half written), ``commit`` counts
+SQLite ``COMMIT`` statements and ``Connection.commit()`` calls (SQLAlchemy's, MLflow's) and
+``insert`` SQLite ``INSERT``s, through the connection or one of its cursors (a transaction
+left open).
 
 With ``FLIGHTPLAN_FAULT_COUNT=<file>`` instead, nothing fires: each process appends
 ``{"role", "point", "contains", "count"}`` lines at exit (one per substring listed in
 ``FLIGHTPLAN_FAULT_CONTAINS``, comma-separated, and ``""`` for all calls), so the harness
 can draw crash points among calls that really happen.
+
+Processes that outlive one attempt (the nodes of a Ray cluster, and the workers they
+start) read their fault instead from the file ``FLIGHTPLAN_FAULT_FILE`` names, once, when
+each process starts: the JSON above, ``{"count": <file>, "contains": "a,b"}`` for count
+mode, or ``null``. With ``"freeze": true`` the process stops itself (SIGSTOP) where it would
+have died, so that the harness can kill the whole machine it runs on at that moment.
 """
 
 from __future__ import annotations
 
 import atexit
+import builtins
+import io
 import json
 import os
 import signal
 import sqlite3
 
-_CONFIG = json.loads(os.environ.get("FLIGHTPLAN_FAULT", "null") or "null")
-_COUNT_FILE = os.environ.get("FLIGHTPLAN_FAULT_COUNT")
+
+
+def _from_file() -> tuple[object, str | None, str]:
+    """(fault config, count file, substrings) from ``FLIGHTPLAN_FAULT_FILE``."""
+    try:
+        with open(os.environ["FLIGHTPLAN_FAULT_FILE"], encoding="utf-8") as handle:
+            value = json.loads(handle.read() or "null")
+    except (OSError, ValueError):
+        return None, None, ""
+    if isinstance(value, dict) and "count" in value:
+        return None, value["count"], value.get("contains", "")
+    return value, None, ""
+
+
+if "FLIGHTPLAN_FAULT_FILE" in os.environ:
+    _CONFIG, _COUNT_FILE, _WATCH = _from_file()
+else:
+    _CONFIG = json.loads(os.environ.get("FLIGHTPLAN_FAULT", "null") or "null")
+    _COUNT_FILE = os.environ.get("FLIGHTPLAN_FAULT_COUNT")
+    _WATCH = os.environ.get("FLIGHTPLAN_FAULT_CONTAINS", "")
 _counts: dict = {}  # point -> calls (fault mode); (point, substring) -> calls (count mode)
-_PATH_POINTS = ("replace", "fsync", "unlink")  # points whose calls name a path
+_PATH_POINTS = ("replace", "fsync", "unlink", "open")  # points whose calls name a path
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def _role() -> str:
@@ -44,22 +77,31 @@ def _role() -> str:
             argv = handle.read().split(b"\0")
     except OSError:
         return "runner"
-    return "trial" if any(b"flightplan.run.worker" in a for a in argv) else "runner"
+    if any(b"flightplan.run.worker" in a for a in argv):
+        return "trial"
+    if any(b"/site-packages/ray/" in a for a in argv):
+        return "ray"   # Ray's own processes on a node (workers that host actors, agents)
+    return "runner"
 
 
 _ROLE = _role()
 _CONTAINS = (_CONFIG or {}).get("contains", "")
 # count mode: one counter per substring (comma-separated), "" counting every call
-_COUNT_SUBSTRINGS = [""] + [s for s in os.environ.get("FLIGHTPLAN_FAULT_CONTAINS", "").split(",") if s]
+_COUNT_SUBSTRINGS = [""] + [s for s in _WATCH.split(",") if s]
 
 
 def _fire() -> None:
     marker = _CONFIG.get("marker")
     if marker:
         try:
-            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = _os_open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+    if _CONFIG.get("freeze"):
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return  # continued: the harness chose to let it live
     if _CONFIG.get("group"):
         os.killpg(os.getpgid(0), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -113,6 +155,37 @@ def _wrap_unlink(name: str) -> None:
     setattr(os, name, wrapped)
 
 
+_os_open, _io_open = os.open, io.open  # the originals, for the shim's own files
+
+
+def _writes(mode: object) -> bool:
+    return isinstance(mode, str) and any(c in mode for c in "wax+")
+
+
+def _wrap_open() -> None:
+    """``open``/``io.open`` in a mode that writes, and ``os.open`` with a flag that writes."""
+    original = io.open
+
+    def wrapped(file, mode="r", *args, **kwargs):
+        if not _writes(mode) or isinstance(file, int):
+            return original(file, mode, *args, **kwargs)
+        _tick("open", file, after=False)
+        result = original(file, mode, *args, **kwargs)
+        _tick("open", file, after=True)
+        return result
+
+    def wrapped_os(path, flags, *args, **kwargs):
+        if not flags & _WRITE_FLAGS:
+            return _os_open(path, flags, *args, **kwargs)
+        _tick("open", path, after=False)
+        result = _os_open(path, flags, *args, **kwargs)
+        _tick("open", path, after=True)
+        return result
+
+    builtins.open = io.open = wrapped
+    os.open = wrapped_os
+
+
 def _wrap_fsync() -> None:
     original = os.fsync
 
@@ -129,26 +202,44 @@ def _wrap_fsync() -> None:
     os.fsync = wrapped
 
 
-class _CountingConnection(sqlite3.Connection):
-    """A connection that reports COMMIT and INSERT statements to the fault counter."""
+def _statement(run, sql, *args, **kwargs):
+    point = _statement_point(sql)
+    if point:
+        _tick(point, after=False)
+    result = run(sql, *args, **kwargs)
+    if point:
+        _tick(point, after=True)
+    return result
+
+
+class _CountingCursor(sqlite3.Cursor):
+    """A cursor that reports COMMIT and INSERT statements (SQLAlchemy executes through one)."""
 
     def execute(self, sql, *args, **kwargs):  # noqa: D102 - same as sqlite3
-        point = _statement_point(sql)
-        if point:
-            _tick(point, after=False)
-        result = super().execute(sql, *args, **kwargs)
-        if point:
-            _tick(point, after=True)
-        return result
+        return _statement(super().execute, sql, *args, **kwargs)
 
     def executemany(self, sql, *args, **kwargs):  # noqa: D102
-        point = _statement_point(sql)
-        if point:
-            _tick(point, after=False)
-        result = super().executemany(sql, *args, **kwargs)
-        if point:
-            _tick(point, after=True)
-        return result
+        return _statement(super().executemany, sql, *args, **kwargs)
+
+
+class _CountingConnection(sqlite3.Connection):
+    """A connection that reports COMMIT and INSERT statements, and ``commit()`` calls, to
+    the fault counter (``Connection.execute`` runs its cursor's statement in C: counted
+    once, here)."""
+
+    def execute(self, sql, *args, **kwargs):  # noqa: D102 - same as sqlite3
+        return _statement(super().execute, sql, *args, **kwargs)
+
+    def executemany(self, sql, *args, **kwargs):  # noqa: D102
+        return _statement(super().executemany, sql, *args, **kwargs)
+
+    def cursor(self, factory=_CountingCursor):  # noqa: D102
+        return super().cursor(factory)
+
+    def commit(self):  # noqa: D102
+        _tick("commit", after=False)
+        super().commit()
+        _tick("commit", after=True)
 
 
 def _statement_point(sql: str) -> str:
@@ -157,17 +248,20 @@ def _statement_point(sql: str) -> str:
 
 
 def _wrap_sqlite() -> None:
+    """``sqlite3.connect`` and ``sqlite3.dbapi2.connect`` (what SQLAlchemy calls)."""
+    import sqlite3.dbapi2
+
     original = sqlite3.connect
 
     def connect(*args, **kwargs):
         kwargs.setdefault("factory", _CountingConnection)
         return original(*args, **kwargs)
 
-    sqlite3.connect = connect
+    sqlite3.connect = sqlite3.dbapi2.connect = connect
 
 
 def _dump_counts() -> None:
-    with open(_COUNT_FILE, "a", encoding="utf-8") as handle:
+    with _io_open(_COUNT_FILE, "a", encoding="utf-8") as handle:
         for (point, contains), count in sorted(_counts.items()):
             handle.write(json.dumps({"role": _ROLE, "point": point, "contains": contains,
                                      "count": count, "pid": os.getpid()}) + "\n")
@@ -181,4 +275,5 @@ if _CONFIG is not None or _COUNT_FILE is not None:
     _wrap_unlink("unlink")
     _wrap_unlink("remove")
     _wrap_fsync()
+    _wrap_open()
     _wrap_sqlite()
