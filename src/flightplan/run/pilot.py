@@ -31,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import shutil
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -263,11 +264,20 @@ def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir
                     what: str, **extra: Any) -> PilotResult:
     """The failure of a pilot process: ``stopped`` with its stop.json's rule and message,
     else ``crashed`` with its exit code and the whole last line of its log (the error and,
-    as Python writes it, the fix the exception names)."""
+    as Python writes it, the fix the exception names); a process killed by a signal
+    (negative exit code) names the signal instead, since its log ends wherever it was cut
+    (a warning that names files of this machine, which results/ must not carry)."""
     if RunDir(run_dir).stop_json.is_file():
         stop = RunDir(run_dir).read_json(RunDir.STOP) or {}
         return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
                                f"{stop.get('message')}", **extra)
+    if result.exit_code < 0:
+        try:
+            name = signal.Signals(-result.exit_code).name
+        except ValueError:
+            name = f"signal {-result.exit_code}"
+        return fail("crashed", f"the {what} process was killed by {name} (exit code "
+                               f"{result.exit_code}); see {RunDir(run_dir).log}", **extra)
     lines = [line.strip() for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines()
              if line.strip()]
     return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}"

@@ -119,8 +119,9 @@ class FakeWorkers(Executor):
     """Writes what the control's worker would: rows, an early checkpoint, a restore."""
 
     def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False,
-                 log: str = "", loss_name: str = "loss"):
+                 log: str = "", loss_name: str = "loss", exit_code: int = 3):
         self.drift_at, self.save, self.crash, self.log = drift_at, save, crash, log
+        self.exit_code = exit_code
         self.loss_name = loss_name
         self.trials: list[dict] = []
 
@@ -150,7 +151,8 @@ class FakeWorkers(Executor):
             if self.log:
                 (job.run_dir / "log.txt").write_text(self.log)
             now = time.time()
-            results.append(JobResult(job.run_id, job.run_dir, 3 if self.crash else 0, now, now))
+            results.append(JobResult(job.run_id, job.run_dir, self.exit_code if self.crash else 0,
+                                     now, now))
         return results
 
 
@@ -234,3 +236,14 @@ def test_a_resumed_process_that_logs_no_loss_is_told_what_it_logged(tmp_path):
     assert not result.ok and result.cause == "nothing_compared"
     assert "logged no loss to compare (its rows hold step_s, train_loss)" in result.message
     assert "trial.log(step, loss=...)" in result.message
+
+
+def test_a_pilot_killed_by_a_signal_is_named_so_without_its_logs_last_line(tmp_path):
+    """A SIGKILLed process's log ends wherever it was cut (here a library's warning naming a
+    file of this machine): the message names the signal, and no path of the machine."""
+    log = "/opt/venv/lib/python3.11/site-packages/lib/_pytree.py:21: `LeafSpec` is deprecated\n"
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(crash=True, log=log, exit_code=-9), steps=3)
+    assert result.cause == "crashed"
+    assert result.message.startswith("the pilot process was killed by SIGKILL (exit code -9); see ")
+    assert "/opt/venv" not in result.message
