@@ -28,10 +28,14 @@ from flightplan.tasks.textclf.cost_model import pilot_examples
 __all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "data_check",
            "load_artifact", "estimate_run", "pilot_examples"]
 
-CODE_VERSION = "2"
+CODE_VERSION = "3"
 """Bump when a change alters what a run computes (a new version gives new run ids).
 2: evaluation in batches of equal token length (probabilities move in the last float32
-bits), runs on the GPU the executor gives them, ``precision`` param."""
+bits), runs on the GPU the executor gives them, ``precision`` param.
+3: every forward pass in length-sorted pieces padded to their longest (training steps
+cut their batch; evaluation and the control's embedding passes the split), computing
+about the tokens the inputs have: losses and probabilities move in the float32 rounding,
+dropout masks are drawn in another order."""
 
 
 def train(trial: Any) -> None:

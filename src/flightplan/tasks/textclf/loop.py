@@ -3,21 +3,23 @@
 1. Read the corpus (hashes checked again), tokenise train and test, ask the trial to
    apply ``max_truncated_fraction`` to the essential inputs (train + test).
 2. Build the classifier from ``params.seed``. Control (no adapter): the frozen encoder's
-   embeddings of the training set are computed once (no grad, length-sorted batches)
-   and only the head trains on them; the checkpoint still holds everything a resume
-   needs (head, optimizer, scheduler, loader position, RNGs) because the embeddings are
-   a pure function of corpus and base weights. LoRA: the adapters and head train
-   through the encoder, batches padded to their longest input.
+   embeddings of the training set are computed once (forward only, length-sorted
+   batches) and only the head trains on them; the checkpoint still holds everything a
+   resume needs (head, optimizer, scheduler, loader position, RNGs) because the
+   embeddings are a pure function of corpus and base weights. LoRA: the adapters and
+   head train through the encoder; each batch is embedded in pieces of near-equal length
+   (:class:`TrainStep`), so the encoder computes about the tokens the batch has.
    Everything runs on the run's device (:func:`flightplan.run.device.device`: the GPU the
    executor gave the run, else the CPU), deterministic on CUDA too; ``params.precision``
    puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
-   ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``. Every step logs ``loss``,
-   ``step_s`` (forward + backward + optimizer, seconds), ``seq_len`` (padded tokens per
-   input), ``tokens`` (batch × seq_len) and ``lr``; the trial may checkpoint after it.
-4. At the end of every epoch: the test set in batches of equal token length (no
-   padding; bitwise reproducible, see :mod:`.inference`), logged with ``eval_s``
-   through ``trial.evaluate``.
+   ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``.
+   Every step logs ``loss``, ``step_s`` (forward + backward + optimizer, seconds),
+   ``seq_len`` (the batch's longest input), ``tokens`` (tokens the encoder computed) and
+   ``lr``; the trial may checkpoint after it.
+4. At the end of every epoch: the test set, forward only, in length-sorted batches
+   (bitwise reproducible, see :mod:`.inference`), logged with ``eval_s`` through
+   ``trial.evaluate``.
 5. At the end (or at ``trial.max_steps``, the pilot's cap): ``predictions.csv``,
    ``metrics.json``, ``artifact/``, then ``trial.finish()``.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +46,15 @@ from flightplan.run.device import autocast, device, grad_scaler, set_determinist
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
 from flightplan.tasks.textclf.data import read_corpus
-from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics, collate,
+from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics,
                                                 encode_split, example_embeddings,
-                                                predict_probabilities, prediction_rows,
-                                                write_predictions)
+                                                length_batches, pooled, predict_probabilities,
+                                                prediction_rows, write_predictions)
 from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
                                             build_classifier, load_tokenizer, torch_threads)
 
-__all__ = ["train", "lr_factor", "ENCODE_BATCH"]
-
-ENCODE_BATCH = 32          # inputs per no-grad batch when the control embeds the train set
+__all__ = ["train", "lr_factor", "TrainStep"]
 
 
 def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
@@ -78,24 +79,73 @@ def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
             Path(trial.campaign_dir))
 
 
-@torch.no_grad()
 def _train_embeddings(trial: Any, step: int, model: TextClassifier,
                       split: EncodedSplit) -> torch.Tensor:
-    """Pooled embeddings (N, H) of the training set in length-sorted no-grad batches
-    (fixed order, so every process computes the same tensor), on the model's device;
-    logs ``encode_s`` rows."""
+    """Pooled embeddings (N, H) of the training set, forward only, in the length-sorted
+    batches of :func:`example_embeddings` (fixed, so every process computes the same
+    tensor), on the model's device; logs ``encode_s`` rows."""
     model.eval()
+
+    def logged(inputs: int, width: int, seconds: float) -> None:
+        trial.log(step, encode_s=seconds, seq_len=width, tokens=inputs * width,
+                  batch_size=inputs)
     dev = next(model.parameters()).device
-    order = sorted(range(len(split)), key=lambda i: (len(split.input_ids[i]), i))
-    out = torch.empty((len(split), model.head.in_features), device=dev)
-    for start in range(0, len(order), ENCODE_BATCH):
-        chunk = order[start:start + ENCODE_BATCH]
-        began = time.perf_counter()
-        input_ids, mask = collate([split.input_ids[i] for i in chunk], split.pad_id)
-        out[chunk] = model.embed(input_ids.to(dev), mask.to(dev))
-        trial.log(step, encode_s=time.perf_counter() - began, seq_len=int(input_ids.shape[1]),
-                  tokens=int(input_ids.numel()), batch_size=len(chunk))
-    return out
+    return example_embeddings(model, split, on_batch=logged).to(dev)
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """One optimizer step of textclf on a batch of training examples, as the loop runs it
+    (``bench/peer_step.py`` times this very object against a bare PEFT step).
+
+    Trained encoder: the batch is cut by :func:`length_batches` into pieces of
+    near-equal length, each padded to its longest and embedded in one forward call; the
+    pooled rows (B, H) go through the head together, so the loss is the batch's mean
+    and one backward pass follows. Control (``embeddings`` given, (N, H) on the model's
+    device): the head reads the precomputed rows. Then AdamW (through the scaler, which
+    passes through unless fp16) and the scheduler.
+
+    ``__call__(rows, nan=False) -> (loss, seq_len, tokens)``: the loss as a 0-d tensor (the
+    caller reads it), the longest input of the batch (control: ``max_length``) and the
+    tokens the encoder computed (control: ``max_length`` × batch, as if padded to it).
+    ``nan`` multiplies the loss by NaN before the backward pass (``inject_nan_at_step``).
+    """
+
+    model: TextClassifier
+    split: EncodedSplit
+    gold: torch.Tensor                          # (N,) int64 on the model's device
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Any
+    precision: str
+    embeddings: torch.Tensor | None = None      # control: (N, H) on the model's device
+    loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+
+    def __call__(self, rows: list[int], *, nan: bool = False) -> tuple[torch.Tensor, int, int]:
+        dev = self.gold.device
+        with autocast(self.precision, dev):
+            if self.embeddings is not None:
+                order, seq_len = rows, self.split.max_length
+                tokens = seq_len * len(rows)
+                logits = self.model.classify(self.embeddings[rows])          # (B, C)
+            else:
+                lengths = [len(self.split.input_ids[i]) for i in rows]
+                pieces = length_batches(lengths, len(rows))
+                order = [rows[i] for piece in pieces for i in piece]
+                seq_len = max(lengths)
+                tokens = sum(len(piece) * lengths[piece[-1]] for piece in pieces)
+                logits = self.model.classify(torch.cat(
+                    [pooled(self.model, self.split, [rows[i] for i in piece], dev)
+                     for piece in pieces]))                                  # (B, C)
+        loss = self.loss_fn(logits.float(), self.gold[order])
+        if nan:
+            loss = loss * float("nan")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)            # optimizer.step() unless fp16
+        self.scaler.update()
+        self.scheduler.step()
+        return loss.detach(), seq_len, tokens
 
 
 def _evaluate(trial: Any, model: TextClassifier, step: int, test: EncodedSplit, labels: list[str],
@@ -178,32 +228,18 @@ def train(trial: Any) -> None:
         test_embeddings = example_embeddings(model, test_split)                 # (N, H)
     trial.log(step, load_s=time.perf_counter() - began, planned_steps=total,
               steps_per_epoch=steps_per_epoch)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, train_split, gold, optimizer, scheduler, scaler,
+                           params.precision, train_embeddings)
     probs = metrics = None
     model.train()
     while step < last:
         for batch in loader:                                              # (B,) int64
             t0 = time.perf_counter()
-            with autocast(params.precision, dev):
-                if train_embeddings is not None:
-                    seq_len = params.max_length
-                    logits = model.classify(train_embeddings[batch.to(dev)])    # (B, C)
-                else:
-                    input_ids, mask = collate([train_split.input_ids[i] for i in batch.tolist()],
-                                              train_split.pad_id)              # (B, T)
-                    seq_len = int(input_ids.shape[1])
-                    logits = model(input_ids.to(dev), mask.to(dev))            # (B, C)
-            loss = loss_fn(logits.float(), gold[batch.to(dev)])
-            if params.inject_nan_at_step == step:
-                loss = loss * float("nan")
             lr = optimizer.param_groups[0]["lr"]                          # the head's
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)                       # optimizer.step() unless fp16
-            scaler.update()
-            scheduler.step()
+            loss, seq_len, tokens = train_step(batch.tolist(),
+                                               nan=params.inject_nan_at_step == step)
             trial.log(step, loss=loss.item(), step_s=time.perf_counter() - t0, seq_len=seq_len,
-                      tokens=seq_len * len(batch), batch_size=len(batch), lr=lr)
+                      tokens=tokens, batch_size=len(batch), lr=lr)
             trial.maybe_checkpoint(step, epoch=step // steps_per_epoch)
             step += 1
             if step % steps_per_epoch == 0 or step == last:
