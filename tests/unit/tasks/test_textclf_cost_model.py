@@ -58,12 +58,28 @@ def test_adapter_re_estimate_by_hand():
 
 def test_long_inputs_cost_more_tokens_steps_and_evaluation():
     est = estimate_run_seconds(LORA_256, FIGURES, tolerated_loss_s=60)
-    # 4096 tokens → 0.8 s forward → 2.4 s/step; train 273.6 s
-    assert est["step_s"] == pytest.approx(2.4) and est["train_s"] == pytest.approx(273.6)
+    # no kept_mean from the data check: kept(256) = min(150, 256) = 150 tokens per input,
+    # 16 · 150 = 2400 tokens → 0.2 + 1376 · 1.953125e-4 = 0.46875 s forward → 1.40625 s/step
+    assert est["tokens_per_batch"] == 2400.0 and est["step_s"] == pytest.approx(1.40625)
+    assert est["train_s"] == pytest.approx(160.3125)
     # eval: 112.5 · min(150, 256) / min(150, 128) = 131.8359375 s; × 3
     assert est["eval_s"] == pytest.approx(395.5078125)
-    assert est["checkpoints"] == 5                                 # 1 + floor(273.6 / 57)
-    assert est["total_s"] == pytest.approx(2 + 273.6 + 395.5078125 + 1.0 + 3)
+    assert est["checkpoints"] == 3                                 # 1 + floor(160.3 / 57)
+    assert est["total_s"] == pytest.approx(2 + 160.3125 + 395.5078125 + 0.6 + 3)
+
+
+def test_steps_compute_the_tokens_the_inputs_keep():
+    kept = EncoderFigures(**{**FIGURES.to_json(), "kept_len": {128: 96.0, 256: 112.0}})
+    est = estimate_run_seconds(LORA_256, kept, tolerated_loss_s=60)
+    # 16 · 112 = 1792 tokens → 0.2 + 768 · 1.953125e-4 = 0.35 s forward → 1.05 s/step
+    assert est["tokens_per_batch"] == 1792.0 and est["step_s"] == pytest.approx(1.05)
+    assert est["train_s"] == pytest.approx(119.7)                  # 114 steps
+    # eval: 300 · 0.375 · 112 / 96 = 131.25 s; × 3
+    assert est["eval_s"] == pytest.approx(393.75)
+    assert est["checkpoints"] == 3                                 # 1 + floor(119.7 / 57)
+    assert est["total_s"] == pytest.approx(2 + 119.7 + 393.75 + 0.6 + 3)
+    # a max_length the data check did not measure falls back to min(mean_len, L)
+    assert kept.kept(64) == 64.0 and kept.kept(512) == 150.0
 
 
 def test_mean_time_between_interruptions_shortens_the_interval():
@@ -110,7 +126,9 @@ def test_encoder_figures_by_hand():
     ]
     resumed = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.7}]
     check = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
-             "lengths": {"mean": 131.5}, "wall_s": 0.5}
+             "lengths": {"mean": 131.5}, "wall_s": 0.5,
+             "truncation": [{"max_length": 64, "truncated": 200, "total": 320, "fraction": 0.625,
+                             "kept_mean": 58.25, "runs": ["control"]}]}
     figures = encoder_figures(rows, resumed, check, pilot_n_train=48, pilot_n_test=8)
     # encode batches without the first logged (1280 tokens, warm-up), sorted by tokens:
     # 320 | 640, 2048
@@ -122,5 +140,6 @@ def test_encoder_figures_by_hand():
     assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
     assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)
     assert (figures.n_train, figures.n_test, figures.mean_len) == (240, 80, 131.5)
+    assert figures.kept_len == {64: 58.25} and figures.kept(64) == 58.25
     # one test example alone: (2.5 − 1.1 − 0.5) / 8
     assert figures.one_example_s == pytest.approx(0.1125)

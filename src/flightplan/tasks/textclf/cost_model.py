@@ -5,17 +5,20 @@ The hooks ``estimate_run`` and ``pilot_examples`` of the task protocol
 (:mod:`flightplan.run.decision`) calls them through the loaded task.
 
 The pilot is a short run of the control on the first examples of the corpus
-(``textclf``: a frozen encoder embeds the pilot's ``n'_train`` training examples in
-batches and its ``n'_test`` test examples one at a time, then a linear head trains). It
-measures the encoder's forward time on length-sorted batches (``encode_s`` rows: short
-and long inputs), the load, the head's step time, an evaluation, checkpoint costs and
-output writing. A run on the whole corpus is re-estimated as (seconds)::
+(``textclf``: a frozen encoder embeds the pilot's ``n'_train`` training examples and its
+``n'_test`` test examples in length-sorted batches, then a linear head trains). It
+measures the encoder's forward time on those batches (``encode_s`` rows: short and long
+inputs), the load, the head's step time, an evaluation, checkpoint costs and output
+writing. A run on the whole corpus is re-estimated as (seconds)::
 
     fwd_s(T)   = f1 + (T − t1) · (f2 − f1) / (t2 − t1)    forward time of a batch of T ≥ t1
-                 padded tokens: the line through the pilot's short (t1, f1) and long
+                 computed tokens: the line through the pilot's short (t1, f1) and long
                  (t2, f2) encoder batches; f1 · T / t1 below t1; T · (f1 + f2) / (t1 + t2)
                  when the line does not rise (t2 = t1, or noise)
-    one_s      = (load_s − Σ encode_s − setup_s) / n'_test   one test example embedded alone
+    one_s      = (load_s − Σ encode_s − setup_s) / n'_test   one test example's share of
+                 the pilot's test embedding pass (with the model's build)
+    kept(L)    = the data check's ``kept_mean`` at L: mean tokens an input keeps when cut
+                 at L; without it min(mean_len, L), an upper bound (E min(n, L) ≤ min(E n, L))
     steps      = ceil(n_train / B) · epochs
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
                  C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
@@ -28,27 +31,28 @@ output writing. A run on the whole corpus is re-estimated as (seconds)::
         eval_s  = epochs · head_eval_s · n_test / n'_test
     trained encoder (adapter):
         load_s  = setup_s
-        train_s = steps · 3 · fwd_s(B · L)              forward + backward ≈ 3 forwards
+        train_s = steps · 3 · fwd_s(B · kept(L))        forward + backward ≈ 3 forwards
                                                       (2N vs 6N FLOPs per token, Kaplan
                                                       et al. 2020)
-        eval_s  = epochs · n_test · one_s · min(mean_len, L) / min(mean_len, L0)
+        eval_s  = epochs · n_test · one_s · kept(L) / kept(L0)
     total_s = load_s + train_s + eval_s + saves · C + output_s
     transfer_s = saves · X        beside total_s, not in it (a checkpoint travels home while
                                   the loop trains on); X is the control's checkpoint's, the
                                   pilot's: an adapter's larger checkpoint is not scaled
 
 ``setup_s`` (reading, hashing and tokenising the corpus, loading the tokenizer) is the
-data check's wall time: the same work a run does before it builds its model. ``B · L``
-assumes batches padded to ``max_length`` (an upper bound; near exact when most batches
-hold one input longer than L, as with the drug reviews at 128 and 256). ``L0`` is the
-control's max_length; ``mean_len`` the corpus's mean untruncated length (data check).
+data check's wall time: the same work a run does before it builds its model.
+``B · kept(L)`` counts the tokens a step computes, since textclf embeds a batch in pieces
+of near-equal length (:class:`~flightplan.tasks.textclf.loop.TrainStep`); the little
+padding and the per-call cost the pieces keep are left out. ``L0`` is the control's
+max_length; ``mean_len`` the corpus's mean untruncated length (data check).
 
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 from flightplan.run.decision import require_figure
@@ -73,12 +77,14 @@ class EncoderFigures:
         setup_s: the data check's wall time (corpus and tokenizer work of a run's start).
         load_s: the pilot's load: setup, model, both embedding passes.
         encode_total_s: the training set's embedding pass alone (Σ ``encode_s``).
-        short_tokens, short_fwd_s: mean padded tokens and forward time of the shorter
+        short_tokens, short_fwd_s: mean computed tokens and forward time of the shorter
             half of the encoder batches.
         long_tokens, long_fwd_s: the same for the longer half.
         head_step_s: the control's steady step time (first step left out).
         head_eval_s: one evaluation of the control on the pilot's test examples.
         mean_len: mean untruncated input length (tokens) from the data check.
+        kept_len: the data check's ``kept_mean`` by ``max_length`` (tokens an input keeps
+            when cut there); lengths it lacks fall back to ``min(mean_len, max_length)``.
         save_stall_s: ``C``, the loop's stall per checkpoint.
         persist_s: ``D``, until a checkpoint is durable.
         restore_s: ``R``, to restore a checkpoint in a new process.
@@ -104,6 +110,11 @@ class EncoderFigures:
     persist_s: float
     restore_s: float
     output_s: float
+    kept_len: Mapping[int, float] = field(default_factory=dict)
+
+    def kept(self, max_length: int) -> float:
+        """``kept(L)``: mean tokens an input keeps when cut at ``max_length``."""
+        return float(self.kept_len.get(max_length, min(self.mean_len, max_length)))
 
     @property
     def one_example_s(self) -> float:
@@ -135,7 +146,7 @@ per token against 2N for the forward alone; Kaplan et al. 2020)."""
 
 
 def forward_seconds(tokens: float, figures: EncoderFigures) -> float:
-    """Forward time (s) of a batch of ``tokens`` padded tokens (module docstring): the line
+    """Forward time (s) of a batch of ``tokens`` computed tokens (module docstring): the line
     through the pilot's short and long encoder batches from ``t1`` up, proportional below
     it, and proportional to the pooled seconds per token when the line does not rise."""
     t1, f1, t2, f2 = (figures.short_tokens, figures.short_fwd_s,
@@ -164,10 +175,10 @@ def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_
     steps = math.ceil(figures.n_train / shape.batch_size) * shape.epochs
     one_s = figures.one_example_s
     if shape.trains_encoder:
-        tokens = float(shape.batch_size * shape.max_length)
+        tokens = shape.batch_size * figures.kept(shape.max_length)
         step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
-        reference = min(figures.mean_len, figures.max_length)
-        length_ratio = min(figures.mean_len, shape.max_length) / reference if reference else 1.0
+        reference = figures.kept(figures.max_length)
+        length_ratio = figures.kept(shape.max_length) / reference if reference else 1.0
         load_s = figures.setup_s
         one_eval = figures.n_test * one_s * length_ratio
     else:
@@ -202,10 +213,11 @@ def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any
     Short and long inputs: the ``encode_s`` batches but the first one logged (warm-up),
     sorted by ``tokens``, the shorter half and the longer half (the middle batch of an odd
     count goes to the longer half). Steady step time: the mean ``step_s`` without the
-    first step; ``max_length``: the steps' ``seq_len`` (the control pads to it). C and D:
-    means over the ``checkpoint`` rows; R: the resumed process's ``restore`` row.
-    ``n_train``, ``n_test``, ``mean_len`` and ``setup_s`` (its wall time) come from the
-    data check; ``pilot_n_train``/``pilot_n_test`` are the pilot's corpus limits.
+    first step; ``max_length``: the steps' ``seq_len`` (the control logs its max_length).
+    C and D: means over the ``checkpoint`` rows; R: the resumed process's ``restore`` row.
+    ``n_train``, ``n_test``, ``mean_len``, ``kept_len`` (the ``truncation`` entries'
+    ``kept_mean``) and ``setup_s`` (its wall time) come from the data check;
+    ``pilot_n_train``/``pilot_n_test`` are the pilot's corpus limits.
 
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
@@ -238,7 +250,9 @@ def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any
         save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
         persist_s=_mean([r["persist_s"] for r in saves]),
         restore_s=require_figure("restore_s", restores)[0],
-        output_s=sum(r["output_s"] for r in rows if "output_s" in r))
+        output_s=sum(r["output_s"] for r in rows if "output_s" in r),
+        kept_len={int(t["max_length"]): float(t["kept_mean"])
+                  for t in data_check.get("truncation", []) if "kept_mean" in t})
 
 
 def run_shape(name: str, tier: str, params: Mapping[str, Any]) -> RunShape:

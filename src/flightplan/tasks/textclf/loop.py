@@ -54,7 +54,7 @@ from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
                                             build_classifier, load_tokenizer, torch_threads)
 
-__all__ = ["train", "lr_factor", "TrainStep"]
+__all__ = ["train", "lr_factor", "optimizer_and_schedule", "TrainStep"]
 
 
 def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
@@ -70,6 +70,22 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
     return max(0.0, 1.0 - progress)
+
+
+def optimizer_and_schedule(model: TextClassifier, params: TaskParams, total: int
+                           ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over the trained tensors (the head at ``params.lr``, adapters at
+    ``adapter.lr`` or ``lr``; ``weight_decay``) and its step-wise schedule of
+    :func:`lr_factor` over ``total`` optimizer steps."""
+    adapter = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
+    groups = [{"params": list(model.head.parameters()), "lr": params.lr}]
+    if adapter:
+        groups.append({"params": adapter, "lr": params.adapter.lr or params.lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=params.weight_decay)
+    warmup = int(params.warmup_fraction * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
+    return optimizer, scheduler
 
 
 def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
@@ -200,14 +216,7 @@ def train(trial: Any) -> None:
     total = params.epochs * steps_per_epoch
     last = total if trial.max_steps is None else min(total, int(trial.max_steps))
     trial.planned_steps = total
-    adapter = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
-    groups = [{"params": list(model.head.parameters()), "lr": params.lr}]
-    if adapter:
-        groups.append({"params": adapter, "lr": params.adapter.lr or params.lr})
-    optimizer = torch.optim.AdamW(groups, weight_decay=params.weight_decay)
-    warmup = int(params.warmup_fraction * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
+    optimizer, scheduler = optimizer_and_schedule(model, params, total)
     # The sampler owns its generator: with ``shuffle=True`` the loader would share one with
     # the sampler and draw a worker seed from it per epoch, and a loader restored mid-epoch
     # then shuffles the following epochs differently (torchdata 0.11).
