@@ -28,7 +28,7 @@ ratio; the medians of those ratios are printed.
 
 Usage::
 
-    .venv/bin/python bench/peer_step.py [--rounds 7] [--examples 96]
+    .venv/bin/python bench/peer_step.py [--rounds 11] [--examples 48]
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from flightplan.tasks.textclf.inference import (EVAL_BATCH, EncodedSplit, collat
                                                 encode_split, example_embeddings,
                                                 length_batches, predict_probabilities)
 from flightplan.tasks.textclf.loop import TrainStep, optimizer_and_schedule
-from flightplan.tasks.textclf.model import (TaskParams, TextClassifier, build_classifier,
-                                            load_tokenizer, model_dir)
+from flightplan.tasks.textclf.model import (TaskParams, TextClassifier, TrainableParameters,
+                                            build_classifier, load_tokenizer, model_dir)
 
 CAMPAIGN = Path(__file__).resolve().parents[1] / "examples" / "drug-reviews" / "campaign.toml"
 BATCH, LENGTH = 16, 128
@@ -80,6 +80,8 @@ class Textclf:
         self.step = TrainStep(self.model, split, gold, optimizer, scheduler,
                               grad_scaler("fp32", torch.device("cpu")), "fp32")
         self.trial = Trial.local(folder, run_id="peer-step-0000000000")
+        self.trial.register(model=TrainableParameters(self.model), optimizer=optimizer,
+                            scheduler=scheduler)
         self.trial.restore()
         self.index = 0
 
@@ -162,8 +164,8 @@ def _ratios(rounds: int, ours: Callable[[], float], theirs: Callable[[], float]
 def main() -> None:
     """Print the figures (module docstring) as ``-> N (target …)`` lines."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--examples", type=int, default=96,
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--examples", type=int, default=48,
                         help="test reviews in the forward-only comparison")
     args = parser.parse_args()
     torch.set_num_threads(1)

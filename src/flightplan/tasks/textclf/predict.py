@@ -7,7 +7,7 @@ Usage::
 
 It reloads the artifact (refusing a base model whose weights hash differs), reads the
 corpus recorded in ``artifact.json`` (its hashes are checked again), predicts the first
-``N`` test examples (all by default) in batches of equal token length and writes the same CSV as training
+``N`` test examples (all by default) in length-sorted batches and writes the same CSV as training
 (``example_id, gold, predicted, n_tokens, truncated, prob_<label>...``): on the same
 machine the file is byte-identical to the run's ``predictions.csv`` (or its first N rows).
 
