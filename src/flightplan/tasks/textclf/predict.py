@@ -9,7 +9,10 @@ It reloads the artifact (refusing a base model whose weights hash differs), read
 corpus recorded in ``artifact.json`` (its hashes are checked again), predicts the first
 ``N`` test examples (all by default) in length-sorted batches and writes the same CSV as training
 (``example_id, gold, predicted, n_tokens, truncated, prob_<label>...``): on the same
-machine the file is byte-identical to the run's ``predictions.csv`` (or its first N rows).
+machine the file is byte-identical to the run's ``predictions.csv``. With ``--limit`` the
+N inputs form batches of their own (padded to other lengths than in the whole split), so
+the first N rows agree in labels and within 1e-5 in probabilities, not always in the last
+float32 bit.
 
 A corpus given by ``path`` is resolved against ``--campaign-dir``, else against the
 nearest folder above the artifact where that path exists.
