@@ -9,7 +9,7 @@ ratio; the medians of those ratios are printed.
 1. Training step, dropout on, LoRA r8 (alpha 16, dropout 0.1) on query and value plus a
    3-class head, AdamW:
 
-   - textclf: the loop's own :class:`~flightplan.tasks.textclf.loop.TrainStep` (pieces,
+   - textclf: the loop's own :class:`~flightplan.tasks.textclf.loop.TrainStep` (padding,
      forward, loss, backward, AdamW, schedule) and the loop's per-step work around it
      (``tolist``, ``loss.item()``, one ``Trial.log`` row);
    - bare: ``get_peft_model(AutoModelForSequenceClassification)`` the way the PEFT docs
@@ -18,8 +18,8 @@ ratio; the medians of those ratios are printed.
 
    On 16 reviews of at least 128 tokens cut at 128 (16 × 128, no padding: the floor
    compared is the step itself), then, informative only, on a batch of 16 reviews as a
-   shuffled loader draws them, which the bare loop pads to its longest (what textclf
-   saves by its pieces).
+   shuffled loader draws them, padded to its longest by both (what textclf saves by
+   computing its linear layers on the real tokens only).
 2. Forward only: textclf's evaluation (``predict_probabilities`` of the LoRA model) and
    the control's embedding pass (``example_embeddings`` of the frozen encoder) on
    ``--examples`` test reviews at max_length 128, against a bare ``torch.inference_mode``
@@ -201,7 +201,7 @@ def main() -> None:
     print(f"-> textclf step / bare PEFT step = {step[0]:.3f} (target ≤ 1.05)")
     lengths = sorted(len(train.input_ids[i]) for i in shuffled.tolist())
     print(f"a shuffled batch of {BATCH} (lengths {lengths[0]}–{lengths[-1]}, "
-          f"mean {sum(lengths) / BATCH:.0f}; bare pads to {lengths[-1]}): textclf "
+          f"mean {sum(lengths) / BATCH:.0f}, padded to {lengths[-1]}): textclf "
           f"{mixed[1]:.3f} s, bare PEFT {mixed[2]:.3f} s")
     print(f"-> textclf step / bare PEFT step, shuffled batch = {mixed[0]:.3f} (informative)")
     print(f"forward only, {args.examples} test reviews in {len(pieces)} batches: evaluation "

@@ -21,8 +21,8 @@ from flightplan.run.device import grad_scaler
 from flightplan.run.trial import Trial
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
-from flightplan.tasks.textclf.inference import (EVAL_BATCH, encode_split, length_batches,
-                                                pooled, predict_probabilities)
+from flightplan.tasks.textclf.inference import (EVAL_BATCH, collate, encode_split,
+                                                length_batches, predict_probabilities)
 from flightplan.tasks.textclf.loop import TrainStep, lr_factor
 from flightplan.tasks.textclf.model import TaskParams, build_classifier, load_tokenizer
 
@@ -241,42 +241,58 @@ def test_length_batches_are_the_cheapest_cut_of_the_sorted_inputs():
         assert _cost(pieces, lengths, call_tokens) == _cheapest_cut(lengths, max_batch, call_tokens)
 
 
-def test_a_training_step_in_pieces_equals_one_padded_batch_and_one_example_at_a_time():
-    """Loss and gradients of a step do not depend on how the batch is padded: the step's
-    pieces, a standard collator's batch (padded to the longest) and each example alone
-    agree within float rounding (eval mode: no dropout)."""
+def test_a_training_step_computes_the_padded_batch_with_the_same_dropout_masks():
+    """The step pads the batch to its longest input and its linear layers compute the real
+    tokens only; with dropout on, loss and gradients equal those of the whole padded
+    batch computed by the encoder as it is (same RNG state: the same dropout masks), and
+    the padding does not leak into a text's result (each text alone, in eval mode)."""
     params = TaskParams.from_params(dict(LORA, max_length=128))   # few reviews are cut
     base = BaseModelSection.model_validate(BASE)
     corpus = load_corpus(CorpusSection.model_validate(CORPUS), Path("."))
     split = encode_split(load_tokenizer(base), corpus.train, corpus.labels, params.max_length)
     rows = list(range(16))
     lengths = [len(split.input_ids[i]) for i in rows]
-    pieces = length_batches(lengths, len(rows))
-    assert 1 < len(pieces) < len(set(lengths))                 # padded pieces, not one per length
-    model = build_classifier(base, params, n_labels=3).eval()
+    assert len(set(lengths)) > 8                                # a batch with much padding
+    model = build_classifier(base, params, n_labels=3).train()
     gold = torch.tensor(split.gold)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)    # keeps the weights as they are
     step = TrainStep(model, split, gold, optimizer, torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: 1.0), grad_scaler("fp32", torch.device("cpu")), "fp32")
-    loss, seq_len, tokens = step(rows)
-    assert seq_len == max(lengths)
-    assert tokens == sum(len(p) * max(lengths[i] for i in p) for p in pieces)
     trained = [p for p in model.parameters() if p.requires_grad]
-    in_pieces = [p.grad.clone() for p in trained]
+    torch.manual_seed(7)
+    loss, seq_len, tokens = step(rows)
+    assert (seq_len, tokens) == (max(lengths), sum(lengths))
+    packed = [p.grad.clone() for p in trained]
 
-    def reference(groups: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def unpacked(groups: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The padded batches through the encoder itself, no linear packed."""
         model.zero_grad(set_to_none=True)
-        embedded = torch.cat([pooled(model, split, g, torch.device("cpu")) for g in groups])
+        embedded = []
+        for group in groups:
+            input_ids, mask = collate([split.input_ids[i] for i in group], split.pad_id)
+            hidden = model.encoder(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).float()
+            embedded.append((hidden * weights).sum(1) / weights.sum(1))
         order = [i for g in groups for i in g]
-        reference_loss = torch.nn.functional.cross_entropy(model.classify(embedded), gold[order])
-        reference_loss.backward()
-        return reference_loss.detach(), [p.grad.clone() for p in trained]
+        reference = torch.nn.functional.cross_entropy(model.classify(torch.cat(embedded)),
+                                                      gold[order])
+        reference.backward()
+        return reference.detach(), [p.grad.clone() for p in trained]
 
-    for groups in ([rows], [[i] for i in rows]):               # padded batch; one at a time
-        other_loss, other_grads = reference(groups)
-        assert abs(loss.item() - other_loss.item()) <= 1e-6
-        for mine, theirs in zip(in_pieces, other_grads):
-            assert (mine - theirs).abs().max().item() <= 1e-5 * max(1.0, theirs.abs().max().item())
+    def close(a: list[torch.Tensor], b: list[torch.Tensor], tolerance: float) -> bool:
+        return all((x - y).abs().max().item() <= tolerance * max(1.0, y.abs().max().item())
+                   for x, y in zip(a, b))
+
+    torch.manual_seed(7)
+    reference_loss, reference_grads = unpacked([rows])
+    assert abs(loss.item() - reference_loss.item()) <= 1e-6 and close(packed, reference_grads, 1e-6)
+    model.eval()                                               # no dropout: each text alone
+    model.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(model(*collate([split.input_ids[i] for i in rows],
+                                                     split.pad_id)), gold[rows]).backward()
+    eval_packed = [p.grad.clone() for p in trained]
+    _, alone = unpacked([[i] for i in rows])
+    assert close(eval_packed, alone, 1e-5)
 
 
 def test_batched_predictions_agree_with_one_at_a_time_in_training_and_on_reload(lora_run):

@@ -32,10 +32,10 @@ CODE_VERSION = "3"
 """Bump when a change alters what a run computes (a new version gives new run ids).
 2: evaluation in batches of equal token length (probabilities move in the last float32
 bits), runs on the GPU the executor gives them, ``precision`` param.
-3: every forward pass in length-sorted pieces padded to their longest (training steps
-cut their batch; evaluation and the control's embedding passes the split), computing
-about the tokens the inputs have: losses and probabilities move in the float32 rounding,
-dropout masks are drawn in another order."""
+3: the encoder's linear layers compute the real tokens of a padded batch only; evaluation
+and the control's embedding passes in length-sorted batches cut where padding would cost
+more than a call (probabilities move in the last float32 bits). Training steps keep the
+padded batch and its dropout masks."""
 
 
 def train(trial: Any) -> None:

@@ -42,9 +42,9 @@ writing. A run on the whole corpus is re-estimated as (seconds)::
 
 ``setup_s`` (reading, hashing and tokenising the corpus, loading the tokenizer) is the
 data check's wall time: the same work a run does before it builds its model.
-``B · kept(L)`` counts the tokens a step computes, since textclf embeds a batch in pieces
-of near-equal length (:class:`~flightplan.tasks.textclf.loop.TrainStep`); the little
-padding and the per-call cost the pieces keep are left out. ``L0`` is the control's
+``B · kept(L)`` counts the tokens a step computes, since textclf's linear layers compute
+the real tokens of a padded batch only (:class:`~flightplan.tasks.textclf.model.RealTokenLinears`);
+the attention over the padding is left out. ``L0`` is the control's
 max_length; ``mean_len`` the corpus's mean untruncated length (data check).
 
 """

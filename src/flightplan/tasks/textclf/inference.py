@@ -1,15 +1,14 @@
 """Tokenised splits, per-example prediction, the predictions file and the metrics.
 
-Only the tokens a text has are computed, up to a little padding that saves forward
-calls: every forward pass (training, evaluation, the control's embedding passes) takes
-inputs of near-equal length, sorted by length and cut by :func:`length_batches` where
-the padded tokens would cost more than another call, each piece padded to its longest
-input; the attention mask keeps the padding out of every real token's attention and out
-of the mean pooling. Evaluation and embedding passes cut the whole split (pieces of at
-most :data:`EVAL_BATCH`), a training step cuts its batch. The pieces are a pure function
-of the inputs' lengths, so a reload in a fresh process reproduces the run's file bit for
-bit on the same machine with the same thread count. Against one example at a time
-(``batch=1``: no padding) the results promise agreement within 1e-5
+Forward-only passes (evaluation, the control's embedding passes) take the split sorted
+by length, cut by :func:`length_batches` into batches of at most :data:`EVAL_BATCH`
+where padding would cost more than another forward call, each padded to its longest
+input. The attention mask keeps the padding out of every real token's attention and out
+of the mean pooling, and the encoder's linear layers compute the real tokens only
+(:class:`~flightplan.tasks.textclf.model.RealTokenLinears`). The batches are a pure
+function of the inputs' lengths, so a reload in a fresh process reproduces the run's
+file bit for bit on the same machine with the same thread count. Against one example at
+a time (``batch=1``: no padding) the results promise agreement within 1e-5
 (``tests/unit/tasks/test_textclf.py`` checks it).
 
 Usage::
@@ -47,8 +46,8 @@ EVAL_BATCH = 64            # inputs per no-grad batch at most (evaluation, embed
 CALL_TOKENS = 24
 """The price of one more forward call, in tokens (:func:`length_batches`). A call reads
 every weight of the encoder whatever its batch: on this 2-core CPU (MiniLM, one thread)
-forward + backward of one token took 22 ms and each further token about 1.4 ms, so a
-call costs about as much as 16–24 tokens; larger prices give fewer, more padded calls."""
+the forward pass of one token took 11 ms and each further token about 0.5–0.8 ms, so a
+call costs about as much as 15–25 tokens; larger prices give fewer, more padded calls."""
 
 
 @dataclass(frozen=True)
@@ -153,13 +152,13 @@ def length_batches(lengths: Sequence[int], max_batch: int, *,
 
 
 def example_embeddings(model: Any, split: EncodedSplit, *, batch: int = EVAL_BATCH,
-                       on_batch: Callable[[int, int, float], None] | None = None
+                       on_batch: Callable[[list[int], float], None] | None = None
                        ) -> torch.Tensor:
     """Pooled embeddings (N, H) float32 on the CPU, forward only (``torch.inference_mode``;
     the model's train/eval mode is left as it is), computed on the model's device in
     :func:`length_batches` of at most ``batch`` inputs (``batch=1``: one example at a
-    time). ``on_batch(inputs, width, seconds)`` is called after each batch with its size,
-    the token length it was padded to and its wall time."""
+    time). ``on_batch(indices, seconds)`` is called after each batch with its examples
+    and its wall time."""
     hidden = model.head.in_features
     out = torch.empty((len(split), hidden), dtype=torch.float32)
     dev = next(model.parameters()).device
@@ -168,8 +167,7 @@ def example_embeddings(model: Any, split: EncodedSplit, *, batch: int = EVAL_BAT
             began = time.perf_counter()
             out[piece] = pooled(model, split, piece, dev).float().cpu()
             if on_batch is not None:
-                width = max(len(split.input_ids[i]) for i in piece)
-                on_batch(len(piece), width, time.perf_counter() - began)
+                on_batch(piece, time.perf_counter() - began)
     return out
 
 

@@ -7,15 +7,15 @@
    batches) and only the head trains on them; the checkpoint still holds everything a
    resume needs (head, optimizer, scheduler, loader position, RNGs) because the
    embeddings are a pure function of corpus and base weights. LoRA: the adapters and
-   head train through the encoder; each batch is embedded in pieces of near-equal length
-   (:class:`TrainStep`), so the encoder computes about the tokens the batch has.
+   head train through the encoder, each batch padded to its longest input, the
+   encoder's linear layers computing its real tokens only (:class:`TrainStep`).
    Everything runs on the run's device (:func:`flightplan.run.device.device`: the GPU the
    executor gave the run, else the CPU), deterministic on CUDA too; ``params.precision``
    puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
    ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``.
    Every step logs ``loss``, ``step_s`` (forward + backward + optimizer, seconds),
-   ``seq_len`` (the batch's longest input), ``tokens`` (tokens the encoder computed) and
+   ``seq_len`` (the batch's longest input), ``tokens`` (the real tokens it holds) and
    ``lr``; the trial may checkpoint after it.
 4. At the end of every epoch: the test set, forward only, in length-sorted batches
    (bitwise reproducible, see :mod:`.inference`), logged with ``eval_s`` through
@@ -47,9 +47,9 @@ from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
 from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics,
-                                                encode_split, example_embeddings,
-                                                length_batches, pooled, predict_probabilities,
-                                                prediction_rows, write_predictions)
+                                                encode_split, example_embeddings, pooled,
+                                                predict_probabilities, prediction_rows,
+                                                write_predictions)
 from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
                                             build_classifier, load_tokenizer, torch_threads)
@@ -102,9 +102,10 @@ def _train_embeddings(trial: Any, step: int, model: TextClassifier,
     tensor), on the model's device; logs ``encode_s`` rows."""
     model.eval()
 
-    def logged(inputs: int, width: int, seconds: float) -> None:
-        trial.log(step, encode_s=seconds, seq_len=width, tokens=inputs * width,
-                  batch_size=inputs)
+    def logged(indices: list[int], seconds: float) -> None:
+        lengths = [len(split.input_ids[i]) for i in indices]
+        trial.log(step, encode_s=seconds, seq_len=max(lengths), tokens=sum(lengths),
+                  batch_size=len(indices))
     dev = next(model.parameters()).device
     return example_embeddings(model, split, on_batch=logged).to(dev)
 
@@ -114,17 +115,18 @@ class TrainStep:
     """One optimizer step of textclf on a batch of training examples, as the loop runs it
     (``bench/peer_step.py`` times this very object against a bare PEFT step).
 
-    Trained encoder: the batch is cut by :func:`length_batches` into pieces of
-    near-equal length, each padded to its longest and embedded in one forward call; the
-    pooled rows (B, H) go through the head together, so the loss is the batch's mean
-    and one backward pass follows. Control (``embeddings`` given, (N, H) on the model's
-    device): the head reads the precomputed rows. Then AdamW (through the scaler, which
-    passes through unless fp16) and the scheduler.
+    Trained encoder: the batch padded to its longest input, as a standard collator pads
+    it, in one forward pass whose linear layers compute the real tokens only
+    (:class:`~flightplan.tasks.textclf.model.RealTokenLinears`: dropout draws the masks of
+    the padded batch, so the numerics are those of the padded batch); then the loss, one
+    backward pass. Control (``embeddings`` given, (N, H) on the model's device): the head
+    reads the precomputed rows. Then AdamW (through the scaler, which passes through
+    unless fp16) and the scheduler.
 
     ``__call__(rows, nan=False) -> (loss, seq_len, tokens)``: the loss as a 0-d tensor (the
-    caller reads it), the longest input of the batch (control: ``max_length``) and the
-    tokens the encoder computed (control: ``max_length`` × batch, as if padded to it).
-    ``nan`` multiplies the loss by NaN before the backward pass (``inject_nan_at_step``).
+    caller reads it), the length the batch is padded to and the real tokens it holds
+    (control: ``max_length`` and ``max_length`` × batch, as if padded to it). ``nan``
+    multiplies the loss by NaN before the backward pass (``inject_nan_at_step``).
     """
 
     model: TextClassifier
@@ -141,19 +143,14 @@ class TrainStep:
         dev = self.gold.device
         with autocast(self.precision, dev):
             if self.embeddings is not None:
-                order, seq_len = rows, self.split.max_length
+                seq_len = self.split.max_length
                 tokens = seq_len * len(rows)
                 logits = self.model.classify(self.embeddings[rows])          # (B, C)
             else:
                 lengths = [len(self.split.input_ids[i]) for i in rows]
-                pieces = length_batches(lengths, len(rows))
-                order = [rows[i] for piece in pieces for i in piece]
-                seq_len = max(lengths)
-                tokens = sum(len(piece) * lengths[piece[-1]] for piece in pieces)
-                logits = self.model.classify(torch.cat(
-                    [pooled(self.model, self.split, [rows[i] for i in piece], dev)
-                     for piece in pieces]))                                  # (B, C)
-        loss = self.loss_fn(logits.float(), self.gold[order])
+                seq_len, tokens = max(lengths), sum(lengths)
+                logits = self.model.classify(pooled(self.model, self.split, rows, dev))
+        loss = self.loss_fn(logits.float(), self.gold[rows])
         if nan:
             loss = loss * float("nan")
         self.optimizer.zero_grad(set_to_none=True)
