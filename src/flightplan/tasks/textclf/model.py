@@ -206,9 +206,10 @@ class RealTokenLinears:
     which only scatters. Everything else — embeddings, attention under its mask, every
     dropout, the layer norms — sees the padded batch as it is, so dropout draws the same
     masks from the same RNG as without packing, and a real token's values equal the
-    padded computation's (a linear computes each row alone; bitwise on this CPU). Padded
-    rows carry other values than before, which the attention mask and the mean pooling
-    never read.
+    padded computation's up to float rounding (a linear computes each row alone; only the
+    kernel's blocking may change with the row count: the drug-review runs' 228 losses
+    stayed within 2.4e-6, most bitwise). Padded rows carry other values than before, which
+    the attention mask and the mean pooling never read.
     """
 
     def __init__(self, encoder: nn.Module) -> None:
