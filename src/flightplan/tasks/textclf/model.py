@@ -208,7 +208,7 @@ class RealTokenLinears:
     masks from the same RNG as without packing, and a real token's values equal the
     padded computation's up to float rounding (a linear computes each row alone; only the
     kernel's blocking may change with the row count: the drug-review runs' 228 losses
-    stayed within 2.4e-6, most bitwise). Padded rows carry other values than before, which
+    stayed within 2.4e-6 of version 2's). Padded rows carry other values than before, which
     the attention mask and the mean pooling never read.
     """
 
