@@ -277,6 +277,7 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
     kind = format_of(name, section)
     columns, rows = _records(data, name, kind)
     wanted = _check_header(name, columns, section)
+    id_column = section.id_column or ""              # declared: _check_header checked it
     out = []
     for number, row in enumerate(rows, start=1):
         missing = [c for _, c in wanted if c not in row]
@@ -286,7 +287,7 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
         if section.label_column is not None:
             label = _key(row[section.label_column])
             label = label.strip() or None if label is not None else None
-        out.append(Example(id=_key(row[section.id_column]) or "",
+        out.append(Example(id=_key(row[id_column]) or "",
                            inputs={c: row[c] for c in section.input_columns or []},
                            label=label))
     return out, kind

@@ -94,6 +94,11 @@ _SNIFF_BYTES = 8192
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {} (a damaged manifest reads as empty)."""
+    return value if isinstance(value, dict) else {}
+
 def _inside(results: Path, rel: str) -> bool:
     """True when ``rel`` is a relative path that stays inside ``results`` (links resolved)."""
     if not rel or rel.startswith("/") or "\\" in rel or "\0" in rel or ".." in Path(rel).parts:
@@ -207,7 +212,7 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[Finding]
 def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[Finding]:
     """missing_run and base_revision."""
     findings: list[Finding] = []
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    runs = _object(manifest.get("runs"))
     expected = manifest.get("expected_run_ids") or []
     if not isinstance(expected, list) or not all(isinstance(i, str) and i for i in expected):
         findings.append(Finding("missing_run", MANIFEST_NAME, "expected_run_ids is not a list of "
@@ -326,8 +331,8 @@ def run_task(results: Path, manifest: dict[str, Any], run_id: str) -> dict[str, 
     Raises:
         ValueError: neither says which task made the artifact.
     """
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
-    record = (runs.get(run_id) if isinstance(runs.get(run_id), dict) else {}).get("task")
+    runs = _object(manifest.get("runs"))
+    record = _object(runs.get(run_id)).get("task")
     if isinstance(record, dict) and isinstance(record.get("entry"), str):
         return record
     try:
@@ -364,9 +369,9 @@ def _source_problems(results: Path, record: dict[str, Any], manifest: dict[str, 
 def _task_findings(results: Path, manifest: dict[str, Any]) -> list[Finding]:
     """task_source: every run's file or module task has its source kept and intact."""
     found: dict[tuple[str, str], Finding] = {}
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    runs = _object(manifest.get("runs"))
     for run_id in sorted(runs):
-        record = (runs[run_id] if isinstance(runs[run_id], dict) else {}).get("task")
+        record = _object(runs[run_id]).get("task")
         if not isinstance(record, dict) or record.get("kind") == "builtin":
             continue
         source = record.get("source")
@@ -486,7 +491,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         return {"verified": False, "findings": [f.as_dict() for f in exc.findings]} | (
             {"reload": {}} if reload else {})
     findings, present = _check_files(results, manifest)
-    writer = manifest.get("writer") if isinstance(manifest.get("writer"), dict) else {}
+    writer = _object(manifest.get("writer"))
 
     def strings(key: str) -> list[str]:
         value = writer.get(key)

@@ -247,15 +247,17 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
     if "ckpt_path" in fit_kwargs:
         raise ArgumentError("fit(..., ckpt_path=...): flightplan picks the newest verified "
                             "checkpoint itself; drop the argument")
-    others = [type(c).__name__ for c in trainer.callbacks
-              if isinstance(c, Checkpoint)]
+    # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
+    # does not declare it
+    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
+    others = [type(c).__name__ for c in callbacks if isinstance(c, Checkpoint)]
     if others:
         raise ArgumentError(f"the Trainer has {', '.join(others)}, whose saves are not atomic; "
                             f"build it with enable_checkpointing=False (flightplan checkpoints)")
-    callback = next((c for c in trainer.callbacks if isinstance(c, FlightplanCallback)), None)
+    callback = next((c for c in callbacks if isinstance(c, FlightplanCallback)), None)
     if callback is None:
         callback = FlightplanCallback(trial, every_n_steps=every_n_steps)
-        trainer.callbacks.append(callback)
+        callbacks.append(callback)
     loop = trainer.fit_loop.epoch_loop
     if trial.max_steps and not 0 < loop.max_steps <= trial.max_steps:
         loop.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)

@@ -25,7 +25,7 @@ from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
 from flightplan.plan.problem import Slot, Task
 from flightplan.plan.schedule import Schedule, schedule
-from flightplan.spec import CampaignSpec, Run
+from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Duration, Money
 
 __all__ = ["PlanResult", "plan_campaign", "tasks_for_spec", "slot_json"]
@@ -47,14 +47,14 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
     Raises:
         ArgumentError: a name in ``durations`` or ``extend`` is not a stage or run.
     """
-    names = [e.name for e in (*spec.stages, *spec.runs)]
+    names = [e.name for e in spec.items]
     for label, table in (("durations", durations), ("--extend", extend)):
         for name in table or {}:
             if name not in names:
                 raise ArgumentError(f"{label} {name}: {name!r} is not a stage or run of "
                                     f"{spec.source}{suggest(name, names)}")
     tasks = []
-    for entry in (*spec.stages, *spec.runs):
+    for entry in spec.items:
         seconds = (durations or {}).get(entry.name, entry.duration).seconds
         seconds += (extend or {}).get(entry.name, Duration(0)).seconds
         is_run = isinstance(entry, Run)
@@ -63,7 +63,7 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
             seconds=max(1, seconds),
             gpus=entry.gpus if "gpu" in entry.uses else 0,
             person="person" in entry.uses, after=tuple(entry.after),
-            each_flight=False if is_run else entry.each_flight))
+            each_flight=isinstance(entry, Stage) and entry.each_flight))
     return tasks
 
 

@@ -30,11 +30,11 @@ import difflib
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from flightplan.errors import CatalogError, SpecError
 from flightplan.ledger_rows import ExpenseRow
-from flightplan.spec import CampaignSpec
+from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Money
 
 __all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec", "rental_price",
@@ -294,8 +294,9 @@ def placement_problems(spec: CampaignSpec, offer: Offer) -> list[str]:
 
 def _placement_faults(spec: CampaignSpec, offer: Offer) -> list[tuple[str, Any, str]]:
     """(field, value, message) for every stage/run that does not fit one flight of ``offer``."""
-    faults = []
-    for kind, entries in (("stage", spec.stage), ("run", spec.run)):
+    faults: list[tuple[str, Any, str]] = []
+    groups: tuple[tuple[str, Sequence[Stage | Run]], ...] = (("stage", spec.stage), ("run", spec.run))
+    for kind, entries in groups:
         for index, entry in enumerate(entries):
             if "gpu" in entry.uses and entry.gpus > offer.gpus_per_flight:
                 faults.append((f"{kind}[{index}].gpus", entry.gpus,

@@ -270,7 +270,7 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
     style = "green" if result.fits else "bold red"
     console.print(f"reserved {_hours(result.reserved_hours)} h of a "
                   f"{_hours(result.window_hours)} h window: [{style}]{verdict}[/{style}]")
-    if left:
+    if left and rental.started is not None:
         over = result.reserved_hours - left["hours_left"]
         style = "green" if left["fits_time_left"] else "bold red"
         text = (f"fits: {_hours(-over)} h to spare" if left["fits_time_left"]

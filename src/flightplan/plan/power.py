@@ -213,7 +213,8 @@ class PairedModel(Protocol):
         ...
 
 
-def verdict_probabilities(mean: float | np.ndarray, sd: float | np.ndarray, min_gain: float
+def verdict_probabilities(mean: float | np.ndarray, sd: float | np.ndarray,
+                          min_gain: float | np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(meets, does_not_meet, inconclusive)`` probabilities (module docstring).
 

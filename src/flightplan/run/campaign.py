@@ -130,7 +130,7 @@ class _Campaign:
             past_end=past_end, leave_before_s=float(spec.rental.checkpoint_before_end.seconds))
         self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
         self._by_id: dict[str, PlannedRun] = {}
-        self._decisions: list[dict[str, Any]] = []
+        self._decisions: list[DecisionRow] = []
         self._running = RunActivity()           # what the interruption line names
 
     def say(self, text: str) -> None:

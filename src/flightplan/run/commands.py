@@ -226,12 +226,12 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     if not text.strip():
         raise ArgumentError("the note is empty; say why the stage or run deviated")
     with Ledger.open_existing(spec.campaign_dir) as ledger:
-        known = [e.name for e in (*spec.stages, *spec.runs)] + \
+        known = [e.name for e in spec.items] + \
                 [r.run_id for r in ledger.runs()]
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else \
-                f"; known: {', '.join(sorted(set(e.name for e in (*spec.stages, *spec.runs))))}"
+                f"; known: {', '.join(sorted(set(e.name for e in spec.items)))}"
             raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
         note = ledger.add_note(name, text.strip())
     if as_json:

@@ -152,7 +152,7 @@ class RunRecorder:
         else:
             status = "failed"
         stop = RunDir(planned.run_dir).read_json(RunDir.STOP) if status == "stopped" else None
-        data = {"exit_code": result.exit_code, "wall_s": result.wall_s}
+        data: dict[str, Any] = {"exit_code": result.exit_code, "wall_s": result.wall_s}
         if result.node is not None:
             data["node"] = result.node
         if status == "failed":
