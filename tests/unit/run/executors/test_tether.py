@@ -72,7 +72,9 @@ def test_a_worker_whose_runner_is_gone_does_not_start(tmp_path: Path):
 _PARENT = """
 import subprocess, sys, time
 from flightplan.run.executors.tether import tethered
-child = subprocess.Popen(tethered([sys.executable, "-c", "import time; time.sleep(300)"]))
+ready = sys.argv[1]
+child = subprocess.Popen(tethered([sys.executable, "-c",
+                                   f"import time; open({ready!r}, 'w'); time.sleep(300)"]))
 print(child.pid, flush=True)
 time.sleep(300)
 """
@@ -87,15 +89,17 @@ def _alive(pid: int) -> bool:
     return not (status.exists() and "State:\tZ" in status.read_text())
 
 
-def test_a_tethered_worker_ignores_sigint_and_dies_with_its_parent():
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE,
-                              text=True)
+def test_a_tethered_worker_ignores_sigint_and_dies_with_its_parent(tmp_path: Path):
+    ready = tmp_path / "ready"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(ready)],
+                              stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
-        for _ in range(600):           # until the tether has become the sleeping command
-            if TETHER.encode() not in Path(f"/proc/{child}/cmdline").read_bytes():
+        for _ in range(1200):          # until the tether has become the sleeping command
+            if ready.exists():
                 break
             time.sleep(0.05)
+        assert ready.exists()
         os.kill(child, signal.SIGINT)
         time.sleep(0.2)
         assert _alive(child)
