@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
-from flightplan.run.checkpoint_io import write_checkpoint
-from flightplan.run.trial import Trial
+from flightplan.trial.checkpoint_io import write_checkpoint
+from flightplan.trial import Trial
 
 _PIECE = 8 << 20
 

@@ -1,21 +1,28 @@
-"""Two Ray flights against the local executor, and checkpoint transfer against a local copy.
+"""Two Ray flights against the local executor, and a checkpoint streamed home against a
+local copy.
 
-From one run, on this machine:
+From one run, on this machine, on a loopback cluster with token authentication (a head
+and two nodes of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.py``):
 
 1. **makespan**: ``flightplan run`` of the tiny campaign (``examples/tiny``: data check,
-   pilot, three runs) with the local executor (one run at a time on a machine without GPU),
-   then with ``--executor ray`` on a loopback cluster of two flights (a head and two nodes
-   of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.py``). Wall time of each
-   command and their ratio; the products of both are compared byte for byte.
+   pilot, three runs) with the local executor (on a machine without GPU: as many runs at
+   once as the cores allow, two here), then with ``--executor ray`` on the two flights.
+   Wall time of each command and their ratio; the products of both are compared byte for
+   byte.
 2. **transfer**: a checkpoint of ``--mib`` MiB (two random tensor files and a manifest)
-   packed on a flight by a Ray task (:func:`flightplan.run.transfer.pack`), sent home
-   through Ray and committed with :func:`flightplan.run.transfer.commit_checkpoint` (hash
-   checks, fsync, rename), against ``shutil.copytree`` of the same folder plus an fsync of
-   every file. Best of ``--rounds``; MB/s of each and their ratio.
+   committed on a flight by a stand-in worker, streamed home by the Ray executor
+   (:mod:`flightplan.run.executors.stream`: chunks, hashes on both sides, fsync, rename at
+   home); its throughput is its bytes over its ``stream_s`` (the ``checkpoint_transfer``
+   row: from asking for its first chunk to durable at home), against ``shutil.copytree``
+   of the same folder plus an fsync of every file. Best of ``--rounds`` each; their ratio.
+   Beside it, the peak resident memory above idle of the flight's host (the ``RunHost``
+   actor process) and of home (this process), each reset to its idle size first
+   (``/proc/<pid>/clear_refs``), against the target of four chunk sizes.
 
 Usage::
 
-    .venv/bin/python bench/distributed.py [--mib 64] [--rounds 3] [--skip-campaign]
+    .venv/bin/python bench/distributed.py [--mib 1024] [--rounds 3] [--skip-campaign]
+        [--free-ms MS]
 """
 
 from __future__ import annotations
@@ -28,15 +35,32 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-from ray_cluster import loopback_cluster
+from ray_cluster import loopback_cluster  # noqa: E402 (tests/fixtures is put on sys.path first)
 
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 PRODUCTS = ("predictions.csv", "metrics.json", "artifact")
+MIB = 1 << 20
+
+STAND_IN = """
+import json, os, sys, time
+from pathlib import Path
+trial = Path(sys.argv[1])
+source = Path(json.loads(trial.read_text())["params"]["source"])
+time.sleep(3)                       # the bench resets the host's peak memory meanwhile
+tmp = trial.parent / "checkpoints" / f"{source.name}.tmp"
+tmp.mkdir(parents=True)
+for path in source.iterdir():
+    os.link(path, tmp / path.name)  # the same bytes, committed at once: a pure transfer
+tmp.rename(tmp.with_name(source.name))
+(trial.parent / "done.json").write_text("{}")
+"""
+"""The worker on the flight: commits ``params.source`` as its checkpoint and ends."""
 
 
 def _campaign(folder: Path) -> Path:
@@ -67,15 +91,24 @@ def _products(folder: Path) -> dict[str, bytes]:
     return found
 
 
-def _checkpoint(folder: Path, mib: int) -> None:
+def _checkpoint(folder: Path, mib: int) -> int:
+    """A checkpoint folder of ``mib`` MiB of random bytes; returns its files' bytes."""
     folder.mkdir(parents=True)
     files = {}
     for name, share in (("model.safetensors", 3), ("optimizer.safetensors", 1)):
-        data = os.urandom(mib * (1 << 20) * share // 4)
-        (folder / name).write_bytes(data)
-        files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        sha, size = hashlib.sha256(), mib * MIB * share // 4
+        with open(folder / name, "wb") as out:
+            for _ in range(size // (64 * MIB)):
+                piece = os.urandom(64 * MIB)
+                sha.update(piece)
+                out.write(piece)
+            rest = os.urandom(size % (64 * MIB))
+            sha.update(rest)
+            out.write(rest)
+        files[name] = {"size": size, "sha256": sha.hexdigest()}
     (folder / "manifest.json").write_text(json.dumps(
-        {"format": "flightplan-checkpoint/1", "files": files, "tensors": {}}))
+        {"format": "flightplan-checkpoint/1", "step": 1, "files": files, "tensors": {}}))
+    return sum(f["size"] for f in files.values())
 
 
 def _copy_fsync(source: Path, target: Path) -> None:
@@ -88,51 +121,187 @@ def _copy_fsync(source: Path, target: Path) -> None:
     os.close(fd)
 
 
+def _status(pid: int | str, key: str) -> int:
+    """A ``VmRSS``/``VmHWM`` line of ``/proc/<pid>/status`` in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _memory(pid: int | str) -> tuple[int, int]:
+    """``(private, shared)`` resident bytes of a process: ``RssAnon + RssFile`` and
+    ``RssShmem`` (Ray's object store, mapped by every process that reads or writes it)."""
+    return (_status(pid, "RssAnon") + _status(pid, "RssFile"), _status(pid, "RssShmem"))
+
+
+def _reset_peak(pid: int | str) -> int:
+    """Reset a process's peak resident size to its current one; returns that size."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return _status(pid, "VmRSS")
+
+
+class Peak(threading.Thread):
+    """The peak resident size above idle of one process while a transfer runs: in all
+    (``VmHWM``, reset to the idle size first) and of its private pages (``RssAnon +
+    RssFile``, read every 10 ms). ``pid`` None: find the flight's host (the process titled
+    ``ray::RunHost``) and measure it once it is up and idle."""
+
+    seen: set[int] = set()
+    """Hosts of earlier rounds (one may still be on its way out)."""
+
+    def __init__(self, pid: int | str | None) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.total, self.private = pid, 0, 0
+        self.stop = threading.Event()
+
+    def _find(self) -> int | None:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) not in self.seen:
+                try:
+                    if Path(f"/proc/{entry}/cmdline").read_bytes().startswith(b"ray::RunHost"):
+                        return int(entry)
+                except OSError:
+                    continue
+        return None
+
+    def run(self) -> None:
+        while self.pid is None and not self.stop.is_set():
+            self.pid = self._find()
+            time.sleep(0.05)
+            if self.pid is not None:
+                self.seen.add(int(self.pid))
+                time.sleep(1.0)                      # started, idle: the worker waits
+        if self.pid is None:
+            return
+        try:
+            idle, (private_idle, _) = _reset_peak(self.pid), _memory(self.pid)
+            while not self.stop.is_set():
+                self.total = max(self.total, _status(self.pid, "VmHWM") - idle)
+                self.private = max(self.private, _memory(self.pid)[0] - private_idle)
+                time.sleep(0.01)
+        except (OSError, KeyError):
+            return                                   # it ended: its last peak was read
+
+
+def _transfer(executor, work: Path, source: Path, round_: int) -> tuple[dict, Peak, Peak]:
+    """Stream ``source`` home once: its ``checkpoint_transfer`` row and the peaks of the
+    flight's host and of home."""
+    from flightplan.run.executors.contract import Job
+
+    run_dir = work / f"run-{round_}"
+    run_dir.mkdir()
+    (run_dir / "trial.json").write_text(json.dumps({"run_id": f"bench-{round_}",
+                                                    "params": {"source": str(source)}}))
+    host, home = Peak(None), Peak("self")
+    host.start()
+    home.start()
+    [result] = executor.run([Job(f"bench-{round_}", run_dir)])
+    for watch in (host, home):
+        watch.stop.set()
+        watch.join()
+    if result.exit_code != 0:
+        raise SystemExit(f"the stand-in worker exited {result.exit_code}: "
+                         f"{(run_dir / 'log.txt').read_text()[-2000:]}")
+    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
+             if '"checkpoint_transfer"' in line]
+    shutil.rmtree(run_dir)
+    return row, host, home
+
+
+def _ray_alone(nbytes: int) -> float:
+    """Seconds Ray takes to bring home one object of ``nbytes`` bytes made on a flight
+    (no hashing, no disk): the floor of its own transport here."""
+    import numpy
+    import ray
+
+    @ray.remote(resources={"flight": 1}, num_cpus=1, max_retries=0)
+    def make(size: int) -> numpy.ndarray:
+        return numpy.full(size, 7, dtype=numpy.uint8)
+
+    best = float("inf")
+    for _ in range(2):
+        ref = make.remote(nbytes)
+        ray.wait([ref], fetch_local=False)
+        started = time.perf_counter()
+        got = ray.get(ref)
+        best = min(best, time.perf_counter() - started)
+        del got, ref
+    return best
+
+
+def _makespan(cluster, work: Path) -> None:
+    """The tiny campaign with each executor: wall times, ratio, products compared."""
+    local_s = _run(_campaign(work / "local"))
+    ray_s = _run(_campaign(work / "ray"), "--executor", "ray", "--address", cluster.address)
+    same = _products(work / "local") == _products(work / "ray")
+    print(f"makespan  tiny campaign: local executor (2 runs at once) {local_s:6.1f} s, ray on "
+          f"2 flights {ray_s:6.1f} s, products identical: {same} -> {ray_s / local_s:.2f} "
+          f"(ray / local)", flush=True)
+
+
+def _streamed(cluster, tmp: Path, work: Path, *, mib: int, rounds: int) -> None:
+    """A ``mib`` MiB checkpoint streamed home ``rounds`` times against copy + fsync, with
+    the peak memory of both sides."""
+    from flightplan.run.executors.ray_executor import RayExecutor
+    from flightplan.run.executors.stream import CHUNK_BYTES, DEPTH
+
+    stand_in = work / "stand_in.py"
+    stand_in.write_text(STAND_IN)
+    executor = RayExecutor(address=cluster.address, scratch=str(tmp / "scratch"),
+                           worker=[sys.executable, str(stand_in)])
+    executor.connect()
+    warm = work / "warm" / "step-000001"
+    _checkpoint(warm, 16)
+    _transfer(executor, work, warm, 0)               # every code path imported
+    source = work / "flight" / "step-000001"
+    size = _checkpoint(source, mib)
+    best_stream = best_copy = float("inf")
+    peaks = {"host": [0, 0], "home": [0, 0]}
+    for round_ in range(1, rounds + 1):
+        row, host, home = _transfer(executor, work, source, round_)
+        assert row["bytes"] == size and row["resent_bytes"] == 0
+        best_stream = min(best_stream, row["stream_s"])
+        for name, peak in (("host", host), ("home", home)):
+            peaks[name] = [max(peaks[name][0], peak.private), max(peaks[name][1], peak.total)]
+        started = time.perf_counter()
+        _copy_fsync(source, work / f"copy-{round_}")
+        best_copy = min(best_copy, time.perf_counter() - started)
+        shutil.rmtree(work / f"copy-{round_}")
+    alone = _ray_alone(size)
+    executor.close()
+    mb, chunks = size / 1e6, 4 * CHUNK_BYTES
+    print(f"transfer  {mb:.0f} MB checkpoint streamed home in {CHUNK_BYTES // MIB} MiB chunks, "
+          f"{DEPTH} in flight: {mb / best_stream:.0f} MB/s (Ray's transport alone, one "
+          f"object: {mb / alone:.0f} MB/s); local copy + fsync {mb / best_copy:.0f} MB/s -> "
+          f"{best_copy / best_stream:.2f} (target >= 0.5)", flush=True)
+    print(f"memory    peak resident above idle, private / with Ray's object store: flight "
+          f"host {peaks['host'][0] / MIB:.0f} / {peaks['host'][1] / MIB:.0f} MiB, home "
+          f"{peaks['home'][0] / MIB:.0f} / {peaks['home'][1] / MIB:.0f} MiB -> "
+          f"{max(peaks['host'][0], peaks['home'][0]) / chunks:.2f} / "
+          f"{max(peaks['host'][1], peaks['home'][1]) / chunks:.2f} of 4 chunks "
+          f"({chunks // MIB} MiB; target <= 1)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=64, help="checkpoint size (MiB)")
+    parser.add_argument("--mib", type=int, default=1024, help="checkpoint size (MiB)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-campaign", action="store_true", help="transfer only")
+    parser.add_argument("--free-ms", type=int, default=None,
+                        help="Ray's free_objects_period_milliseconds on every node (Ray's "
+                             "default: 1000)")
     args = parser.parse_args()
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if args.free_ms is not None:
+        env["RAY_free_objects_period_milliseconds"] = str(args.free_ms)
     os.environ.update(env)
-    work = Path(tempfile.mkdtemp(prefix="fpbench-"))
+    work = Path(tempfile.mkdtemp(prefix="fpbench-", dir="/tmp"))
     try:
-        with loopback_cluster(flights=2, env=env) as (cluster, _, _):
-            import ray
-
-            from flightplan.run.transfer import blob_bytes, commit_checkpoint, pack
-
+        with loopback_cluster(flights=2, env=env) as (cluster, _, tmp):
             if not args.skip_campaign:
-                local_s = _run(_campaign(work / "local"))
-                ray_s = _run(_campaign(work / "ray"), "--executor", "ray",
-                             "--address", cluster.address)
-                same = _products(work / "local") == _products(work / "ray")
-                print(f"makespan  local executor {local_s:7.1f} s   ray, 2 flights "
-                      f"{ray_s:7.1f} s   ratio {ray_s / local_s:.2f}   products identical: "
-                      f"{same}")
-            source = work / "step-000001"
-            _checkpoint(source, args.mib)
-            ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
-            fetch = ray.remote(pack).options(resources={"flight": 1}, num_cpus=1,
-                                             max_retries=0)
-            names = ["manifest.json", "model.safetensors", "optimizer.safetensors"]
-            best_ray = best_copy = float("inf")
-            size = 0
-            for round_ in range(args.rounds):
-                started = time.perf_counter()
-                blobs = ray.get(fetch.remote(str(source), names))
-                commit_checkpoint(work / f"home-{round_}", "step-000001", blobs)
-                best_ray = min(best_ray, time.perf_counter() - started)
-                size = blob_bytes(blobs)
-                started = time.perf_counter()
-                _copy_fsync(source, work / f"copy-{round_}")
-                best_copy = min(best_copy, time.perf_counter() - started)
-            ray.shutdown()
-            mb = size / 1e6
-            print(f"transfer  {mb:.0f} MB checkpoint: ray + hash checks {mb / best_ray:7.1f} MB/s"
-                  f"   local copy + fsync {mb / best_copy:7.1f} MB/s   ratio "
-                  f"{best_copy / best_ray:.2f}")
+                _makespan(cluster, work)
+            _streamed(cluster, tmp, work, mib=args.mib, rounds=args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

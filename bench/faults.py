@@ -15,7 +15,7 @@ running again, bitwise identical to an uninterrupted run, with the ledger whole,
 
 Usage::
 
-    .venv/bin/python bench/faults.py                  # full run: 50 campaign crash points (about an hour on 2 busy cores)
+    .venv/bin/python bench/faults.py       # full run: 50 campaign crash points (about an hour on 2 busy cores)
     .venv/bin/python bench/faults.py --quick          # a few of each (a few minutes)
     .venv/bin/python bench/faults.py --only specs,corruption,hostile
 
@@ -175,7 +175,7 @@ def _history(work: Path) -> dict:
 
 
 def _restore(run: Path) -> tuple[int, dict[str, bytes], list[dict]]:
-    from flightplan.run.trial import Trial
+    from flightplan.trial import Trial
 
     model, optimizer = trial_script.build()
     trial = Trial.local(run, name="mlp", run_id=trial_script.RUN_ID, params={"lr": 1e-2})
@@ -248,7 +248,7 @@ def _script_run(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
 
 def _disk_outcome(run: Path, full: subprocess.CompletedProcess, reference: str,
                   kept: list[str], resume: Callable[[], subprocess.CompletedProcess]) -> tuple[bool, str]:
-    from flightplan.run.checkpoint_io import check_checkpoint
+    from flightplan.trial.checkpoint_check import check_checkpoint
 
     errors = [line for line in full.stderr.splitlines() if line.startswith("error: ")]
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
@@ -271,7 +271,7 @@ def bench_disk(tries: int, work: Path) -> list[Row]:
         run = work / f"fsize-{i}"
         full = _script_run(run, "--fsize-after", str(after), "--fsize-bytes", str(limit_bytes))
         kept = [f"step-{s + 1:06d}" for s in (1, 3) if s <= after]  # keep_last = 2
-        ok, what = _disk_outcome(run, full, reference, kept, lambda: _script_run(run))
+        ok, what = _disk_outcome(run, full, reference, kept, lambda run=run: _script_run(run))
         row.add(ok, f"RLIMIT_FSIZE {limit_bytes} B after step {after}: {what}")
     if os.geteuid() == 0:
         _tmpfs(row, work, reference)
@@ -305,7 +305,7 @@ def bench_concurrent(tries: int, work: Path) -> list[Row]:
     """Two ``flightplan run`` started at once on a copy of the tiny campaign."""
     import signal
 
-    from flightplan.run.lock import lock_holder
+    from flightplan.campaign_lock import lock_holder
 
     row = Row("concurrent runs", "second refused naming the holder, ledger whole")
     start = time.monotonic()

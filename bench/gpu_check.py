@@ -70,8 +70,8 @@ def _amp_child(run_dir: Path, precision: str, steps: int, kill_at: int | None, r
     from torchdata.stateful_dataloader import StatefulDataLoader
     from torchdata.stateful_dataloader.sampler import RandomSampler
 
-    from flightplan.run.device import autocast, device, grad_scaler, set_deterministic
-    from flightplan.run.trial import Trial
+    from flightplan.trial import autocast, device, grad_scaler, set_deterministic
+    from flightplan.trial import Trial
 
     dev = device()
     set_deterministic(dev)
@@ -115,7 +115,7 @@ def _amp_child(run_dir: Path, precision: str, steps: int, kill_at: int | None, r
 
 def _textclf_child(run_dir: Path, kill_at: int | None) -> None:
     """One process of check 3: the built-in task under ``run_dir/trial.json``."""
-    from flightplan.run.trial import Trial
+    from flightplan.trial import Trial
     from flightplan.tasks.textclf import train
 
     trial = Trial.from_file(run_dir / "trial.json")
@@ -167,7 +167,7 @@ def check_amp(folder: Path, precision: str, steps: int) -> bool:
 
 def check_stall(folder: Path, width: int, rounds: int = 5) -> bool:
     """Check 2; prints its line (a figure, not a pass/fail)."""
-    from flightplan.run.trial import Trial
+    from flightplan.trial import Trial
 
     dev = torch.device("cuda", 0)
     torch.manual_seed(0)

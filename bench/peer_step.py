@@ -44,8 +44,8 @@ from typing import Any, Callable
 
 import torch
 
-from flightplan.run.device import grad_scaler
-from flightplan.run.trial import Trial
+from flightplan.trial import grad_scaler
+from flightplan.trial.trial import Trial
 from flightplan.spec import BaseModelSection, load_spec
 from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import (EVAL_BATCH, EncodedSplit, collate,

@@ -16,7 +16,13 @@ want=$(cat pyproject.toml requirements.lock | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
 fi
-pip_q() { "$VPY" -m pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+# pip's output without its noisy "is ignored: it is neither a file nor a directory" lines;
+# the pipeline's status is pip's (pipefail; grep finding nothing left to print is no error),
+# so a failed install fails this script (set -e) and CI with it.
+pip_q() {
+    "$VPY" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+        | { grep -v "is ignored: it is neither" || [ $? -eq 1 ]; }
+}
 if ! "$VPY" -c "import torch" >/dev/null 2>&1; then
     pip_q "torch==2.13.0"
 fi

@@ -3,9 +3,10 @@
 A flightplan *file task*: ``campaign.toml`` names this file (``task = "train.py"``); the
 worker imports it and calls ``train(trial)``; the hooks ``base_revision`` (the exact base
 model, part of run ids) and ``reload_predictions`` (``flightplan close`` and ``verify
---trust-code`` re-create the predictions in a fresh process) use ``load_artifact``. Compared with a plain Trainer script, two lines change: ``trainer.train()``
-becomes ``train_in_flightplan(trainer, trial)`` (atomic verified checkpoints, resume, stop
-rules, measurements) and ``write_outputs`` leaves what ``flightplan close`` needs.
+--trust-code`` re-create the predictions in a fresh process) use ``load_artifact``.
+Compared with a plain Trainer script, two lines change: ``trainer.train()`` becomes
+``train_in_flightplan(trainer, trial)`` (atomic verified checkpoints, resume, stop rules,
+measurements) and ``write_outputs`` leaves what ``flightplan close`` needs.
 
 - control (no ``lora`` in params): all-MiniLM-L6-v2 with its encoder frozen; only the
   pooler and the classification head train (a probe of the frozen encoder).

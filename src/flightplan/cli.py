@@ -6,14 +6,21 @@ Exit codes: 0 success; 1 a check failed or a campaign stopped by a rule; 2 bad i
 naming what stopped and the command that continues (:mod:`flightplan.interrupts`).
 Each verb's work lives in the ``commands`` module of its stage (``plan/``, ``run/``,
 ``close/``); heavy imports (torch) happen only inside the verbs that need them.
+
+A reader that goes away (``flightplan run … | head -5``) stops nothing: once stdout is
+found closed, the rest of the output is dropped and the verb goes on to its own end and
+exit code (:class:`StdoutOutlivesReader`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import os
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import click
 import typer
@@ -21,7 +28,7 @@ import typer
 from flightplan.errors import FlightplanError
 from flightplan.interrupts import Stoppable, StopNotice
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "StdoutOutlivesReader"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Plan, run and close GPU training campaigns on flat-rate rental packages.")
@@ -37,6 +44,58 @@ _state = {"debug": False}
 @app.callback()
 def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors.")) -> None:
     _state["debug"] = debug
+
+
+class StdoutOutlivesReader:
+    """``sys.stdout`` for the length of a verb, such that a closed pipe stops nothing.
+
+    Writes and flushes pass to ``stream``; the first that finds the reader gone (EPIPE:
+    ``| head`` exited) points the stream's file descriptor at ``/dev/null``, so that line and
+    every later one are dropped without an error, also what the stream still buffers when
+    the interpreter exits. Everything else (``isatty``, ``encoding``, ``fileno``) is the
+    stream's.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.reader_gone = False
+
+    def _guard(self, action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except OSError as exc:              # BrokenPipeError, or EPIPE from a raw write
+            if exc.errno != errno.EPIPE:
+                raise
+            self.reader_gone = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+            return None
+
+    def write(self, text: str) -> int:
+        """Write ``text`` (dropped once the reader is gone); its length."""
+        self._guard(lambda: self._stream.write(text))
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream (to ``/dev/null`` once the reader is gone)."""
+        self._guard(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_outlives_reader() -> Iterator[None]:
+    """:class:`StdoutOutlivesReader` as ``sys.stdout`` inside the block."""
+    original = sys.stdout
+    sys.stdout = StdoutOutlivesReader(original)
+    try:
+        yield
+    finally:
+        sys.stdout = original
 
 
 def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to start it over"
@@ -57,7 +116,7 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
             stop = Stoppable(notice)
             code = 0
             try:
-                with stop:
+                with stop, _stdout_outlives_reader():
                     code = func(*args, **kwargs)
             except FlightplanError as exc:
                 if _state["debug"]:
@@ -81,10 +140,20 @@ def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
          extend: list[str] = typer.Option([], "--extend", metavar="NAME=+DURATION",
                                           help="Lengthen a stage or run, e.g. lora-r8=+30h (repeatable)."),
          gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a PNG Gantt chart here."),
+         power_plot: Optional[Path] = typer.Option(
+             None, "--power-plot", help="Write each comparison's power curve here (PNG)."),
+         from_: Optional[Path] = typer.Option(
+             None, "--from", metavar="RESULTS_DIR",
+             help="Plan from an earlier campaign's verified results: its measured figures "
+                  "replace this file's guesses where they apply."),
          json: bool = JSON) -> int:
-    """Schedule the campaign, check it against the window and compare packages."""
-    from flightplan.plan.commands import plan_command
-    return plan_command(spec, extend=extend, gantt=gantt, as_json=json)
+    """Schedule the campaign, check it against the window, compare packages, say what the
+    test set can decide and which estimates are still uncertain."""
+    from flightplan.close.verify import verify_results   # plan reads a verified results
+    from flightplan.plan.commands import plan_command     # directory; the CLI wires the stages
+    return plan_command(spec, extend=extend, gantt=gantt, as_json=json, power_plot=power_plot,
+                        calibrate_from=from_,
+                        verify=functools.partial(verify_results, reload=False))
 
 
 @app.command()
@@ -120,12 +189,17 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
         past_end: bool = typer.Option(False, "--past-end",
                                       help="Start runs even where they cannot finish before "
                                            "their flight's package ends."),
+        trusted_network: bool = typer.Option(
+            False, "--trusted-network",
+            help="Join a Ray head without token authentication that the network can reach "
+                 "(only your own machines can reach it; recorded in the ledger)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
     from flightplan.run.commands import run_command
+    from flightplan.tracking.live import observer
     return run_command(spec, decide=decide, as_json=json, restart=restart,
-                       tracking_uri=tracking_uri, executor=executor, address=address,
-                       past_end=past_end)
+                       observer=observer(tracking_uri), executor=executor, address=address,
+                       past_end=past_end, trusted_network=trusted_network)
 
 
 @app.command()
@@ -221,7 +295,7 @@ def export(target: str = typer.Argument(..., metavar="mlflow", help="Where to ex
                                                     help="Experiment name (default the campaign's)."),
            json: bool = JSON) -> int:
     """Write a verified results directory into an MLflow tracking store (again: updates)."""
-    from flightplan.integrations.mlflow_export import export_command
+    from flightplan.tracking.export import export_command
     return export_command(target, results, tracking_uri=tracking_uri, experiment=experiment,
                           as_json=json)
 

@@ -50,8 +50,8 @@ from typing import Any, Iterator
 from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import CorpusSection
 
-__all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "corpus_files", "verify_hashes",
-           "corpus_root", "format_of", "FORMATS", "SPLITS"]
+__all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "load_split", "corpus_files",
+           "verify_hashes", "check_columns", "corpus_root", "format_of", "FORMATS", "SPLITS"]
 
 SPLITS: tuple[str, ...] = ("train", "test")
 FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
@@ -243,6 +243,30 @@ def _key(value: Any) -> str | None:
     return value if isinstance(value, str) else _as_text(value)
 
 
+def _declared(section: CorpusSection) -> list[tuple[str, str]]:
+    """``(key, column)`` for every column ``[corpus]`` declares: id, inputs, label."""
+    return [("id_column", str(section.id_column))] + \
+        [("input_columns", c) for c in section.input_columns or []] + \
+        ([("label_column", section.label_column)] if section.label_column else [])
+
+
+def _check_header(name: str, columns: list[str], section: CorpusSection,
+                  file: str | None = None) -> list[tuple[str, str]]:
+    """The declared columns (:func:`_declared`), each checked against the file's ``columns``.
+
+    Raises:
+        SpecError: a declared column is not in the file (names the file, the key, the
+            column and the columns it has; ``file``: the campaign file, for the message).
+    """
+    wanted = _declared(section)
+    for key, column in wanted:
+        if column not in columns:
+            raise SpecError(f"{name} has no column {column!r} (its columns: "
+                            f"{', '.join(map(repr, columns)) or 'none'}); fix corpus.{key}",
+                            file=file, field=f"corpus.{key}", value=column)
+    return wanted
+
+
 def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example], str]:
     """The examples of one file and its format.
 
@@ -252,14 +276,8 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
     """
     kind = format_of(name, section)
     columns, rows = _records(data, name, kind)
-    wanted = [("id_column", section.id_column)] + \
-        [("input_columns", c) for c in section.input_columns or []] + \
-        ([("label_column", section.label_column)] if section.label_column else [])
-    for key, column in wanted:
-        if column not in columns:
-            raise SpecError(f"{name} has no column {column!r} (its columns: "
-                            f"{', '.join(map(repr, columns)) or 'none'}); fix corpus.{key}",
-                            field=f"corpus.{key}", value=column)
+    wanted = _check_header(name, columns, section)
+    id_column = section.id_column or ""              # declared: _check_header checked it
     out = []
     for number, row in enumerate(rows, start=1):
         missing = [c for _, c in wanted if c not in row]
@@ -269,7 +287,7 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
         if section.label_column is not None:
             label = _key(row[section.label_column])
             label = label.strip() or None if label is not None else None
-        out.append(Example(id=_key(row[section.id_column]) or "",
+        out.append(Example(id=_key(row[id_column]) or "",
                            inputs={c: row[c] for c in section.input_columns or []},
                            label=label))
     return out, kind
@@ -279,9 +297,10 @@ def _mismatch(name: str, actual: str, expected: str | None) -> str:
     return f"{name}: sha256 {actual} but the campaign file froze {expected}"
 
 
-def _read(section: CorpusSection, campaign_dir: Path | str
+def _read(section: CorpusSection, campaign_dir: Path | str, *, only: str | None = None
           ) -> tuple[dict[str, tuple[bytes, str]], dict[str, str], str]:
-    """``(name → (bytes, origin), name → split, source)`` for every file in ``sha256``."""
+    """``(name → (bytes, origin), name → split, source)`` for every file in ``sha256``
+    (only the file of split ``only`` read, when given)."""
     names = sorted(section.sha256)
     splits = {name: _split_of(name) or "" for name in names}
     for wanted in SPLITS:
@@ -290,6 +309,8 @@ def _read(section: CorpusSection, campaign_dir: Path | str
             raise SpecError(f"corpus files {names!r} must hold exactly one file whose name "
                             f"contains {wanted!r}; name the train and the test file",
                             field="corpus.sha256", value=names)
+    if only is not None:
+        names = [n for n in names if splits[n] == only]
     if section.package is not None:
         found, source = _package_files(section.package, names)
     else:
@@ -363,6 +384,63 @@ def load_corpus(section: CorpusSection, campaign_dir: Path | str) -> Corpus:
     labels = sorted({e.label for e in (*train, *test) if e.label is not None})
     return Corpus(train=train, test=test, labels=labels, files=files, source=source,
                   section=section)
+
+
+def load_split(section: CorpusSection, campaign_dir: Path | str, split: str
+               ) -> tuple[list[Example], str]:
+    """The examples of one split (after its ``*_limit``) and where they came from, reading
+    only that split's file and neither hashing nor checking it (the data check does):
+    the cheap way for ``plan`` to know the test split's size and labels.
+
+    Raises:
+        SpecError: as :func:`load_corpus`, and when no columns are declared (the task
+            reads the files: flightplan cannot count their examples).
+        CorpusMismatch: the file is missing or unreadable in its format.
+    """
+    if not section.has_columns:
+        raise SpecError("declares no id_column and input_columns, so the task reads the "
+                        "corpus itself and flightplan cannot count its examples",
+                        field="corpus.id_column", value=None)
+    found, splits, source = _read(section, campaign_dir, only=split)
+    (name, (data, _)), = found.items()
+    examples, _ = _parse(data, name, section)
+    limit = section.train_limit if split == "train" else section.test_limit
+    return examples[:limit], f"{source}: {name}"
+
+
+def check_columns(section: CorpusSection, campaign_dir: Path | str, *,
+                  source: str | None = None) -> None:
+    """Check, reading only the files and writing nothing, that the train and the test file
+    (the files whose names hold ``train`` and ``test``) have every column ``[corpus]``
+    declares (``flightplan plan`` calls it). Files that cannot be read yet (the package not
+    installed, the folder or a file not there) are left to the data check of ``run``.
+
+    Args:
+        section: the spec's ``[corpus]``.   campaign_dir: where ``path`` is relative to.
+        source: the campaign file, named in the error.
+
+    Raises:
+        SpecError: the names do not give one train and one test file (``corpus.sha256``),
+            a format cannot be told, or a declared column is missing from a file (names the
+            file and the column).
+    """
+    if not section.has_columns:
+        return
+    try:
+        found, splits, _ = _read(section, campaign_dir)
+    except SpecError as exc:
+        if exc.field == "corpus.sha256":
+            raise SpecError(exc.reason, file=source, field=exc.field, value=exc.value) from None
+        return          # the package or the folder is not there yet
+    except CorpusMismatch:
+        return          # a file is not there yet
+    for name, (data, _) in sorted(found.items()):
+        if splits[name]:
+            try:
+                columns, _ = _records(data, name, format_of(name, section))
+            except CorpusMismatch:
+                continue    # unreadable: the data check names it with its hash
+            _check_header(name, columns, section, file=source)
 
 
 def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:

@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -93,18 +94,26 @@ def write_json_atomic(path: Path, value: Any) -> None:
 
 
 def append_durable(path: Path, data: bytes) -> None:
-    """Append ``data`` to ``path`` (created) in one ``write(2)`` and fsync it; nothing for
-    empty ``data``. For append-only logs: a reader sees whole appends only when each is
-    one line or block.
+    """Append ``data`` to ``path`` (created) and fsync it; nothing for empty ``data``.
+
+    One ``write(2)`` normally does it; a short one (cut by a signal, or a disk nearly
+    full) is followed by writes of the rest until every byte is appended. For append-only
+    logs with one writer: a reader sees whole appends only when each is one line or block.
 
     Raises:
-        OSError: from the disk.
+        OSError: from the disk, or a write that appends nothing (ENOSPC-like).
     """
     if not data:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, data)
+        rest = memoryview(data)
+        while rest:
+            written = os.write(fd, rest)
+            if written <= 0:
+                raise OSError(errno.EIO, f"{path}: a write appended nothing "
+                                         f"({len(rest)} of {len(data)} bytes left)")
+            rest = rest[written:]
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -7,7 +7,10 @@
     │   ├── SpecError                the campaign file (carries file, field, value)
     │   ├── CatalogError             the built-in or a user catalog (file, field, value)
     │   ├── TaskError                a task that cannot be found or breaks the protocol
-    │   └── ArgumentError            a command-line argument
+    │   │   └── TaskHookFailed       a task's optional hook raised (task, hook, exception)
+    │   ├── SetupError               this machine's set-up: an optional package not installed
+    │   └── ArgumentError            a command-line argument, and only that
+    ├── TrialPreempted               exit 75: a run left its flight with a durable checkpoint
     └── CheckFailed                  exit 1: a check ran and found faults
         ├── CheckpointError          a checkpoint is missing, corrupt or refused
         │   └── TransferError        a file sent between machines arrived with another hash
@@ -27,12 +30,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from flightplan.findings import Finding
+
 __all__ = [
     "FlightplanError",
     "InputError",
     "SpecError",
     "CatalogError",
     "TaskError",
+    "TaskHookFailed",
+    "SetupError",
     "ArgumentError",
     "CheckFailed",
     "CheckpointError",
@@ -94,8 +101,42 @@ class TaskError(_LocatedInputError):
     required function of the protocol (:mod:`flightplan.tasks.protocol`)."""
 
 
+class TaskHookFailed(TaskError):
+    """An optional hook of a task (``data_check``, ``estimate_run``, ``base_revision``,
+    ``pilot_examples``: :mod:`flightplan.tasks.protocol`) raised while the runner called it.
+
+    Attributes:
+        task: the task as the campaign file names it. hook: the hook's name.
+        error: the exception as one line (``ValueError: ...``). details: its traceback
+            (for a log; the message stays one line). log: where the runner wrote the
+            traceback, once it has (None before).
+    """
+
+    def __init__(self, task: str, hook: str, error: BaseException, *, details: str = "",
+                 log: str | None = None) -> None:
+        self.task, self.hook, self.details, self.log = task, hook, details, log
+        self.error = f"{type(error).__name__}: {error}".strip().splitlines()[0] \
+            if str(error).strip() else type(error).__name__
+        self.exception = error
+        where = f"; its traceback is in {log}" if log else ""
+        super().__init__(f"task {task!r}: its {hook} hook raised {self.error}; fix the hook "
+                         f"(docs/tasks.md){where}", value=task)
+
+    def logged(self, log: str) -> "TaskHookFailed":
+        """The same failure, its message naming ``log`` where the traceback was written."""
+        return TaskHookFailed(self.task, self.hook, self.exception, details=self.details,
+                              log=log)
+
+
+class SetupError(InputError):
+    """This machine's set-up cannot do what was asked: an optional package that is not
+    installed (Ray for ``--executor ray``). The message names the package and how to
+    install it."""
+
+
 class ArgumentError(InputError):
-    """A command-line argument is invalid."""
+    """A command-line argument is invalid (and only that: a task's or the machine's setting
+    has its own class)."""
 
 
 class CheckFailed(FlightplanError):
@@ -140,9 +181,12 @@ class TrialStopped(CheckFailed):
 
 
 class TrialPreempted(FlightplanError):
-    """The run left its flight before the package's end (:mod:`flightplan.run.preemption`):
+    """The run left its flight before the package's end (:mod:`flightplan.run.executors.leave_watch`):
     its checkpoint at step ``steps_done`` is saved and durable; it is not over and resumes
-    from that checkpoint. The worker exits with ``EXIT_PREEMPTED`` (75)."""
+    from that checkpoint. Neither bad input nor a failed check: the worker exits with
+    ``exit_code`` 75 (``EX_TEMPFAIL`` of ``sysexits.h``: the work goes on elsewhere)."""
+
+    exit_code = 75
 
     def __init__(self, run_id: str, steps_done: int, checkpoint: str) -> None:
         self.run_id, self.steps_done, self.checkpoint = run_id, steps_done, checkpoint
@@ -155,9 +199,10 @@ class CampaignStopped(CheckFailed):
 
 
 class VerificationFailed(CheckFailed):
-    """A results directory or checkpoint failed verification. ``findings`` lists each fault."""
+    """A results directory, artifact or checkpoint failed verification. ``findings`` lists
+    each fault (:class:`flightplan.findings.Finding`)."""
 
-    def __init__(self, message: str, findings: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, message: str, findings: list[Finding] | None = None) -> None:
         self.findings = findings or []
         super().__init__(message)
 
@@ -167,8 +212,10 @@ class LockHeld(CheckFailed):
 
 
 class TrackingFailed(CheckFailed):
-    """The tracking store (MLflow) could not be reached or refused a write. ``uri`` names it."""
+    """The tracking store (MLflow) could not be reached or refused a write. ``uri`` names it;
+    ``reason`` is the cause alone (``"unreachable: [Errno 111] Connection refused"``)."""
 
-    def __init__(self, message: str, *, uri: str) -> None:
+    def __init__(self, message: str, *, uri: str, reason: str | None = None) -> None:
         self.uri = uri
+        self.reason = reason or message
         super().__init__(message)

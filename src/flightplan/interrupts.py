@@ -10,7 +10,7 @@ and then one line goes to stderr::
     campaign.toml` again to resume from the last checkpoint
 
 A second signal while that clean-up runs stops at once (``os._exit``): the line says so,
-and the worker processes die with the runner (``PR_SET_PDEATHSIG``, run/executor.py).
+and the worker processes die with the runner (``PR_SET_PDEATHSIG``, run/executors/contract.py).
 Nothing finished is lost either way, since every file a verb finishes is written to a
 temporary name and renamed, and every ledger write is one SQLite transaction.
 

@@ -3,9 +3,11 @@
 A campaign's ``metric`` is one of two kinds.
 
 **Classification metrics**, from the ``gold`` and ``predicted`` columns of
-``predictions.csv``. Each equals the scikit-learn function given (with ``labels`` = every
-class of the predictions and ``zero_division=0``), but is computed here from confusion
-matrices, so that the paired bootstrap evaluates 2000 resamples in one vectorised call:
+``predictions.csv``. Each equals the scikit-learn function given, called on those two
+columns as the file holds them (strings; an empty gold is a label like any other) with
+its default ``labels`` (every label found in ``gold`` or ``predicted``) and
+``zero_division=0``, but is computed here from confusion matrices, so that the paired
+bootstrap evaluates 2000 resamples in one vectorised call:
 
 ======================================  ==================================================  ====
 name                                    scikit-learn                                        goal
@@ -23,9 +25,12 @@ name                                    scikit-learn                            
 ======================================  ==================================================  ====
 
 (the ``<metric>_<average>`` names are scikit-learn's own scorer names). The classes are
-the ``prob_<label>`` columns in order when the task writes them, else the sorted labels
-found in ``gold`` and ``predicted``; a gold label outside the classes (or empty) counts as
-wrong and belongs to no class.
+the ``prob_<label>`` columns in order when the task writes them, then every other label
+found in ``gold`` or ``predicted``, sorted: a label of the test split that the task never
+learnt counts as a class with its own recall. A class listed by a ``prob_`` column that is
+neither gold nor predicted takes no part in a macro average, as in scikit-learn (nor in
+any other metric: its row and column of the confusion matrix are zero). In a paired
+bootstrap every resample is scored the same way, on the classes it holds.
 
 **Column metrics**, ``mean:<column>``: the mean over test examples of a per-example
 numeric column the task writes (``mean:abs_error``, ``mean:loss``, ``mean:exact_match``;
@@ -41,6 +46,10 @@ Usage::
     predictions = read_predictions(path)             # CheckFailed when unreadable
     metric_value(metric, predictions)                # float
     statistic, reference, variant = paired(metric, ref_predictions, var_predictions)
+
+The paired bootstrap that compares two runs (:mod:`flightplan.close.conclusion`) and the
+power analysis that predicts its verdicts (:mod:`flightplan.plan.power`) share its
+parameters: :data:`CONFIDENCE`, :data:`N_RESAMPLES` and :data:`SEED`.
 """
 
 from __future__ import annotations
@@ -56,8 +65,16 @@ import numpy as np
 
 from flightplan.errors import CheckFailed, SpecError
 
-__all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "parse_metric",
-           "check_goal", "read_predictions", "metric_value", "paired", "confusion"]
+__all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "CONFIDENCE",
+           "N_RESAMPLES", "SEED", "parse_metric", "check_goal", "read_predictions",
+           "metric_value", "paired", "union_labels", "confusion", "from_confusion"]
+
+CONFIDENCE = 0.95
+"""Confidence level of the paired bootstrap interval of a variant's difference."""
+N_RESAMPLES = 2000
+"""Resamples of the paired bootstrap."""
+SEED = 20240601
+"""Seed of the paired bootstrap (and of the power simulation), so results repeat."""
 
 COLUMN_PREFIX = "mean:"
 _AVERAGED = ("f1", "precision", "recall", "jaccard")
@@ -123,8 +140,9 @@ class Predictions:
     Attributes:
         ids: example ids (N,). labels: the classes (C,) (module docstring); ``[]``
             without ``gold``/``predicted``.
-        gold, predicted: (N,) int64 class indices (gold -1: outside the classes), or None.
-        probs: (N, C) float64 from the ``prob_<label>`` columns, or None.
+        gold, predicted: (N,) int64 indices into ``labels``, or None.
+        probs: (N, P) float64 from the ``prob_<label>`` columns, which are the first P of
+            ``labels`` (every predicted label is one of them), or None.
         columns: every other column whose values are all numbers or true/false, (N,)
             float64 (an empty value is NaN).
     """
@@ -144,6 +162,19 @@ class Predictions:
         """Whether gold and predicted labels are present."""
         return self.gold is not None
 
+    def labelled(self, needed_by: str, source: str = "predictions"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """``(gold, predicted)``: (N,) int64 indices into ``labels``.
+
+        Raises:
+            CheckFailed: the predictions have no gold and predicted columns (names
+                ``source`` and what needed them, ``needed_by``).
+        """
+        if self.gold is None or self.predicted is None:
+            raise CheckFailed(f"{source} has no gold and predicted columns for "
+                              f"{needed_by}; the task must write them, or use mean:<column>")
+        return self.gold, self.predicted
+
     @classmethod
     def from_rows(cls, rows: Sequence[dict[str, str]], columns: Sequence[str], *,
                   source: str = "predictions") -> "Predictions":
@@ -151,7 +182,7 @@ class Predictions:
 
         Raises:
             CheckFailed: no ``example_id``; ``gold`` without ``predicted`` or the reverse;
-                a predicted label outside the ``prob_`` classes.
+                a predicted label without its ``prob_`` column (when there are any).
         """
         columns = list(columns)
         if "example_id" not in columns:
@@ -165,15 +196,16 @@ class Predictions:
         gold = predicted = probs = None
         labels: list[str] = []
         if "gold" in columns:
-            labels = prob_labels or sorted({r["predicted"] for r in rows} |
-                                           {r["gold"] for r in rows if r["gold"]})
+            found = {r["gold"] for r in rows} | {r["predicted"] for r in rows}
+            unlisted = sorted({r["predicted"] for r in rows} - set(prob_labels))
+            if prob_labels and unlisted:
+                raise CheckFailed(f"{source}: predicted label {unlisted[0]!r} has no column "
+                                  f"prob_{unlisted[0]} (the prob_ columns: {prob_labels}); "
+                                  f"write one prob_<label> column per class the task predicts")
+            labels = prob_labels + sorted(found - set(prob_labels))
             index = {label: i for i, label in enumerate(labels)}
-            try:
-                predicted = np.array([index[r["predicted"]] for r in rows], dtype=np.int64)
-            except KeyError as exc:
-                raise CheckFailed(f"{source}: predicted label {exc} is not one of "
-                                  f"{labels}") from None
-            gold = np.array([index.get(r["gold"], -1) for r in rows], dtype=np.int64)
+            gold = np.array([index[r["gold"]] for r in rows], dtype=np.int64)
+            predicted = np.array([index[r["predicted"]] for r in rows], dtype=np.int64)
         if prob_labels:
             probs = np.array([[_number(r[f"prob_{label}"]) for label in prob_labels]
                               for r in rows], dtype=np.float64).reshape(len(rows), len(prob_labels))
@@ -192,9 +224,8 @@ class Predictions:
         """The rows ``index`` (int array), classes re-indexed to ``labels`` when given."""
         gold, predicted = self.gold, self.predicted
         if gold is not None and labels is not None and labels != self.labels:
-            remap = np.array([labels.index(label) for label in self.labels] + [-1],
-                             dtype=np.int64)
-            gold, predicted = remap[gold], remap[predicted]      # -1 stays -1 (last entry)
+            remap = np.array([labels.index(label) for label in self.labels], dtype=np.int64)
+            gold, predicted = remap[gold], remap[predicted]
         return Predictions(
             ids=[self.ids[i] for i in index], labels=labels or self.labels,
             gold=None if gold is None else gold[index],
@@ -227,11 +258,11 @@ def read_predictions(path: Path) -> Predictions:
 
 
 def confusion(gold: np.ndarray, predicted: np.ndarray, n_labels: int) -> np.ndarray:
-    """Confusion matrices along the last axis: (..., N) → (..., C+1, C+1) int64, rows
-    gold, columns predicted; row C counts gold labels outside the classes (-1)."""
-    k = n_labels + 1
+    """Confusion matrices along the last axis: class indices (..., N) → (..., C, C) int64,
+    C = ``n_labels``, rows gold, columns predicted."""
+    k = n_labels
     gold, predicted = np.asarray(gold), np.asarray(predicted)
-    flat = (np.where(gold < 0, n_labels, gold) * k + predicted).reshape(-1, gold.shape[-1])
+    flat = (gold * k + predicted).reshape(-1, gold.shape[-1])
     offsets = np.arange(flat.shape[0])[:, None] * (k * k)
     counts = np.bincount((flat + offsets).ravel(), minlength=flat.shape[0] * k * k)
     return counts.reshape(*gold.shape[:-1], k, k)
@@ -243,11 +274,17 @@ def _divide(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), 0.0)
 
 
-def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
-    """Metric ``name`` of confusion matrices (..., C+1, C+1) → (...)."""
-    c = m.shape[-1] - 1
-    tp = np.diagonal(m, axis1=-2, axis2=-1)[..., :c]
-    n_pred, n_gold = m.sum(axis=-2)[..., :c], m.sum(axis=-1)[..., :c]
+def from_confusion(name: str, m: np.ndarray) -> np.ndarray:
+    """Classification metric ``name`` of confusion matrices (..., C, C) → (...), as
+    :func:`confusion` lays them out; counts or any positive multiple of them (a metric of a
+    confusion matrix does not change when every cell is scaled).
+
+    A macro average runs over the classes that are gold or predicted at least once
+    (scikit-learn's default ``labels``); ``balanced_accuracy`` over the gold classes only,
+    as ``balanced_accuracy_score`` leaves out a class that is only predicted.
+    """
+    tp = np.diagonal(m, axis1=-2, axis2=-1)
+    n_pred, n_gold = m.sum(axis=-2), m.sum(axis=-1)
     total = m.sum(axis=(-2, -1))
     accuracy = _divide(tp.sum(-1), total)
     if name == "accuracy":
@@ -255,19 +292,18 @@ def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
     if name in ("hamming_loss", "zero_one_loss"):
         return 1.0 - accuracy
     if name == "balanced_accuracy":
-        present = n_gold > 0
-        return _divide((_divide(tp, n_gold) * present).sum(-1), present.sum(-1))
+        in_gold = n_gold > 0
+        return _divide((_divide(tp, n_gold) * in_gold).sum(-1), in_gold.sum(-1))
     if name in ("matthews_corrcoef", "cohen_kappa"):
-        t_sum, p_sum = m.sum(axis=-1), m.sum(axis=-2)            # whole matrix, unknown too
-        correct = np.diagonal(m, axis1=-2, axis2=-1).sum(-1)
+        correct = tp.sum(-1)
         if name == "matthews_corrcoef":
-            cov_tp = correct * total - (t_sum * p_sum).sum(-1)
-            cov_pp = total ** 2 - (p_sum * p_sum).sum(-1)
-            cov_tt = total ** 2 - (t_sum * t_sum).sum(-1)
+            cov_tp = correct * total - (n_gold * n_pred).sum(-1)
+            cov_pp = total ** 2 - (n_pred * n_pred).sum(-1)
+            cov_tt = total ** 2 - (n_gold * n_gold).sum(-1)
             return _divide(cov_tp, np.sqrt(cov_tt.astype(np.float64) * cov_pp))
         # kappa = 1 - Σ w·observed / Σ w·expected, w = 1 off the diagonal
         observed = total - correct
-        expected = _divide(total ** 2 - (t_sum * p_sum).sum(-1), total)
+        expected = _divide(total ** 2 - (n_gold * n_pred).sum(-1), total)
         return np.where(expected > 0, 1.0 - _divide(observed, expected), 0.0)
     base, _, average = ("f1_macro" if name == "macro_f1" else name).rpartition("_")
     top = {"f1": 2 * tp, "precision": tp, "recall": tp, "jaccard": tp}[base]
@@ -278,7 +314,8 @@ def _from_confusion(name: str, m: np.ndarray) -> np.ndarray:
     per_class = _divide(top, bottom)
     if average == "weighted":
         return _divide((per_class * n_gold).sum(-1), n_gold.sum(-1))
-    return per_class.mean(-1) if c else np.zeros(per_class.shape[:-1])
+    present = (n_gold + n_pred) > 0
+    return _divide((per_class * present).sum(-1), present.sum(-1))
 
 
 def _column(metric: Metric, predictions: Predictions, source: str) -> np.ndarray:
@@ -295,12 +332,6 @@ def _column(metric: Metric, predictions: Predictions, source: str) -> np.ndarray
     return values
 
 
-def _labels_needed(metric: Metric, predictions: Predictions, source: str) -> None:
-    if not predictions.has_labels:
-        raise CheckFailed(f"{source} has no gold and predicted columns for the decision metric "
-                          f"{metric.name}; the task must write them, or use mean:<column>")
-
-
 def metric_value(metric: Metric | str, predictions: Predictions, *,
                  source: str = "predictions") -> float:
     """The metric of one run's predictions (0.0 for a classification metric of no rows).
@@ -313,9 +344,15 @@ def metric_value(metric: Metric | str, predictions: Predictions, *,
     if metric.kind == "column":
         values = _column(metric, predictions, source)
         return float(values.mean()) if len(values) else math.nan
-    _labels_needed(metric, predictions, source)
-    matrix = confusion(predictions.gold, predictions.predicted, len(predictions.labels))
-    return float(_from_confusion(metric.name, matrix))
+    gold, predicted = predictions.labelled(f"the decision metric {metric.name}", source)
+    matrix = confusion(gold, predicted, len(predictions.labels))
+    return float(from_confusion(metric.name, matrix))
+
+
+def union_labels(reference: Predictions, variant: Predictions) -> list[str]:
+    """The classes two runs are compared on: the reference's, then the variant's others
+    (sorted)."""
+    return reference.labels + sorted(set(variant.labels) - set(reference.labels))
 
 
 def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *,
@@ -346,13 +383,14 @@ def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *
         def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
             return np.mean(values, axis=axis)
         return mean, (ref_values,), (var_values,)
-    _labels_needed(metric, reference, f"{source} (reference)")
-    _labels_needed(metric, variant, f"{source} (variant)")
-    labels = reference.labels + sorted(set(variant.labels) - set(reference.labels))
-    ref = reference.subset(ref_index, labels)
-    var = variant.subset(var_index, labels)
+    needed_by = f"the decision metric {metric.name}"
+    reference.labelled(needed_by, f"{source} (reference)")
+    variant.labelled(needed_by, f"{source} (variant)")
+    labels = union_labels(reference, variant)
+    ref_gold, ref_predicted = reference.subset(ref_index, labels).labelled(needed_by, source)
+    _, var_predicted = variant.subset(var_index, labels).labelled(needed_by, source)
     n_labels = len(labels)
 
     def statistic(gold: np.ndarray, predicted: np.ndarray, axis: int = -1) -> np.ndarray:
-        return _from_confusion(metric.name, confusion(gold, predicted, n_labels))
-    return statistic, (ref.gold, ref.predicted), (ref.gold, var.predicted)
+        return from_confusion(metric.name, confusion(gold, predicted, n_labels))
+    return statistic, (ref_gold, ref_predicted), (ref_gold, var_predicted)

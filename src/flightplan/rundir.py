@@ -15,8 +15,9 @@ Who writes what (docs/internals.md, "Run directory")::
                                             to come home (transfer_time.py)
 
 Every reader of these files goes through :class:`RunDir`; measurement rows are read by
-:meth:`RunDir.read_rows`, which takes complete lines only (a row being written waits for its
-newline) and skips a line that is not a JSON object (the torn row of a killed writer).
+:meth:`RunDir.read_rows` as typed rows (:mod:`flightplan.rows`, which owns their schema),
+complete lines only (a row being written waits for its newline), skipping a line that is not
+a row (the torn row of a killed writer).
 
 Usage::
 
@@ -31,27 +32,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunDir", "parse_rows", "list_checkpoints"]
+from flightplan.rows import Row, parse_rows, records_a_save
 
-
-def parse_rows(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The rows of a chunk of ``measurements.jsonl``: complete lines only.
-
-    Returns:
-        ``(rows, consumed)``: the parsed JSON objects and how many bytes of ``data`` they
-        span (up to and including the last newline). A line that is not a JSON object is
-        skipped.
-    """
-    consumed = data.rfind(b"\n") + 1
-    rows = []
-    for line in data[:consumed].splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows, consumed
+__all__ = ["RunDir", "list_checkpoints"]
 
 
 def list_checkpoints(parent: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
@@ -99,6 +82,22 @@ class RunDir:
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
+
+    def set_aside(self) -> Path | None:
+        """Move the folder aside to ``<name>.restarted-<n>`` (the first ``n`` free), so that
+        a run (or a pilot) can start over without deleting what an earlier one left.
+
+        Returns:
+            The new path, or None when the folder does not exist.
+        """
+        if not self.path.exists():
+            return None
+        n = 1
+        while self.path.with_name(f"{self.path.name}.restarted-{n}").exists():
+            n += 1
+        target = self.path.with_name(f"{self.path.name}.restarted-{n}")
+        self.path.rename(target)
+        return target
 
     @property
     def trial_json(self) -> Path:
@@ -162,8 +161,8 @@ class RunDir:
             return None
         return value if isinstance(value, dict) else None
 
-    def read_rows(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Measurement rows appended after byte ``offset`` (:func:`parse_rows`).
+    def read_rows(self, offset: int = 0) -> tuple[list[Row], int]:
+        """Measurement rows appended after byte ``offset`` (:func:`flightplan.rows.parse_rows`).
 
         Returns:
             ``(rows, new_offset)``; ``([], offset)`` while the file does not exist.
@@ -177,14 +176,15 @@ class RunDir:
         rows, consumed = parse_rows(data)
         return rows, offset + consumed
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[Row]:
         """Every complete measurement row ([] when there is none)."""
         return self.read_rows()[0]
 
     def saved_checkpoint(self) -> bool:
-        """Whether the measurements show a checkpoint this run saved (an ``event:
-        checkpoint`` row), whatever is left in ``checkpoints/``."""
-        return any(row.get("event") == "checkpoint" for row in self.rows())
+        """Whether the measurements show a checkpoint this run saved (a ``checkpoint_saving``
+        row, durable before the checkpoint was renamed into place, or a ``checkpoint`` row:
+        :func:`flightplan.rows.records_a_save`), whatever is left in ``checkpoints/``."""
+        return any(records_a_save(row) for row in self.rows())
 
     def has_checkpoint(self) -> bool:
         """Whether ``checkpoints/`` holds a finished ``step-*`` folder (not a ``.tmp``)."""

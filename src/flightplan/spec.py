@@ -2,8 +2,9 @@
 
 A campaign file is TOML with the tables ``[campaign]``, ``[rental]``, ``[[stage]]``,
 ``[[run]]``, ``[[expense]]``, ``[stop]``, ``[checkpoint]`` and, for campaigns that train,
-``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow and
-``[execution]`` says where runs execute. Unknown keys are refused with a "did you mean".
+``[corpus]`` and ``[base_model]``; ``[tracking]`` mirrors runs into MLflow,
+``[execution]`` says where runs execute and ``[calibrate]`` names an earlier campaign's
+results to plan from. Unknown keys are refused with a "did you mean".
 Checks that need only the file (names, ``after``, cycles, references, durations, money)
 happen here; checks against the catalog (offer, package length, GPUs and memory per
 flight) happen in :mod:`flightplan.plan.catalog`.
@@ -21,16 +22,16 @@ import datetime as dt
 import difflib
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       ValidationError, ValidationInfo, field_validator, model_validator)
 
 from flightplan.errors import SpecError
-from flightplan.tasks import DEFAULT_TASK
 from flightplan.units import Duration, Money
 
 __all__ = [
+    "DEFAULT_TASK",
     "Tier",
     "TIERS",
     "CampaignSection",
@@ -45,10 +46,14 @@ __all__ = [
     "BaseModelSection",
     "TrackingSection",
     "ExecutionSection",
+    "CalibrateSection",
     "CampaignSpec",
     "load_spec",
     "parse_spec",
 ]
+
+DEFAULT_TASK = "textclf"
+"""The task of a ``[[run]]`` that names none (a built-in: :data:`flightplan.tasks.BUILTIN_TASKS`)."""
 
 Tier = Literal["essential", "useful", "exploratory"]
 TIERS: tuple[str, ...] = ("essential", "useful", "exploratory")
@@ -90,6 +95,14 @@ class CampaignSection(_Strict):
     must beat its reference by at least this much (lower by it when ``goal`` is ``min``).
     ``accept_at_least`` is the lowest metric value at which a run's product is accepted
     (the highest, when ``goal`` is ``min``).
+
+    Planning assumptions for the power of each comparison (:mod:`flightplan.plan.power`),
+    used until something measured replaces them: ``expected_disagreement`` (a
+    classification metric) is the share of test examples on which a variant's and its
+    reference's predictions are expected to differ, in (0, 1] (default
+    :data:`flightplan.plan.power.DEFAULT_DISAGREEMENT`); ``expected_difference_sd`` (a
+    ``mean:<column>`` metric) is the expected standard deviation of the per-example
+    difference between the two runs' column, in the column's units.
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -98,6 +111,8 @@ class CampaignSection(_Strict):
     goal: Literal["max", "min"] = "max"
     min_gain: Float = Field(ge=0)
     accept_at_least: Float | None = None
+    expected_disagreement: Float | None = Field(default=None, gt=0, le=1)
+    expected_difference_sd: Float | None = Field(default=None, gt=0)
 
     @field_validator("metric")
     @classmethod
@@ -122,6 +137,23 @@ class CampaignSection(_Strict):
                 raise ValueError(exc.reason) from None
         return value
 
+    @model_validator(mode="after")
+    def _assumption_fits_metric(self) -> "CampaignSection":
+        from flightplan.metrics import parse_metric
+
+        column = parse_metric(self.metric).kind == "column"
+        if column and self.expected_disagreement is not None:
+            raise ValueError(f"expected_disagreement is for a classification metric, and "
+                             f"{self.metric} is a column's mean; give expected_difference_sd "
+                             f"(the spread of the per-example difference, in the column's "
+                             f"units) instead")
+        if not column and self.expected_difference_sd is not None:
+            raise ValueError(f"expected_difference_sd is for a mean:<column> metric, and "
+                             f"{self.metric} is a classification metric; give "
+                             f"expected_disagreement (the share of test examples on which "
+                             f"the two runs' predictions differ) instead")
+        return self
+
 
 class RentalSection(_Strict):
     """``[rental]``: what is bought. ``catalog`` is relative to the campaign file.
@@ -129,7 +161,7 @@ class RentalSection(_Strict):
     every flight's package started; without it each flight's package starts at its first
     run (:mod:`flightplan.run.rental`). ``checkpoint_before_end`` (default 15m) is how long
     before a flight's package ends its runs checkpoint, bring their files home and leave it
-    (longer when a run was measured to need more: :mod:`flightplan.run.preemption`); a run
+    (longer when a run was measured to need more: :mod:`flightplan.run.executors.leave_watch`); a run
     is started on a flight only when its estimate fits before that point."""
 
     offer: str = Field(min_length=1)
@@ -175,12 +207,16 @@ class Run(_Strict):
     ``task`` is a built-in task, a ``.py`` file beside the campaign file or a module
     (docs/tasks.md). ``steps`` (optional) are the run's planned optimizer steps: the
     decision point re-estimates the run from them and the pilot's step time (default:
-    the control's planned steps as its pilot reported them).
+    the control's planned steps as its pilot reported them). ``expected_gain`` (a
+    variant's) is the gain over its reference it is expected to bring, in units of
+    ``[campaign] metric`` signed by ``goal`` (default: twice ``min_gain``); the plan's
+    power figures are computed at it (:mod:`flightplan.plan.power`).
     """
 
     name: str = Field(min_length=1, max_length=200)
     tier: Tier
     reference: str | None = None
+    expected_gain: Float | None = Field(default=None, ge=0)
     task: str = DEFAULT_TASK
     params: dict[str, Any] = Field(default_factory=dict)
     duration: DurationField
@@ -315,6 +351,19 @@ class ExecutionSection(_Strict):
     address: str | None = Field(default=None, min_length=1)
 
 
+class CalibrateSection(_Strict):
+    """``[calibrate]``: ``from`` is an earlier campaign's results directory (relative to
+    the campaign file) whose measured figures ``flightplan plan`` takes in place of this
+    file's guesses where they apply (:mod:`flightplan.plan.calibration`); ``flightplan plan
+    --from`` overrides it. The directory must verify."""
+
+    source: str = Field(alias="from", min_length=1)
+
+    def results_dir(self, campaign_dir: Path) -> Path:
+        """``from`` resolved against the campaign directory."""
+        return (campaign_dir / self.source).resolve()
+
+
 class CampaignSpec(_Strict):
     """A whole campaign file. ``stage``/``run``/``expense`` are the TOML array names."""
 
@@ -329,6 +378,7 @@ class CampaignSpec(_Strict):
     base_model: BaseModelSection | None = None
     tracking: TrackingSection | None = None
     execution: ExecutionSection = Field(default_factory=ExecutionSection)
+    calibrate: CalibrateSection | None = None
 
     # set by load_spec; not part of the file
     source: str = Field(default="campaign.toml", exclude=True)
@@ -354,9 +404,14 @@ class CampaignSpec(_Strict):
         """The control: the first run without a reference."""
         return next(r for r in self.run if r.reference is None)
 
+    @property
+    def items(self) -> list[Stage | Run]:
+        """Every ``[[stage]]`` then every ``[[run]]``, in file order."""
+        return [*self.stage, *self.run]
+
     def item(self, name: str) -> Stage | Run:
         """The stage or run called ``name``. Raises KeyError if none."""
-        for entry in (*self.stage, *self.run):
+        for entry in self.items:
             if entry.name == name:
                 return entry
         raise KeyError(name)
@@ -405,14 +460,15 @@ def _location(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _one_line(error: dict[str, Any]) -> tuple[str, str]:
+def _one_line(error: Mapping[str, Any]) -> tuple[str, str]:
     """(field, message) for the first pydantic error."""
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     field = _location(loc)
     kind = error["type"]
     if kind == "extra_forbidden":
         model = _model_for(loc)
-        known = [n for n, f in model.model_fields.items() if not f.exclude] if model else []
+        known = [f.alias or n for n, f in model.model_fields.items() if not f.exclude] \
+            if model else []
         return field, f"unknown key {str(loc[-1])!r}{_suggest(str(loc[-1]), known)}"
     if kind == "missing":
         return field, "is required; add it"
@@ -455,6 +511,11 @@ def _check_graph(spec: CampaignSpec, source: str) -> None:
         if run.reference == run.name:
             raise SpecError(f"run {run.name!r} cannot be its own reference; name the control",
                             file=source, field=f"run[{index}].reference", value=run.reference)
+        if run.reference is None and run.expected_gain is not None:
+            raise SpecError(f"run {run.name!r} has no reference, so no gain to expect; remove "
+                            f"expected_gain, or give it to the variants (the gain over their "
+                            f"reference)", file=source, field=f"run[{index}].expected_gain",
+                            value=run.expected_gain)
     if all(r.reference is not None for r in spec.run):
         raise SpecError("no run is a control (every run has a reference); "
                         "remove reference from the control run", file=source, field="run")

@@ -2,31 +2,35 @@
 policy's transfer term, the pilot's transfer figures and the re-estimate's transfer total.
 
 On a remote flight a checkpoint protects work only once it is durable at home. The Ray
-executor measures each trip and writes a ``checkpoint_transfer`` row (seconds, bytes)::
+executor streams each checkpoint home in chunks as the flight writes it
+(:mod:`flightplan.run.executors.stream`) and writes a ``checkpoint_transfer`` row (seconds,
+bytes) once it is durable at home::
 
     wait_s    on the flight: from the checkpoint being durable there (its manifest written)
-              to the poll that packs it (so the executor's poll delay is measured, not assumed)
-    fetch_s   at home: from asking for the poll to having the bytes
-    commit_s  at home: hash checks, writes, fsync, rename
+              to its last chunk being cut (what was still to send then, and the poll delay)
+    fetch_s   at home: from asking for the poll that brought the last chunk to having it
+    commit_s  at home: the manifest checks, fsync, rename
+    stream_s  at home: from asking for its first chunk to durable at home: how long its
+              bytes took to move (rows written before streaming have none: fetch + commit)
 
 Over a set of transfers (:class:`TransferTally`)::
 
     transfer_s   = mean(wait_s + fetch_s + commit_s)   from durable on the flight to durable
                                                        at home, per checkpoint
-    bytes_per_s  = Σ bytes / Σ (fetch_s + commit_s)    the moving throughput (the wait does
-                                                       not grow with the size)
+    bytes_per_s  = Σ bytes / Σ stream_s                the moving throughput
     wait_s       = mean(wait_s)
 
 and for one checkpoint of ``b`` bytes (:func:`checkpoint_transfer_s`)::
 
     X = b / bytes_per_s + wait_s     when a throughput is known, else transfer_s
 
-The executor sends its running figure to the flight, where the run's host writes it to
-``<scratch>/transfer.json`` (:attr:`flightplan.rundir.RunDir.TRANSFER`): ``{transfer_s,
-bytes_per_s, wait_s, checkpoints}``. The trial reads it when a save completes and adds X
-to D in the interval bound (:mod:`flightplan.run.interval`); a run on this machine has no
-such file, so X = 0. ``wait_s + fetch_s`` counts the poll's one-way trip twice (it is in
-both), so X errs long by that much: on the safe side of the tolerated-loss bound.
+X counts the whole checkpoint as moving after it is durable on the flight; streamed as it
+is written, most of it is home by then, so X errs long: on the safe side of the
+tolerated-loss bound. The executor sends its running figure to the flight, where the run's
+host writes it to ``<scratch>/transfer.json`` (:attr:`flightplan.rundir.RunDir.TRANSFER`):
+``{transfer_s, bytes_per_s, wait_s, checkpoints}``. The trial reads it when a save
+completes and adds X to D in the interval bound (:mod:`flightplan.trial.interval`); a run on
+this machine has no such file, so X = 0.
 """
 
 from __future__ import annotations
@@ -34,22 +38,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from flightplan.rows import CheckpointTransfer, Row, as_number
+
 __all__ = ["TransferTally", "checkpoint_transfer_s", "trip_s"]
 
-_EVENT = "checkpoint_transfer"
+
+def _fields(record: CheckpointTransfer | Mapping[str, Any]) -> Mapping[str, Any]:
+    return record.fields() if isinstance(record, CheckpointTransfer) else record
 
 
-def _parts(record: Mapping[str, Any]) -> tuple[float, float]:
-    """``(moving_s, wait_s)`` of one transfer record (a ``checkpoint_transfer`` row or its
-    ledger event's data): fetch + commit, and the wait (0 for a record without one)."""
-    return (float(record["fetch_s"]) + float(record["commit_s"]),
-            float(record.get("wait_s") or 0.0))
+def _parts(record: CheckpointTransfer | Mapping[str, Any]) -> tuple[float, float]:
+    """``(moving_s, wait_s)`` of one transfer (a ``checkpoint_transfer`` row or its ledger
+    event's data): its ``stream_s`` (else fetch + commit, a row from before streaming), and
+    the wait (0 for a record without one)."""
+    record = _fields(record)
+    streamed = record.get("stream_s")
+    moving = float(streamed) if isinstance(streamed, (int, float)) else \
+        float(record["fetch_s"]) + float(record["commit_s"])
+    return moving, float(record.get("wait_s") or 0.0)
 
 
-def trip_s(record: Mapping[str, Any]) -> float:
+def trip_s(record: CheckpointTransfer | Mapping[str, Any]) -> float:
     """Seconds one transfer took from durable on the flight to durable at home: wait +
-    fetch + commit of its record."""
-    return sum(_parts(record))
+    fetch + commit of its row (or of its ledger event's data)."""
+    record = _fields(record)
+    return float(record.get("wait_s") or 0.0) + float(record["fetch_s"]) \
+        + float(record["commit_s"])
 
 
 @dataclass
@@ -58,36 +72,42 @@ class TransferTally:
 
     Attributes:
         checkpoints: transfers counted.   bytes: their total size (bytes).
-        moving_s: Σ (fetch_s + commit_s), seconds.   wait_s: Σ wait_s, seconds.
+        moving_s: Σ stream_s (else fetch_s + commit_s), seconds.   wait_s: Σ wait_s,
+        seconds.   trips_s: Σ (wait_s + fetch_s + commit_s), seconds.
     """
 
     checkpoints: int = 0
     bytes: int = 0
     moving_s: float = 0.0
     wait_s: float = 0.0
+    trips_s: float = 0.0
 
-    def add(self, nbytes: int, moving_s: float, wait_s: float = 0.0) -> None:
-        """Count one transfer of ``nbytes`` bytes that moved in ``moving_s`` seconds after
-        waiting ``wait_s`` seconds on the flight."""
+    def add(self, nbytes: int, moving_s: float, wait_s: float = 0.0, *,
+            trip_s: float | None = None) -> None:
+        """Count one transfer of ``nbytes`` bytes that moved in ``moving_s`` seconds and
+        waited ``wait_s`` seconds on the flight after it was durable there; ``trip_s``:
+        from durable on the flight to durable at home (default ``moving_s + wait_s``: the
+        bytes moved only after it was durable)."""
         self.checkpoints += 1
         self.bytes += int(nbytes)
         self.moving_s += float(moving_s)
         self.wait_s += float(wait_s)
+        self.trips_s += float(moving_s) + float(wait_s) if trip_s is None else float(trip_s)
 
     @classmethod
-    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> "TransferTally":
+    def from_rows(cls, rows: Iterable[Row]) -> "TransferTally":
         """The tally of the ``checkpoint_transfer`` rows among measurement ``rows`` (a row
         written before ``wait_s`` was measured counts a wait of 0)."""
         tally = cls()
         for row in rows:
-            if row.get("event") == _EVENT:
-                tally.add(row["bytes"], *_parts(row))
+            if isinstance(row, CheckpointTransfer):
+                tally.add(row.bytes, *_parts(row), trip_s=trip_s(row))
         return tally
 
     @property
     def transfer_s(self) -> float:
         """Mean seconds from durable on the flight to durable at home (0.0 without one)."""
-        return (self.moving_s + self.wait_s) / self.checkpoints if self.checkpoints else 0.0
+        return self.trips_s / self.checkpoints if self.checkpoints else 0.0
 
     @property
     def bytes_per_s(self) -> float | None:
@@ -117,12 +137,8 @@ def checkpoint_transfer_s(figure: Mapping[str, Any] | None, nbytes: int) -> floa
     """
     if not figure:
         return 0.0
-    rate, wait = figure.get("bytes_per_s"), figure.get("wait_s")
-    if _number(rate) and rate > 0:
-        return nbytes / rate + (wait if _number(wait) else 0.0)
-    seconds = figure.get("transfer_s")
-    return float(seconds) if _number(seconds) else 0.0
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    rate, wait = as_number(figure.get("bytes_per_s")), as_number(figure.get("wait_s"))
+    if rate is not None and rate > 0:
+        return nbytes / rate + (wait or 0.0)
+    seconds = as_number(figure.get("transfer_s"))
+    return seconds if seconds is not None else 0.0

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-__all__ = ["Duration", "Money", "parse_extension"]
+__all__ = ["Duration", "Money", "parse_extension", "time_unit"]
 
 _SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION_RE = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([smhd])\s*$")
@@ -81,6 +81,21 @@ class Duration:
             if self.seconds and self.seconds % size == 0:
                 return f"{self.seconds // size}{unit}"
         return f"{self.seconds}s"
+
+
+def time_unit(longest_hours: float) -> tuple[str, float]:
+    """A readable unit for times (a chart's axis, a table's column) up to ``longest_hours``.
+
+    Returns:
+        ``(name, units per hour)``: ``("s", 3600.0)`` under 2 minutes, ``("min", 60.0)``
+        under 2 hours, else ``("h", 1.0)``, so that the longest time reads as at least 2
+        of its unit and one decimal place tells times apart.
+    """
+    if longest_hours < 2 / 60:
+        return "s", 3600.0
+    if longest_hours < 2:
+        return "min", 60.0
+    return "h", 1.0
 
 
 def parse_extension(text: str) -> tuple[str, Duration]:

@@ -63,9 +63,14 @@ def test_close_verifies_and_accepts_every_run(closed):
             budget["rental_per_accepted"]) == ("47.14", 3, "15.71")
     conclusion = json.loads((folder / "results" / "conclusion.json").read_text())
     assert [c["variant"] for c in conclusion["comparisons"]] == ["lora-r4", "lora-r4-len128"]
-    assert conclusion["answer"] in ("yes", "no")
+    assert conclusion["answer"] in ("yes", "no", "inconclusive")
     if conclusion["answer"] == "no":
         assert conclusion["verdict"].startswith("No variant meets the threshold of +0.05 macro_f1.")
+    if conclusion["answer"] == "inconclusive":
+        assert conclusion["verdict"].startswith("Inconclusive: no variant meets the threshold "
+                                                "of +0.05 macro_f1")
+        assert all(c["examples_to_settle"] for c in conclusion["comparisons"]
+                   if c["verdict"] == "inconclusive")
     verified = _cli("verify", "results", "--json", cwd=folder)
     assert verified.returncode == 0, verified.stdout
     # textclf is built in: its artifacts reload without --trust-code

@@ -2,7 +2,8 @@
 
 The cluster (``ray.cluster_utils.Cluster``) has a head without flights (home) and two
 nodes that declare one ``flight`` each, all bound to 127.0.0.1
-(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), with ``RAY_TMPDIR`` in a folder of the test;
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``), with token authentication on (the driver has
+the token) and ``RAY_TMPDIR`` in a folder of the test;
 every process it started is stopped by its pid at the end. The tiny campaign (64 train /
 16 test reviews, two essential runs) runs once with the local executor and once on the
 cluster; during the cluster's run, as soon as lora-r4's first checkpoint has come home,
@@ -10,11 +11,12 @@ its worker is frozen (SIGSTOP, so the run cannot end first) and its node is kill
 (raylet and every process under it, SIGKILL). The run must resume on the other flight
 from that checkpoint and end with predictions, metrics and artifact byte-identical to the
 local executor's (the same two runs, side by side); the ledger must show the interruption,
-the node and the work lost. Once the run has started again, the driver (`flightplan run`)
-is SIGKILLed: its worker must die with it, and `flightplan run` again must end the
-campaign with nothing lost or duplicated; `verify` of results/ must pass. Before that, on
-the same cluster: a run refused on the flight it was placed on (its package ends first)
-starts on the other flight, and a run refused on both is not started at all.
+the node and the work lost; text ``status`` and ``results/flights.json`` the lost
+flight. Once the run has started again, the driver (`flightplan run`) is SIGKILLed: its
+worker must die with it, and `flightplan run` again must end the campaign with nothing
+lost or duplicated; `verify` of results/ must pass. Before that, on the same cluster: a
+run refused on the flight it was placed on (its package ends first) starts on the other
+flight, and a run refused on both is not started at all.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import pytest
 
 from flightplan.durable import write_json_atomic
 from flightplan.run.planned import plan_runs, trial_document
-from flightplan.run.executor import Job, LocalExecutor
+from flightplan.run.executors.contract import Job
+from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.spec import load_spec
 
@@ -82,7 +85,9 @@ def _worker_pid(marker: str) -> int | None:
 
 def _kill_node_of(run_dir: Path, scratch: Path, run_id: str, flights, made,
                   driver: subprocess.Popen) -> dict:
-    """Wait until the run's first checkpoint is home, freeze its worker, kill its node."""
+    """Wait until the run's first checkpoint is home (with the row of the interval chosen
+    after it: a checkpoint streams home while the trial is still writing that row), freeze
+    its worker, kill its node."""
     deadline = time.time() + HANG_S
     frozen = None
     while True:
@@ -93,12 +98,14 @@ def _kill_node_of(run_dir: Path, scratch: Path, run_id: str, flights, made,
         if frozen is None:
             ready = [p for p in scratch.glob(f"flightplan-{run_id}-*/checkpoints/step-*")
                      if p.name[5:].isdigit()]            # committed (not .tmp)
-            if ready:
+            if ready and b'"checkpoint_interval"' in (ready[0].parents[1] /
+                                                      "measurements.jsonl").read_bytes():
                 frozen = _worker_pid(str(ready[0].parents[1]))
                 if frozen is not None:
                     os.kill(frozen, signal.SIGSTOP)
-        elif any(p.name[5:].isdigit() for p in (run_dir / "checkpoints").glob("step-*")):
-            break
+        elif any(p.name[5:].isdigit() for p in (run_dir / "checkpoints").glob("step-*")) \
+                and b'"checkpoint_interval"' in (run_dir / "measurements.jsonl").read_bytes():
+            break    # its first checkpoint home, and the interval its trial chose after it
         time.sleep(0.05)
     header = [line for line in (run_dir / "log.txt").read_text().splitlines()
               if "flightplan worker started" in line][-1]
@@ -153,6 +160,8 @@ def campaigns(cluster, tmp_path_factory):
     again = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
     verified = subprocess.run([str(FLIGHTPLAN), "verify", str(ray_dir / "results"), "--json"],
                               capture_output=True, text=True, timeout=HANG_S)
+    status = subprocess.run([str(FLIGHTPLAN), "status", str(spec)], capture_output=True,
+                            text=True, timeout=HANG_S, env=dict(os.environ, COLUMNS="200"))
     # the same two runs with the local executor, side by side, from fresh trial.json files
     local_dir = tmp_path_factory.mktemp("local")
     local_spec = load_spec(_campaign(local_dir))
@@ -164,11 +173,11 @@ def campaigns(cluster, tmp_path_factory):
         jobs.append(Job(planned.run_id, planned.run_dir))
     local = LocalExecutor(slots=2).run(jobs)
     return {"local": (local_dir, local), "ray": (ray_dir, again), "ids": ids,
-            "killed": killed, "exposed": exposed, "verified": verified}
+            "killed": killed, "exposed": exposed, "verified": verified, "status": status}
 
 
 def test_a_run_refused_on_one_flight_starts_on_the_other_or_nowhere(cluster, tmp_path):
-    from flightplan.run.ray_executor import RayExecutor
+    from flightplan.run.executors.ray_executor import RayExecutor
 
     made, flights, tmp = cluster
     names = {f"{n.node_id[:12]} (127.0.0.1)" for n in flights}
@@ -212,12 +221,12 @@ def _paced_job(folder: Path, run_id: str) -> Job:
 
 
 def test_a_run_leaves_a_flight_whose_package_ends_and_resumes_on_the_other(cluster, tmp_path):
-    from flightplan.run.preemption import LeaveBy
-    from flightplan.run.ray_executor import RayExecutor
+    from flightplan.run.executors.leave_watch import LeaveBy
+    from flightplan.run.executors.ray_executor import RayExecutor
 
     made, flights, tmp = cluster
     [plain] = LocalExecutor(slots=1).run([_paced_job(tmp_path / "plain", "p-1")])
-    expected = (tmp_path / "plain" / "weights.bin").read_bytes()
+    expected = (tmp_path / "plain" / "artifact" / "weights.bin").read_bytes()
     job = _paced_job(tmp_path / "left", "l-1")
     now = time.time()
     asked: list[str] = []
@@ -247,7 +256,7 @@ def test_a_run_leaves_a_flight_whose_package_ends_and_resumes_on_the_other(clust
     assert home["node"] == asked[0] and home["time"] < now + 120.0    # home before the end
     restored = [r for r in rows if r.get("event") == "restore" and r.get("source")]
     assert [r["source"] for r in restored] == [info.checkpoint]
-    assert (job.run_dir / "weights.bin").read_bytes() == expected
+    assert (job.run_dir / "artifact" / "weights.bin").read_bytes() == expected
 
 
 def test_every_node_listens_on_loopback_only(campaigns):
@@ -273,12 +282,12 @@ def test_products_on_two_flights_are_bitwise_those_of_the_local_executor(campaig
         assert not (mine / ".incoming").exists()
     # both runs ran side by side, each on its own flight
     with Ledger.open(ray_dir, create=False) as ledger:
-        nodes = {e["run_id"]: e["data"]["node"] for e in ledger.events(kind="finished")}
-        runs = {r["run_id"]: r for r in ledger.runs()}
+        nodes = {e.run_id: e.data["node"] for e in ledger.events(kind="finished")}
+        runs = {r.run_id: r for r in ledger.runs()}
     assert len(nodes) == 2
     control, lora = (campaigns["ids"][n] for n in ("control", "lora-r4"))
-    first, second = sorted((runs[control], runs[lora]), key=lambda r: r["started_at"])
-    assert second["started_at"] < first["ended_at"]        # the two overlapped in time
+    first, second = sorted((runs[control], runs[lora]), key=lambda r: r.started_at)
+    assert second.started_at < first.ended_at        # the two overlapped in time
     # lora-r4 began on the flight that was killed, control ran on the other one
     assert not nodes[control].startswith(campaigns["killed"]["node_id"][:12])
 
@@ -288,18 +297,18 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     lora = campaigns["ids"]["lora-r4"]
     killed = campaigns["killed"]["node_id"][:12]
     with Ledger.open(ray_dir, create=False) as ledger:
-        kinds = [e["kind"] for e in ledger.events(lora)]
+        kinds = [e.kind for e in ledger.events(lora)]
         lost = ledger.events(lora, kind="interrupted")
         finished = ledger.events(lora, kind="finished")
         run = ledger.run(lora)
     assert kinds.index("started") < kinds.index("interrupted") < kinds.index("resumed") \
         < kinds.index("finished")
-    data = lost[0]["data"]
+    data = lost[0].data
     assert data["cause"] == "flight_lost" and data["node"].startswith(killed)
     assert data["checkpoint"] == campaigns["killed"]["home"][-1] and data["resumes"] is True
     assert data["steps_lost"] >= 0 and data["lost_s"] >= 0
-    assert not finished[0]["data"]["node"].startswith(killed)
-    assert run["status"] == "finished"
+    assert not finished[0].data["node"].startswith(killed)
+    assert run.status == "finished"
     log = (ray_dir / "runs" / lora / "log.txt").read_text()
     assert "lost node" in log and log.count("flightplan worker started") == 3
     rows = [json.loads(line) for line in
@@ -310,7 +319,7 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     assert transfers and all(r["bytes"] > 0 and r["wait_s"] >= 0 for r in transfers)
     # the pilot's transfers are its figures; the run's trial bounded its interval by them
     with Ledger.open(ray_dir, create=False) as ledger:
-        figures = ledger.decisions()[0]["figures"]
+        figures = ledger.decisions()[0].figures
     assert figures["pilot"]["transfer_s"] > 0 and figures["pilot"]["transfer_bytes_per_s"] > 0
     assert figures["estimates"]["lora-r4"]["transfer_s"] > 0
     intervals = [r for r in rows if r.get("event") == "checkpoint_interval"]
@@ -319,6 +328,23 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
         60 - intervals[0]["persist_s"] - intervals[0]["transfer_s"] - intervals[0]["restore_s"])
     verified = campaigns["verified"]
     assert verified.returncode == 0, verified.stderr[-3000:] + verified.stdout[-3000:]
+    # the flight is lost in the ledger, in text status and in results/
+    with Ledger.open(ray_dir, create=False) as ledger:
+        joined = [e["data"] for e in ledger.events(kind="cluster_joined")]
+        gone = [e["data"] for e in ledger.events(kind="flight_lost")]
+    assert len(joined) == 2 and all(j["token"] and j["loopback"] and not j["trusted_network"]
+                                    for j in joined)
+    assert [g["flight"] for g in gone] == [data["node"]]
+    flights = {f["flight"]: f for f in
+               json.loads((ray_dir / "results" / "flights.json").read_text())}
+    assert flights[data["node"]]["lost_at"] == gone[0]["at"]
+    assert flights[data["node"]]["hours_left"] == 0.0
+    status = campaigns["status"]
+    assert status.returncode == 0, status.stderr
+    assert f"ray cluster {joined[-1]['address']}: token authentication, loopback only" \
+        in status.stdout
+    [line] = [x for x in status.stdout.splitlines() if x.strip().startswith(data["node"])]
+    assert line.split()[2] == "lost" and "h left" not in line
 
 
 def test_a_killed_driver_run_again_loses_and_duplicates_nothing(campaigns):
@@ -328,9 +354,9 @@ def test_a_killed_driver_run_again_loses_and_duplicates_nothing(campaigns):
     with Ledger.open(ray_dir, create=False) as ledger:
         assert ledger.integrity_check() == "ok"
         for run_id in campaigns["ids"].values():
-            kinds = [e["kind"] for e in ledger.events(run_id)]
+            kinds = [e.kind for e in ledger.events(run_id)]
             assert kinds.count("started") == 1 and kinds.count("finished") == 1, kinds
-        lost = [e["data"] for e in ledger.events(lora, kind="interrupted")]
+        lost = [e.data for e in ledger.events(lora, kind="interrupted")]
     # one loss of the flight, one of the driver (the runner: no data)
     assert [d and d["cause"] for d in lost] == ["flight_lost", None]
     manifest = json.loads((ray_dir / "results" / "MANIFEST.json").read_text())

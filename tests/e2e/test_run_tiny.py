@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.ledger import Ledger
-from flightplan.run.lock import lock_holder
+from flightplan.campaign_lock import lock_holder
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
@@ -74,7 +74,7 @@ def _run(spec: Path, *args: str, timeout: float = HANG_S) -> subprocess.Complete
 
 def _ids(folder: Path) -> dict[str, str]:
     with Ledger.open(folder, create=False) as ledger:
-        return {r["name"]: r["run_id"] for r in ledger.runs() if r["status"] != "superseded"}
+        return {r.name: r.run_id for r in ledger.runs() if r.status != "superseded"}
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +104,12 @@ def test_tiny_campaign_end_to_end(reference):
     with Ledger.open(folder, create=False) as ledger:
         assert ledger.integrity_check() == "ok" and ledger.verify_original()
         versions = ledger.plan_versions()
-        assert [v["kind"] for v in versions] == ["original", "re-estimate"]
-        assert set(versions[1]["plan"]["measured"]) >= {"data-check", "pilot", "control",
-                                                       "lora-r4", "lora-r4-len128"}
-        assert [e["amount"] for e in ledger.expenses()] == ["47.14"]
-        assert [s["name"] for s in ledger.stage_times()][:2] == ["data-check", "pilot"]
-        assert ledger.decisions()[0]["figures"]["pilot"]["restore_s"] > 0
+        assert [v.kind for v in versions] == ["original", "re-estimate"]
+        assert set(versions[1].plan["measured"]) >= {"data-check", "pilot", "control",
+                                                     "lora-r4", "lora-r4-len128"}
+        assert [e.amount for e in ledger.expenses()] == ["47.14"]
+        assert [s.name for s in ledger.stage_times()][:2] == ["data-check", "pilot"]
+        assert ledger.decisions()[0].figures["pilot"]["restore_s"] > 0
     # the original plan was published once and is the frozen one
     plan = json.loads((folder / "results" / "plan.json").read_text())
     assert plan["campaign"] == "tiny" and plan["measured"] == {}
@@ -185,13 +185,13 @@ def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(
     assert not (folder / "runs" / target / "done.json").exists()
     with Ledger.open(folder, create=False) as ledger:
         assert ledger.integrity_check() == "ok"
-        assert ledger.run(target)["status"] == "running"
+        assert ledger.run(target).status == "running"
     again = _run(spec, "--json")
     assert again.returncode == 0, again.stderr[-3000:]
     outcome = json.loads(again.stdout)
     assert outcome["statuses"]["lora-r4"] == "finished"
     with Ledger.open(folder, create=False) as ledger:
-        kinds = [e["kind"] for e in ledger.events(target)]
+        kinds = [e.kind for e in ledger.events(target)]
         assert kinds[:3] == ["started", "interrupted", "resumed"]
         assert "checkpoint_verified" in kinds
     ref_ids = _ids(ref_folder)

@@ -37,9 +37,12 @@ inject_nan_at_step = 3 }
 duration = "15s"
 after = ["pilot"]
 """
-# the step count shows once the runner has read the run's planned steps (it polls 5 times a s)
-RESUME_LINE = re.compile(r"^interrupted: flightplan run stopped \(run lora-r4-[0-9a-f]{10}"
-                         r"(, \d+ of \d+ steps done)?\); nothing finished was lost: finished runs "
+# the step count shows once the runner has read the run's planned steps (it polls 5 times a s);
+# every run still in progress is named (the control may be writing its outputs beside lora-r4)
+_RUN = r"run [a-z0-9-]+-[0-9a-f]{10}(?:, \d+ of \d+ steps done)?"
+RESUME_LINE = re.compile(r"^interrupted: flightplan run stopped \((?:" + _RUN + r"; )*"
+                         r"run lora-r4-[0-9a-f]{10}(?:, \d+ of \d+ steps done)?(?:; " + _RUN +
+                         r")*\); nothing finished was lost: finished runs "
                          r"and saved checkpoints are kept; run `flightplan run campaign.toml` "
                          r"again to resume from the last checkpoint$")
 
@@ -90,7 +93,7 @@ def campaign(tmp_path_factory):
 
 def _ids(folder: Path) -> dict[str, str]:
     with Ledger.open(folder, create=False) as ledger:
-        return {r["name"]: r["run_id"] for r in ledger.runs()}
+        return {r.name: r.run_id for r in ledger.runs()}
 
 
 def test_ctrl_c_prints_the_resume_line_exits_130_and_running_again_is_bitwise_identical(
@@ -134,10 +137,10 @@ def test_status_shows_every_run_id_in_full_within_the_width(campaign, columns):
         runs = ledger.runs()
     assert len(runs) == 3
     for run in runs:                       # one line per run: its full id, then its status
-        assert any(re.match(rf"^  {re.escape(run['run_id'])}\s+{run['status']}\s", line)
-                   for line in lines), (run["run_id"], term.text)
-    stopped = next(r for r in runs if r["status"] == "stopped")    # a short reason: whole
-    reason = f"non_finite_loss at step 3: {stopped['stop']['message']}"
+        assert any(re.match(rf"^  {re.escape(run.run_id)}\s+{run.status}\s", line)
+                   for line in lines), (run.run_id, term.text)
+    stopped = next(r for r in runs if r.status == "stopped")    # a short reason: whole
+    reason = f"non_finite_loss at step 3: {stopped.stop['message']}"
     assert any(line.endswith(reason) for line in lines), term.text
 
 

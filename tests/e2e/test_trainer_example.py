@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.close.verify import prediction_differences
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "drug-reviews-trainer"
 

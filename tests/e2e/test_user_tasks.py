@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from docs_examples import docs_files
 from flightplan.run.planned import plan_runs
 from flightplan.run.ledger import Ledger
 from flightplan.rundir import RunDir
@@ -37,18 +37,11 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
                           timeout=HANG_S, cwd=cwd)
 
 
-def _docs_files() -> dict[str, str]:
-    """The files docs/tasks.md shows, by the name in the ``<!-- file: NAME -->`` marker."""
-    text = (REPO / "docs" / "tasks.md").read_text(encoding="utf-8")
-    found = re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", text, flags=re.S)
-    return dict(found)
-
-
 @pytest.fixture(scope="module")
 def regression(tmp_path_factory):
     """The docs' regression example, run plan → run → close → verify in a fresh folder."""
     folder = tmp_path_factory.mktemp("line")
-    for name, body in _docs_files().items():
+    for name, body in docs_files().items():
         (folder / name).write_text(body, encoding="utf-8")
     subprocess.run([sys.executable, "make_data.py"], cwd=folder, check=True, timeout=60)
     steps = {verb: _cli(*args, cwd=folder) for verb, args in (
@@ -76,7 +69,7 @@ def test_a_user_regression_task_runs_the_whole_pipeline(regression):
     estimates = outcome["decision"]
     assert estimates["decision"] == "continue"
     with Ledger.open(folder, create=False) as ledger:
-        figures = ledger.decisions()[0]["figures"]
+        figures = ledger.decisions()[0].figures
     assert figures["estimates"]["control"]["steps"] == 130
     assert figures["estimates"]["control"]["model"] == "generic"
     for name in ("control", "lr-0.2"):
@@ -162,7 +155,7 @@ def _killed_runs(folder: Path) -> list[str]:
     checkpoint save (a ``checkpoint`` row: a kill during the first save leaves only a
     partial ``.tmp``, and such a run rightly starts afresh)."""
     with Ledger.open(folder, create=False) as ledger:
-        running = [r["run_id"] for r in ledger.runs() if r["status"] == "running"]
+        running = [r.run_id for r in ledger.runs() if r.status == "running"]
     return [r for r in running if RunDir.of(folder, r).saved_checkpoint()
             and RunDir.of(folder, r).status() is None]          # not finished meanwhile
 

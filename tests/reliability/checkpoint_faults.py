@@ -1,7 +1,7 @@
 """Damaged and hostile checkpoints, made from a valid one.
 
 :func:`make_checkpoint` writes a real checkpoint (a small linear model, Adam state after
-a few steps, RNG states and counters) with :func:`flightplan.run.checkpoint_io.write_checkpoint`.
+a few steps, RNG states and counters) with :func:`flightplan.trial.checkpoint_io.write_checkpoint`.
 Each *corruption* damages it the way disks and interrupted copies do; each *hostile*
 fault replaces a file with one built to run code or exhaust memory and, like an attacker
 who controls the whole directory, rewrites the manifest so that the hashes agree. Every
@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from flightplan.run.checkpoint_io import (MANIFEST, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE,
+from flightplan.trial.checkpoint_io import (MANIFEST, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE,
                                           write_checkpoint)
 
 __all__ = ["make_checkpoint", "copy_checkpoint", "CORRUPTIONS", "HOSTILE", "Payload", "rewrite_record"]

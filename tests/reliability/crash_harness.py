@@ -1,7 +1,7 @@
 """Kill processes at chosen moments, run them again, and check that nothing was lost.
 
-A :class:`CrashPoint` names one moment: the n-th ``os.replace``/``os.rename``, ``os.fsync``
-or SQLite ``COMMIT``/``INSERT`` of the runner or of a trial process (carried out by the
+A :class:`CrashPoint` names one moment: the n-th ``os.replace``/``os.rename``, ``os.fsync``,
+``os.unlink`` or SQLite ``COMMIT``/``INSERT`` of the runner or of a trial process (carried out by the
 ``faultshim/sitecustomize.py`` in the child), or a seeded delay after which the whole
 process group gets SIGKILL. :func:`count_calls` runs a command once in count mode so that
 crash points are drawn among calls that really happen (:func:`draw_points`).
@@ -48,10 +48,10 @@ class CrashPoint:
 
     Attributes:
         role: ``runner`` (the ``flightplan`` process), ``trial`` (a worker) or ``any``.
-        point: ``replace``, ``fsync``, ``commit``, ``insert`` or ``timer``.
+        point: ``replace``, ``fsync``, ``unlink``, ``commit``, ``insert`` or ``timer``.
         nth: fire at this call (1-based) within one process of that role.
         after: fire right after the call instead of right before it.
-        contains: only calls whose path contains this (``replace``/``fsync``).
+        contains: only calls whose path contains this (``replace``/``fsync``/``unlink``).
         group: kill the whole process group (the machine dies) or only that process.
         delay_s: for ``timer``: seconds after the start.
     """
@@ -179,9 +179,12 @@ PRODUCTS = ("artifact/model.safetensors", "artifact/artifact.json", "predictions
 
 def fingerprint(campaign_dir: Path) -> dict[str, str]:
     """sha256 of every run's products (``runs/<id>/`` parameters, artifact description,
-    predictions, metrics) and of the same files published under ``results/``."""
+    predictions, metrics) and of the same files published under ``results/``. A folder set
+    aside (``runs/<id>.restarted-<n>``: a pilot run again after a kill) is kept evidence,
+    not a product."""
     out = {}
-    for run_dir in sorted((campaign_dir / "runs").iterdir()):
+    for run_dir in sorted(p for p in (campaign_dir / "runs").iterdir()
+                          if ".restarted-" not in p.name):
         for rel in PRODUCTS:
             if (run_dir / rel).is_file():
                 out[f"runs/{run_dir.name}/{rel}"] = _sha(run_dir / rel)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from flightplan.errors import CheckpointError, UnsafeFileError
-from flightplan.run.checkpoint_io import check_checkpoint, load_checkpoint, verify_checkpoint
+from flightplan.trial.checkpoint_check import check_checkpoint, verify_checkpoint
+from flightplan.trial.checkpoint_io import load_checkpoint
 
 from .checkpoint_faults import CORRUPTIONS, HOSTILE, copy_checkpoint, make_checkpoint
 

@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from flightplan.run.lock import lock_holder
+from flightplan.campaign_lock import lock_holder
 
 from .cli_harness import FLIGHTPLAN, child_env, run_subprocess
 from .crash_harness import ledger_findings

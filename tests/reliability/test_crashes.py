@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import signal
 import sys
 from pathlib import Path
 
 import pytest
 
+from flightplan.errors import TrialStopped
+from flightplan.rundir import RunDir
+from flightplan.trial.trial import Trial
+
 from .cli_harness import FLIGHTPLAN, small_tiny
 from .crash_harness import (CrashPoint, count_calls, crash_campaign, draw_points, fingerprint,
                             ledger_findings, run_with_crash)
+from .trial_script import RUN_ID, build
 
 SCRIPT = Path(__file__).with_name("trial_script.py")
 SEED = 20261129
@@ -72,6 +78,26 @@ def test_a_script_killed_around_a_checkpoint_write_resumes_bitwise(
     restored = [r for r in rows if r.get("event") == "restore"][-1]
     assert restored["source"] is None or restored["source"].startswith("step-")
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000004", "step-000006"]
+
+
+def test_a_script_killed_right_after_its_first_checkpoint_is_in_place_has_recorded_the_save(
+        tmp_path: Path) -> None:
+    """The record that a run saved is durable no later than the checkpoint: killed right
+    after the first rename, with the checkpoint then lost, the run must not start over."""
+    run_dir = tmp_path / "run"
+    point = CrashPoint("any", "replace", nth=1, after=True, contains="checkpoints", group=False)
+    crashed = run_with_crash(_script_argv(run_dir), cwd=tmp_path, point=point,
+                             marker=tmp_path / "fired")
+    assert crashed.fired and crashed.code == -signal.SIGKILL, crashed
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-000002"]
+    shutil.rmtree(run_dir / "checkpoints")
+    assert RunDir(run_dir).saved_checkpoint()        # what the runner sets resume from
+    model, optimizer = build()
+    trial = Trial.local(run_dir, name="mlp", run_id=RUN_ID, params={"lr": 1e-2}, resume=True)
+    trial.register(model=model, optimizer=optimizer)
+    with pytest.raises(TrialStopped, match="holds no finished one"):
+        trial.restore()
+    assert json.loads((run_dir / "stop.json").read_text())["rule"] == "no_usable_resume"
 
 
 # --- the tiny campaign: runner, trial processes and close ------------------------------------
@@ -141,3 +167,31 @@ def test_a_publish_killed_mid_write_leaves_nothing_that_blocks_verify(tmp_path: 
     assert crashed.fired and crashed.code == -signal.SIGKILL
     publish_plan(campaign, plan)
     assert verify_results(campaign / "results", reload=False) == {"verified": True, "findings": []}
+
+
+@pytest.mark.slow
+def test_a_campaign_killed_right_after_a_runs_first_checkpoint_stops_it_once_that_is_lost(
+        tmp_path: Path) -> None:
+    """The machine dies right after the control's first checkpoint is renamed into place;
+    its checkpoints are then lost. The next ``run`` stops the control with
+    ``no_usable_resume`` instead of training it again from step 0."""
+    from flightplan.run.planned import plan_runs
+    from flightplan.spec import load_spec
+
+    spec = small_tiny(tmp_path / "tiny")
+    control = next(p.run_id for p in plan_runs(load_spec(spec)) if p.run.name == "control")
+    point = CrashPoint("trial", "replace", nth=1, after=True, group=True,
+                       contains=f"runs/{control}/checkpoints")
+    crashed = run_with_crash(FLIGHTPLAN + ["run", str(spec)], cwd=spec.parent, point=point,
+                             marker=tmp_path / "fired")
+    assert crashed.fired and crashed.code == -signal.SIGKILL, crashed
+    checkpoints = spec.parent / "runs" / control / "checkpoints"
+    assert [p.name for p in checkpoints.iterdir()] == ["step-000001"]
+    shutil.rmtree(checkpoints)
+    again = run_with_crash(FLIGHTPLAN + ["run", str(spec), "--json"], cwd=spec.parent,
+                           point=None, marker=tmp_path / "fired")
+    outcome = json.loads(again.stdout)
+    stopped = next(r for r in outcome["runs"] if r["run_id"] == control)
+    assert stopped["status"] == "stopped", (stopped, again.stderr_tail)
+    assert stopped["stop"]["rule"] == "no_usable_resume"
+    assert not (spec.parent / "runs" / control / "done.json").exists()

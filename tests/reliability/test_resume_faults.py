@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from flightplan.errors import TrialStopped
-from flightplan.run.checkpoint_io import check_checkpoint
-from flightplan.run.trial import Trial
+from flightplan.trial.checkpoint_check import check_checkpoint
+from flightplan.trial.trial import Trial
 
 from .checkpoint_faults import CORRUPTIONS, HOSTILE
 from .cli_harness import child_env

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from flightplan.errors import CheckpointError, TrialStopped
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
 
 __all__ = ["RUN_ID", "build", "train", "parameters"]
 

@@ -7,6 +7,7 @@ The cases edit the illustration campaign's text (line numbers in its comments).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,50 @@ def test_plan_json_of_the_illustration(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert (data["reserved_hours"], data["uncommitted_hours"], data["fits"]) == (48.0, 24.0, True)
     assert data["recommendation"]["total_price"] == "47.14"
+
+
+def test_plan_warns_that_the_main_job_cannot_confirm_its_threshold(tmp_path: Path) -> None:
+    """Before any run, with the default disagreement: +0.05 macro-F1 on 379 test reviews."""
+    spec = ROOT / "examples" / "drug-reviews" / "campaign.toml"
+    data = json.loads(_invoke(["plan", str(spec), "--json"]).stdout)["power"]
+    assert data["test_examples"] == 379 and "drugsComTest.tsv" in data["test_source"]
+    first = data["comparisons"][0]
+    assert (first["variant"], first["reference"], first["expected_gain"]) == \
+        ("lora-r8", "control", 0.1)
+    assert first["model"]["disagreement"] == 0.25
+    assert first["model"]["class_shares"] == {"negative": round(95 / 379, 4),
+                                              "neutral": round(36 / 379, 4),
+                                              "positive": round(248 / 379, 4)}
+    assert first["warning"] and first["confirm_probability"] < 0.5
+    assert 0.045 < first["resolution"] < 0.065 and first["examples_needed"] > 379
+    assert [s["case"] for s in first["verdict_probabilities"]] == \
+        ["no gain", "threshold", "expected gain"]
+    plot = tmp_path / "power.png"
+    result = _invoke(["plan", str(spec), "--power-plot", str(plot)])
+    assert result.exit_code == 0, result.stderr
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "POWER WARNING" in result.stdout
+    text = " ".join(line.strip("│ ") for line in result.stdout.splitlines())
+    assert ("lora-r8 − control: a gain of at least +0.05 macro_f1 cannot be confirmed reliably "
+            "with 379 test examples.") in text
+    assert f"Resolution ±{first['resolution']:.3f}" in text
+    assert f"minimum detectable gain {first['minimum_detectable_gain']:+.3f}" in text
+    needed = int(float(f"{first['examples_needed']:.2g}"))
+    assert f"about {needed:,} test examples would confirm +0.1" in text
+    assert "Fixes: more test examples" in text and "a larger threshold" in text \
+        and "fewer comparisons" in text
+
+
+def test_power_plot_without_a_test_split_exits_2(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    data = json.loads(_invoke(["plan", str(path), "--json"]).stdout)["power"]
+    assert data["comparisons"] == [] and data["test_examples"] is None
+    assert data["not_computed"][0]["reason"] == ("the campaign has no [corpus], so the test "
+                                                 "split's size is unknown")
+    result = _invoke(["plan", str(path), "--power-plot", str(tmp_path / "p.png")])
+    assert result.exit_code == 2
+    assert "--power-plot" in result.stderr and "no comparison's power is known" in result.stderr
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_plan_extend_does_not_fit_but_exits_0_and_says_so(tmp_path: Path) -> None:
@@ -102,6 +147,43 @@ def test_plan_finds_a_missing_task_file_or_train_without_running_the_task(tmp_pa
     assert not (tmp_path / "ran").exists()
     (tmp_path / "train.py").write_text("from helpers import train\n")
     assert _invoke(["plan", str(path)]).exit_code == 0
+
+
+def test_plan_finds_a_metric_column_the_tasks_predictions_cannot_have(tmp_path: Path) -> None:
+    # the built-in task declares its columns: a misspelt column is found before any run
+    text = ILLUSTRATION.replace('metric = "macro_f1"\ngoal = "max"',
+                                'metric = "mean:n_token"\ngoal = "min"')
+    assert "mean:n_token" in text
+    path = _write(tmp_path, text)
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: {path}: campaign.metric: 'mean:n_token': task 'textclf' declares the columns "
+        f"of its predictions.csv (PREDICTION_COLUMNS: example_id, gold, predicted, n_tokens, "
+        f"truncated, prob_*), and none is 'n_token'; fix the metric's spelling or give "
+        f"mean:<one of its numeric columns>")
+    for good in ("mean:n_tokens", "mean:prob_positive"):           # prob_* is one per class
+        assert _invoke(["plan", str(_write(tmp_path, text.replace("mean:n_token", good)))]
+                       ).exit_code == 0
+    # a file task declares them in its text, read without running it
+    task = ("open('ran', 'w').close()\nPREDICTION_COLUMNS = ('example_id', 'y', 'abs_error')\n"
+            "def train(trial):\n    pass\n")
+    (tmp_path / "train.py").write_text(task)
+    text = text.replace("[[run]]\n", '[[run]]\ntask = "train.py"\n')
+    path = _write(tmp_path, text.replace("mean:n_token", "mean:abs_eror"))
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2 and "none is 'abs_eror'" in result.stderr
+    assert not (tmp_path / "ran").exists()
+    assert _invoke(["plan", str(_write(tmp_path, text.replace("mean:n_token", "mean:abs_error")))]
+                   ).exit_code == 0
+    # a classification metric needs gold and predicted
+    result = _invoke(["plan", str(_write(tmp_path, text.replace(
+        'metric = "mean:n_token"\ngoal = "min"', 'metric = "macro_f1"\ngoal = "max"')))])
+    assert result.exit_code == 2 and "none is 'gold' or 'predicted'" in result.stderr
+    # without a declaration nothing can be said before the pilot
+    (tmp_path / "train.py").write_text("def train(trial):\n    pass\n")
+    assert _invoke(["plan", str(_write(tmp_path, text.replace("mean:n_token", "mean:x")))]
+                   ).exit_code == 0
 
 
 BAD_SPECS = {
@@ -182,7 +264,8 @@ def test_quote_with_a_user_catalog_prices_a_two_gpu_flight_once(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--offer", "RTX 4009", "--hours", "5"], "--offer: 'RTX 4009' is not an offer in the catalog; did you mean 'RTX 4090'?"),
+    (["--offer", "RTX 4009", "--hours", "5"],
+     "--offer: 'RTX 4009' is not an offer in the catalog; did you mean 'RTX 4090'?"),
     (["--offer", "B200", "--hours", "5"], "no package prices for 'B200'"),
     (["--offer", "RTX 4090", "--hours", "0"], "--hours 0: a job length must be more than 0 hours"),
     (["--offer", "RTX 4090", "--hours", "5", "--gpus", "0"], "--gpus 0"),
@@ -209,3 +292,28 @@ def test_names_that_look_like_markup_or_tex_print_as_written(tmp_path: Path) -> 
     assert "$\\foo{$ [bold]: Does a LoRA" in result.stdout
     assert "│ [red]lora-r8[/]" in result.stdout
     assert gantt.read_bytes().startswith(b"\x89PNG")
+
+
+def test_plan_finds_a_corpus_column_the_files_lack_before_writing_anything(tmp_path: Path) -> None:
+    """The digits campaign with ``p64`` among its inputs (the files have p0 … p63): one line
+    naming the campaign file, the key, the corpus file and the column; exit 2."""
+    shutil.copytree(ROOT / "examples" / "digits", tmp_path / "digits")
+    spec = tmp_path / "digits" / "campaign.toml"
+    text = spec.read_text(encoding="utf-8")
+    assert '"p63"]' in text
+    spec.write_text(text.replace('"p63"]', '"p63", "p64"]'), encoding="utf-8")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _invoke(["plan", str(spec), "--gantt", str(tmp_path / "gantt.png")])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: {spec}: corpus.input_columns: digits_test.csv has no column 'p64' (its "
+        f"columns: 'id', 'p0', ")
+    assert lines[0].endswith("'p63', 'label'); fix corpus.input_columns")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    spec.write_text(text.replace('label_column = "label"', 'label_column = "digit"'),
+                    encoding="utf-8")
+    result = _invoke(["plan", str(spec)])
+    assert result.exit_code == 2 and "digits_test.csv has no column 'digit'" in result.stderr
+    spec.write_text(text, encoding="utf-8")
+    assert _invoke(["plan", str(spec)]).exit_code == 0

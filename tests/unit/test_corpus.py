@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.corpus import load_corpus, verify_hashes
+from flightplan.corpus import load_corpus, load_split, verify_hashes
 from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import CorpusSection
 
@@ -73,6 +73,20 @@ def test_limits_keep_the_first_rows():
     assert (len(corpus.train), len(corpus.test)) == (240, 80)
     assert corpus.train[0].id == "48134"
     assert corpus.files[TRAIN].rows == 600       # the file is hashed and counted whole
+
+
+def test_one_split_is_read_alone(tmp_path):
+    examples, source = load_split(_section(test_limit=80), Path("."), "test")
+    assert len(examples) == 80 and examples == load_corpus(_section(test_limit=80), Path(".")).test
+    assert source.startswith(f"package {PACKAGE} ") and source.endswith(f": {TEST}")
+    # only the test file is read: a train file that no longer parses goes unnoticed
+    _extract(tmp_path)
+    (tmp_path / TRAIN).write_bytes(b"\xff\xfe not text")
+    examples, source = load_split(_section(package=None, path="."), tmp_path, "test")
+    assert len(examples) == 379 and source == f"folder {tmp_path.resolve()}: {TEST}"
+    with pytest.raises(SpecError, match="the task reads the corpus itself"):
+        load_split(_section(package=None, path=".", id_column=None, input_columns=None,
+                            label_column=None), tmp_path, "test")
 
 
 def test_folder_corpus_hashes_like_the_package(tmp_path):

@@ -11,20 +11,30 @@ from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.conclusion import compare_runs
 from flightplan.errors import CheckFailed, SpecError
 from flightplan.metrics import (LABEL_METRICS, Predictions, check_goal, metric_value,
-                                parse_metric, read_predictions)
+                                paired, parse_metric, read_predictions)
 
 SKLEARN = {
     "accuracy": sk.accuracy_score, "balanced_accuracy": sk.balanced_accuracy_score,
-    "macro_f1": lambda g, p, labels: sk.f1_score(g, p, labels=labels, average="macro",
-                                                 zero_division=0),
-    "matthews_corrcoef": sk.matthews_corrcoef, "cohen_kappa": sk.cohen_kappa_score,
+    "macro_f1": lambda g, p: sk.f1_score(g, p, average="macro", zero_division=0),
+    "matthews_corrcoef": sk.matthews_corrcoef,
+    "cohen_kappa": lambda g, p: sk.cohen_kappa_score(g, p, replace_undefined_by=0.0),
     "hamming_loss": sk.hamming_loss, "zero_one_loss": sk.zero_one_loss,
 }
+SKLEARN["mean:correct"] = sk.accuracy_score          # the mean of a 0/1 correctness column
+"""Each metric name → scikit-learn on the gold and predicted strings, default labels."""
 for _base in ("f1", "precision", "recall", "jaccard"):
     for _average in ("macro", "micro", "weighted"):
         SKLEARN[f"{_base}_{_average}"] = (
-            lambda g, p, labels, f=getattr(sk, f"{_base}_score"), a=_average:
-            f(g, p, labels=labels, average=a, zero_division=0))
+            lambda g, p, f=getattr(sk, f"{_base}_score"), a=_average:  # noqa: B008 (binds the loop's scorer)
+            f(g, p, average=a, zero_division=0))
+
+# (classes the task learnt, gold labels drawn from, predicted labels drawn from)
+CASES = {
+    "label only in test": (["a", "b"], ["a", "b", "c"], ["a", "b"]),
+    "label never predicted": (["a", "b", "c"], ["a", "b", "c"], ["a", "b"]),
+    "label only predicted": (["a", "b", "c"], ["a", "b"], ["a", "b", "c"]),
+    "label in no row": (["a", "b", "c", "d"], ["a", "b", "c"], ["a", "b", "c"]),
+}
 
 
 def _predictions(gold, predicted, labels):
@@ -32,18 +42,107 @@ def _predictions(gold, predicted, labels):
                        gold=np.array(gold), predicted=np.array(predicted), probs=None)
 
 
-@pytest.mark.parametrize("name", sorted(LABEL_METRICS))
-def test_every_classification_metric_equals_scikit_learn(name):
-    rng = np.random.default_rng(7)
-    labels = ["a", "b", "c", "d"]                       # "d" is never the gold label
-    gold = rng.integers(0, 3, size=60)
-    predicted = np.where(rng.random(60) < 0.6, gold, rng.integers(0, 4, size=60))
-    function = SKLEARN[name]
-    try:
-        expected = function(gold, predicted, labels=[0, 1, 2, 3])
-    except TypeError:                                   # no labels argument
-        expected = function(gold, predicted)
-    assert metric_value(name, _predictions(gold, predicted, labels)) == pytest.approx(expected)
+def _case_file(tmp_path, case: str, probs: bool, *, seed: int = 3, name: str = "p.csv"):
+    """``(path, gold, predicted)``: 40 test examples of the case (the same gold labels for
+    every ``seed``, predictions drawn by it), a per-example ``correct`` column (true/false),
+    and with ``probs`` a ``prob_<label>`` column per learnt class (the predicted one
+    highest)."""
+    learnt, gold_from, predicted_from = CASES[case]
+    gold = list(np.random.default_rng(3).choice(gold_from, size=40))
+    rng = np.random.default_rng(seed)
+    guess = list(rng.choice(predicted_from, size=40))
+    predicted = [g if g in predicted_from and rng.random() < 0.6 else q
+                 for g, q in zip(gold, guess)]
+    lines = [",".join(["example_id", "gold", "predicted", "correct"]
+                      + ([f"prob_{c}" for c in learnt] if probs else []))]
+    for i, (g, p) in enumerate(zip(gold, predicted)):
+        cells = [f"e{i}", g, p, str(g == p).lower()]
+        if probs:
+            cells += ["0.7" if c == p else repr(0.3 / (len(learnt) - 1)) for c in learnt]
+        lines.append(",".join(cells))
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path, gold, predicted
+
+
+@pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")
+@pytest.mark.parametrize("probs", [True, False], ids=["prob columns", "no prob columns"])
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(SKLEARN))
+def test_every_decision_metric_equals_scikit_learn(tmp_path, name, case, probs):
+    assert set(SKLEARN) == {*LABEL_METRICS, "mean:correct"}       # every name parse_metric takes
+    path, gold, predicted = _case_file(tmp_path, case, probs)
+    learnt, gold_from, predicted_from = CASES[case]
+    assert set(gold) == set(gold_from) and set(predicted) == set(predicted_from)
+    expected = SKLEARN[name](gold, predicted)
+    predictions = read_predictions(path)
+    assert metric_value(name, predictions) == pytest.approx(expected, abs=1e-12)
+    # the statistic the bootstrap resamples: on the whole set, for the reference and a
+    # variant (other predictions, scored against the reference's gold), and on resamples,
+    # where classes go missing
+    variant_path, var_gold, var_predicted = _case_file(tmp_path, case, probs, seed=4,
+                                                       name="v.csv")
+    assert var_gold == gold
+    assert var_predicted != predicted
+    statistic, ref_arrays, var_arrays = paired(name, predictions, read_predictions(variant_path))
+    assert statistic(*ref_arrays) == pytest.approx(expected, abs=1e-12)
+    assert statistic(*var_arrays) == pytest.approx(SKLEARN[name](gold, var_predicted), abs=1e-12)
+    rows = np.random.default_rng(5).integers(0, len(gold), size=(6, len(gold)))
+    rows[0] = np.flatnonzero(np.array(gold) != "c")[rows[0] % 10]      # c absent altogether
+    by_sklearn = [SKLEARN[name]([gold[i] for i in r], [predicted[i] for i in r]) for r in rows]
+    resampled = statistic(*(a[rows] for a in ref_arrays))             # (6,) in one call
+    assert resampled == pytest.approx(by_sklearn, abs=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:y_pred contains classes not in y_true")
+@pytest.mark.parametrize("probs", [True, False], ids=["prob columns", "no prob columns"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_error_analysis_counts_every_example_as_scikit_learn_does(tmp_path, case, probs):
+    path, gold, predicted = _case_file(tmp_path, case, probs)
+    report = error_analysis(read_predictions(path), metric="balanced_accuracy", goal="max",
+                            texts={}, top=3)
+    labels = report["labels"]
+    assert set(labels) == set(gold) | set(predicted) | (set(CASES[case][0]) if probs else set())
+    counts = sk.confusion_matrix(gold, predicted, labels=labels)
+    assert report["confusion_matrix"]["counts"] == counts.tolist()
+    assert int(counts.sum()) == report["n_test"] == 40
+    precision, recall, f1, support = sk.precision_recall_fscore_support(
+        gold, predicted, labels=labels, zero_division=0)
+    for k, label in enumerate(labels):
+        assert report["per_class"][label] == {
+            "precision": round(precision[k], 6), "recall": round(recall[k], 6),
+            "f1": round(f1[k], 6), "support": int(support[k])}
+    assert report["accuracy"] == round(sk.accuracy_score(gold, predicted), 6)
+    assert report["macro_f1"] == round(SKLEARN["macro_f1"](gold, predicted), 6)
+    assert report["metric"]["value"] == round(sk.balanced_accuracy_score(gold, predicted), 6)
+
+
+def test_a_label_only_in_test_counts_with_prob_columns(tmp_path):
+    # gold a a b c, predicted a a b b, prob_a and prob_b only: the task never learnt c.
+    # recalls a 2/2, b 1/1, c 0/1 → balanced accuracy 2/3; F1 a 1, b 2/3 (TP 1, FP 1),
+    # c 0 → macro-F1 5/9
+    path = tmp_path / "p.csv"
+    path.write_text("example_id,gold,predicted,prob_a,prob_b\n"
+                    "1,a,a,0.9,0.1\n2,a,a,0.8,0.2\n3,b,b,0.1,0.9\n4,c,b,0.2,0.8\n")
+    predictions = read_predictions(path)
+    assert predictions.labels == ["a", "b", "c"] and predictions.probs.shape == (4, 2)
+    assert metric_value("balanced_accuracy", predictions) == pytest.approx(2 / 3)
+    assert metric_value("macro_f1", predictions) == pytest.approx(5 / 9)
+    report = error_analysis(predictions, metric="macro_f1", goal="max", texts={})
+    assert report["confusion_matrix"]["counts"] == [[2, 0, 0], [0, 1, 0], [0, 1, 0]]
+    assert report["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0,
+                                        "support": 1}
+    assert report["confidently_wrong"][0]["gold"] == "c"
+    assert report["confidently_wrong"][0]["probability"] == 0.8
+
+
+def test_a_predicted_label_without_its_prob_column_is_refused(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("example_id,gold,predicted,prob_a,prob_b\n1,a,c,0.9,0.1\n")
+    with pytest.raises(CheckFailed, match="predicted label 'c' has no column prob_c \\(the "
+                                          "prob_ columns: \\['a', 'b'\\]\\); write one "
+                                          "prob_<label> column per class the task predicts"):
+        read_predictions(path)
 
 
 def test_macro_f1_and_balanced_accuracy_by_hand():

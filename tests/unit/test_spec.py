@@ -49,7 +49,8 @@ CASES = [
     (("run", 0, "duration"), "ten hours", r"run\[0\]\.duration: 'ten hours' is not a duration"),
     (("run", 0, "duration"), 10, r"run\[0\]\.duration: 10 is not a duration string"),
     (("run", 2, "reference"), "lora-r9", r"run\[2\]\.reference: 'lora-r9' is not a run; did you mean 'lora-r8'\?"),
-    (("expense",), [{"label": "x", "amount": "1.005", "currency": "USD"}], r"expense\[0\]\.amount: .*more than two decimals"),
+    (("expense",), [{"label": "x", "amount": "1.005", "currency": "USD"}],
+     r"expense\[0\]\.amount: .*more than two decimals"),
     (("expense",), [{"label": "x", "amount": "-1.00", "currency": "USD"}], r"expense\[0\]\.amount: .*negative"),
     (("expense",), [{"label": "x", "amount": 12.5, "currency": "USD"}], r"expense\[0\]\.amount: .*decimal string"),
     (("rental", "flight"), 2, r"rental\.flight: unknown key 'flight'; did you mean 'flights'\?"),
@@ -58,6 +59,16 @@ CASES = [
     (("stage", 0, "uses"), ["gpu", "cpu"], r"stage\[0\]\.uses\[1\]: 'cpu' is not allowed"),
     (("run", 0, "tier"), "vital", r"run\[0\]\.tier: 'vital' is not allowed"),
     (("campaign_dir",), "/etc", r"unknown key 'campaign_dir'"),
+    (("campaign", "expected_disagreement"), 0,
+     r"campaign\.expected_disagreement: 0: input should be greater than 0"),
+    (("campaign", "expected_disagreement"), 1.5,
+     r"campaign\.expected_disagreement: 1\.5: input should be less than or equal to 1"),
+    (("campaign", "expected_difference_sd"), 0.2,
+     r"campaign: expected_difference_sd is for a mean:<column> metric, and macro_f1 is a "
+     r"classification metric; give expected_disagreement"),
+    (("run", 0, "expected_gain"), 0.1,
+     r"run\[0\]\.expected_gain: run 'control' has no reference, so no gain to expect"),
+    (("run", 1, "expected_gain"), -0.1, r"run\[1\]\.expected_gain: -0\.1: input should be greater than or equal to 0"),
 ]
 
 
@@ -75,6 +86,34 @@ def test_a_misspelt_required_key_is_named_not_reported_missing() -> None:
         parse_spec(doc)
     assert str(caught.value) == ("campaign.toml: rental.pakage_days: unknown key 'pakage_days'; "
                                  "did you mean 'package_days'?")
+
+
+def test_planning_assumptions_load_and_fit_their_metric() -> None:
+    doc = copy.deepcopy(BASE)
+    doc["campaign"]["expected_disagreement"] = 0.1
+    doc["run"][1]["expected_gain"] = 0.08
+    spec = parse_spec(doc)
+    assert spec.campaign.expected_disagreement == 0.1 and spec.item("lora-r8").expected_gain == 0.08
+    doc["campaign"] |= {"metric": "mean:abs_error", "goal": "min"}
+    with pytest.raises(SpecError, match=r"campaign: expected_disagreement is for a "
+                                        r"classification metric, and mean:abs_error is a "
+                                        r"column's mean; give expected_difference_sd"):
+        parse_spec(doc)
+    del doc["campaign"]["expected_disagreement"]
+    doc["campaign"]["expected_difference_sd"] = 0.3
+    assert parse_spec(doc).campaign.expected_difference_sd == 0.3
+
+
+def test_calibrate_from_is_relative_to_the_campaign_file(tmp_path: Path) -> None:
+    doc = copy.deepcopy(BASE)
+    doc["calibrate"] = {"from": "../first/results"}
+    spec = parse_spec(doc, campaign_dir=tmp_path / "next")
+    assert spec.calibrate is not None and spec.calibrate.source == "../first/results"
+    assert spec.calibrate.results_dir(spec.campaign_dir) == (tmp_path / "first" / "results").resolve()
+    doc["calibrate"] = {"form": "../first/results"}
+    with pytest.raises(SpecError, match=r"calibrate\.form: unknown key 'form'; did you mean "
+                                        r"'from'\?"):
+        parse_spec(doc)
 
 
 def test_no_control_is_an_error() -> None:

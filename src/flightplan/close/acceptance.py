@@ -1,6 +1,6 @@
 """Which runs delivered an accepted product, and the variant-versus-reference comparisons.
 
-A run's product is accepted only when all four hold (DESIGN.md point 9, issue 5):
+A run's product is accepted only when all four hold:
 
 1. the run finished without a stop (ledger status ``finished``, no stop record);
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
@@ -21,6 +21,7 @@ Usage::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,40 @@ from flightplan.activity import doing
 from flightplan.close.conclusion import compare_runs
 from flightplan.close.verify import reproduce_run
 from flightplan.errors import CheckFailed
+from flightplan.findings import Finding
+from flightplan.ledger_rows import RunRow
 from flightplan.metrics import Predictions, metric_value, parse_metric, read_predictions
 from flightplan.spec import CampaignSpec
 
-__all__ = ["accept_runs", "accepted_product_count", "comparisons"]
+__all__ = ["Verdict", "accept_runs", "accepted_product_count", "comparisons"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether one run delivered an accepted product, and why not.
+
+    Attributes:
+        run_id, name, tier, status, config_hash: the run (its ledger row).
+        metric_value: the decision metric from its predictions (6 places), None when they
+            cannot give it.
+        accepted: all four conditions of the module docstring hold (``reasons`` empty).
+        usable: only the quality threshold (if anything) kept it from being accepted: its
+            predictions are sound for a comparison.
+        reasons: why it was not accepted, one line each.
+        reload_findings: the findings of the full reload in a fresh process (``[]`` when
+            it reproduced every prediction; None when no reload was attempted).
+    """
+
+    run_id: str
+    name: str
+    tier: str
+    status: str
+    config_hash: str | None
+    metric_value: float | None
+    accepted: bool
+    usable: bool
+    reasons: list[str]
+    reload_findings: list[Finding] | None
 
 
 def _load(results: Path, run_id: str) -> Predictions | None:
@@ -44,22 +75,18 @@ def _load(results: Path, run_id: str) -> Predictions | None:
         return None
 
 
-def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec,
-                expected_ids: list[str] | None) -> list[dict[str, Any]]:
+def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,
+                expected_ids: list[str] | None) -> list[Verdict]:
     """Judge every run.
 
     Args:
         results: the results directory (runs already published into it).
-        runs: ledger rows ``{run_id, name, status, stop, config_hash, ...}`` to judge.
+        runs: the ledger's rows of the runs to judge.
         spec: the campaign (metric, goal, accept_at_least).
         expected_ids: the test example ids every product must cover (None: not checked).
 
     Returns:
-        One ``{run_id, name, tier, status, config_hash, metric_value, accepted, usable,
-        reasons, reload_findings}`` per run, in the given order; ``reasons`` says why a run
-        was not accepted; ``usable`` is true when only the quality threshold (if anything)
-        kept it from being accepted: its predictions are sound for a comparison; ``reload_findings`` are the findings of the full reload (``[]`` when it
-        reproduced every prediction; None when no reload was attempted).
+        One :class:`Verdict` per run, in the given order.
     """
     section = spec.campaign
     metric = parse_metric(section.metric)
@@ -67,19 +94,19 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
     for done, run in enumerate(runs):
         doing("reloading each artifact in a fresh process", done=done, total=len(runs),
               unit="runs")
-        run_id, reasons = run["run_id"], []
+        run_id, reasons = run.run_id, []
         predictions = _load(results, run_id)
         value, reproduced, usable = None, None, False
-        if run["status"] != "finished" or run.get("stop"):
-            rule = (run.get("stop") or {}).get("rule")
-            reasons.append(f"stopped by rule {rule}" if rule else f"status {run['status']}, "
+        if run.status != "finished" or run.stop:
+            rule = (run.stop or {}).get("rule")
+            reasons.append(f"stopped by rule {rule}" if rule else f"status {run.status}, "
                            f"not finished")
         elif predictions is None:
             reasons.append("no readable predictions")
         else:
             _, reproduced = reproduce_run(results, run_id, limit=None, trust_code=True,
                                           campaign_dir=spec.campaign_dir)
-            reasons += [f"{f['check']}: {f['message']}" for f in reproduced]
+            reasons += [f"{f.check}: {f.message}" for f in reproduced]
             if expected_ids is not None:
                 missing = sorted(set(expected_ids) - set(predictions.ids))
                 if missing:
@@ -97,20 +124,18 @@ def accept_runs(results: Path, runs: list[dict[str, Any]], *, spec: CampaignSpec
                     word = "below" if section.goal == "max" else "above"
                     reasons.append(f"{section.metric} {value:.4f} is {word} accept_at_least "
                                    f"{threshold}")
-        verdicts.append({"run_id": run_id, "name": run["name"], "tier": run.get("tier"),
-                         "status": run["status"], "config_hash": run.get("config_hash"),
-                         "metric_value": None if value is None else round(value, 6),
-                         "accepted": not reasons, "usable": usable, "reasons": reasons,
-                         "reload_findings": reproduced})
+        verdicts.append(Verdict(run_id, run.name, run.tier, run.status, run.config_hash,
+                                None if value is None else round(value, 6), not reasons,
+                                usable, reasons, reproduced))
     return verdicts
 
 
-def accepted_product_count(verdicts: list[dict[str, Any]]) -> int:
+def accepted_product_count(verdicts: list[Verdict]) -> int:
     """Distinct products among the accepted runs (same config hash → one product)."""
-    return len({v["config_hash"] or v["run_id"] for v in verdicts if v["accepted"]})
+    return len({v.config_hash or v.run_id for v in verdicts if v.accepted})
 
 
-def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]]
+def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
                 ) -> list[dict[str, Any]]:
     """Each variant of the spec against its reference.
 
@@ -125,22 +150,21 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[dict[str, Any]
         reference_run_id, ...compare() keys}`` or ``{..., verdict: "not_available",
         reason}``.
     """
-    by_name = {v["name"]: v for v in verdicts}
+    by_name = {v.name: v for v in verdicts}
     section = spec.campaign
     out = []
     for run in spec.runs:
         if run.reference is None:
             continue
-        entry: dict[str, Any] = {"variant": run.name, "reference": run.reference,
-                                 "variant_run_id": (by_name.get(run.name) or {}).get("run_id"),
-                                 "reference_run_id": (by_name.get(run.reference) or {}).get(
-                                     "run_id")}
         sides = [by_name.get(run.name), by_name.get(run.reference)]
+        entry: dict[str, Any] = {"variant": run.name, "reference": run.reference,
+                                 "variant_run_id": sides[0].run_id if sides[0] else None,
+                                 "reference_run_id": sides[1].run_id if sides[1] else None}
         unusable = [name for name, v in zip((run.name, run.reference), sides)
-                    if v is None or not v["usable"]]
+                    if v is None or not v.usable]
         if unusable:
-            why = [f"{name}: {v['reasons'][0]}" for name, v in zip((run.name, run.reference), sides)
-                   if v is not None and not v["usable"] and v["reasons"]]
+            why = [f"{name}: {v.reasons[0]}" for name, v in zip((run.name, run.reference), sides)
+                   if v is not None and not v.usable and v.reasons]
             out.append(entry | {"verdict": "not_available",
                                 "reason": f"no usable predictions for {' and '.join(unusable)}"
                                           + (f" ({'; '.join(why)})" if why else "")})

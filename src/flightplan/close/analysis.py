@@ -6,9 +6,12 @@ columns) and reports what the columns allow:
 
 - always: the number of test examples and the decision metric's value;
 - with gold and predicted labels: the confusion matrix (rows: gold, columns: predicted, in
-  class order), per-class precision/recall/F1 and support, accuracy, macro-F1, and the
-  most confidently wrong examples (by the probability of the predicted label when the task
-  writes ``prob_*`` columns, else in file order) with a short excerpt of their text;
+  class order: every class of :class:`~flightplan.metrics.Predictions`, so every test
+  example is in it), per-class precision/recall/F1 and support (scikit-learn's
+  ``precision_recall_fscore_support`` with ``zero_division=0``), accuracy and macro-F1
+  (the decision metrics of those names), and the most confidently wrong examples (by the
+  probability of the predicted label when the task writes ``prob_*`` columns, else in file
+  order) with a short excerpt of their text;
 - with a column metric (``mean:<column>``): the worst examples by that column (lowest
   first when the goal is ``max``, highest first when it is ``min``);
 - with a ``truncated`` column (true/false): errors and the metric column's mean for
@@ -53,17 +56,13 @@ def _group(mask: np.ndarray, wrong: np.ndarray | None, values: np.ndarray | None
             if values is not None and n else None}
 
 
-def _label(predictions: Predictions, index: int) -> str | None:
-    return predictions.labels[index] if index >= 0 else None
-
-
 def _classification(predictions: Predictions, texts: dict[str, str], top: int
                     ) -> dict[str, Any]:
     labels, c = predictions.labels, len(predictions.labels)
-    gold, pred = predictions.gold, predictions.predicted
-    counts = confusion(gold, pred, c)                          # (C+1, C+1)
-    tp = np.diagonal(counts)[:c]
-    n_pred, support = counts.sum(axis=0)[:c], counts.sum(axis=1)[:c]
+    gold, pred = predictions.labelled("the error analysis")
+    counts = confusion(gold, pred, c)                          # (C, C)
+    tp = np.diagonal(counts)
+    n_pred, support = counts.sum(axis=0), counts.sum(axis=1)
     precision = np.where(n_pred > 0, tp / np.maximum(n_pred, 1), 0.0)
     recall = np.where(support > 0, tp / np.maximum(support, 1), 0.0)
     f1 = np.where(n_pred + support > 0, 2 * tp / np.maximum(n_pred + support, 1), 0.0)
@@ -77,15 +76,15 @@ def _classification(predictions: Predictions, texts: dict[str, str], top: int
     n = len(predictions)
     return {
         "labels": labels,
-        "accuracy": round(float((~wrong).mean()), 6) if n else None,
-        "macro_f1": round(float(np.mean(f1)), 6) if n and c else None,
-        "confusion_matrix": {"labels": labels, "counts": counts[:c, :c].astype(int).tolist()},
+        "accuracy": round(metric_value("accuracy", predictions), 6) if n else None,
+        "macro_f1": round(metric_value("macro_f1", predictions), 6) if n else None,
+        "confusion_matrix": {"labels": labels, "counts": counts.astype(int).tolist()},
         "per_class": {label: {"precision": round(float(precision[k]), 6),
                               "recall": round(float(recall[k]), 6),
                               "f1": round(float(f1[k]), 6), "support": int(support[k])}
                       for k, label in enumerate(labels)},
         "confidently_wrong": [
-            {"example_id": predictions.ids[i], "gold": _label(predictions, gold[i]),
+            {"example_id": predictions.ids[i], "gold": labels[gold[i]],
              "predicted": labels[pred[i]],
              "probability": None if confidence is None else round(float(confidence[i]), 6),
              "n_tokens": None if n_tokens is None else int(n_tokens[i]),
@@ -102,12 +101,11 @@ def _worst(predictions: Predictions, metric: Metric, goal: str, texts: dict[str,
         return None
     sign = 1.0 if goal == "max" else -1.0           # worst first: lowest for max
     order = sorted(range(len(values)), key=lambda i: (sign * values[i], predictions.ids[i]))
+    pairs = predictions.labelled("the error analysis") if predictions.has_labels else None
     return {"column": metric.column, "goal": goal, "mean": round(float(values.mean()), 6),
             "examples": [{"example_id": predictions.ids[i], "value": round(float(values[i]), 6),
-                          "gold": _label(predictions, predictions.gold[i])
-                          if predictions.has_labels else None,
-                          "predicted": predictions.labels[predictions.predicted[i]]
-                          if predictions.has_labels else None,
+                          "gold": predictions.labels[pairs[0][i]] if pairs else None,
+                          "predicted": predictions.labels[pairs[1][i]] if pairs else None,
                           "excerpt": excerpt(texts.get(predictions.ids[i], ""))}
                          for i in order[:top]]}
 
@@ -153,7 +151,8 @@ def error_analysis(predictions: Predictions, *, metric: Metric | str, goal: str,
     truncated = predictions.columns.get("truncated")
     if truncated is not None:
         mask = truncated > 0.5
-        wrong = predictions.gold != predictions.predicted if predictions.has_labels else None
+        pairs = predictions.labelled("the error analysis") if predictions.has_labels else None
+        wrong = pairs[0] != pairs[1] if pairs else None
         values = predictions.columns.get(metric.column or "") if metric.kind == "column" \
             else None
         report["by_length"] = {"input_limit": input_limit,

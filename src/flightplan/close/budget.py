@@ -10,7 +10,7 @@ adds a tax, fee or transfer cost that was not recorded.
 with ``undefined_reason`` naming the rejection reasons, while ``committed_total`` still
 shows what was spent.
 
-Known answers (DESIGN.md): one 47.14 USD package, two accepted products → ``"23.57"``;
+Known answers: one 47.14 USD package, two accepted products → ``"23.57"``;
 two 3-day RTX 4090 flights → ``committed_total`` ``"94.28"``.
 
 Usage::
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flightplan.errors import SpecError
+from flightplan.ledger_rows import ExpenseRow
 from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 
@@ -78,7 +79,8 @@ def build_budget(*, packages: list[Package], external: list[ExternalExpense],
         SpecError: no package, or an amount in another currency than the rental's.
     """
     if not packages:
-        raise SpecError("no committed package; give [rental] offer and package_days",
+        raise SpecError("the ledger records no committed package; flightplan run records the "
+                        "rental before the first run: run the campaign before closing it",
                         field="rental")
     currency = packages[0].price.currency
     committed_total = Money.zero(currency)
@@ -115,42 +117,33 @@ def build_budget(*, packages: list[Package], external: list[ExternalExpense],
     }
 
 
-def budget_inputs(spec: CampaignSpec, expense_rows: list[dict[str, Any]]
+def budget_inputs(spec: CampaignSpec, expense_rows: list[ExpenseRow]
                   ) -> tuple[list[Package], list[ExternalExpense]]:
-    """Committed packages and external expenses, from the ledger or else the spec.
+    """Committed packages and external expenses, from the ledger (external ones else the spec).
 
     Ledger rows (``Ledger.expenses()``) of kind ``package`` give ``amount`` as the whole
-    price of the rental (``flights`` × the package price, as the runner records it), so the
-    price of one flight is ``amount / flights``; rows of kind ``external`` are other expenses.
-    Without package rows, the package is ``[rental]`` priced from the catalog; without
-    external rows, the ``[[expense]]`` entries.
+    price of the rental (``flights`` × the package price, as the runner records it before
+    the first run: the rental frozen with the plan), so the price of one flight is
+    ``amount / flights``; rows of kind ``external`` are other expenses. Without external
+    rows, the ``[[expense]]`` entries.
 
     Raises:
-        CatalogError: the offer or package length is not in the catalog.
         SpecError: an amount is not valid money.
     """
     packages: list[Package] = []
     external: list[ExternalExpense] = []
     for row in expense_rows:
         try:
-            amount = Money.parse(str(row["amount"]), row["currency"])
+            amount = Money.parse(str(row.amount), row.currency)
         except ValueError as exc:
-            raise SpecError(f"ledger expense {row.get('label')!r}: {exc}", field="expense.amount",
-                            value=row.get("amount")) from None
-        if row["kind"] == "package":
-            flights = int(row.get("flights") or 1)
-            packages.append(Package(str(row.get("offer") or row["label"]),
-                                    int(row.get("package_days") or 0), flights,
-                                    amount.per(flights)))
+            raise SpecError(f"ledger expense {row.label!r}: {exc}", field="expense.amount",
+                            value=row.amount) from None
+        if row.kind == "package":
+            flights = int(row.flights or 1)
+            packages.append(Package(str(row.offer or row.label), int(row.package_days or 0),
+                                    flights, amount.per(flights)))
         else:
-            external.append(ExternalExpense(str(row["label"]), amount))
-    if not packages:
-        from flightplan.plan.catalog import catalog_for_spec, rental_price
-
-        offer = catalog_for_spec(spec).offer(spec.rental.offer, source=spec.source,
-                                             field_name="rental.offer")
-        price = rental_price(spec, offer).per(spec.rental.flights)
-        packages.append(Package(offer.name, spec.rental.package_days, spec.rental.flights, price))
-    if not any(row["kind"] == "external" for row in expense_rows):
+            external.append(ExternalExpense(row.label, amount))
+    if not any(row.kind == "external" for row in expense_rows):
         external = [ExternalExpense(e.label, e.money) for e in spec.expenses]
     return packages, external

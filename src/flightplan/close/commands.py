@@ -2,8 +2,9 @@
 
 ``flightplan close SPEC`` completes ``results/`` from the ledger and the run directories:
 it (re)publishes every run, judges each product (:mod:`.acceptance`), writes the error
-analyses, the conclusion, the budget, plan versus execution, README.md and report.html,
-rewrites the manifest, and then runs :func:`flightplan.close.verify.verify_results` on
+analyses, the conclusion, the budget, plan versus execution, ``calibration.json`` (what
+the next campaign plans from: :mod:`flightplan.plan.calibration`), README.md and
+report.html, rewrites the manifest, and then runs :func:`flightplan.close.verify.verify_results` on
 the directory. It reports success (exit 0) only when verification passes; otherwise it
 names each finding and exits 1.
 
@@ -24,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.activity import WaitDisplay, doing
-from flightplan.close.acceptance import accept_runs, accepted_product_count, comparisons
+from flightplan.campaign_lock import CampaignLock
+from flightplan.close.acceptance import (Verdict, accept_runs, accepted_product_count,
+                                         comparisons)
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
@@ -34,10 +37,13 @@ from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
+from flightplan.ledger_rows import PlanVersionRow, RunRow
 from flightplan.metrics import read_predictions
-from flightplan.plan.decision_rule import check_rule_unchanged
+from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
+from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
+from flightplan.rows import Row, parse_rows
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import reload_argv
@@ -59,20 +65,45 @@ def _test_examples(spec: CampaignSpec) -> tuple[list[str] | None, dict[str, str]
     return [e.id for e in corpus.test], {e.id: e.text for e in corpus.test}
 
 
+def _artifact_meta(results: Path, run_id: str) -> dict[str, Any]:
+    """The run's ``artifact.json`` object ({} when missing or unreadable)."""
+    path = results / "artifacts" / run_id / "artifact.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _input_limit(results: Path, run_id: str) -> int | None:
     """``input_limit`` recorded in the run's ``artifact.json`` (the length the task cut
     inputs at), or None."""
-    path = results / "artifacts" / run_id / "artifact.json"
-    try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("input_limit")
-    except (OSError, ValueError, AttributeError):
-        return None
+    value = _artifact_meta(results, run_id).get("input_limit")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _latest_runs(ledger: LedgerReader) -> list[dict[str, Any]]:
+def _published(results: Path, runs: list[RunRow]
+               ) -> tuple[dict[str, Any], dict[str, list[Row]], dict[str, str]]:
+    """Per run id, what close read back from results/ for the calibration record: the
+    published trial.json, the measurement rows, the predictions file (relative)."""
+    trials, rows, predictions = {}, {}, {}
+    for run in runs:
+        try:
+            trials[run.run_id] = json.loads((results / "params" / f"{run.run_id}.json").read_text(
+                encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        measurements = results / "measurements" / f"{run.run_id}.jsonl"
+        if measurements.is_file():
+            rows[run.run_id] = parse_rows(measurements.read_bytes())[0]
+        if (results / "predictions" / f"{run.run_id}.csv").is_file():
+            predictions[run.run_id] = f"predictions/{run.run_id}.csv"
+    return trials, rows, predictions
+
+
+def _latest_runs(ledger: LedgerReader) -> list[RunRow]:
     """The ledger's runs the campaign still owes (not cut, not superseded), in order."""
-    return [r for r in ledger.runs() if r["status"] not in _NOT_OWED]
+    return [r for r in ledger.runs() if r.status not in _NOT_OWED]
 
 
 def _write_text(results: Path, rel: str, text: str, written: list[str]) -> None:
@@ -86,8 +117,9 @@ def _write_json(results: Path, rel: str, value: Any, written: list[str]) -> None
 
 
 def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]]:
-    """For README.md: per artifact, the shell line that reproduces its predictions and
-    ``package``, the built-in task's module (None for a file or module task)."""
+    """For README.md: per artifact, the shell line that reproduces its predictions,
+    ``package``, the built-in task's module (None for a file or module task), and
+    ``base_revision``, whether its ``artifact.json`` records a base model."""
     manifest = read_manifest(results)
     out = []
     for run_id in run_ids:
@@ -102,7 +134,9 @@ def _artifact_commands(results: Path, run_ids: list[str]) -> list[dict[str, Any]
                            task_root=source, python="python")
         out.append({"run_id": run_id, "command": shlex.join(argv),
                     "package": BUILTIN_TASKS.get(record["entry"])
-                    if record.get("kind") == "builtin" else None})
+                    if record.get("kind") == "builtin" else None,
+                    "base_revision": _artifact_meta(results, run_id).get("base_revision")
+                    is not None})
     return out
 
 
@@ -128,34 +162,13 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     if original is None:
         raise ArgumentError(f"{spec.source}: the campaign has no frozen plan; run "
                             f"`flightplan run {spec.source}` before closing it")
-    check_rule_unchanged(spec, original["plan"])
-    campaign_dir = spec.campaign_dir
-    results = results_dir_of(campaign_dir)
-    publish_plan(campaign_dir, original["plan"])
-    runs = _latest_runs(ledger)
-    for done, run in enumerate(runs):
-        doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
-        if (campaign_dir / "runs" / run["run_id"] / "trial.json").is_file():
-            publish_run(campaign_dir, run["run_id"])
-
+    check_rule_unchanged(spec, original.plan, ledger.events(kind=RULE_CHANGED))
+    results = results_dir_of(spec.campaign_dir)
+    runs = _publish_runs(spec, ledger, original)
     expected_ids, texts = _test_examples(spec)
     verdicts = accept_runs(results, runs, spec=spec, expected_ids=expected_ids)
     written: list[str] = []
-    analyses = []
-    for run in runs:
-        run_id = run["run_id"]
-        path = results / "predictions" / f"{run_id}.csv"
-        analysis = None
-        if path.is_file():
-            analysis = error_analysis(read_predictions(path), metric=spec.campaign.metric,
-                                      goal=spec.campaign.goal, texts=texts,
-                                      input_limit=_input_limit(results, run_id))
-            _write_json(results, f"errors/{run_id}.json", analysis | {"run_id": run_id,
-                                                                      "name": run["name"]},
-                        written)
-            _write_text(results, f"errors/{run_id}.md",
-                        error_markdown(run_id, run["name"], analysis), written)
-        analyses.append({"run_id": run_id, "name": run["name"], "analysis": analysis})
+    analyses = _write_analyses(results, spec, runs, texts, written)
 
     section = spec.campaign
     doing("comparing each variant with its reference (paired bootstrap)")
@@ -163,48 +176,114 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                           min_gain=section.min_gain,
                           comparisons=comparisons(results, spec, verdicts))
     _write_json(results, "conclusion.json", conclusion, written)
-
-    packages, external = budget_inputs(spec, ledger.expenses())
-    stopped = [{"run_id": r["run_id"], "rule": (r.get("stop") or {}).get("rule"),
-                "reason": (r.get("stop") or {}).get("message")}
-               for r in runs if r["status"] == "stopped"]
-    budget = build_budget(packages=packages, external=external,
-                          accepted_products=accepted_product_count(verdicts),
-                          rejections=[{"run_id": v["run_id"], "reasons": v["reasons"]}
-                                      for v in verdicts if not v["accepted"]],
-                          stopped_runs=stopped)
-    budget = portable(budget, campaign_dir)
-    _write_json(results, "budget.json", budget, written)
-
-    pve = portable(plan_vs_execution(ledger), campaign_dir)
+    budget = _write_budget(results, spec, ledger, runs, verdicts, written)
+    pve = portable(plan_vs_execution(ledger), spec.campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
+    _write_calibration(results, spec, runs, pve, written)
+    _write_pages(results, spec, runs, {"conclusion": conclusion, "products": verdicts,
+                                       "plan_vs_execution": pve, "budget": budget,
+                                       "runs": analyses}, written)
 
-    run_ids = [r["run_id"] for r in runs]
-    doing("writing README.md and report.html")
-    context = {"campaign": section.name, "conclusion": conclusion, "products": verdicts,
-               "order_number": spec.rental.order, "metric": section.metric}
-    _write_text(results, "README.md", render_readme(
-        context | {"artifacts": _artifact_commands(results, run_ids)}), written)
-    curves = {r["name"]: loss_curves(results / "measurements" / f"{r['run_id']}.jsonl")
-              for r in runs}
-    _write_text(results, "report.html", render_report(
-        context | {"plan_vs_execution": pve, "budget": budget, "runs": analyses,
-                   "curves": curves}), written)
-
-    accepted = [v["run_id"] for v in verdicts if v["accepted"]]
+    accepted = [v.run_id for v in verdicts if v.accepted]
     update_manifest(results, written=written, meta={
         "campaign": section.name, "question": section.question, "metric": section.metric,
-        "plan_sha256": original["plan_sha256"],
+        "plan_sha256": original.plan_sha256,
         "corpus_sha256": dict(spec.corpus.sha256) if spec.corpus else None,
-        "order_number": spec.rental.order, "expected_run_ids": run_ids,
+        "order_number": spec.rental.order, "expected_run_ids": [r.run_id for r in runs],
         "accepted_run_ids": accepted},
-        runs={v["run_id"]: {"accepted": v["accepted"], "reasons": v["reasons"],
-                            "metric_value": v["metric_value"]} for v in verdicts})
+        runs={v.run_id: {"accepted": v.accepted, "reasons": v.reasons,
+                         "metric_value": v.metric_value} for v in verdicts})
     report = verify_results(results, sample=sample, reproduced={
-        v["run_id"]: v["reload_findings"] for v in verdicts if v["reload_findings"] is not None})
+        v.run_id: v.reload_findings for v in verdicts if v.reload_findings is not None})
     return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
                      "conclusion": conclusion}
+
+
+def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
+                       pve: dict[str, Any], written: list[str]) -> None:
+    """``calibration.json``: what the next campaign plans from (``plan --from``,
+    :func:`flightplan.plan.calibration.calibration_record`)."""
+    trials, rows, predictions = _published(results, runs)
+    data_check = results / "data_check.json"
+    calibration = calibration_record(
+        spec, runs=[r.to_json() for r in runs], trials=trials, rows=rows,
+        predictions=predictions,
+        revisions={r.run_id: _artifact_meta(results, r.run_id).get("base_revision")
+                   for r in runs},
+        plan_vs_execution=pve,
+        data_check=json.loads(data_check.read_text(encoding="utf-8"))
+        if data_check.is_file() else None)
+    _write_json(results, CALIBRATION_FILE, portable(calibration.to_json(), spec.campaign_dir),
+                written)
+
+
+def _publish_runs(spec: CampaignSpec, ledger: LedgerReader, original: PlanVersionRow
+                  ) -> list[RunRow]:
+    """Publish the original plan and every run the campaign owes (again: what a runner
+    killed before publishing left out); returns those runs."""
+    publish_plan(spec.campaign_dir, original.plan)
+    runs = _latest_runs(ledger)
+    for done, run in enumerate(runs):
+        doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
+        if (spec.campaign_dir / "runs" / run.run_id / "trial.json").is_file():
+            publish_run(spec.campaign_dir, run.run_id)
+    return runs
+
+
+def _write_analyses(results: Path, spec: CampaignSpec, runs: list[RunRow],
+                    texts: dict[str, str], written: list[str]) -> list[dict[str, Any]]:
+    """``errors/<id>.json`` and ``.md`` of every run with predictions; returns ``[{run_id,
+    name, analysis (None without predictions)}]`` for the report."""
+    analyses = []
+    for run in runs:
+        path = results / "predictions" / f"{run.run_id}.csv"
+        analysis = None
+        if path.is_file():
+            analysis = error_analysis(read_predictions(path), metric=spec.campaign.metric,
+                                      goal=spec.campaign.goal, texts=texts,
+                                      input_limit=_input_limit(results, run.run_id))
+            _write_json(results, f"errors/{run.run_id}.json",
+                        analysis | {"run_id": run.run_id, "name": run.name}, written)
+            _write_text(results, f"errors/{run.run_id}.md",
+                        error_markdown(run.run_id, run.name, analysis), written)
+        analyses.append({"run_id": run.run_id, "name": run.name, "analysis": analysis})
+    return analyses
+
+
+def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs: list[RunRow],
+                  verdicts: list[Verdict], written: list[str]) -> dict[str, Any]:
+    """``budget.json`` (:func:`flightplan.close.budget.build_budget`); returns it."""
+    packages, external = budget_inputs(spec, ledger.expenses())
+    stopped = [{"run_id": r.run_id, "rule": (r.stop or {}).get("rule"),
+                "reason": (r.stop or {}).get("message")}
+               for r in runs if r.status == "stopped"]
+    budget = build_budget(packages=packages, external=external,
+                          accepted_products=accepted_product_count(verdicts),
+                          rejections=[{"run_id": v.run_id, "reasons": v.reasons}
+                                      for v in verdicts if not v.accepted],
+                          stopped_runs=stopped)
+    budget = portable(budget, spec.campaign_dir)
+    _write_json(results, "budget.json", budget, written)
+    return budget
+
+
+def _write_pages(results: Path, spec: CampaignSpec, runs: list[RunRow],
+                 parts: dict[str, Any], written: list[str]) -> None:
+    """``README.md`` and ``report.html`` from ``parts`` (``conclusion``, ``products``,
+    ``plan_vs_execution``, ``budget``, ``runs``: the analyses)."""
+    section = spec.campaign
+    doing("writing README.md and report.html")
+    context = {"campaign": section.name, "conclusion": parts["conclusion"],
+               "products": parts["products"], "order_number": spec.rental.order,
+               "metric": section.metric}
+    _write_text(results, "README.md", render_readme(
+        context | {"artifacts": _artifact_commands(results, [r.run_id for r in runs])}),
+        written)
+    curves = {r.name: loss_curves(results / "measurements" / f"{r.run_id}.jsonl") for r in runs}
+    _write_text(results, "report.html", render_report(
+        context | {"plan_vs_execution": parts["plan_vs_execution"], "budget": parts["budget"],
+                   "runs": parts["runs"], "curves": curves}), written)
 
 
 def _print_findings(findings: list[dict[str, str]]) -> None:
@@ -216,17 +295,22 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
     ``open_ledger(campaign_dir)`` opens the campaign's ledger for reading (the command
-    line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). On a
-    terminal, stderr shows what is being done and how far along while it works
-    (:class:`flightplan.activity.WaitDisplay`); nothing when stderr is not a terminal.
+    line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). Close
+    holds the campaign lock (:mod:`flightplan.campaign_lock`) while it reads the ledger
+    and writes ``results/``, so it never publishes a half-run campaign beside a runner
+    that still writes there. On a terminal, stderr shows what is being done and how far
+    along while it works (:class:`flightplan.activity.WaitDisplay`); nothing when stderr
+    is not a terminal.
 
     Raises:
         SpecError: the campaign file is invalid. ArgumentError: the campaign never ran.
+        LockHeld: ``flightplan run`` (or another close) holds the campaign; the line names
+            its pid and says to close once it has finished.
     """
     spec = load_spec(spec_path)
-    ledger = open_ledger(spec.campaign_dir)
+    ledger = open_ledger(spec.campaign_dir)      # refuses a campaign that never ran
     try:
-        with WaitDisplay():
+        with CampaignLock(spec.campaign_dir, verb="close"), WaitDisplay():
             outcome = close_campaign(spec, ledger)
     finally:
         ledger.close()
@@ -248,13 +332,29 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     return 0 if outcome["verified"] else 1
 
 
-def _reload_line(report: dict[str, Any], directory: Path) -> str | None:
-    """The text line about reloads that did not run, or None."""
+def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
+    """The text lines about reloads that did not run (untrusted code): the ``--trust-code``
+    command for the runs whose kept task source passes its checks, and, for those whose
+    source has a ``task_source`` finding, that ``--trust-code`` would refuse them too."""
     not_run = sorted(r for r, status in report.get("reload", {}).items() if status == "not_run")
     if not not_run:
-        return None
-    return (f"reload: not run (untrusted code) for {', '.join(not_run)}; run "
-            f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} to reload")
+        return []
+    failing = {f["path"] for f in report["findings"] if f["check"] == "task_source"}
+    runs = read_manifest(directory).get("runs") or {}
+    refused = [r for r in not_run
+               if ((runs.get(r) or {}).get("task") or {}).get("source") in failing]
+    trusted = [r for r in not_run if r not in refused]
+    lines = []
+    if trusted:
+        lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; run "
+                     f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} "
+                     f"to reload")
+    if refused:
+        lines.append(f"reload: not run for {', '.join(refused)}: the task source kept for "
+                     f"{'it' if len(refused) == 1 else 'them'} fails its checks (task_source "
+                     f"above), so --trust-code would not run it either; only the code the "
+                     f"runs were made from, every file as the manifest lists it, is run")
+    return lines
 
 
 def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) -> int:
@@ -278,7 +378,6 @@ def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) 
         print("verified" if report["verified"] else
               f"NOT verified: {len(report['findings'])} finding(s)")
         _print_findings(report["findings"])
-        line = _reload_line(report, directory)
-        if line:
+        for line in _reload_lines(report, directory):
             print(line)
     return 0 if report["verified"] else 1

@@ -9,15 +9,21 @@ examples (Efron & Tibshirani 1993, ch. 13; ``scipy.stats.bootstrap`` with
 decision metric works (:mod:`flightplan.metrics`): a classification metric of gold and
 predicted labels, or the mean of a per-example column.
 
-Verdict per variant, against ``min_gain``:
+Verdict per variant, against ``min_gain`` (the gain's interval is the difference's,
+signed by ``goal``):
 
-- ``meets``: the lower bound of the gain's interval is at least ``min_gain``;
-- ``inconclusive``: the point gain reaches ``min_gain`` but the lower bound does not;
-- ``does_not_meet``: the point gain is below ``min_gain``;
+- ``meets``: the whole interval lies at or past ``min_gain`` (its lower bound is at
+  least ``min_gain``);
+- ``does_not_meet``: the whole interval lies short of ``min_gain`` (its upper bound is
+  below it);
+- ``inconclusive``: the interval straddles ``min_gain``; ``examples_to_settle`` then says
+  how many test examples would likely settle it
+  (:func:`flightplan.plan.power.examples_to_settle`);
 - ``not_available``: V or R has no usable predictions (stopped, missing, not accepted).
 
-The campaign's answer is "yes" when some variant meets the threshold, otherwise the
-clearly stated negative: "No variant meets the threshold".
+The campaign's answer is ``yes`` when some variant meets the threshold; else
+``inconclusive`` when some comparison is inconclusive (the test set could not tell);
+else ``no``, the clearly stated negative: "No variant meets the threshold".
 
 Usage::
 
@@ -32,13 +38,10 @@ from typing import Any, Callable
 import numpy as np
 from scipy.stats import bootstrap
 
-from flightplan.metrics import Metric, Predictions, paired
+from flightplan.metrics import CONFIDENCE, N_RESAMPLES, SEED, Metric, Predictions, paired
+from flightplan.plan.power import examples_to_settle, rounded_count
 
 __all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude"]
-
-SEED = 20240601
-N_RESAMPLES = 2000
-CONFIDENCE = 0.95
 
 
 def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, ...],
@@ -53,9 +56,10 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
 
     Returns:
         ``{reference_value, variant_value, difference, gain, ci_low, ci_high,
-        confidence_level, n_examples, n_resamples, seed, verdict}``; ``difference`` and
-        its interval are ``variant - reference``; ``gain`` is the difference signed by
-        ``goal``; values rounded to 6 places.
+        confidence_level, n_examples, n_resamples, seed, verdict, examples_to_settle}``;
+        ``difference`` and its interval are ``variant - reference``; ``gain`` is the
+        difference signed by ``goal``; values rounded to 6 places; ``examples_to_settle``
+        (test examples in all) only for an inconclusive verdict, else None.
     """
     reference = tuple(np.asarray(a) for a in reference)
     variant = tuple(np.asarray(a) for a in variant)
@@ -76,19 +80,23 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
     else:  # every resample gives the same difference: the interval is the point
         low = high = point
     gain = sign * point
-    gain_low = min(sign * low, sign * high)
+    gain_low, gain_high = sorted((sign * low, sign * high))
+    settle = None
     if gain_low >= min_gain:
         verdict = "meets"
-    elif gain >= min_gain:
-        verdict = "inconclusive"
-    else:
+    elif gain_high < min_gain:
         verdict = "does_not_meet"
+    else:
+        verdict = "inconclusive"
+        settle = examples_to_settle(gain=gain, gain_low=gain_low, gain_high=gain_high,
+                                    n_examples=n, min_gain=min_gain)
     return {"reference_value": round(float(statistic(*reference)), 6),
             "variant_value": round(float(statistic(*variant)), 6),
             "difference": round(point, 6), "gain": round(gain, 6),
             "ci_low": round(low, 6), "ci_high": round(high, 6),
             "confidence_level": CONFIDENCE, "n_examples": int(n),
-            "n_resamples": N_RESAMPLES, "seed": SEED, "verdict": verdict}
+            "n_resamples": N_RESAMPLES, "seed": SEED, "verdict": verdict,
+            "examples_to_settle": settle}
 
 
 def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric | str,
@@ -112,27 +120,46 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             is missing).
 
     Returns:
-        ``{question, metric, goal, min_gain, answer ("yes"/"no"), verdict (one sentence),
-        comparisons}``.
+        ``{question, metric, goal, min_gain, answer ("yes"/"no"/"inconclusive"), verdict
+        (one paragraph), comparisons}``; an inconclusive comparison's sentence says how
+        many test examples would likely settle it.
     """
     winners = [c for c in comparisons if c["verdict"] == "meets"]
+    unsure = [c for c in comparisons if c["verdict"] == "inconclusive"]
     unit = f"{min_gain:+g} {metric}" + ("" if goal == "max" else " (lower is better: a gain is "
                                                                 "a lower value)")
     if winners:
+        answer = "yes"
         names = ", ".join(f"{c['variant']} ({_gain_text(c, goal)})" for c in winners)
         verdict = f"Yes: {names} meets the threshold of {unit}."
     else:
-        unsure = [c for c in comparisons if c["verdict"] == "inconclusive"]
         missing = [c["variant"] for c in comparisons if c["verdict"] == "not_available"]
-        verdict = f"No variant meets the threshold of {unit}."
-        for c in unsure:
-            verdict += (f" {c['variant']} reaches it on the point estimate "
-                        f"({_gain_text(c, goal)}), but its confidence interval does not exclude "
-                        f"a smaller gain.")
+        if unsure:
+            answer = "inconclusive"
+            names = " and ".join(c["variant"] for c in unsure)
+            verdict = (f"Inconclusive: no variant meets the threshold of {unit}, and the test "
+                       f"set cannot tell whether {names} "
+                       f"{'does' if len(unsure) == 1 else 'do'}.")
+            for c in unsure:
+                verdict += f" {c['variant']} ({_gain_text(c, goal)}): {_settle_text(c)}."
+        else:
+            answer = "no"
+            verdict = f"No variant meets the threshold of {unit}."
         if missing:
             verdict += f" Not compared (no usable predictions): {', '.join(missing)}."
     return {"question": question, "metric": metric, "goal": goal, "min_gain": min_gain,
-            "answer": "yes" if winners else "no", "verdict": verdict, "comparisons": comparisons}
+            "answer": answer, "verdict": verdict, "comparisons": comparisons}
+
+
+def _settle_text(comparison: dict[str, Any]) -> str:
+    """What would settle an inconclusive comparison, in words."""
+    count = comparison.get("examples_to_settle")
+    if count is None:
+        return ("its interval straddles the threshold and its gain sits on it: no test size "
+                "would likely settle it")
+    now = comparison.get("n_examples")
+    return (f"its interval straddles the threshold; about {rounded_count(count):,} test "
+            f"examples" + (f" (now {now})" if now else "") + " would likely settle it")
 
 
 def _gain_text(comparison: dict[str, Any], goal: str) -> str:

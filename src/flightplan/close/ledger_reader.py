@@ -2,43 +2,47 @@
 
 ``close`` never imports ``run/``: the command line opens the ledger (``run``'s SQLite
 store) and hands it over; everything in ``close/`` reads it only through these methods,
-whose rows are described in docs/internals.md ("Ledger").
+whose rows are the typed values of :mod:`flightplan.ledger_rows` (fields described in
+docs/internals.md, "Ledger").
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
+
+from flightplan.ledger_rows import (DecisionRow, EventRow, ExpenseRow, NoteRow, PlanVersionRow,
+                                    RunRow, StageTimeRow)
 
 __all__ = ["LedgerReader", "LedgerOpener"]
 
 
 class LedgerReader(Protocol):
-    """What ``close`` reads of a campaign's ledger (rows as JSON-ready dicts)."""
+    """What ``close`` reads of a campaign's ledger."""
 
-    def original_plan(self) -> dict[str, Any]:
-        """The frozen version-1 plan entry ``{version, kind, plan_sha256, plan, ...}``."""
+    def original_plan(self) -> PlanVersionRow | None:
+        """The frozen version-1 plan entry (None before the first run)."""
 
-    def plan_versions(self) -> list[dict[str, Any]]:
+    def plan_versions(self) -> list[PlanVersionRow]:
         """Every plan version, the original first."""
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Every run id ever registered ``{run_id, name, tier, status, ...}``."""
+    def runs(self) -> list[RunRow]:
+        """Every run id ever registered, in order."""
 
     def events(self, run_id: str | None = None, *, kind: str | None = None
-               ) -> list[dict[str, Any]]:
-        """Events ``{id, run_id, kind, at, data}`` in order."""
+               ) -> list[EventRow]:
+        """Events in order, optionally of one run and of one kind."""
 
-    def decisions(self) -> list[dict[str, Any]]:
-        """Decision-point outcomes ``{at, decision, computed, overridden, figures, dropped}``."""
+    def decisions(self) -> list[DecisionRow]:
+        """Decision-point outcomes in order."""
 
-    def expenses(self) -> list[dict[str, Any]]:
+    def expenses(self) -> list[ExpenseRow]:
         """Committed packages and other expenses (amounts as decimal strings)."""
 
-    def notes(self) -> list[dict[str, Any]]:
-        """Explanations of deviations ``{name, text, at}``."""
+    def notes(self) -> list[NoteRow]:
+        """Explanations of deviations, in the order written."""
 
-    def stage_times(self) -> list[dict[str, Any]]:
-        """One ``{name, kind, started_at, ended_at}`` per execution."""
+    def stage_times(self) -> list[StageTimeRow]:
+        """One row per execution of a stage or run."""
 
     def close(self) -> None:
         """Release the store."""

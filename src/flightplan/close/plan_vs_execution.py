@@ -31,6 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from flightplan.canonical import plan_sha256
+from flightplan.close.ledger_reader import LedgerReader
+from flightplan.ledger_rows import RunRow
 from flightplan.transfer_time import trip_s
 
 __all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours",
@@ -60,20 +62,21 @@ def _planned(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return planned
 
 
-def _observed(ledger: Any) -> tuple[dict[str, list[tuple[float, float]]], dict[str, dict]]:
+def _observed(ledger: LedgerReader) -> tuple[dict[str, list[tuple[float, float]]],
+                                             dict[str, RunRow]]:
     """name → [(start_s, end_s)] executions, and run name → its latest ledger row."""
     runs = ledger.runs()
-    name_of = {r["run_id"]: r["name"] for r in runs}
+    name_of = {r.run_id: r.name for r in runs}
     spans: dict[str, list[tuple[float, float]]] = {}
     for row in ledger.stage_times():
-        name = name_of.get(row["name"], row["name"])
-        spans.setdefault(name, []).append((float(row["started_at"]), float(row["ended_at"])))
-    latest: dict[str, dict] = {}
+        name = name_of.get(row.name, row.name)
+        spans.setdefault(name, []).append((float(row.started_at), float(row.ended_at)))
+    latest: dict[str, RunRow] = {}
     for run in runs:
-        if run["status"] != "superseded" or run["name"] not in latest:
-            latest[run["name"]] = run
-        if run["name"] not in spans and run.get("started_at") and run.get("ended_at"):
-            spans[run["name"]] = [(float(run["started_at"]), float(run["ended_at"]))]
+        if run.status != "superseded" or run.name not in latest:
+            latest[run.name] = run
+        if run.name not in spans and run.started_at and run.ended_at:
+            spans[run.name] = [(float(run.started_at), float(run.ended_at))]
     return spans, latest
 
 
@@ -87,22 +90,24 @@ def _hours(planned_s: float | None, observed_s: float, *, compared: bool = True
             if planned_s is not None and compared else None}
 
 
-def _transfers(ledger: Any) -> dict[str, Any]:
+def _transfers(ledger: LedgerReader) -> dict[str, Any]:
     """The ``transfers`` object of :func:`plan_vs_execution` (module docstring)."""
     decisions = ledger.decisions()
-    figures = (decisions[-1].get("figures") or {}) if decisions else {}
+    figures = decisions[-1].figures if decisions else {}
     estimates = figures.get("estimates") or {}
-    rows, planned_s, observed_s = [], [], []
+    rows: list[dict[str, Any]] = []
+    planned_s: list[float | None] = []
+    observed_s: list[float] = []
     for run in ledger.runs():
-        events = [e["data"] for e in ledger.events(run["run_id"], kind="checkpoint_transferred")]
-        planned = None if run["status"] in ("cut", "superseded") else \
-            (estimates.get(run["name"]) or {}).get("transfer_s")
+        events = [e.data or {} for e in ledger.events(run.run_id, kind="checkpoint_transferred")]
+        planned = None if run.status in ("cut", "superseded") else \
+            (estimates.get(run.name) or {}).get("transfer_s")
         if not events and not planned:
             continue
         observed = sum(trip_s(d) for d in events)
         planned_s.append(planned)
         observed_s.append(observed)
-        rows.append({"name": run["name"], "run_id": run["run_id"], "checkpoints": len(events),
+        rows.append({"name": run.name, "run_id": run.run_id, "checkpoints": len(events),
                      "bytes": sum(int(d["bytes"]) for d in events), **_hours(planned, observed)})
     known = [p for p in planned_s if p is not None]
     totals = {"checkpoints": sum(r["checkpoints"] for r in rows),
@@ -113,7 +118,69 @@ def _transfers(ledger: Any) -> dict[str, Any]:
             else None, "note": _NO_ORIGINAL, "runs": rows, "totals": totals}
 
 
-def plan_vs_execution(ledger: Any) -> dict[str, Any]:
+def _items(planned: dict[str, dict[str, Any]], spans: dict[str, list[tuple[float, float]]],
+           latest: dict[str, RunRow], notes: dict[str, list[str]], origin: float
+           ) -> list[dict[str, Any]]:
+    """The ``items`` of :func:`plan_vs_execution`: every planned stage and run in planned
+    start order, then what ran unplanned in the order it started."""
+    items = []
+    order = sorted(planned, key=lambda n: (planned[n]["planned_start_hours"] or 0.0, n))
+    order += sorted((n for n in spans if n not in planned), key=lambda n: min(spans[n]))
+    for name in order:
+        plan_entry = planned.get(name, {})
+        executions = spans.get(name, [])
+        observed = sum(e - s for s, e in executions) / _HOUR_S if executions else None
+        planned_hours = plan_entry.get("planned_hours")
+        run = latest.get(name)
+        deviation = None if observed is None or planned_hours is None else observed - planned_hours
+        items.append({
+            "name": name, "kind": plan_entry.get("kind") or ("run" if run else "stage"),
+            "tier": plan_entry.get("tier") or (run.tier if run else None),
+            "status": run.status if run else ("done" if executions else "not run"),
+            "planned_hours": _r(planned_hours),
+            "planned_start_hours": _r(plan_entry.get("planned_start_hours")),
+            "observed_hours": _r(observed),
+            "observed_start_hours": _r((min(s for s, _ in executions) - origin) / _HOUR_S)
+            if executions else None,
+            "executions": len(executions),
+            "deviation_hours": _r(deviation),
+            "deviation_fraction": _r(deviation / planned_hours)
+            if deviation is not None and planned_hours else None,
+            "explanation": notes.get(name, []),
+        })
+    return items
+
+
+def _decisions(ledger: LedgerReader) -> list[dict[str, Any]]:
+    """The ``decisions`` of :func:`plan_vs_execution`, in time order: the decision points,
+    the pilot's resume checks, a campaign stop, the runs cut and the runs stopped."""
+    decisions: list[dict[str, Any]] = [
+        {"kind": "pilot", "at": d.at, "decision": d.decision, "computed": d.computed,
+         "overridden": d.overridden, "dropped": d.dropped, "figures": d.figures}
+        for d in ledger.decisions()]
+    for event in ledger.events():
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.kind == "pilot":
+            decisions.append({"kind": "pilot_check", "at": event.at, "ok": data.get("ok"),
+                              "decision": "resume verified" if data.get("ok") else "failed",
+                              "message": data.get("message"),
+                              "control_id": data.get("control_id")})
+        elif event.kind == "stopped" and event.run_id is None:
+            decisions.append({"kind": "campaign_stop", "at": event.at, "decision": "stop",
+                              "message": data.get("message") or data.get("reason")})
+    for run in ledger.runs():
+        if run.status == "cut":
+            decisions.append({"kind": "cut", "at": run.ended_at, "run_id": run.run_id,
+                              "name": run.name, "decision": "cut"})
+        if run.status == "stopped" and run.stop:
+            decisions.append({"kind": "stop", "at": run.stop.get("time"),
+                              "run_id": run.run_id, "name": run.name, "decision": "stop",
+                              "rule": run.stop.get("rule"), "message": run.stop.get("message")})
+    decisions.sort(key=lambda d: (d["at"] is None, d["at"] or 0.0))
+    return decisions
+
+
+def plan_vs_execution(ledger: LedgerReader) -> dict[str, Any]:
     """The ``plan_vs_execution.json`` object.
 
     Args:
@@ -134,80 +201,31 @@ def plan_vs_execution(ledger: Any) -> dict[str, Any]:
         a planned figure is null when the re-estimate gave none, and the total's
         deviation is null unless every run listed has one.
     """
-    original = ledger.original_plan() or {"plan": {}, "plan_sha256": None, "version": None,
-                                          "created_at": None}
-    plan = original["plan"]
-    planned = _planned(plan)
+    original = ledger.original_plan()
+    plan = original.plan if original else {}
     spans, latest = _observed(ledger)
     starts = [s for executions in spans.values() for s, _ in executions]
     ends = [e for executions in spans.values() for _, e in executions]
     origin = min(starts) if starts else 0.0
     notes: dict[str, list[str]] = {}
     for note in ledger.notes():
-        notes.setdefault(note["name"], []).append(note["text"])
-    items = []
-    order = sorted(planned, key=lambda n: (planned[n]["planned_start_hours"] or 0.0, n))
-    order += sorted((n for n in spans if n not in planned), key=lambda n: min(spans[n]))
-    for name in order:
-        plan_entry = planned.get(name, {})
-        executions = spans.get(name, [])
-        observed = sum(e - s for s, e in executions) / _HOUR_S if executions else None
-        planned_hours = plan_entry.get("planned_hours")
-        run = latest.get(name)
-        deviation = None if observed is None or planned_hours is None else observed - planned_hours
-        items.append({
-            "name": name, "kind": plan_entry.get("kind") or ("run" if run else "stage"),
-            "tier": plan_entry.get("tier") or (run or {}).get("tier"),
-            "status": run["status"] if run else ("done" if executions else "not run"),
-            "planned_hours": _r(planned_hours),
-            "planned_start_hours": _r(plan_entry.get("planned_start_hours")),
-            "observed_hours": _r(observed),
-            "observed_start_hours": _r((min(s for s, _ in executions) - origin) / _HOUR_S)
-            if executions else None,
-            "executions": len(executions),
-            "deviation_hours": _r(deviation),
-            "deviation_fraction": _r(deviation / planned_hours)
-            if deviation is not None and planned_hours else None,
-            "explanation": notes.get(name, []),
-        })
-    decisions = [{"kind": "pilot", "at": d["at"], "decision": d["decision"],
-                  "computed": d["computed"], "overridden": d["overridden"],
-                  "dropped": d["dropped"], "figures": d["figures"]} for d in ledger.decisions()]
-    for event in ledger.events():
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        if event["kind"] == "pilot":
-            decisions.append({"kind": "pilot_check", "at": event["at"], "ok": data.get("ok"),
-                              "decision": "resume verified" if data.get("ok") else "failed",
-                              "message": data.get("message"),
-                              "control_id": data.get("control_id")})
-        elif event["kind"] == "stopped" and event.get("run_id") is None:
-            decisions.append({"kind": "campaign_stop", "at": event["at"], "decision": "stop",
-                              "message": data.get("message") or data.get("reason")})
-    for run in ledger.runs():
-        if run["status"] == "cut":
-            decisions.append({"kind": "cut", "at": run.get("ended_at"), "run_id": run["run_id"],
-                              "name": run["name"], "decision": "cut"})
-        if run["status"] == "stopped" and run.get("stop"):
-            decisions.append({"kind": "stop", "at": run["stop"].get("time"),
-                              "run_id": run["run_id"], "name": run["name"], "decision": "stop",
-                              "rule": run["stop"].get("rule"),
-                              "message": run["stop"].get("message")})
-    decisions.sort(key=lambda d: (d["at"] is None, d["at"] or 0.0))
+        notes.setdefault(note.name, []).append(note.text)
     reserved = plan.get("reserved_hours")
     observed_span = (max(ends) - origin) / _HOUR_S if ends else None
     busy = sum(e - s for ex in spans.values() for s, e in ex) / _HOUR_S if spans else None
     return {
-        "original_plan": {"version": original.get("version"),
-                          "plan_sha256": original.get("plan_sha256"),
-                          "created_at": original.get("created_at"), "file": "plan.json",
-                          "reserved_hours": reserved, "window_hours": plan.get("window_hours")},
-        "plan_intact": bool(plan) and plan_sha256(plan) == original.get("plan_sha256"),
-        "re_estimates": [{"version": v["version"], "created_at": v["created_at"],
-                          "reason": v["reason"],
-                          "reserved_hours": v["plan"].get("reserved_hours")}
-                         for v in ledger.plan_versions() if v["kind"] != "original"],
-        "items": items,
-        "decisions": decisions,
+        "original_plan": {"version": original.version if original else None,
+                          "plan_sha256": original.plan_sha256 if original else None,
+                          "created_at": original.created_at if original else None,
+                          "file": "plan.json", "reserved_hours": reserved,
+                          "window_hours": plan.get("window_hours")},
+        "plan_intact": bool(plan) and original is not None
+        and plan_sha256(plan) == original.plan_sha256,
+        "re_estimates": [{"version": v.version, "created_at": v.created_at, "reason": v.reason,
+                          "reserved_hours": v.plan.get("reserved_hours")}
+                         for v in ledger.plan_versions() if v.kind != "original"],
+        "items": _items(_planned(plan), spans, latest, notes, origin),
+        "decisions": _decisions(ledger),
         "totals": {"reserved_hours": reserved, "observed_hours": _r(observed_span),
                    "busy_hours": _r(busy),
                    "deviation_hours": _r(observed_span - reserved)
@@ -321,6 +339,12 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
             extra = " (overridden; computed: " + d["computed"] + ")" if d["overridden"] else ""
             dropped = f"; dropped {', '.join(map(str, d['dropped']))}" if d["dropped"] else ""
             lines.append(f"- decision point after the pilot: **{d['decision']}**{extra}{dropped}")
+            ranking = ((d.get("figures") or {}).get("value") or {}).get("ranking") or []
+            lines += [f"  {i}. {r['variant']}: decision value {r['decision_value']:.3f}"
+                      + ("" if r["value_per_gpu_hour"] is None
+                         else f", {r['value_per_gpu_hour']:.3g} per GPU·h")
+                      + (f"; proposed for cut: {r['reason']}" if r["cut"] else "")
+                      for i, r in enumerate(ranking, 1)]
         elif d["kind"] == "pilot_check":
             lines.append(f"- pilot (short run, checkpoint, resume in a new process): "
                          f"{'passed' if d['ok'] else 'FAILED'}"

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from flightplan.close.plan_vs_execution import shown_hours, shown_transfers
+from flightplan.plan.power import rounded_count
+from flightplan.rows import Measurement, parse_rows
+from flightplan.units import time_unit
 
 __all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
            "render_readme"]
@@ -47,15 +49,6 @@ def _png(figure: Any) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _time_unit(longest_hours: float) -> tuple[str, float]:
-    """A readable unit for a chart whose longest span is ``longest_hours``: (name, per hour)."""
-    if longest_hours < 2 / 60:
-        return "s", 3600.0
-    if longest_hours < 2:
-        return "min", 60.0
-    return "h", 1.0
-
-
 def gantt_png(items: list[dict[str, Any]], *, reserved_hours: float | None) -> str:
     """Planned (light) against observed (dark) bars per stage/run, base64 PNG.
 
@@ -67,7 +60,7 @@ def gantt_png(items: list[dict[str, Any]], *, reserved_hours: float | None) -> s
     ends = [(i["planned_start_hours"] or 0) + (i["planned_hours"] or 0) for i in items] + \
            [(i["observed_start_hours"] or 0) + (i["observed_hours"] or 0) for i in items] + \
            [reserved_hours or 0]
-    unit, scale = _time_unit(max(ends + [1e-9]))
+    unit, scale = time_unit(max(ends + [1e-9]))
     figure = _figure(9, 1.2 + 0.5 * max(1, len(items)))
     axes = figure.add_subplot()
     for row, item in enumerate(items):
@@ -96,16 +89,10 @@ def loss_curves(measurements_path: Path) -> list[tuple[int, float]]:
     points: dict[int, float] = {}
     if not measurements_path.is_file():
         return []
-    for line in measurements_path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and "loss" in row and "step" in row and "event" not in row:
-            try:
-                points[int(row["step"])] = float(row["loss"])
-            except (TypeError, ValueError):
-                continue
+    for row in parse_rows(measurements_path.read_bytes())[0]:
+        loss = row.number("loss") if isinstance(row, Measurement) else None
+        if loss is not None:
+            points[row.step] = loss
     return sorted(points.items())
 
 
@@ -149,8 +136,9 @@ def render_report(context: dict[str, Any]) -> str:
     """The HTML page.
 
     Args:
-        context: ``{campaign, conclusion (conclude()), products: [{run_id, name, status,
-            metric_value, accepted, reasons}], plan_vs_execution, budget, runs: [{run_id,
+        context: ``{campaign, conclusion (conclude()), products (the acceptance
+            verdicts, :class:`flightplan.close.acceptance.Verdict`), plan_vs_execution,
+            budget, runs: [{run_id,
             name, analysis (error_analysis() or None)}], curves: {name: [(step, loss)]},
             metric}``.
 
@@ -162,6 +150,7 @@ def render_report(context: dict[str, Any]) -> str:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(_TEMPLATES)),
                                      autoescape=True, undefined=jinja2.StrictUndefined,
                                      trim_blocks=True, lstrip_blocks=True)
+    environment.filters["rounded_count"] = lambda count: f"{rounded_count(int(count)):,}"
     pve = context["plan_vs_execution"]
     images = {
         "gantt": gantt_png(pve["items"], reserved_hours=pve["totals"]["reserved_hours"]),
@@ -182,8 +171,9 @@ def render_readme(context: dict[str, Any]) -> str:
 
     Args:
         context: ``{campaign, conclusion, order_number, products, artifacts: [{run_id,
-            package, command}]}``; ``command`` is the shell line run from results/;
-            ``package`` the built-in task's module, None for a task kept in ``tasks/``.
+            package, command, base_revision}]}``; ``command`` is the shell line run from
+            results/; ``package`` the built-in task's module, None for a task kept in
+            ``tasks/``; ``base_revision`` whether the artifact records a base model.
     """
     import jinja2
 

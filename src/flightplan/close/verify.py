@@ -1,7 +1,8 @@
 """``flightplan verify``: prove a results directory from its files alone.
 
-Every problem is a finding ``{"check", "path", "message"}``; ``path`` is relative to the
-results directory. The checks (names are part of the JSON contract):
+Every problem is a :class:`~flightplan.findings.Finding` (``{"check", "path", "message"}``
+in the JSON report); ``path`` is relative to the results directory. The checks (names are
+part of the JSON contract):
 
 ==================== ==========================================================================
 check                fires when
@@ -17,7 +18,9 @@ absolute_path        a text file holds an absolute path of the writing machine (
                      recorded in the manifest) or any /home/<user>, /Users/<user> path
 missing_run          an expected run id lacks its files (params and measurements; plus
                      predictions and artifact unless the run stopped)
-base_revision        an artifact names a base model (``base_revision``) but not exactly
+base_revision        an artifact names a base model (``base_revision``) but not exactly, or
+                     names none although its run's campaign names a base model or the
+                     artifact holds an adapter (``adapter_config.json``, ``peft``)
 path_traversal       a manifest path, or a link in the directory, leads outside it
 task_source          a run's file or module task has no source kept in ``tasks/``, or the
                      kept source does not hash to the run's ``code_version``
@@ -58,6 +61,7 @@ from flightplan.activity import doing
 from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
+from flightplan.findings import Finding
 from flightplan.tasks.archive import check_kept, task_record
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
@@ -67,7 +71,6 @@ __all__ = [
     "DEFAULT_SAMPLE",
     "PROB_TOLERANCE",
     "RELOAD_STATUSES",
-    "finding",
     "prediction_differences",
     "reproduce_run",
     "run_task",
@@ -91,10 +94,10 @@ _SNIFF_BYTES = 8192
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def finding(check: str, path: str, message: str) -> dict[str, str]:
-    """One finding. ``check`` is one of :data:`CHECKS`; ``path`` relative to results/."""
-    return {"check": check, "path": path, "message": message}
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {} (a damaged manifest reads as empty)."""
+    return value if isinstance(value, dict) else {}
 
 def _inside(results: Path, rel: str) -> bool:
     """True when ``rel`` is a relative path that stays inside ``results`` (links resolved)."""
@@ -136,24 +139,24 @@ def _path_pattern(prefixes: list[str], *, extra: tuple[str, ...] = ()) -> re.Pat
 
 
 def _scan_text(results: Path, rel: str, temp: re.Pattern[str] | None,
-               absolute: re.Pattern[str] | None) -> list[dict[str, str]]:
+               absolute: re.Pattern[str] | None) -> list[Finding]:
     text = (results / rel).read_bytes().decode("utf-8", errors="replace")
-    found = []
+    found: list[Finding] = []
     for check, pattern in (("temp_path", temp), ("absolute_path", absolute)):
         match = pattern.search(text) if pattern else None
         if match:
             line = text.count("\n", 0, match.start()) + 1
             what = "a temporary directory" if check == "temp_path" else \
                 "an absolute path of the machine that wrote it"
-            found.append(finding(check, rel, f"line {line} points into {what} "
+            found.append(Finding(check, rel, f"line {line} points into {what} "
                                  f"({match.group(0)!r}); write paths relative to results/"))
     return found
 
 
-def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str, str]], set[str]]:
+def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[Finding], set[str]]:
     """checksum, missing_file, empty_file, path_traversal, unlisted_file; and the paths
     that are present, inside and listed."""
-    findings: list[dict[str, str]] = []
+    findings: list[Finding] = []
     listed: set[str] = set()
     present: set[str] = set()
     for done, entry in enumerate(manifest["files"]):
@@ -162,57 +165,57 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[dict[str
         problem = _entry_problem(entry)
         if problem:
             rel = str(entry.get("path", "")) if isinstance(entry, dict) else ""
-            findings.append(finding("checksum", rel or MANIFEST_NAME, problem))
+            findings.append(Finding("checksum", rel or MANIFEST_NAME, problem))
             if not (rel and isinstance(entry.get("path"), str)):
                 continue
         rel = entry["path"]
         listed.add(rel)
         if not _inside(results, rel):
-            findings.append(finding("path_traversal", rel, "the manifest path leaves the results "
+            findings.append(Finding("path_traversal", rel, "the manifest path leaves the results "
                                     "directory or is not a valid relative path; paths must be "
                                     "relative and stay inside it"))
             continue
         path = results / rel
         try:
             if not path.is_file():
-                findings.append(finding("missing_file", rel, "listed in the manifest but not "
+                findings.append(Finding("missing_file", rel, "listed in the manifest but not "
                                         "present"))
                 continue
             size, digest = hash_file(path)
         except OSError as exc:
-            findings.append(finding("missing_file", rel, f"listed but cannot be read: "
+            findings.append(Finding("missing_file", rel, f"listed but cannot be read: "
                                     f"{exc.strerror or exc}"))
             continue
         if size != entry.get("size_bytes") or digest != entry.get("sha256"):
-            findings.append(finding("checksum", rel, f"{size} bytes, sha256 {digest[:12]}…; the "
+            findings.append(Finding("checksum", rel, f"{size} bytes, sha256 {digest[:12]}…; the "
                                     f"manifest says {entry.get('size_bytes')} bytes, sha256 "
                                     f"{str(entry.get('sha256'))[:12]}…"))
         if size == 0:
-            findings.append(finding("empty_file", rel, "the file is empty (0 bytes)"))
+            findings.append(Finding("empty_file", rel, "the file is empty (0 bytes)"))
         present.add(rel)
     for folder, dirs, files in os.walk(results):
         for name in sorted(dirs + files):
             path = Path(folder) / name
             rel = path.relative_to(results).as_posix()
             if path.is_symlink() and not _inside(results, rel):
-                findings.append(finding("path_traversal", rel, f"a link to {os.readlink(path)!r} "
+                findings.append(Finding("path_traversal", rel, f"a link to {os.readlink(path)!r} "
                                         f"leads outside the results directory; copy the file in"))
                 continue
             if name in files and rel != MANIFEST_NAME and rel not in listed:
-                findings.append(finding("unlisted_file", rel, "present but not in the manifest; "
+                findings.append(Finding("unlisted_file", rel, "present but not in the manifest; "
                                         "remove it or re-run `flightplan close`"))
                 if path.is_file() and path.stat().st_size == 0:
-                    findings.append(finding("empty_file", rel, "the file is empty (0 bytes)"))
+                    findings.append(Finding("empty_file", rel, "the file is empty (0 bytes)"))
     return findings, present
 
 
-def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[dict[str, str]]:
+def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[Finding]:
     """missing_run and base_revision."""
-    findings = []
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    findings: list[Finding] = []
+    runs = _object(manifest.get("runs"))
     expected = manifest.get("expected_run_ids") or []
     if not isinstance(expected, list) or not all(isinstance(i, str) and i for i in expected):
-        findings.append(finding("missing_run", MANIFEST_NAME, "expected_run_ids is not a list of "
+        findings.append(Finding("missing_run", MANIFEST_NAME, "expected_run_ids is not a list of "
                                 "run ids; re-run `flightplan close`"))
         expected = []
     for run_id in expected:
@@ -223,19 +226,51 @@ def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> l
                 needed.append(f"artifacts/{run_id}/")
         lacking = [p for p in needed if p not in present]
         if lacking:
-            findings.append(finding("missing_run", lacking[0],
+            findings.append(Finding("missing_run", lacking[0],
                                     f"expected run {run_id} lacks {', '.join(lacking)}"))
-    for rel in sorted(p for p in present if re.fullmatch(r"artifacts/[^/]+/artifact\.json", p)):
-        try:
-            meta = json.loads((results / rel).read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            meta = {}
-        revision = meta.get("base_revision") if isinstance(meta, dict) else None
-        if revision is not None and not _exact_revision(revision):
-            findings.append(finding("base_revision", rel, "the artifact names a base model but "
-                                    "not its exact revision (a 64-hex weights_sha256, or a "
-                                    "40-hex commit as revision)"))
+    for run_id in sorted({p.split("/")[1] for p in present
+                          if re.fullmatch(r"artifacts/[^/]+/.+", p)}):
+        problem = _revision_problem(results, run_id, present)
+        if problem:
+            findings.append(Finding("base_revision", f"artifacts/{run_id}/artifact.json", problem))
     return findings
+
+
+def _json_object(results: Path, rel: str, present: set[str]) -> dict[str, Any]:
+    """The JSON object in ``rel`` ({} when it is not present, unreadable or no object)."""
+    if rel not in present:
+        return {}
+    try:
+        value = json.loads((results / rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _revision_problem(results: Path, run_id: str, present: set[str]) -> str | None:
+    """Why ``artifacts/<run_id>`` does not pin its base model exactly, or None.
+
+    A run whose campaign names a base model (``base_model`` in ``params/<id>.json``) or whose
+    artifact holds an adapter (PEFT's ``adapter_config.json``, or ``peft`` in
+    ``artifact.json``) must record the exact revision in ``artifact.json``; an artifact
+    that records one must record it exactly, whatever else is wrong with the file.
+    """
+    meta = _json_object(results, f"artifacts/{run_id}/artifact.json", present)
+    revision = meta.get("base_revision")
+    if revision is not None:
+        return None if _exact_revision(revision) else (
+            "the artifact names a base model but not its exact revision (a 64-hex "
+            "weights_sha256, or a 40-hex commit as revision)")
+    if _json_object(results, f"params/{run_id}.json", present).get("base_model") is not None:
+        why = "the run's campaign names a base model ([base_model])"
+    elif f"artifacts/{run_id}/adapter_config.json" in present or meta.get("peft"):
+        why = "the artifact holds an adapter, which is nothing without its base model"
+    else:
+        return None
+    return (f"{why}, but artifact.json records no base_revision; the artifact cannot be "
+            f"matched to the exact base model it was trained on: the task must write "
+            f"base_revision (package, version and a 64-hex weights_sha256, or a 40-hex "
+            f"commit as revision) into artifact.json, and the run be made again")
 
 
 def _exact_revision(revision: Any) -> bool:
@@ -296,8 +331,8 @@ def run_task(results: Path, manifest: dict[str, Any], run_id: str) -> dict[str, 
     Raises:
         ValueError: neither says which task made the artifact.
     """
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
-    record = (runs.get(run_id) if isinstance(runs.get(run_id), dict) else {}).get("task")
+    runs = _object(manifest.get("runs"))
+    record = _object(runs.get(run_id)).get("task")
     if isinstance(record, dict) and isinstance(record.get("entry"), str):
         return record
     try:
@@ -331,25 +366,25 @@ def _source_problems(results: Path, record: dict[str, Any], manifest: dict[str, 
     return check_kept(results, record)
 
 
-def _task_findings(results: Path, manifest: dict[str, Any]) -> list[dict[str, str]]:
+def _task_findings(results: Path, manifest: dict[str, Any]) -> list[Finding]:
     """task_source: every run's file or module task has its source kept and intact."""
-    found: dict[tuple[str, str], dict[str, str]] = {}
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    found: dict[tuple[str, str], Finding] = {}
+    runs = _object(manifest.get("runs"))
     for run_id in sorted(runs):
-        record = (runs[run_id] if isinstance(runs[run_id], dict) else {}).get("task")
+        record = _object(runs[run_id]).get("task")
         if not isinstance(record, dict) or record.get("kind") == "builtin":
             continue
         source = record.get("source")
         path = source if isinstance(source, str) else f"params/{run_id}.json"
         for problem in _source_problems(results, record, manifest):
-            found.setdefault((path, problem), finding(
+            found.setdefault((path, problem), Finding(
                 "task_source", path, f"task {record.get('ref')!r} of {run_id}: {problem}"))
     return list(found.values())
 
 
 def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE,
                   trust_code: bool = False, campaign_dir: Path | None = None
-                  ) -> tuple[str, list[dict[str, str]]]:
+                  ) -> tuple[str, list[Finding]]:
     """Reload ``artifacts/<run_id>`` in a fresh process and compare its predictions.
 
     The command is :func:`flightplan.tasks.reload.reload_argv` (what README.md tells a
@@ -376,22 +411,22 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
         manifest = read_manifest(results)
         record = run_task(results, manifest, run_id)
     except (ValueError, VerificationFailed) as exc:
-        return "failed", [finding("reload", artifact_rel, str(exc))]
+        return "failed", [Finding("reload", artifact_rel, str(exc))]
     task_root = None
     if record.get("kind") == "builtin":
         if record["entry"] not in BUILTIN_TASKS:
-            return "failed", [finding("reload", artifact_rel, f"task {record['entry']!r} is not "
+            return "failed", [Finding("reload", artifact_rel, f"task {record['entry']!r} is not "
                                       f"a built-in task of this flightplan "
                                       f"({', '.join(BUILTIN_TASKS)})")]
     else:
         if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
-            return "failed", [finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
+            return "failed", [Finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
                                       f"source was not kept ({record.get('not_kept')})")]
         if not trust_code:  # the task_source check has hashed the kept copy all the same
             return "not_run", []
         problems = _source_problems(results, record, manifest)
         if problems:
-            return "failed", [finding("reload", artifact_rel, f"not run: task "
+            return "failed", [Finding("reload", artifact_rel, f"not run: task "
                                       f"{record.get('ref')!r}: {problems[0]}")]
         task_root = str(results / record["source"])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -404,20 +439,20 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
             done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
                                   timeout=RELOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return "failed", [finding("reload", artifact_rel,
+            return "failed", [Finding("reload", artifact_rel,
                                       f"reloading took over {RELOAD_TIMEOUT_S} s")]
         if done.returncode != 0 or not out.is_file():
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
             if not tail.startswith(NO_RELOAD_HOOK):
                 tail = f"failed to load in a fresh process (exit {done.returncode}): {tail}"
-            return "failed", [finding("reload", artifact_rel, tail)]
+            return "failed", [Finding("reload", artifact_rel, tail)]
         stored_rel = f"predictions/{run_id}.csv"
         try:
             count, differ = prediction_differences(results / stored_rel, out)
         except ValueError as exc:
-            return "failed", [finding("prediction_mismatch", stored_rel, str(exc))]
+            return "failed", [Finding("prediction_mismatch", stored_rel, str(exc))]
     if not count or differ:
-        return "failed", [finding("prediction_mismatch", stored_rel,
+        return "failed", [Finding("prediction_mismatch", stored_rel,
                                   f"{len(differ)} of {count} re-created predictions differ "
                                   f"from the stored ones (first: "
                                   f"{', '.join(differ[:5]) or 'none re-created'})")]
@@ -427,7 +462,7 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
 def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
                    reload: bool = True, trust_code: bool = False,
                    campaign_dir: Path | None = None,
-                   reproduced: dict[str, list[dict[str, str]]] | None = None) -> dict[str, Any]:
+                   reproduced: dict[str, list[Finding]] | None = None) -> dict[str, Any]:
     """Run every check on ``results_dir``.
 
     Args:
@@ -453,9 +488,10 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
     try:
         manifest = read_manifest(results)
     except VerificationFailed as exc:
-        return {"verified": False, "findings": exc.findings} | ({"reload": {}} if reload else {})
+        return {"verified": False, "findings": [f.as_dict() for f in exc.findings]} | (
+            {"reload": {}} if reload else {})
     findings, present = _check_files(results, manifest)
-    writer = manifest.get("writer") if isinstance(manifest.get("writer"), dict) else {}
+    writer = _object(manifest.get("writer"))
 
     def strings(key: str) -> list[str]:
         value = writer.get(key)
@@ -485,6 +521,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
                 continue
             statuses[run_id] = status
             findings += [f for f in found if f not in findings]
-    findings.sort(key=lambda f: (f["path"], f["check"]))
-    report: dict[str, Any] = {"verified": not findings, "findings": findings}
+    findings.sort(key=lambda f: (f.path, f.check))
+    report: dict[str, Any] = {"verified": not findings,
+                              "findings": [f.as_dict() for f in findings]}
     return report | ({"reload": statuses} if reload else {})

@@ -1,10 +1,14 @@
 """flightplan's guarantees for Lightning (``lightning.pytorch.Trainer``).
 
-One line in a task's ``train(trial)`` replaces ``trainer.fit(...)``::
+One line in a task's ``train(trial)`` replaces ``trainer.fit(...)``, another leaves what
+``close`` needs::
 
-    from flightplan.integrations.lightning import fit
+    from flightplan.integrations.lightning import fit, write_outputs
     trainer = L.Trainer(max_steps=1000, enable_checkpointing=False, ...)
     fit(trainer, module, trial, train_dataloaders=loader)   # loader: a StatefulDataLoader
+    write_outputs(trial, module, predictions=rows, metrics={"accuracy": 0.97})
+
+``examples/digits-lightning`` is a whole campaign written so (with its reload hook).
 
 What :func:`fit` adds to Lightning:
 
@@ -12,50 +16,64 @@ What :func:`fit` adds to Lightning:
   ``trainer.save_checkpoint`` into ``<run_dir>/lightning-staging/step-N/checkpoint.ckpt``
   (emptied at every start, never loaded) after the optimizer step it decides on, then
   commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
-  hashes in one rename (:mod:`flightplan.run.library_checkpoint`); ``keep_last`` prunes.
+  hashes in one rename (:mod:`flightplan.trial.library_checkpoint`); ``keep_last`` prunes.
   Resume goes through :meth:`Trial.restore_library` (every byte re-hashed first) and loads
   with ``weights_only=True``: no pickled code runs.
 - **Every RNG**: a Lightning checkpoint holds no RNG state, so the callback adds ``random``,
-  numpy, torch CPU and CUDA states (:func:`flightplan.run.checkpoint.capture_rng`) and sets
+  numpy, torch CPU and CUDA states (:func:`flightplan.trial.checkpoint.capture_rng`) and sets
   them back just before the first batch after a resume, once Lightning has built its data
   iterators (which draw from the global RNG).
 - **Data position**: every train dataloader must be resumable mid-epoch (``state_dict`` and
   ``load_state_dict``: torchdata's ``StatefulDataLoader``); a plain ``DataLoader`` is refused
   with ``ArgumentError`` before the first batch, since it would restart the epoch from its
   first batch after a resume.
-- **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`),
+- **When to save**: flightplan's measured interval policy (:mod:`flightplan.trial.interval`),
   or every ``every_n_steps`` optimizer steps if given, and at once when the run is asked to
-  leave its flight (:mod:`flightplan.run.preemption`). A save due after an epoch's last
+  leave its flight (:mod:`flightplan.run.executors.leave_watch`). A save due after an epoch's last
   batch is made after the next step instead: resumed from there, Lightning 2.6 with a
   ``StatefulDataLoader`` gives the next epoch another first batch (measured: not
   bitwise). Lightning's own ``ModelCheckpoint`` (non-atomic) is refused: build the Trainer
   with ``enable_checkpointing=False``.
-- **Stop rules** from logged metrics: after each optimizer step, every logged value whose
-  name contains ``loss`` goes to ``trial.log`` (with ``lr`` and ``step_s``); after each
-  validation, the logged metrics go to ``trial.evaluate`` (``min_quality``). A stop sets
-  ``trainer.should_stop`` (no save after it; Lightning validates after the step's save, so
-  the state a validation judged may be saved) and :func:`fit` raises ``TrialStopped``.
+- **Measurements and stop rules**: after each optimizer step a row goes to ``trial.log``
+  with ``loss``, the loss ``training_step`` returned (the one the optimizer minimised; with
+  gradient accumulation the mean over the step's batches), whatever name the module logs
+  its loss under, so the pilot's resume check, ``non_finite_loss``, progress and the
+  re-estimate all read it; with it ``lr`` and ``step_s`` (seconds from the batch's start to
+  the step's end), and every ``log_every_n_steps`` steps (Lightning's own logging steps) each
+  logged value whose name contains ``loss`` (e.g. ``train_loss``); every step when
+  ``training_step`` returns no loss. (Reading Lightning's logged metrics costs about as
+  much as the rest of the callback together: on every step it alone would break the 2 %
+  overhead bar, ``bench/trainer_overhead.py``.) After each validation, the logged metrics go to
+  ``trial.evaluate`` (``min_quality``). A stop sets ``trainer.should_stop`` (no save after
+  it; Lightning validates after the step's save, so the state a validation judged may be
+  saved) and :func:`fit` raises ``TrialStopped``.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
+from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
-from flightplan.run.checkpoint import capture_rng, restore_rng
-from flightplan.run.trial import Trial
+from flightplan.integrations.outputs import write_predictions_and_metrics
+from flightplan.rundir import RunDir
+from flightplan.trial import Trial, capture_rng, restore_rng
 
-__all__ = ["FlightplanCallback", "fit", "KIND", "STAGING", "CKPT_FILE"]
+__all__ = ["FlightplanCallback", "fit", "write_outputs", "KIND", "STAGING", "CKPT_FILE",
+           "MODEL_FILE"]
 
 KIND = "lightning"
 STAGING = "lightning-staging"
 CKPT_FILE = "checkpoint.ckpt"
+MODEL_FILE = "model.safetensors"
+"""The module's weights in ``artifact/`` (:func:`write_outputs`)."""
 _RNG_KEY = "flightplan_rng"
 
 
@@ -66,11 +84,30 @@ def _scalar(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
+def _logged_losses(trainer: pl.Trainer) -> dict[str, float]:
+    """The values the module logged whose name contains ``loss`` (but ``loss`` itself), as
+    floats (Lightning computes its ``callback_metrics`` anew on each read)."""
+    return {key: value for key, value in ((k, _scalar(v)) for k, v in
+                                          trainer.callback_metrics.items()
+                                          if "loss" in k and k != "loss")
+            if value is not None}
+
+
+def _returned_loss(outputs: Any) -> torch.Tensor | None:
+    """The loss ``training_step`` returned (a tensor, or a dict's ``"loss"``; Lightning
+    hands it to ``on_train_batch_end`` divided by ``accumulate_grad_batches``), detached;
+    None when it returned none (``None``, or manual optimisation without a loss)."""
+    loss = outputs.get("loss") if type(outputs) is dict else outputs
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        return None
+    return loss.detach() if loss.requires_grad else loss  # automatic optimisation: detached
+
+
 class FlightplanCallback(pl.Callback):
     """The Lightning callback behind :func:`fit`.
 
     Args:
-        trial: the run's :class:`~flightplan.run.trial.Trial`.
+        trial: the run's :class:`~flightplan.trial.trial.Trial`.
         every_n_steps: save every N optimizer steps; None: flightplan's interval policy.
 
     Attributes:
@@ -87,7 +124,12 @@ class FlightplanCallback(pl.Callback):
         self._rng_to_restore: dict[str, Any] | None = None
         self._step_start = 0.0
         self._last_step = -1
+        self._loss: torch.Tensor | None = None  # the returned losses of this optimizer step
         self._owed = False      # a save due at an epoch's last batch, made one step later
+        # looked up once per fit / epoch, not per step
+        self._optimizer: Any = None
+        self._log_every = 0     # the Trainer's log_every_n_steps
+        self._batches: float = 0  # batches in this epoch
 
     def _stop(self, exc: TrialStopped, trainer: pl.Trainer) -> None:
         self.stopped = exc
@@ -104,6 +146,14 @@ class FlightplanCallback(pl.Callback):
                     f"torchdata.stateful_dataloader.StatefulDataLoader")
         if self.trial.planned_steps is None and trainer.max_steps and trainer.max_steps > 0:
             self.trial.planned_steps = int(trainer.max_steps)
+        self._last_step = trainer.global_step   # after a resume: the restored step
+        self._loss = None
+        self._optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        # set on the Trainer by one of its connectors, so not in its class's annotations
+        self._log_every = int(getattr(trainer, "log_every_n_steps", 0) or 0)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._batches = trainer.num_training_batches
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -114,15 +164,19 @@ class FlightplanCallback(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
+        loss = _returned_loss(outputs)
+        if loss is not None:  # summed over accumulated batches: their mean (each is / N)
+            self._loss = loss if self._loss is None else self._loss + loss
         step = trainer.global_step
         if step == self._last_step:  # gradient accumulation: no optimizer step yet
             return
         self._last_step = step
-        row = {key: value for key, value in ((k, _scalar(v)) for k, v in
-                                             trainer.callback_metrics.items() if "loss" in k)
-               if value is not None}
-        if trainer.optimizers:
-            row["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+        row: dict[str, float] = {} if self._loss is None else {"loss": float(self._loss)}
+        if self._loss is None or (self._log_every and step % self._log_every == 0):
+            row.update(_logged_losses(trainer))
+        self._loss = None
+        if self._optimizer is not None:
+            row["lr"] = self._optimizer.param_groups[0]["lr"]
         row["step_s"] = time.perf_counter() - self._step_start
         try:
             self.trial.log(step - 1, **row)
@@ -134,7 +188,7 @@ class FlightplanCallback(pl.Callback):
                              else self.trial.library_checkpoint_due())
         # a checkpoint after an epoch's last batch does not resume bitwise (the next epoch's
         # first batch differs with a StatefulDataLoader): it is taken one step later
-        self._owed = due and batch_idx + 1 >= trainer.num_training_batches
+        self._owed = due and batch_idx + 1 >= self._batches
         if due and not self._owed:
             self._save(trainer, step)
 
@@ -193,15 +247,17 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
     if "ckpt_path" in fit_kwargs:
         raise ArgumentError("fit(..., ckpt_path=...): flightplan picks the newest verified "
                             "checkpoint itself; drop the argument")
-    others = [type(c).__name__ for c in trainer.callbacks
-              if isinstance(c, Checkpoint)]
+    # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
+    # does not declare it
+    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
+    others = [type(c).__name__ for c in callbacks if isinstance(c, Checkpoint)]
     if others:
         raise ArgumentError(f"the Trainer has {', '.join(others)}, whose saves are not atomic; "
                             f"build it with enable_checkpointing=False (flightplan checkpoints)")
-    callback = next((c for c in trainer.callbacks if isinstance(c, FlightplanCallback)), None)
+    callback = next((c for c in callbacks if isinstance(c, FlightplanCallback)), None)
     if callback is None:
         callback = FlightplanCallback(trial, every_n_steps=every_n_steps)
-        trainer.callbacks.append(callback)
+        callbacks.append(callback)
     loop = trainer.fit_loop.epoch_loop
     if trial.max_steps and not 0 < loop.max_steps <= trial.max_steps:
         loop.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
@@ -212,3 +268,43 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
                 weights_only=True, **fit_kwargs)
     if callback.stopped is not None:
         raise callback.stopped
+
+
+def write_outputs(trial: Trial, module: pl.LightningModule, *,
+                  predictions: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any],
+                  extra: Mapping[str, Any] | None = None) -> Path:
+    """Write what close needs into the run directory: ``predictions.csv`` (one row per test
+    example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
+
+    ``artifact/`` holds ``model.safetensors``, the module's ``state_dict`` (parameters and
+    buffers; ``safetensors.torch.save_model``: a tensor shared by two names is stored once,
+    and ``safetensors.torch.load_model(module, path)`` reloads it into a module built the
+    same way; no pickle), and ``artifact.json`` ``{task, params, library: {lightning,
+    torch}, **extra}``: nothing in it points into this machine. A reload hook rebuilds the
+    module from what ``extra`` records and writes its predictions with
+    :func:`flightplan.integrations.outputs.write_predictions`.
+
+    Args:
+        trial: the run's trial.   module: the trained LightningModule.
+        predictions: rows, e.g. ``{"example_id", "gold", "predicted", "prob_<label>"...}``.
+        metrics: JSON-able numbers (the campaign metric among them).
+        extra: more ``artifact.json`` keys (what rebuilds the module, the corpus section …).
+
+    Returns:
+        The artifact directory.
+
+    Raises:
+        ArgumentError: no predictions.
+    """
+    from safetensors.torch import save_model
+
+    write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
+    artifact = RunDir(trial.run_dir).artifact
+    shutil.rmtree(artifact, ignore_errors=True)
+    artifact.mkdir(parents=True)
+    save_model(module, str(artifact / MODEL_FILE), metadata={"format": "pt"})
+    write_json_atomic(artifact / "artifact.json", {
+        "task": trial.task, "params": trial.params,
+        "library": {"lightning": pl.__version__, "torch": torch.__version__},
+        **dict(extra or {})})
+    return artifact

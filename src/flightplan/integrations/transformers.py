@@ -13,12 +13,14 @@ What :func:`train` adds to the Trainer:
   ``<run_dir>/trainer-staging/`` (emptied at every start, never loaded); once it is complete
   :class:`FlightplanCallback` drops ``training_args.bin`` (a pickle nothing reads back) and
   commits the folder as ``checkpoints/step-NNNNNN/`` with flightplan's manifest of sizes and
-  hashes, in one rename (:mod:`flightplan.run.library_checkpoint`); ``keep_last`` prunes.
+  hashes, in one rename (:mod:`flightplan.trial.library_checkpoint`); ``keep_last`` prunes.
 - **Resume only from the newest verified checkpoint**, every byte re-hashed first
-  (:meth:`Trial.restore_library`). One lacking ``optimizer.pt``, ``scheduler.pt``,
-  ``rng_state.pth`` or ``trainer_state.json`` (``save_only_model=True``) stops the run with
+  (:meth:`Trial.restore_library`). ``save_only_model=True`` (checkpoints without the
+  optimizer, schedule and RNG states) is refused before training while ``[stop]
+  require_resume`` is on; a checkpoint lacking ``optimizer.pt``, ``scheduler.pt``,
+  ``rng_state.pth`` or ``trainer_state.json`` (saved so earlier) stops the run with
   ``no_usable_resume`` instead of going on with a fresh optimizer.
-- **When to save**: flightplan's measured interval policy (:mod:`flightplan.run.interval`)
+- **When to save**: flightplan's measured interval policy (:mod:`flightplan.trial.interval`)
   sets ``should_save``, unless the user chose the Trainer's own schedule (``save_steps``
   other than its default 500, or ``save_strategy`` ``"epoch"``/``"best"``). A loss row is
   logged before every save, so a NaN never reaches a committed checkpoint unseen.
@@ -37,8 +39,6 @@ lives in the staging folder that is emptied), more than one process (``world_siz
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import shutil
 import sys
@@ -49,9 +49,10 @@ from typing import Any, Mapping, Sequence
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput
 
-from flightplan.durable import write_atomic, write_json_atomic
-from flightplan.errors import ArgumentError, TrialStopped
-from flightplan.run.trial import Trial
+from flightplan.durable import write_json_atomic
+from flightplan.errors import ArgumentError, TaskError, TrialStopped
+from flightplan.integrations.outputs import write_predictions_and_metrics
+from flightplan.trial import Trial
 
 __all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
 
@@ -75,7 +76,7 @@ class FlightplanCallback(TrainerCallback):
     required=REQUIRED_FILES)`` and check :attr:`stopped` afterwards).
 
     Args:
-        trial: the run's :class:`~flightplan.run.trial.Trial`.
+        trial: the run's :class:`~flightplan.trial.trial.Trial`.
         policy_saves: whether flightplan's interval policy sets ``should_save``; None: when
             the training arguments name no save schedule of their own.
 
@@ -155,6 +156,7 @@ class FlightplanCallback(TrainerCallback):
         self._before_save = time.perf_counter()
 
     def on_save(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        assert args.output_dir is not None      # TrainingArguments sets its default when None
         source = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         save_s = time.perf_counter() - self._before_save
         (source / _PICKLED_ARGS).unlink(missing_ok=True)
@@ -181,6 +183,7 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
     Raises:
         ArgumentError: ``resume_from_checkpoint`` given, ``load_best_model_at_end`` set, or
             several processes.
+        TaskError: ``save_only_model=True`` while ``[stop] require_resume`` is on.
         TrialStopped: a stop rule fired (before training: ``no_usable_resume``; during it:
             after the step that crossed it, with no save after it).
     """
@@ -196,9 +199,15 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
         raise ArgumentError(f"TrainingArguments: {args.world_size} processes; the flightplan "
                             f"Trainer integration runs one process per run")
     if args.save_only_model:
+        if trial.stop_rules.require_resume:
+            raise TaskError("True saves checkpoints without the optimizer, schedule and RNG "
+                            "states, so a run killed after a save could not resume and "
+                            "[stop] require_resume would stop it with its work lost; set "
+                            "save_only_model=False", field="TrainingArguments.save_only_model",
+                            value=True)
         print("flightplan: save_only_model=True: these checkpoints lack the optimizer, schedule "
-              "and RNG states, so resuming from them will be refused (no_usable_resume)",
-              file=sys.stderr)
+              "and RNG states; a run killed after a save starts over ([stop] require_resume "
+              "is off)", file=sys.stderr)
     callback = next((c for c in trainer.callback_handler.callbacks
                      if isinstance(c, FlightplanCallback)), None)
     if callback is None:
@@ -227,9 +236,11 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     ``artifact/`` holds ``trainer.save_model`` (for a PEFT model: the adapter only,
     ``adapter_model.safetensors`` + ``adapter_config.json``, whose
     ``base_model_name_or_path`` is set to the base revision's ``package`` instead of this
-    machine's path, and without PEFT's model card; the pickled ``training_args.bin`` is
-    dropped) and ``artifact.json`` ``{task, params, library: {transformers, peft},
-    base_revision, peft, **extra}``: nothing in it points into this machine.
+    machine's path, every field PEFT holds as a set (``target_modules``) is sorted, so the
+    bytes do not depend on the process's hash seed, and without PEFT's model card; the
+    pickled ``training_args.bin`` is dropped) and ``artifact.json`` ``{task, params,
+    library: {transformers, peft}, base_revision, peft, **extra}``: nothing in it points
+    into this machine.
 
     Args:
         predictions: rows, e.g. ``{"example_id", "gold", "predicted", "prob_<label>"...}``.
@@ -247,26 +258,24 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     import peft
     import transformers
 
-    if not predictions:
-        raise ArgumentError("write_outputs: predictions is empty; give one row per test example")
-    is_peft = isinstance(trainer.model, peft.PeftModel)
+    model = trainer.model
+    is_peft = isinstance(model, peft.PeftModel)
     if is_peft and not base_revision:
         raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
                             "model: package, version, weights_sha256) to be reloadable")
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(predictions[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(predictions)
-    write_atomic(trial.run_dir / "predictions.csv", buffer.getvalue().encode("utf-8"))
-    write_json_atomic(trial.run_dir / "metrics.json", dict(metrics))
+    write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
     artifact = trial.run_dir / "artifact"
     shutil.rmtree(artifact, ignore_errors=True)
     trainer.save_model(str(artifact))
     (artifact / _PICKLED_ARGS).unlink(missing_ok=True)
-    if is_peft:  # the adapter names its base by this machine's path: name it by package
+    if isinstance(model, peft.PeftModel) and base_revision:
+        # the adapter names its base by this machine's path: name it by package
         (artifact / "README.md").unlink(missing_ok=True)   # PEFT's model card, with the path
         config = json.loads((artifact / "adapter_config.json").read_text())
         config["base_model_name_or_path"] = base_revision.get("package")
+        for key, value in vars(model.peft_config[model.active_adapter]).items():
+            if isinstance(value, set):    # target_modules: PEFT writes its set in hash order
+                config[key] = sorted(value)
         write_json_atomic(artifact / "adapter_config.json", config)
     write_json_atomic(artifact / "artifact.json", {
         "task": trial.task, "params": trial.params, "base_revision": base_revision,

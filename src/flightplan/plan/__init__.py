@@ -16,7 +16,8 @@ from flightplan.plan.catalog import (Catalog, Offer, builtin_catalog, catalog_fo
                                      check_spec_against_catalog, load_catalog)
 from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Option, Quote, quote_for_job
-from flightplan.plan.schedule import Schedule, Slot, Task, schedule
+from flightplan.plan.problem import Slot, Task
+from flightplan.plan.schedule import Schedule, schedule
 
 __all__ = [
     "PlanResult",

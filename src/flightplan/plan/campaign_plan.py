@@ -20,10 +20,12 @@ from flightplan.errors import ArgumentError
 from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec, check_spec_against_catalog,
                                      rental_price, suggest)
 from flightplan.plan.decision_rule import decision_rule
+from flightplan.plan.frozen_rental import rental_terms
 from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
-from flightplan.plan.schedule import Schedule, Slot, Task, schedule
-from flightplan.spec import CampaignSpec, Run
+from flightplan.plan.problem import Slot, Task
+from flightplan.plan.schedule import Schedule, schedule
+from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Duration, Money
 
 __all__ = ["PlanResult", "plan_campaign", "tasks_for_spec", "slot_json"]
@@ -45,14 +47,14 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
     Raises:
         ArgumentError: a name in ``durations`` or ``extend`` is not a stage or run.
     """
-    names = [e.name for e in (*spec.stages, *spec.runs)]
+    names = [e.name for e in spec.items]
     for label, table in (("durations", durations), ("--extend", extend)):
         for name in table or {}:
             if name not in names:
                 raise ArgumentError(f"{label} {name}: {name!r} is not a stage or run of "
                                     f"{spec.source}{suggest(name, names)}")
     tasks = []
-    for entry in (*spec.stages, *spec.runs):
+    for entry in spec.items:
         seconds = (durations or {}).get(entry.name, entry.duration).seconds
         seconds += (extend or {}).get(entry.name, Duration(0)).seconds
         is_run = isinstance(entry, Run)
@@ -61,7 +63,7 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
             seconds=max(1, seconds),
             gpus=entry.gpus if "gpu" in entry.uses else 0,
             person="person" in entry.uses, after=tuple(entry.after),
-            each_flight=False if is_run else entry.each_flight))
+            each_flight=isinstance(entry, Stage) and entry.each_flight))
     return tasks
 
 
@@ -150,12 +152,8 @@ class PlanResult:
         return {
             "campaign": self.spec.campaign.name,
             "decision_rule": decision_rule(self.spec),
-            "offer": self.offer.name,
-            "package_days": rental.package_days,
-            "flights": rental.flights,
+            **rental_terms(self.spec, self.offer),   # offer, package days, flights, price
             "people": rental.people,
-            "total_price": str(self.price),
-            "currency": self.price.currency,
             "window_hours": self.window_hours,
             "reserved_hours": self.reserved_hours,
             "uncommitted_hours": self.uncommitted_hours,

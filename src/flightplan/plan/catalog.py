@@ -1,6 +1,6 @@
 """The offer catalog: the built-in published facts, user catalog files, spec checks.
 
-The built-in catalog holds exactly what IteraGPU publishes (see DESIGN.md): the RTX 4090
+The built-in catalog holds exactly what IteraGPU publishes: the RTX 4090
 (1 GPU of 24 GB per flight; 3, 7 and 30 days for 47.14, 110.00 and 390.00 USD) and the
 B200 (2 GPUs per flight; nothing else is published, so it has no packages and cannot be
 quoted until a user catalog gives them). A user catalog file adds offers or overrides
@@ -30,10 +30,11 @@ import difflib
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from flightplan.errors import CatalogError, SpecError
-from flightplan.spec import CampaignSpec
+from flightplan.ledger_rows import ExpenseRow
+from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Money
 
 __all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec", "rental_price",
@@ -113,7 +114,7 @@ def suggest(bad: str, known: list[str]) -> str:
 
 
 def builtin_catalog() -> Catalog:
-    """The published IteraGPU facts of DESIGN.md, nothing more."""
+    """The facts IteraGPU publishes (module docstring), nothing more."""
     return Catalog({
         "RTX 4090": Offer("RTX 4090", gpus_per_flight=1, gpu_memory_gb=24.0, currency="USD",
                           packages={3: Money.parse("47.14", "USD"),
@@ -293,8 +294,9 @@ def placement_problems(spec: CampaignSpec, offer: Offer) -> list[str]:
 
 def _placement_faults(spec: CampaignSpec, offer: Offer) -> list[tuple[str, Any, str]]:
     """(field, value, message) for every stage/run that does not fit one flight of ``offer``."""
-    faults = []
-    for kind, entries in (("stage", spec.stage), ("run", spec.run)):
+    faults: list[tuple[str, Any, str]] = []
+    groups: tuple[tuple[str, Sequence[Stage | Run]], ...] = (("stage", spec.stage), ("run", spec.run))
+    for kind, entries in groups:
         for index, entry in enumerate(entries):
             if "gpu" in entry.uses and entry.gpus > offer.gpus_per_flight:
                 faults.append((f"{kind}[{index}].gpus", entry.gpus,
@@ -309,17 +311,17 @@ def _placement_faults(spec: CampaignSpec, offer: Offer) -> list[tuple[str, Any, 
     return faults
 
 
-def expense_rows(spec: CampaignSpec, offer: Offer) -> list[dict[str, Any]]:
+def expense_rows(spec: CampaignSpec, offer: Offer) -> list[ExpenseRow]:
     """The ledger's expenses: the ``[rental]`` package(s) priced from the catalog's
     ``offer`` (amount = flights × package price) and each ``[[expense]]``."""
     rental = spec.rental
     price = rental_price(spec, offer)
-    rows = [{"kind": "package", "offer": offer.name, "package_days": rental.package_days,
-             "flights": rental.flights, "amount": str(price), "currency": price.currency,
-             "label": f"{offer.name} {rental.package_days}-day package × {rental.flights}"
-                      + (f" (order {rental.order})" if rental.order else "")}]
+    rows = [ExpenseRow(kind="package", offer=offer.name, package_days=rental.package_days,
+                       flights=rental.flights, amount=str(price), currency=price.currency,
+                       label=f"{offer.name} {rental.package_days}-day package × {rental.flights}"
+                             + (f" (order {rental.order})" if rental.order else ""))]
     for expense in spec.expenses:
-        rows.append({"kind": "external", "label": expense.label, "offer": None,
-                     "package_days": None, "flights": None, "amount": str(expense.money),
-                     "currency": expense.currency})
+        rows.append(ExpenseRow(kind="external", label=expense.label, offer=None,
+                               package_days=None, flights=None, amount=str(expense.money),
+                               currency=expense.currency))
     return rows

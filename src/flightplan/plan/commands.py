@@ -3,29 +3,59 @@
 Both print one JSON object with ``--json`` and rich tables otherwise (units in the
 headers). A plan that does not fit is a report, not an error: exit 0, and the summary
 says by how many hours it is over.
+
+``plan`` also says what the test set can decide (:mod:`flightplan.plan.power`): it reads
+the test split's size and labels from the corpus (only that file, here in the command
+layer; ``plan/`` modules do no I/O), prints each comparison's resolution and power, and a
+warning a reader cannot miss when a variant's expected gain would be confirmed with less
+than :data:`~flightplan.plan.power.WARN_BELOW` probability; ``--json`` carries it all
+under ``power``; ``--power-plot FILE`` draws the power curves.
+
+``plan --from RESULTS_DIR`` (or ``[calibrate] from``) plans from an earlier campaign's
+measurements (:mod:`flightplan.plan.calibration`): the directory must verify (the command
+line hands in ``close``'s verifier, which ``plan/`` may not import; artifacts are not
+reloaded), then its ``calibration.json`` and predictions are read here. Every plan prints
+its **uncertainties**: each estimate not measured in this configuration, with its source,
+range and the hours of the schedule it can move, largest first (``--json``:
+``uncertainties``, and the measured ones under ``measured``).
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from rich.console import Console
 from rich.markup import escape
+from rich.panel import Panel
 from rich.table import Table
 
+from flightplan.corpus import load_split
+from flightplan.corpus import check_columns
 from flightplan.durable import write_atomic
-from flightplan.errors import ArgumentError
+from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, InputError, SpecError
+from flightplan.metrics import Predictions, read_predictions
+from flightplan.plan.calibration import (FILE_NAME, GUESS_FACTOR, Calibrated, Calibration,
+                                         Uncertainty, calibrate, uncertainties)
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
+from flightplan.plan.power import (TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
+                                   campaign_power, power_png, rounded_count)
 from flightplan.plan.quote import Quote, quote_for_job
-from flightplan.spec import load_spec
-from flightplan.tasks.loader import check_task
+from flightplan.spec import CampaignSpec, load_spec
+from flightplan.tasks.loader import check_task, resolve_task
 from flightplan.units import Duration, parse_extension
 
-__all__ = ["plan_command", "quote_command", "parse_extensions"]
+__all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split",
+           "ResultsVerifier", "read_calibration"]
+
+ResultsVerifier = Callable[[Path], Mapping[str, Any]]
+"""Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
+[{check, path, message}, ...]}`` (the command line passes
+:func:`flightplan.close.verify.verify_results` without reloads)."""
 
 
 def parse_extensions(texts: list[str]) -> dict[str, Duration]:
@@ -44,37 +74,169 @@ def parse_extensions(texts: list[str]) -> dict[str, Duration]:
     return out
 
 
-def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_json: bool) -> int:
-    """Plan the campaign in ``spec_path``; print JSON or tables; write a PNG Gantt if asked.
+def read_test_split(spec: CampaignSpec) -> tuple[TestSplit | None, str]:
+    """The test split's size and label counts, for the power of the comparisons.
+
+    Reads only the test file (:func:`flightplan.corpus.load_split`); a corpus that cannot
+    be read here is the data check's business, so it is a reason, not an error.
 
     Returns:
-        0, also when the plan does not fit the window (the output says so).
+        ``(split, "")``, or ``(None, why it is unknown)``.
+    """
+    if spec.corpus is None:
+        return None, "the campaign has no [corpus], so the test split's size is unknown"
+    try:
+        examples, source = load_split(spec.corpus, spec.campaign_dir, "test")
+    except (SpecError, CorpusMismatch, OSError) as exc:
+        return None, f"the test split could not be read: {exc}"
+    counts = None
+    if spec.corpus.label_column is not None:
+        counts = dict(sorted(Counter(e.label for e in examples if e.label is not None).items()))
+    return TestSplit(len(examples), counts, source), ""
+
+
+def read_calibration(results: Path, *, verify: ResultsVerifier, spec: CampaignSpec,
+                     given: str | None) -> tuple[Calibration, dict[str, Predictions]]:
+    """Read an earlier campaign's ``calibration.json`` and predictions, once its results
+    directory verifies.
+
+    Args:
+        results: the results directory. verify: its verifier (:data:`ResultsVerifier`).
+        spec: the campaign planned (names the file in errors).
+        given: ``--from``'s text, or None when the directory comes from ``[calibrate]
+            from`` (errors then name that field).
+
+    Returns:
+        The calibration and the predictions of its runs (run id → predictions).
+
+    Raises:
+        ArgumentError (``--from``) or SpecError (``[calibrate] from``): the directory is
+            missing, does not verify (the first finding, with the fix), has no
+            ``calibration.json`` or an unreadable one.
+    """
+    def refuse(message: str) -> InputError:
+        if given is not None:
+            return ArgumentError(f"--from {given}: {message}")
+        source = spec.calibrate.source if spec.calibrate else str(results)
+        return SpecError(f"{source!r} {message}", file=spec.source, field="calibrate.from",
+                         value=source)
+
+    if not results.is_dir():
+        raise refuse(f"is not a directory ({results}); give the results/ folder of a "
+                     f"campaign that flightplan close completed")
+    findings = list(verify(results)["findings"])
+    if findings:
+        first = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        raise refuse(f"does not verify: {first['check']}: {first['path']}: "
+                     f"{first['message']}{more}; plan only from results that `flightplan "
+                     f"verify {results}` passes (close that campaign again to rewrite them), "
+                     f"or plan without them")
+    path = results / FILE_NAME
+    if not path.is_file():
+        raise refuse(f"has no {FILE_NAME} (its campaign was closed by an earlier "
+                     f"flightplan); run `flightplan close` on that campaign again to write it")
+    try:
+        calibration = Calibration.from_json(json.loads(path.read_text(encoding="utf-8")),
+                                            source=str(path))
+        predictions = {r.run_id: read_predictions(results / r.predictions)
+                       for r in calibration.runs if r.predictions}
+    except (ValueError, CheckFailed) as exc:
+        raise refuse(f"{exc}; run `flightplan close` on that campaign again") from None
+    return calibration, predictions
+
+
+def _calibrated(spec: CampaignSpec, calibrate_from: Path | None,
+                verify: ResultsVerifier) -> tuple[Calibrated, Path | None]:
+    """Every estimate of ``spec``, from ``--from`` or ``[calibrate] from`` when given."""
+    if calibrate_from is not None:
+        results, given = Path(calibrate_from).resolve(), str(calibrate_from)
+    elif spec.calibrate is not None:
+        results, given = spec.calibrate.results_dir(spec.campaign_dir), None
+    else:
+        return calibrate(spec, None), None
+    calibration, predictions = read_calibration(results, verify=verify, spec=spec, given=given)
+    versions = {run.name: resolve_task(run.task, spec.campaign_dir, field=f"run[{i}].task",
+                                       source=spec.source).code_version
+                for i, run in enumerate(spec.runs)}
+    return calibrate(spec, calibration, code_versions=versions,
+                     predictions=predictions), results
+
+
+def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_json: bool,
+                 verify: ResultsVerifier, power_plot: Path | None = None,
+                 calibrate_from: Path | None = None) -> int:
+    """Plan the campaign in ``spec_path``; print JSON or tables; write a PNG Gantt and the
+    power curves if asked.
+
+    Args:
+        verify: the verifier of a results directory to plan from (:data:`ResultsVerifier`;
+            ``plan/`` may not import ``close/``, so the command line hands it in).
+        calibrate_from: ``--from``: an earlier campaign's results directory (overrides
+            ``[calibrate] from``).
+
+    Returns:
+        0, also when the plan does not fit the window or the test set cannot confirm the
+        expected gains (the output says so).
 
     Raises:
         SpecError, CatalogError: bad campaign or catalog. TaskError: a run's task is not
-            found or binds no ``train`` (checked without running it). ArgumentError: a bad
-            ``--extend`` (format or unknown name) or a ``--gantt`` path that cannot be written.
+            found or binds no ``train`` (checked without running it); SpecError too when
+            the prediction columns a task declares cannot give the metric. ArgumentError: a bad
+            ``--extend`` (format or unknown name), a ``--gantt`` or ``--power-plot`` path
+            that cannot be written, or ``--power-plot`` when no comparison's power is known.
+        ArgumentError or SpecError: the results directory to plan from does not verify or
+            holds no calibration (:func:`read_calibration`).
+        SpecError: a ``[corpus]`` column missing from the train or test file's header
+            (:func:`flightplan.corpus.check_columns`).
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
-        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source)
-    result = plan_campaign(spec, extend=parse_extensions(extend))
+        check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source,
+                   metric=spec.campaign.metric)
+    if spec.corpus is not None:
+        check_columns(spec.corpus, spec.campaign_dir, source=spec.source)
+    calibrated, source = _calibrated(spec, calibrate_from, verify)
+    result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
+    uncertain, measured = uncertainties(result.schedule, calibrated.estimates)
+    test, why = read_test_split(spec)
+    power = campaign_power(spec, test, why_unknown=why, models=calibrated.models)
     if gantt is not None:
-        png = gantt_png(result.schedule, window_s=result.window_s, title=spec.campaign.name)
-        try:
-            write_atomic(Path(gantt), png)
-        except OSError as exc:
-            raise ArgumentError(f"--gantt {gantt}: cannot write it ({exc.strerror or exc}); "
-                                f"give a path in a writable folder") from None
+        _write_png("--gantt", gantt, gantt_png(result.schedule, window_s=result.window_s,
+                                                title=spec.campaign.name))
+    if power_plot is not None:
+        if not power.comparisons:
+            reasons = "; ".join(dict.fromkeys(why for _, _, why in power.not_computed))
+            raise ArgumentError(f"--power-plot {power_plot}: no comparison's power is known "
+                                f"({reasons or 'the campaign has no variant'}); there is no "
+                                f"curve to draw")
+        _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
     if as_json:
-        print(json.dumps(result.to_json() | left))
+        print(json.dumps(result.to_json() | left | {
+            "power": power.to_json(),
+            "calibration": None if source is None else {
+                "from": str(source), "campaign": calibrated.campaign, "verified": True},
+            "uncertainties": [u.to_json() for u in uncertain],
+            "measured": [u.to_json() for u in measured]}))
         return 0
     console = _console()
     _print_plan(console, result, left)
+    _print_uncertainties(console, uncertain, measured, calibrated.campaign, source)
+    _print_power(console, power)
     if gantt is not None:
         console.print(f"Gantt chart written to {escape(str(gantt))}")
+    if power_plot is not None:
+        console.print(f"power curves written to {escape(str(power_plot))}")
     return 0
+
+
+def _write_png(option: str, path: Path, png: bytes) -> None:
+    try:
+        write_atomic(Path(path), png)
+    except OSError as exc:
+        raise ArgumentError(f"{option} {path}: cannot write it ({exc.strerror or exc}); "
+                            f"give a path in a writable folder") from None
 
 
 def _console() -> Console:
@@ -108,7 +270,7 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
     style = "green" if result.fits else "bold red"
     console.print(f"reserved {_hours(result.reserved_hours)} h of a "
                   f"{_hours(result.window_hours)} h window: [{style}]{verdict}[/{style}]")
-    if left:
+    if left and rental.started is not None:
         over = result.reserved_hours - left["hours_left"]
         style = "green" if left["fits_time_left"] else "bold red"
         text = (f"fits: {_hours(-over)} h to spare" if left["fits_time_left"]
@@ -133,6 +295,158 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
         console.print(table)
     else:
         console.print("variants: no warnings")
+
+
+def _figure(value: float, figure: str) -> str:
+    """An estimate for reading: a duration (hours) in s, min or h with 3 digits; a share
+    or an sd with 3 digits."""
+    if figure != "duration":
+        return f"{value:.3g}"
+    seconds = value * 3600
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min" if seconds < 3600 else f"{value:.3g} h"
+
+
+def _print_uncertainties(console: Console, uncertain: tuple[Uncertainty, ...],
+                         measured: tuple[Uncertainty, ...], campaign: str | None,
+                         source: Path | None) -> None:
+    """The uncertainties table, largest first, and one line per measured estimate."""
+    if source is not None:
+        console.print(f"planned from the measurements of campaign {escape(campaign or '?')} "
+                      f"({escape(str(source))}, verified)")
+    if uncertain:
+        table = Table(title=f"Uncertainties: {len(uncertain)} estimate"
+                            f"{'s' if len(uncertain) != 1 else ''} not measured in this "
+                            f"configuration, largest first", title_justify="left",
+                      caption=f"RANGE: a guess within ×{GUESS_FACTOR:g} either way, a scaled "
+                              f"figure within its rule's bounds; MOVES: hours of the "
+                              f"end-to-end schedule between the estimate at the top and at the "
+                              f"bottom of its range, the plan's sequence kept "
+                              f"(docs/decisions.md)", caption_justify="left")
+        for header in ("ESTIMATE", "SOURCE", "VALUE", "RANGE", "MOVES (h)"):
+            table.add_column(header, justify="right" if header in ("VALUE", "MOVES (h)")
+                             else "left", no_wrap=header != "SOURCE")
+        for u in uncertain:
+            e = u.estimate
+            table.add_row(escape(f"{e.subject} {e.figure}"), escape(f"{e.source}: {e.detail}"),
+                          _figure(e.value, e.figure),
+                          f"{_figure(e.low, e.figure)} – {_figure(e.high, e.figure)}",
+                          f"{u.moves_hours:.3g}" if e.figure == "duration" else "0 (power)")
+        console.print(table)
+    else:
+        console.print("uncertainties: none; every estimate was measured in this configuration")
+    for u in measured:
+        e = u.estimate
+        console.print(f"measured: {escape(e.subject)} {e.figure} {_figure(e.value, e.figure)}"
+                      + (f" [{_figure(e.low, e.figure)} – {_figure(e.high, e.figure)}]"
+                         if e.high > e.low else "") + f" ({escape(e.detail)})")
+
+
+def _percent(value: float) -> str:
+    """A probability as a whole percent, ``<1``/``>99`` at the ends (``0.443`` → ``44``)."""
+    if 0 < value < 0.005:
+        return "<1"
+    if 0.995 <= value < 1:
+        return ">99"
+    return f"{value * 100:.0f}"
+
+
+def _verdicts(comparison: ComparisonPower, case: str) -> str:
+    s = comparison.scenario(case)
+    return f"{_percent(s.meets)} / {_percent(s.does_not_meet)} / {_percent(s.inconclusive)}"
+
+
+def _print_power(console: Console, power: CampaignPower) -> None:
+    """The power table, what it assumed, and a red panel per comparison whose expected
+    gain would be confirmed with less than ``WARN_BELOW`` probability."""
+    reasons: dict[str, list[str]] = {}
+    for variant, reference, why in power.not_computed:
+        reasons.setdefault(why, []).append(f"{variant} − {reference}")
+    for why, names in reasons.items():
+        console.print(f"power of {escape(', '.join(names))}: not computed: {escape(why)}")
+    if not power.comparisons:
+        return
+    first = power.comparisons[0]
+    target = f"{TARGET_POWER:.0%}"
+    table = Table(title=f"What the test set can decide ({escape(first.metric)}, goal "
+                        f"{first.goal}, threshold {first.min_gain:+g}; {first.n_test} test "
+                        f"examples; 95% paired bootstrap)", title_justify="left",
+                  caption=f"RESOLUTION: the interval's expected half-width (±); DETECTABLE: "
+                          f"the smallest true gain confirmed with {target} probability; P: "
+                          f"probability (%) of meets / does not meet / inconclusive if the "
+                          f"true gain is 0, the threshold, the expected gain; EXAMPLES: the "
+                          f"test size that confirms the expected gain with {target} "
+                          f"probability",
+                  caption_justify="left")
+    for header in ("COMPARISON", "RESOLUTION", "DETECTABLE", "EXPECTED", "P IF 0",
+                   "P AT THRESHOLD", "P IF EXPECTED", f"EXAMPLES FOR {target}"):
+        table.add_column(header, justify="left" if header == "COMPARISON" else "right",
+                         no_wrap=header != "COMPARISON")
+    for c in power.comparisons:
+        detectable = c.minimum_detectable_gain
+        table.add_row(escape(f"{c.variant} − {c.reference}"), f"±{c.resolution:.3f}",
+                      "beyond reach" if detectable is None else f"{detectable:+.3f}",
+                      f"{c.expected_gain:+.3g}", _verdicts(c, "no gain"),
+                      _verdicts(c, "threshold"), _verdicts(c, "expected gain"),
+                      "never" if c.examples_needed is None else f"{c.examples_needed:,}")
+    console.print(table)
+    for line in dict.fromkeys(_assumptions(c) for c in power.comparisons):
+        console.print(f"assumed: {escape(line)}")
+    for c in power.warnings:
+        console.print(Panel(escape(_warning(c)), title="POWER WARNING", title_align="left",
+                            border_style="bold red", style="bold"))
+
+
+def _assumptions(comparison: ComparisonPower) -> str:
+    """What a comparison's figures assumed, in one line."""
+    inputs = comparison.inputs
+    parts = []
+    if "disagreement" in inputs:
+        parts.append(f"disagreement {inputs['disagreement']:g} "
+                     f"({inputs.get('disagreement_source')})")
+    if "reference_accuracy" in inputs and inputs.get("source") == "assumed":
+        parts.append(f"reference right on {inputs['reference_accuracy']:.0%} of each class's "
+                     f"examples (assumed)")
+    if "difference_sd" in inputs:
+        parts.append(f"per-example difference sd {inputs['difference_sd']:g} "
+                     f"({inputs.get('difference_sd_source', inputs.get('source'))})")
+    parts += list(comparison.notes)
+    return "; ".join(parts)
+
+
+def _warning(c: ComparisonPower) -> str:
+    """The warning text: what cannot be confirmed, the numbers, and the fixes."""
+    expected = c.scenario("expected gain")
+    detectable = ("no gain the assumed disagreement allows" if c.minimum_detectable_gain is None
+                  else f"{c.minimum_detectable_gain:+.3f}")
+    text = (f"{c.variant} − {c.reference}: a gain of at least {c.min_gain:+g} {c.metric} cannot "
+            f"be confirmed reliably with {c.n_test} test examples. If {c.variant} truly gains "
+            f"{c.expected_gain:+.3g} (the expected gain; {c.expected_gain_source}), the "
+            f"comparison meets the threshold with probability {expected.meets:.0%} and is "
+            f"inconclusive with {expected.inconclusive:.0%}. Resolution ±{c.resolution:.3f} "
+            f"(the interval's expected half-width); minimum detectable gain {detectable} "
+            f"(confirmed with {TARGET_POWER:.0%} probability); ")
+    if c.examples_needed is None:
+        text += ("no test size confirms the expected gain, which does not exceed the "
+                 "threshold.")
+    else:
+        text += (f"about {rounded_count(c.examples_needed):,} test examples would confirm "
+                 f"{c.expected_gain:+.3g} with {TARGET_POWER:.0%} probability.")
+    fixes = []
+    if c.examples_needed is not None:
+        fixes.append(f"more test examples (about {rounded_count(c.examples_needed):,}, "
+                     f"now {c.n_test})")
+    bound = c.threshold_for_target
+    if bound is not None and bound[0] == "at least":
+        fixes.append(f"a larger threshold (min_gain at least {bound[1]:+.3f}, the expected "
+                     f"gain then twice it; or a bolder variant)")
+    elif bound is not None:
+        fixes.append(f"a threshold the test set can resolve (min_gain at most {bound[1]:+.3f} "
+                     f"for the expected gain {c.expected_gain:+.3g})")
+    fixes.append("fewer comparisons (a variant that cannot confirm its gain spends GPU hours "
+                 "without deciding anything: cut it, or spend its hours on a larger test set)")
+    return text + " Fixes: " + "; ".join(fixes) + "."
 
 
 def _print_options(console: Console, quote: Quote, *, title: str,

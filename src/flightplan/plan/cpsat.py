@@ -1,5 +1,5 @@
 """The exact model of the schedule for OR-Tools CP-SAT (the problem is stated in
-:mod:`flightplan.plan.schedule`).
+:mod:`flightplan.plan.problem`).
 
 Variables, in seconds: a start per task instance; for a GPU task a literal per flight
 (``x[i,f]``, exactly one) and, when it holds fewer GPUs than a flight has, a literal per
@@ -20,12 +20,12 @@ Usage::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ortools.sat.python import cp_model
 
 if TYPE_CHECKING:
-    from flightplan.plan.schedule import Problem, Slot
+    from flightplan.plan.problem import Problem, Slot
 
 __all__ = ["solve_exact", "Placement"]
 
@@ -52,7 +52,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
     # instances: (name, flight or None) -> (start var, end var, presence literal)
     inst: dict[tuple[str, int | None], tuple] = {}
     on_flight: dict[str, list] = {}       # name -> per flight literal (placed there)
-    on_gpu: dict[tuple[str, int | None], list] = {}
+    on_gpu: dict[tuple[str, int | None], dict[tuple[int, int], Any]] = {}
 
     def add_instance(name: str, flight: int | None, present) -> None:
         task = p.tasks[name]
@@ -68,7 +68,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
         if not task.gpus:
             return
         hosts = [flight] if flight is not None else list(flights)
-        picks = {}
+        picks: dict[tuple[int, int], Any] = {}
         for f in hosts:
             here = present if flight is not None else on_flight[name][f]
             for k in per_flight:
@@ -140,7 +140,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
         else:
             model.add_cumulative(person_intervals, person_demands, p.people)
     makespan = model.new_int_var(p.lower_bound(), horizon, "makespan")
-    for (name, f), (_, end, present) in inst.items():
+    for _, end, present in inst.values():
         if present is None:
             model.add(makespan >= end)
         else:
@@ -168,16 +168,16 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
         if second.solve(model) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             solver = second
     placements: list[Placement] = []
-    for (name, f), (start, _, present) in inst.items():
+    for (name, copy), (start, _, present) in inst.items():
         if present is not None and not solver.boolean_value(present):
             continue
         task = p.tasks[name]
         begin = solver.value(start)
-        flight = f
-        if task.gpus and f is None:
+        flight = copy
+        if task.gpus and copy is None:
             flight = next(g for g in flights if solver.boolean_value(on_flight[name][g]))
-        picks = on_gpu.get((name, f), {})
-        gpu_ids = tuple(k for k in per_flight if task.gpus and
+        picks = on_gpu.get((name, copy), {})
+        gpu_ids = tuple(k for k in per_flight if task.gpus and flight is not None and
                         (not picks or solver.boolean_value(picks[(flight, k)])))
         placements.append((name, flight, begin, gpu_ids))
     return placements, status == cp_model.OPTIMAL
@@ -188,7 +188,7 @@ def _solver(limit_s: float) -> cp_model.CpSolver:
 
     ``catch_sigint_signal`` off: CP-SAT otherwise installs its own C-level SIGINT handler
     during a solve and leaves SIGINT at its default action afterwards, so a later Ctrl-C
-    killed ``flightplan run`` outright, with no "interrupted: …" line (issue 14).
+    killed ``flightplan run`` outright, with no "interrupted: …" line.
     """
     solver = cp_model.CpSolver()
     solver.parameters.catch_sigint_signal = False
@@ -202,7 +202,7 @@ def _solver(limit_s: float) -> cp_model.CpSolver:
 def _hint(model: cp_model.CpModel, p: Problem, slots: list[Slot], inst: dict,
           on_flight: dict, on_gpu: dict) -> None:
     """Give CP-SAT the greedy schedule as a complete starting solution."""
-    placed = {(s.task.name, s.flight - 1 if s.task.each_flight else None): s for s in slots}
+    placed = {(s.task.name, s.flight_index if s.task.each_flight else None): s for s in slots}
     for (name, f), (start, _, present) in inst.items():
         slot = placed.get((name, f))
         model.add_hint(start, slot.start_s if slot else 0)
@@ -210,7 +210,7 @@ def _hint(model: cp_model.CpModel, p: Problem, slots: list[Slot], inst: dict,
             model.add_hint(present, slot is not None)
         task = p.tasks[name]
         if task.gpus:
-            flight = (slot.flight - 1) if slot else None
+            flight = slot.flight_index if slot else None
             if f is None:
                 for g, lit in enumerate(on_flight[name]):
                     model.add_hint(lit, g == flight)

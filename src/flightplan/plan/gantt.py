@@ -20,7 +20,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from flightplan.plan.schedule import Schedule, Slot
+from flightplan.plan.problem import Slot
+from flightplan.plan.schedule import Schedule
+from flightplan.units import time_unit
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -44,9 +46,11 @@ def where(slot: Slot) -> str:
 
 
 def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
-    """A rich table: name, where, start/end (h) and a bar of ``width`` characters.
+    """A rich table: name, where, start/end and a bar of ``width`` characters.
 
-    Each character stands for ``max(makespan, window) / width`` seconds; ``¦`` marks the
+    Starts and ends are in hours, or in minutes or seconds for a schedule shorter than 2 h
+    or 2 min (:func:`flightplan.units.time_unit`; the column headers name the unit). Each
+    character of a bar stands for ``max(makespan, window) / width`` seconds; ``¦`` marks the
     end of the window. GPU work is green ``█``, person-only work yellow, a stage holding a
     GPU and a person ``▀`` (green over yellow), work past the window red; the caption is
     the legend.
@@ -59,8 +63,9 @@ def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
         Text("█ past the window", style=_OVER_STYLE) + Text("  ¦ end of window")
     table = Table(title="Schedule", title_justify="left", caption=caption,
                   caption_justify="left")
-    for header in ("NAME", "WHERE", "START (h)", "END (h)"):
-        table.add_column(header, justify="right" if "(h)" in header else "left", no_wrap=True)
+    unit, per_hour = time_unit(schedule.makespan_s / 3600)
+    for header in ("NAME", "WHERE", f"START ({unit})", f"END ({unit})"):
+        table.add_column(header, justify="right" if "(" in header else "left", no_wrap=True)
     table.columns[0].overflow = "fold"
     table.add_column(f"0 … {span / 3600:g} h (¦ = end of window)", no_wrap=True)
     for slot in schedule.slots:
@@ -77,8 +82,9 @@ def gantt_table(schedule: Schedule, *, window_s: int, width: int = 40) -> Table:
             over = inside and col >= window_col and slot.end_s > window_s
             char = ("█" if over else block) if inside else ("¦" if col == window_col else " ")
             bar.append(char, style=_OVER_STYLE if over else (style if inside else "dim"))
-        table.add_row(escape(slot.task.name), where(slot), f"{slot.start_s / 3600:.1f}",
-                      f"{slot.end_s / 3600:.1f}", bar)
+        table.add_row(escape(slot.task.name), where(slot),
+                      f"{slot.start_s / 3600 * per_hour:.1f}",
+                      f"{slot.end_s / 3600 * per_hour:.1f}", bar)
     return table
 
 

@@ -37,7 +37,8 @@ from typing import Any
 
 from flightplan.errors import CatalogError
 from flightplan.plan.catalog import Catalog, Offer, placement_problems
-from flightplan.plan.schedule import Schedule, Task, schedule, topological_order
+from flightplan.plan.problem import Task, topological_order
+from flightplan.plan.schedule import Schedule, schedule
 from flightplan.spec import CampaignSpec
 from flightplan.units import Money
 

@@ -1,17 +1,6 @@
 """End-to-end schedule of a campaign: a resource-constrained project, solved with CP-SAT.
 
-The problem, in seconds (integers)::
-
-    minimise   M = max_i end_i
-    subject to end_i = start_i + d_i
-               start_i >= end_p                       for every p in after(i)
-               each GPU task i holds g_i GPUs of ONE flight f_i for [start_i, end_i)
-               no two tasks overlap on the same GPU    (one unary resource per GPU)
-               person tasks use at most `people` persons at any time (cumulative)
-               an each_flight task E has a copy E@f on every flight f that holds a task
-               descending from E (at least one copy); a task on flight f descending from E
-               starts after E@f ends; a person-only task right after E waits for one copy
-
+The problem (:mod:`flightplan.plan.problem`) is a resource-constrained project schedule.
 Every GPU is its own unary resource with optional intervals (an item's GPU indices are
 reported); flights never pool GPUs, so a task never spans two of them. A serial
 list-scheduling pass (priority: longest remaining path) gives a feasible schedule; when
@@ -35,46 +24,9 @@ import heapq
 from dataclasses import dataclass, field, replace
 
 from flightplan.plan.cpsat import solve_exact
+from flightplan.plan.problem import Problem, Slot, Task
 
-__all__ = ["Task", "Slot", "Schedule", "Problem", "schedule", "topological_order"]
-
-
-@dataclass(frozen=True)
-class Task:
-    """One stage or run to place.
-
-    Attributes:
-        name: unique name. kind: ``"stage"`` or ``"run"``. tier: essential/useful/exploratory.
-        seconds: duration (s, >= 1). gpus: GPUs held at once (0: none).
-        person: holds one person. after: names that must end first.
-        each_flight: repeated on every flight that runs anything after it.
-    """
-
-    name: str
-    kind: str
-    tier: str
-    seconds: int
-    gpus: int = 0
-    person: bool = False
-    after: tuple[str, ...] = ()
-    each_flight: bool = False
-
-    @property
-    def uses(self) -> tuple[str, ...]:
-        """``("gpu", "person")`` or a part of it."""
-        return tuple(u for u, held in (("gpu", self.gpus > 0), ("person", self.person)) if held)
-
-
-@dataclass(frozen=True)
-class Slot:
-    """A placed task. ``flight`` is 1-based (None for person-only work); ``gpu_ids`` are
-    the GPU indices inside that flight (0-based, like CUDA device numbers)."""
-
-    task: Task
-    start_s: int
-    end_s: int
-    flight: int | None
-    gpu_ids: tuple[int, ...] = ()
+__all__ = ["Schedule", "schedule"]
 
 
 @dataclass(frozen=True)
@@ -142,68 +94,6 @@ class _Timeline:
             ends.insert(i, end)
 
 
-class Problem:
-    """Tasks with their graph facts: predecessors, each_flight ancestors, priorities."""
-
-    def __init__(self, tasks: list[Task], flights: int, gpus_per_flight: int, people: int):
-        self.tasks = {t.name: t for t in tasks}
-        self.order = [t.name for t in tasks]
-        self.flights, self.gpus_per_flight, self.people = flights, gpus_per_flight, people
-        self.topo = topological_order(self.tasks)
-        self.setups: dict[str, list[str]] = {}          # each_flight ancestors, topological
-        position = {n: i for i, n in enumerate(self.topo)}
-        for name in self.topo:
-            found = set()
-            for dep in self.tasks[name].after:
-                found.update(self.setups[dep])
-                if self.tasks[dep].each_flight:
-                    found.add(dep)
-            self.setups[name] = sorted(found, key=position.__getitem__)
-        self.tail: dict[str, int] = {}                   # longest path from start to the end
-        children: dict[str, list[str]] = {n: [] for n in self.tasks}
-        for name, task in self.tasks.items():
-            for dep in task.after:
-                children[dep].append(name)
-        self.children = children
-        for name in reversed(self.topo):
-            self.tail[name] = self.tasks[name].seconds + max(
-                (self.tail[c] for c in children[name]), default=0)
-
-    def bound(self, name: str) -> bool:
-        """Placed on a flight: holds GPUs or repeats per flight."""
-        task = self.tasks[name]
-        return task.gpus > 0 or task.each_flight
-
-    def lower_bound(self) -> int:
-        """max(critical path, ceil(GPU work / all GPUs), ceil(person work / people))."""
-        path = max(self.tail.values(), default=0)
-        gpu_work = sum(t.seconds * t.gpus for t in self.tasks.values())
-        person_work = sum(t.seconds for t in self.tasks.values() if t.person)
-        gpus = self.flights * self.gpus_per_flight
-        return max(path, -(-gpu_work // gpus), -(-person_work // self.people))
-
-
-def topological_order(tasks: dict[str, Task]) -> list[str]:
-    """Task names, each after everything in its ``after``. Raises ValueError on a cycle."""
-    indegree = {n: len(t.after) for n, t in tasks.items()}
-    children: dict[str, list[str]] = {n: [] for n in tasks}
-    for name, task in tasks.items():
-        for dep in task.after:
-            children[dep].append(name)
-    ready = [n for n in tasks if indegree[n] == 0]
-    out = []
-    while ready:
-        name = ready.pop()
-        out.append(name)
-        for child in children[name]:
-            indegree[child] -= 1
-            if indegree[child] == 0:
-                ready.append(child)
-    if len(out) != len(tasks):
-        raise ValueError("the tasks' after graph has a cycle")
-    return out
-
-
 class _Greedy:
     """Serial list scheduling: each task, by priority, at its earliest feasible start."""
 
@@ -256,11 +146,12 @@ class _Greedy:
 
         Returns (start, GPU indices, person index or None).
         """
+        lines = self.gpu[flight] if flight is not None else []   # the flight's GPUs
         while True:
             gpu_ids: list[int] = []
             if task.gpus:
                 fits = sorted((line.first_fit(t, task.seconds), k)
-                              for k, line in enumerate(self.gpu[flight]))
+                              for k, line in enumerate(lines))
                 if fits[task.gpus - 1][0] > t:
                     t = fits[task.gpus - 1][0]
                     continue
@@ -277,8 +168,9 @@ class _Greedy:
     def _commit(self, task: Task, flight: int | None, t: int) -> Slot:
         start, gpu_ids, person = self._earliest(task, flight, t)
         end = start + task.seconds
-        for k in gpu_ids:
-            self.gpu[flight][k].add(start, end)
+        if flight is not None:          # only a GPU task, placed on a flight, has GPU ids
+            for k in gpu_ids:
+                self.gpu[flight][k].add(start, end)
         if person is not None:
             self.person[person].add(start, end)
         slot = Slot(task, start, end, None if flight is None else flight + 1, tuple(gpu_ids))
@@ -331,8 +223,8 @@ class _Greedy:
         trial = _Greedy.__new__(_Greedy)
         trial.p = self.p
         trial.gpu = list(self.gpu)
-        trial.gpu[flight] = [_Timeline(list(l.starts), list(l.ends)) for l in self.gpu[flight]]
-        trial.person = [_Timeline(list(l.starts), list(l.ends)) for l in self.person]
+        trial.gpu[flight] = [_Timeline(list(t.starts), list(t.ends)) for t in self.gpu[flight]]
+        trial.person = [_Timeline(list(t.starts), list(t.ends)) for t in self.person]
         trial.placed = dict(self.placed)
         trial.copies = {k: list(v) for k, v in self.copies.items()}
         trial.flights_used = set(self.flights_used)

@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator
 
 from flightplan.durable import hash_file, write_json_atomic
 from flightplan.errors import VerificationFailed
+from flightplan.findings import Finding
 
 __all__ = [
     "MANIFEST_NAME",
@@ -87,17 +88,17 @@ def read_manifest(results_dir: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise VerificationFailed(
             f"{path}: no manifest; run `flightplan close` on the campaign to write it",
-            [{"check": "missing_file", "path": MANIFEST_NAME, "message": "no MANIFEST.json"}],
+            [Finding("missing_file", MANIFEST_NAME, "no MANIFEST.json")],
         ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise VerificationFailed(
             f"{path}: not valid JSON ({exc}); the manifest was damaged, re-run `flightplan close`",
-            [{"check": "checksum", "path": MANIFEST_NAME, "message": f"not valid JSON: {exc}"}],
+            [Finding("checksum", MANIFEST_NAME, f"not valid JSON: {exc}")],
         ) from None
     if not isinstance(value, dict) or not isinstance(value.get("files"), list):
         raise VerificationFailed(
             f"{path}: not a flightplan manifest (no files list); re-run `flightplan close`",
-            [{"check": "checksum", "path": MANIFEST_NAME, "message": "no files list"}])
+            [Finding("checksum", MANIFEST_NAME, "no files list")])
     return value
 
 
@@ -125,7 +126,8 @@ def _remove_stale_temp_files(results_dir: Path, *, listed: dict[str, Any]) -> No
     """Delete ``.<name>.<random>.tmp`` files a killed writer left (see :func:`write_atomic`).
 
     Called under the results lock; only one campaign process writes ``results/`` (the
-    runner holds the campaign lock), so a temp file seen here is never still being written.
+    runner or ``close``, each holding the campaign lock, :mod:`flightplan.campaign_lock`),
+    so a temp file seen here is never still being written.
     """
     for path in results_dir.rglob(".*.tmp"):
         rel = path.relative_to(results_dir).as_posix()

@@ -9,11 +9,18 @@ Files written here (all paths relative to ``results/``)::
     plan.json                     the original plan, exactly as frozen (never rewritten)
     data_check.json               the data check's record
     params/<run_id>.json          trial.json without machine paths (campaign_dir, corpus root)
-    measurements/<run_id>.jsonl   the run's measurements, raw, byte for byte
+    measurements/<run_id>.jsonl   the run's measurements as logged
     metrics/<run_id>.json         the task's metrics.json
     predictions/<run_id>.csv      the task's predictions.csv
     artifacts/<run_id>/...        the task's artifact/ folder
+
+Nothing written here names a path of this machine: in every copied file that is text, a
+path under the campaign directory becomes relative to ``results/`` (:func:`portable_bytes`;
+the only change a copy undergoes: a file without such a path is copied byte for byte).
     stops.json                    list of stop records ``{run_id, rule, step, value, ...}``
+    flights.json                  once a flight was lost: every flight's package window
+                                  ``{flight, started_at, ends_at, source, hours_left,
+                                  lost_at, lost_reason}`` (unix s, hours at the loss)
     tasks/<hex[:12]>/...          the source of a file or module task (flightplan.tasks.archive),
                                   named by the run's manifest entry ``task``
 
@@ -42,9 +49,11 @@ __all__ = [
     "RESULTS_DIRNAME",
     "results_dir_of",
     "portable",
+    "portable_bytes",
     "publish_plan",
     "publish_data_check",
     "publish_run",
+    "publish_flights",
 ]
 
 RESULTS_DIRNAME = "results"
@@ -66,15 +75,36 @@ def portable(value: Any, campaign_dir: Path) -> Any:
     resolved campaign directory becomes a path relative to ``results/``
     (``"see /home/me/camp/runs/x/log.txt"`` → ``"see ../runs/x/log.txt"``).
     """
-    base = str(Path(campaign_dir).resolve())
     if isinstance(value, dict):
         return {k: portable(v, campaign_dir) for k, v in value.items() if k not in _MACHINE_KEYS}
     if isinstance(value, list):
         return [portable(v, campaign_dir) for v in value]
-    if isinstance(value, str) and base in value:
-        return re.sub(re.escape(base) + r"(?:/|(?=[\s\"',;:)\]}]|$))",
-                      lambda m: "../" if m.group(0).endswith("/") else "..", value)
+    if isinstance(value, str):
+        return _relative(value, str(Path(campaign_dir).resolve()))
     return value
+
+
+def _relative(text: str, base: str) -> str:
+    """``text`` with every path under ``base`` (the resolved campaign directory) made
+    relative to ``results/`` (a folder inside it)."""
+    if base not in text:
+        return text
+    return re.sub(re.escape(base) + r"(?:/|(?=[\s\"',;:)\]}]|$))",
+                  lambda m: "../" if m.group(0).endswith("/") else "..", text)
+
+
+def portable_bytes(data: bytes, campaign_dir: Path) -> bytes:
+    """A copied file's bytes with machine paths made relative as :func:`portable` does, when
+    it is UTF-8 text that names the campaign directory; every other file (a binary, a text
+    without such a path) is returned unchanged, byte for byte."""
+    base = str(Path(campaign_dir).resolve())
+    if base.encode("utf-8") not in data or b"\0" in data:
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    return _relative(text, base).encode("utf-8")
 
 
 def _read_json(path: Path) -> Any:
@@ -119,8 +149,27 @@ def publish_data_check(campaign_dir: Path, data_check: dict[str, Any]) -> Path:
     return path
 
 
-def _copy_file(source: Path, target: Path) -> None:
-    write_atomic(target, source.read_bytes())
+def publish_flights(campaign_dir: Path, flights: list[dict[str, Any]]) -> Path:
+    """Write the flights' package windows to ``results/flights.json`` (the runner calls it
+    when a flight is lost, so ``results/`` says which flight went away and when).
+
+    Args:
+        campaign_dir: the campaign directory.
+        flights: ``{flight, started_at, ends_at, source, hours_left, lost_at,
+            lost_reason}`` per flight (:meth:`flightplan.run.rental.FlightWindow.to_json`).
+
+    Returns:
+        The path of ``flights.json``.
+    """
+    results = results_dir_of(campaign_dir)
+    path = results / "flights.json"
+    write_json_atomic(path, portable(flights, campaign_dir))
+    update_manifest(results, written=["flights.json"])
+    return path
+
+
+def _copy_file(source: Path, target: Path, campaign_dir: Path) -> None:
+    write_atomic(target, portable_bytes(source.read_bytes(), campaign_dir))
 
 
 def _publish_stop(results: Path, record: dict[str, Any] | None, run_id: str) -> None:
@@ -163,7 +212,7 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
                         (run.metrics, f"metrics/{run_id}.json"),
                         (run.predictions, f"predictions/{run_id}.csv")):
         if source.is_file():
-            _copy_file(source, results / rel)
+            _copy_file(source, results / rel, campaign_dir)
             written.append(rel)
 
     artifact_prefix = f"artifacts/{run_id}/"
@@ -175,7 +224,7 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
     if artifact.is_dir():
         for source in sorted(p for p in artifact.rglob("*") if p.is_file()):
             rel = artifact_prefix + source.relative_to(artifact).as_posix()
-            _copy_file(source, results / rel)
+            _copy_file(source, results / rel, campaign_dir)
             written.append(rel)
 
     task, kept = keep_task_source(results, trial.get("task_source"), str(trial.get("task")))

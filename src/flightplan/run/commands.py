@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
-from flightplan.errors import ArgumentError
+from flightplan.errors import ArgumentError, SetupError
 
 if TYPE_CHECKING:
-    from flightplan.run.executor import Executor
+    from flightplan.run.campaign import Observer
+    from flightplan.run.executors.contract import Executor
     from flightplan.spec import CampaignSpec
 
 
@@ -22,7 +23,7 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     1 when anything is wrong (each finding named: check, path, message).
     """
     from flightplan.activity import WaitDisplay, doing
-    from flightplan.run.checkpoint_io import verify_checkpoint
+    from flightplan.trial.checkpoint_check import verify_checkpoint
 
     if not directory.is_dir():
         raise ArgumentError(f"{directory}: no such directory; give a checkpoint folder "
@@ -48,12 +49,16 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
 
 def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
-                  address: str | None = None) -> "Executor":
+                  address: str | None = None, trusted_network: bool = False) -> "Executor":
     """The executor of ``flightplan run``: ``engine``/``address`` (the command line) over
-    the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``).
+    the spec's ``[execution]``; ``local`` processes or Ray nodes (``flightplan[ray]``),
+    joining a head without token authentication that the network can reach only with
+    ``trusted_network`` (:mod:`flightplan.run.executors.ray_head`).
 
     Raises:
-        ArgumentError: an unknown engine, ``--address`` without Ray, or Ray not installed.
+        ArgumentError: an unknown engine, ``--address`` or ``--trusted-network`` without
+            Ray.
+        SetupError: Ray is not installed.
     """
     engine = engine or spec.execution.engine
     if engine not in ("local", "ray"):
@@ -62,24 +67,30 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
         if address:
             raise ArgumentError(f"--address {address}: only the ray executor takes an "
                                 f"address; add --executor ray")
-        from flightplan.run.executor import LocalExecutor
+        if trusted_network:
+            raise ArgumentError("--trusted-network: only the ray executor joins a network; "
+                                "add --executor ray, or leave it out")
+        from flightplan.run.executors.local import LocalExecutor
         return LocalExecutor()
     try:
-        from flightplan.run.ray_executor import RayExecutor
+        from flightplan.run.executors.ray_executor import RayExecutor
     except ImportError as exc:
-        raise ArgumentError(f"--executor ray: Ray is not installed ({exc}); install it with "
-                            f"pip install 'flightplan[ray]'") from None
-    return RayExecutor(address=address or spec.execution.address)
+        raise SetupError(f"--executor ray: Ray is not installed ({exc}); install it with "
+                         f"pip install 'flightplan[ray]'") from None
+    return RayExecutor(address=address or spec.execution.address,
+                       trusted_network=trusted_network)
 
 
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
-                restart: list[str] = (), tracking_uri: str | None = None,
+                restart: Sequence[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
-                past_end: bool = False) -> int:
+                past_end: bool = False, trusted_network: bool = False) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
-    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--past-end] [--json]``.
+    [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--trusted-network]
+    [--past-end] [--json]``.
 
-    Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`), then prints
+    Carries out the campaign (:func:`flightplan.run.campaign.run_campaign`, with ``observer``
+    watching it: the CLI's live MLflow mirror for ``--tracking-uri``), then prints
     one line per run under its tier (full run id, status, metric, wall time, stop reason;
     :func:`flightplan.run.status.run_lines`) or, with
     ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
@@ -103,14 +114,15 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 
     spec = load_spec(spec_path)
     console = Console()
-    runner = make_executor(spec, engine=executor, address=address)
+    runner = make_executor(spec, engine=executor, address=address,
+                           trusted_network=trusted_network)
     # with --json, stdout holds the one JSON object: what an executor's library prints
     # there (Ray's node-death notices) goes to stderr
     quiet_stdout = contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
     with quiet_stdout:
         try:
             outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
-                                   restart=restart, tracking_uri=tracking_uri, executor=runner,
+                                   restart=restart, observer=observer, executor=runner,
                                    past_end=past_end)
         finally:
             runner.close()
@@ -131,9 +143,11 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 def status_command(spec_path: Path, *, as_json: bool) -> int:
     """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
     (:func:`flightplan.run.status.status_lines`) or one JSON object
-    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: the pid holding the
-    lock, or null; runs left ``running`` by a runner that is gone show as
-    ``interrupted``; ``flights``: each flight's package window and hours left; a pending
+    (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: ``{pid, since, verb}``
+    of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner
+    that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
+    left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
+    it authenticates and whether the network was stated trusted, or null; a pending
     run that was not started because its flight's package ends first has that ``reason``).
 
     Raises:
@@ -141,7 +155,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         ArgumentError: the campaign has no ledger yet (it was never run).
     """
     from flightplan.run.ledger import Ledger
-    from flightplan.run.lock import lock_holder
+    from flightplan.campaign_lock import lock_holder
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
@@ -150,6 +164,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         snapshot = ledger.snapshot()
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
+    if holder is not None and holder.get("verb", "run") != "run":
+        holder = None                   # `flightplan close` holds it: no run is going on
     snapshot["runner"] = holder
     if holder is None:
         for run in snapshot["runs"]:
@@ -163,11 +179,15 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
 
 
 def _add_rental(snapshot: dict, *, now: float) -> None:
-    """Add ``flights`` (:meth:`FlightWindow.to_json`) and each waiting run's ``reason``."""
+    """Add ``flights`` (:meth:`FlightWindow.to_json`), ``cluster`` (the latest
+    ``cluster_joined`` event's data, or null) and each waiting run's ``reason``."""
+    from flightplan.ledger_rows import EventRow
     from flightplan.run.rental import flight_windows, waiting_reasons
 
-    events = snapshot["events"]
+    events = [EventRow(**event) for event in snapshot["events"]]
     snapshot["flights"] = [w.to_json(now=now) for w in flight_windows(events).values()]
+    joined = [e.data for e in events if e.kind == "cluster_joined"]
+    snapshot["cluster"] = joined[-1] if joined else None
     waiting = waiting_reasons(events)
     for run in snapshot["runs"]:
         if run["status"] == "pending" and run["run_id"] in waiting:
@@ -192,8 +212,9 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     (or one of the run ids in the ledger).
 
     Raises:
-        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"), or
-            ``TEXT`` is empty.
+        ArgumentError: ``NAME`` is not a stage, run or run id (with a "did you mean"),
+            ``TEXT`` is empty, or the campaign never ran (no ledger: ``flightplan run``
+            first; none is created).
         SpecError: the campaign file is missing or invalid.
     """
     import difflib
@@ -204,19 +225,19 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     spec = load_spec(spec_path)
     if not text.strip():
         raise ArgumentError("the note is empty; say why the stage or run deviated")
-    with Ledger.open(spec.campaign_dir) as ledger:
-        known = [e.name for e in (*spec.stages, *spec.runs)] + \
-                [r["run_id"] for r in ledger.runs()]
+    with Ledger.open_existing(spec.campaign_dir) as ledger:
+        known = [e.name for e in spec.items] + \
+                [r.run_id for r in ledger.runs()]
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else \
-                f"; known: {', '.join(sorted(set(e.name for e in (*spec.stages, *spec.runs))))}"
+                f"; known: {', '.join(sorted(set(e.name for e in spec.items)))}"
             raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
         note = ledger.add_note(name, text.strip())
     if as_json:
-        print(json.dumps(note))
+        print(json.dumps(note.to_json()))
     else:
-        print(f"noted for {name}: {note['text']}")
+        print(f"noted for {name}: {note.text}")
     return 0
 
 
@@ -226,8 +247,8 @@ def stage_command(spec_path: Path, *, name: str, action: str, took: str | None,
     (:mod:`flightplan.run.stages`): prints one line, or the record as one JSON object.
 
     Raises:
-        ArgumentError: not a stage a person marks, already started, not started, or a
-            ``--took`` that is not a duration.
+        ArgumentError: not a stage a person marks, already started, not started, a
+            ``--took`` that is not a duration, or a campaign that never ran.
         SpecError: the campaign file is missing or invalid.
     """
     from flightplan.run.stages import mark_stage_done, mark_stage_start

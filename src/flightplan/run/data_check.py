@@ -16,6 +16,9 @@ It reads the frozen corpus (:mod:`flightplan.corpus`) and reports, as one JSON o
   ``{label: count}`` over every label of the corpus (null without a label column or with
   more than :data:`MAX_LABELS` distinct labels);
 - ``labels``: the sorted labels (null as above), ``distinct_labels``: their number;
+  ``test_labels_not_in_train``: the sorted labels that some test example has and no
+  training example has (no training example teaches them, and every classification
+  metric counts them as classes; null as ``labels``);
 - ``cross_split_duplicates``: ``[{train_ids, test_ids, text}]`` examples whose inputs are
   in both train and test; ``cross_split_ids``: ids found in both splits;
 - then every key of the figures each run's task adds through its ``data_check`` hook
@@ -26,12 +29,17 @@ It reads the frozen corpus (:mod:`flightplan.corpus`) and reports, as one JSON o
 Inputs are identical when their values are (strings compared exactly, other values as
 canonical JSON); ``text`` is a preview of the first example's :attr:`Example.text`.
 
+The report is a :class:`DataCheckReport` (the common part typed, the tasks' keys in
+``task_figures``); :meth:`DataCheckReport.to_json` is the JSON object above, and the
+ledger keeps its :class:`DataCheckSummary`.
+
 Usage::
 
     tasks = {r.name: load_task(r.task, spec.campaign_dir) for r in spec.runs}
     report = run_data_check(spec, out=campaign_dir / ".flightplan" / "data_check.json",
                             tasks=tasks)
-    report["splits"]["train"]["duplicate_ids"]           # e.g. ["17"]
+    report.splits["train"].duplicate_ids                 # e.g. ["17"]
+    report.to_json()["splits"]["train"]["duplicate_ids"]  # the same, as written
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -48,12 +57,117 @@ from flightplan.durable import write_json_atomic
 from flightplan.errors import CorpusMismatch, SpecError, TaskError
 from flightplan.spec import CampaignSpec
 
-__all__ = ["run_data_check", "check_summary", "split_report", "cross_split", "MAX_LABELS",
-           "PREVIEW_CHARS"]
+__all__ = ["DataCheckReport", "DataCheckSummary", "SplitReport", "run_data_check",
+           "split_report", "cross_split", "MAX_LABELS", "PREVIEW_CHARS"]
 
 PREVIEW_CHARS = 80
 MAX_LABELS = 100
 """More distinct labels than this (a numeric target) are not counted one by one."""
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    """The figures of one split, after its limit (module docstring, ``splits``)."""
+
+    rows: int
+    empty_inputs: list[str] = field(default_factory=list)
+    duplicate_ids: list[str] = field(default_factory=list)
+    duplicate_inputs: list[dict[str, Any]] = field(default_factory=list)
+    missing_labels: list[str] | None = None
+    labels: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class DataCheckSummary:
+    """The data check's outcome as the ledger keeps it (its ``data_check`` event) and
+    ``flightplan run --json`` prints it; the full report is in ``results/``.
+
+    Attributes:
+        status: ``ok`` or ``corpus_mismatch``. message: the mismatch, or None.
+        files: file → ``{matches, sha256}``. summary: the tasks' one-line summary, or None.
+        cross_split_duplicates: how many inputs are in both splits.
+        test_labels_not_in_train: as :attr:`DataCheckReport.test_labels_not_in_train`.
+    """
+
+    status: str
+    message: str | None
+    files: dict[str, dict[str, Any]]
+    summary: str | None
+    cross_split_duplicates: int
+    test_labels_not_in_train: list[str] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{status, message, files, summary, cross_split_duplicates,
+        test_labels_not_in_train}``."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DataCheckReport:
+    """The data check's report (module docstring). The common part is typed; the keys the
+    tasks' ``data_check`` hooks add are ``task_figures``, merged at the top level of
+    :meth:`to_json`. A field that is None where the JSON has no key is left out of it:
+    ``files`` when a file is missing, ``limits`` and ``columns`` on a mismatch,
+    ``labels`` … ``cross_split_ids`` when the task reads the files (``columns`` None).
+
+    Attributes:
+        status: ``ok`` or ``corpus_mismatch``. message: the mismatch (None when ok).
+        source: where the corpus was read. files: file → ``{split, format, rows, size_bytes,
+            sha256, expected_sha256, matches}``. limits: ``{train, test}`` row limits.
+        columns: ``{id, inputs, label}`` or None. labels, distinct_labels,
+            test_labels_not_in_train: the corpus's labels (None without a label list).
+        splits: ``train``/``test`` → :class:`SplitReport`. cross_split_duplicates,
+            cross_split_ids: what both splits hold. task_figures: the hooks' keys.
+        wall_s: the check's wall time (s).
+    """
+
+    status: str
+    wall_s: float
+    message: str | None = None
+    source: str | None = None
+    files: dict[str, dict[str, Any]] | None = None
+    limits: dict[str, int | None] | None = None
+    columns: dict[str, Any] | None = None
+    labels: list[str] | None = None
+    distinct_labels: int | None = None
+    test_labels_not_in_train: list[str] | None = None
+    splits: dict[str, SplitReport] | None = None
+    cross_split_duplicates: list[dict[str, Any]] | None = None
+    cross_split_ids: list[str] | None = None
+    task_figures: dict[str, Any] = field(default_factory=dict)
+
+    def rows(self, split: str) -> int:
+        """Examples of ``split`` after its limit (0 when the task reads the files)."""
+        return self.splits[split].rows if self.splits and split in self.splits else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as written to ``data_check.json`` (module docstring's keys, in order)."""
+        out: dict[str, Any] = {"status": self.status}
+        if self.source is not None:
+            out["source"] = self.source
+        if self.files is not None:
+            out["files"] = self.files
+        if self.status != "ok":
+            return out | {"message": self.message, "wall_s": self.wall_s}
+        out |= {"limits": self.limits, "columns": self.columns}
+        if self.columns is not None:
+            out |= {"labels": self.labels, "distinct_labels": self.distinct_labels,
+                    "test_labels_not_in_train": self.test_labels_not_in_train,
+                    "splits": {k: asdict(v) for k, v in (self.splits or {}).items()},
+                    "cross_split_duplicates": self.cross_split_duplicates,
+                    "cross_split_ids": self.cross_split_ids}
+        return out | self.task_figures | {"wall_s": self.wall_s}
+
+    def summary(self) -> DataCheckSummary:
+        """What the ledger keeps of this report."""
+        summary = self.task_figures.get("summary")
+        return DataCheckSummary(
+            status=self.status, message=self.message,
+            files={name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
+                   for name, f in (self.files or {}).items()},
+            summary=summary if isinstance(summary, str) else None,
+            cross_split_duplicates=len(self.cross_split_duplicates or []),
+            test_labels_not_in_train=self.test_labels_not_in_train)
 
 
 def _preview(text: str) -> str:
@@ -75,7 +189,7 @@ def _content(example: Example) -> str:
 
 
 def split_report(examples: list[Example], labels: list[str] | None, *,
-                 has_label: bool) -> dict[str, Any]:
+                 has_label: bool) -> SplitReport:
     """The figures of one split (module docstring, ``splits``).
 
     Args:
@@ -97,14 +211,14 @@ def split_report(examples: list[Example], labels: list[str] | None, *,
         for example in examples:
             if example.label is not None:
                 counts[example.label] += 1
-    return {"rows": len(examples),
-            "empty_inputs": [e.id for e in examples if any(map(_empty, e.inputs.values()))],
-            "duplicate_ids": [i for i, n in id_count.items() if n > 1],
-            "duplicate_inputs": [{"ids": ids, "text": _preview(first_text[key])}
-                                 for key, ids in by_content.items() if len(ids) > 1],
-            "missing_labels": [e.id for e in examples if e.label is None] if has_label
-            else None,
-            "labels": counts}
+    return SplitReport(
+        rows=len(examples),
+        empty_inputs=[e.id for e in examples if any(map(_empty, e.inputs.values()))],
+        duplicate_ids=[i for i, n in id_count.items() if n > 1],
+        duplicate_inputs=[{"ids": ids, "text": _preview(first_text[key])}
+                          for key, ids in by_content.items() if len(ids) > 1],
+        missing_labels=[e.id for e in examples if e.label is None] if has_label else None,
+        labels=counts)
 
 
 def cross_split(corpus: Corpus) -> tuple[list[dict[str, Any]], list[str]]:
@@ -126,6 +240,12 @@ def cross_split(corpus: Corpus) -> tuple[list[dict[str, Any]], list[str]]:
     return by_content, by_id
 
 
+def _test_only_labels(corpus: Corpus) -> list[str]:
+    """The sorted labels of test examples that no training example has."""
+    in_train = {e.label for e in corpus.train}
+    return sorted({e.label for e in corpus.test if e.label is not None} - in_train)
+
+
 def _file_rows(files: Mapping[str, CorpusFile], expected: Mapping[str, str]
                ) -> dict[str, Any]:
     return {name: {"split": f.split, "format": f.format, "rows": f.rows,
@@ -136,14 +256,16 @@ def _file_rows(files: Mapping[str, CorpusFile], expected: Mapping[str, str]
 
 
 def _task_figures(spec: CampaignSpec, corpus: Corpus, tasks: Mapping[str, Any],
-                  report: dict[str, Any]) -> None:
-    """Merge each distinct task's hook figures into ``report`` (once per task)."""
+                  generic: list[str]) -> dict[str, Any]:
+    """Each distinct task's hook figures (once per task), merged; ``generic``: the keys
+    the generic check writes, which no task may."""
     groups: dict[str, tuple[Any, dict[str, Any]]] = {}
     for run in spec.runs:
         task = tasks[run.name]
         key = task.source.module_name
         groups.setdefault(key, (task, {}))[1][run.name] = dict(run.params)
-    written = {key: "the generic data check" for key in (*report, "wall_s")}
+    written = {key: "the generic data check" for key in (*generic, "wall_s")}
+    merged: dict[str, Any] = {}
     for task, params_by_run in groups.values():
         figures = task.data_check(corpus, params_by_run, spec.base_model)
         for key, value in figures.items():
@@ -152,11 +274,12 @@ def _task_figures(spec: CampaignSpec, corpus: Corpus, tasks: Mapping[str, Any],
                                 f"{key!r}, which {written[key]} already wrote; rename it",
                                 field="data_check", value=key)
             written[key] = f"task {task.source.ref!r}"
-            report[key] = value
+            merged[key] = value
+    return merged
 
 
 def run_data_check(spec: CampaignSpec, *, out: Path | None = None,
-                   tasks: Mapping[str, Any]) -> dict[str, Any]:
+                   tasks: Mapping[str, Any]) -> DataCheckReport:
     """Check the campaign's corpus; write the report to ``out`` (atomically) if given.
 
     Args:
@@ -180,46 +303,48 @@ def run_data_check(spec: CampaignSpec, *, out: Path | None = None,
         raise SpecError("the campaign has no [corpus]; add one with package or path and sha256",
                         file=spec.source, field="corpus")
     section = spec.corpus
-    report: dict[str, Any] = {"status": "ok"}
+    source, files = None, None
     try:
         corpus = load_corpus(section, spec.campaign_dir)
-        report.update(source=corpus.source, files=_file_rows(corpus.files, section.sha256))
+        source, files = corpus.source, _file_rows(corpus.files, section.sha256)
         verify_hashes(corpus, dict(section.sha256))
     except CorpusMismatch as exc:
-        if "files" not in report:      # a changed file that no longer reads: hash them all
+        if files is None:              # a changed file that no longer reads: hash them all
             try:
-                files, source = corpus_files(section, spec.campaign_dir)
-                report.update(source=source, files=_file_rows(files, section.sha256))
+                found, source = corpus_files(section, spec.campaign_dir)
+                files = _file_rows(found, section.sha256)
             except CorpusMismatch:     # a file is missing: the message names it
                 pass
-        report.update(status="corpus_mismatch", message=str(exc),
-                      wall_s=time.perf_counter() - started)
-        if out is not None:
-            write_json_atomic(Path(out), report)
+        _write(out, DataCheckReport("corpus_mismatch", time.perf_counter() - started,
+                                    message=str(exc), source=source, files=files))
         raise
-    report["limits"] = {"train": section.train_limit, "test": section.test_limit}
-    report["columns"] = None
-    if section.has_columns:
-        report["columns"] = {"id": section.id_column, "inputs": list(section.input_columns or []),
-                             "label": section.label_column}
-        has_label = section.label_column is not None
-        counted = corpus.labels if has_label and len(corpus.labels) <= MAX_LABELS else None
-        report["labels"] = counted
-        report["distinct_labels"] = len(corpus.labels) if has_label else None
-        report["splits"] = {name: split_report(corpus.split(name), counted, has_label=has_label)
-                            for name in ("train", "test")}
-        report["cross_split_duplicates"], report["cross_split_ids"] = cross_split(corpus)
-    _task_figures(spec, corpus, tasks, report)
-    report["wall_s"] = time.perf_counter() - started
-    if out is not None:
-        write_json_atomic(Path(out), report)
+    generic = DataCheckReport("ok", 0.0, source=source, files=files,
+                              limits={"train": section.train_limit, "test": section.test_limit},
+                              **_corpus_figures(corpus, section))
+    report = replace(generic, task_figures=_task_figures(spec, corpus, tasks,
+                                                         list(generic.to_json())),
+                     wall_s=time.perf_counter() - started)
+    _write(out, report)
     return report
 
 
-def check_summary(report: dict[str, Any]) -> dict[str, Any]:
-    """The data check's outcome as stored in the ledger (the full report is in results/)."""
-    return {"status": report.get("status"), "message": report.get("message"),
-            "files": {name: {"matches": f.get("matches"), "sha256": f.get("sha256")}
-                      for name, f in (report.get("files") or {}).items()},
-            "summary": report.get("summary"),
-            "cross_split_duplicates": len(report.get("cross_split_duplicates") or [])}
+def _corpus_figures(corpus: Corpus, section: Any) -> dict[str, Any]:
+    """The report's fields from the examples (none when the task reads the files)."""
+    if not section.has_columns:
+        return {}
+    has_label = section.label_column is not None
+    counted = corpus.labels if has_label and len(corpus.labels) <= MAX_LABELS else None
+    by_content, by_id = cross_split(corpus)
+    return {"columns": {"id": section.id_column, "inputs": list(section.input_columns or []),
+                        "label": section.label_column},
+            "labels": counted,
+            "distinct_labels": len(corpus.labels) if has_label else None,
+            "test_labels_not_in_train": None if counted is None else _test_only_labels(corpus),
+            "splits": {name: split_report(corpus.split(name), counted, has_label=has_label)
+                       for name in ("train", "test")},
+            "cross_split_duplicates": by_content, "cross_split_ids": by_id}
+
+
+def _write(out: Path | None, report: DataCheckReport) -> None:
+    if out is not None:
+        write_json_atomic(Path(out), report.to_json())

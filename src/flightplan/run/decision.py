@@ -1,128 +1,191 @@
 """The decision point after the pilot: re-estimate every run, then continue, cut or stop.
 
 Pure functions (no I/O, no torch): the runner (:mod:`flightplan.run.campaign`) feeds them
-the pilot's figures and the plans it computes, and records what they return.
-
-The pilot is a short run of the control on the first examples of the corpus. Its
-figures (:class:`PilotFigures`) are generic: load time, steady step time, one evaluation,
-checkpoint stall C, persist time D, restore time R, transfer time home X (0 when the pilot
-ran at home), output time, and the control's planned steps as the task reported them. A run
-of the whole campaign is re-estimated as (seconds)::
-
-    steps      = the run's ``steps`` from the campaign file, else the control's planned
-                 steps from the pilot, scaled by n_train / n'_train (the pilot's share)
-    train_s    = steps · step_s
-    eval_s     = evaluations · eval_s · n_test / n'_test
-    saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
-                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
-                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D)
-    total_s    = load_s + train_s + eval_s + saves · C + output_s
-    transfer_s = saves · X                          reported beside total_s, not in it: a
-                 checkpoint travels home while the loop trains on (only the last one, if
-                 any is under way when the run ends, holds the run's end back)
-
-with ``evaluations`` = :data:`ASSUMED_EVALUATIONS` (the pilot cannot see how often a run
-evaluates). A task with a finer cost model gives it as its ``estimate_run`` hook (the
-built-in text classifier models encoder forward time by sequence length).
+the pilot's figures and the plans it computes, and records what they return. Each run is
+re-estimated by its task's ``estimate_run`` hook, by default
+:func:`flightplan.tasks.estimate.estimate_run_seconds`.
 
 The decision: re-plan with the re-estimates; ``continue`` when it fits the window; else
 ``cut`` — drop the exploratory runs, then also the useful ones, re-planning each time —
 at the first that fits; else ``stop``, naming the cheapest package option that fits the
-full campaign.
+full campaign (:func:`choose`, a :class:`Choice`).
+
+Beside the window, the decision point asks which result would change the campaign's
+answer (:func:`rank_variants`, from :mod:`flightplan.plan.power`): the power of every
+comparison not yet made is computed again from the pilot's own predictions (the control's
+confusion matrix, the other run made from the campaign's disagreement) on the whole test
+split, and those variants are ranked by decision value (the probability that their result
+changes the choice) per GPU-hour of their re-estimated duration. A variant whose result
+cannot change the answer (it cannot reach a conclusive verdict, or every outcome leads to
+the same choice) is proposed for cut with that reason, beside the window's reasons
+(:func:`with_value_cuts`): an optional one is cut while some variant can change the answer
+(an essential run, or one a kept variant is compared against, never is). ``--decide``
+still has the last word.
+
+What the decision point decided is one :class:`Decision`, the same object whether it was
+made now or kept from an earlier ``flightplan run`` (:meth:`Decision.from_ledger`): the
+ledger keeps it, ``flightplan run --json`` prints :meth:`Decision.to_json`. A kept decision
+serves only the control and the decision rule it was made for; when either changed, the
+runner makes a new one.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import AbstractSet, Any, Callable, Mapping, Sequence
 
-from flightplan.run.interval import choose_interval
+from flightplan.ledger_rows import DecisionRow
+from flightplan.errors import CheckFailed
+from flightplan.metrics import Predictions, parse_metric
+from flightplan.plan.power import (DEFAULT_DISAGREEMENT, PairedModel, Ranked, TestSplit,
+                                   campaign_power, model_from_reference, rank_by_value)
+from flightplan.spec import CampaignSpec
 
-__all__ = [
-    "PilotFigures",
-    "PilotRecord",
-    "Decision",
-    "DECISIONS",
-    "ASSUMED_EVALUATIONS",
-    "estimate_run_seconds",
-    "control_steps",
-    "require_figure",
-    "cut_steps",
-    "choose",
-    "replan_from_options",
-]
+__all__ = ["Choice", "Decision", "DECISIONS", "ValueRanking", "cut_steps", "choose",
+           "replan_from_options", "rank_variants", "with_value_cuts"]
 
 DECISIONS = ("continue", "cut", "stop")
 
 
 @dataclass(frozen=True)
-class PilotFigures:
-    """What the pilot of the control measured, for any task (seconds, examples, steps).
+class ValueRanking:
+    """The variants not yet run, by decision value per GPU-hour, highest first.
 
     Attributes:
-        n_train, n_test: examples in the campaign's training and test sets (data check;
-            0 when the task loads its own data).
-        pilot_n_train, pilot_n_test: the pilot's (0: the whole split).
-        setup_s: the data check's wall time.
-        load_s: from the process start to the first step (the task's ``load_s`` when
-            it logs one).
-        step_s: the steady step time (mean ``step_s`` without the first step, else the
-            mean gap between step rows).
-        eval_s: one evaluation on the pilot's test examples (``eval_s``, else the gap
-            before the evaluation row; 0 without an evaluation).
-        save_stall_s: ``C``, the loop's stall per checkpoint.
-        persist_s: ``D``, until a checkpoint is durable.
-        restore_s: ``R``, to restore a checkpoint in a new process.
-        output_s: writing predictions, metrics and the artifact (``output_s``, else from
-            the last row to the process end).
-        pilot_steps: steps the pilot ran.
-        planned_steps: the control's planned steps on the whole corpus (None: the task
-            never set ``trial.planned_steps``).
-        transfer_s: ``X``, seconds from a checkpoint durable on the flight to durable at
-            home: the mean of ``wait_s + fetch_s + commit_s`` over the pilot's
-            ``checkpoint_transfer`` rows (:mod:`flightplan.transfer_time`); 0.0 when
-            the pilot ran at home.
-        transfer_bytes_per_s: Σ bytes / Σ (fetch_s + commit_s) of those rows (bytes per
-            second); None without a transfer.
+        ranked: :class:`~flightplan.plan.power.Ranked` entries (``cut`` and ``reason``:
+            proposed for cut, and why).
+        model: the paired-outcome model's inputs and their sources (JSON values).
+        not_computed: ``(variant, reason)`` of the variants without a computed value.
+        answerable: some comparison of the campaign, made or not, can change the answer
+            (ranked with all of them pending, one is not proposed for cut).
     """
 
-    n_train: int
-    n_test: int
-    pilot_n_train: int
-    pilot_n_test: int
-    setup_s: float
-    load_s: float
-    step_s: float
-    eval_s: float
-    save_stall_s: float
-    persist_s: float
-    restore_s: float
-    output_s: float
-    pilot_steps: int
-    planned_steps: int | None
-    transfer_s: float = 0.0
-    transfer_bytes_per_s: float | None = None
+    ranked: tuple[Ranked, ...] = ()
+    model: Mapping[str, Any] = field(default_factory=dict)
+    not_computed: tuple[tuple[str, str], ...] = ()
+    answerable: bool = True
+
+    @property
+    def proposed_cuts(self) -> dict[str, str]:
+        """Variant → why its result cannot change the answer."""
+        return {r.variant: r.reason or "" for r in self.ranked if r.cut}
 
     def to_json(self) -> dict[str, Any]:
-        """The figures as a JSON object (keys as the attribute names)."""
-        return asdict(self)
+        """``{ranking: [{variant, decision_value, gpu_hours, value_per_gpu_hour, cut,
+        reason}], model, not_computed: [{variant, reason}], answerable}``."""
+        return {"ranking": [r.to_json() for r in self.ranked], "model": dict(self.model),
+                "not_computed": [{"variant": v, "reason": why} for v, why in self.not_computed],
+                "answerable": self.answerable}
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "ValueRanking":
+        """What :meth:`to_json` wrote (an empty ranking for a decision recorded before
+        rankings were)."""
+        if not data:
+            return cls(not_computed=(("", "recorded before decision values were computed"),))
+        ranked = tuple(Ranked(r["variant"], float(r["decision_value"]), float(r["gpu_hours"]),
+                              math.inf if r["value_per_gpu_hour"] is None
+                              else float(r["value_per_gpu_hour"]), bool(r["cut"]), r["reason"])
+                       for r in data.get("ranking") or [])
+        return cls(ranked, dict(data.get("model") or {}),
+                   tuple((n["variant"], n["reason"]) for n in data.get("not_computed") or []),
+                   bool(data.get("answerable", True)))
 
-@dataclass(frozen=True)
-class PilotRecord:
-    """The pilot as a task's ``estimate_run`` hook sees it: the generic ``figures`` and the
-    measurement rows of the uninterrupted (``rows``) and resumed (``resumed_rows``)
-    processes."""
-
-    figures: PilotFigures
-    rows: list[dict[str, Any]]
-    resumed_rows: list[dict[str, Any]]
+    def line(self) -> str:
+        """One line: the ranking, ``"1. lora-r8 0.250 (3.75 per GPU·h); 2. …"``."""
+        if not self.ranked:
+            return "no variant ranked by decision value" + (
+                f" ({self.not_computed[0][1]})" if self.not_computed else "")
+        return "by decision value per GPU·h: " + "; ".join(
+            f"{i}. {r.variant} {r.decision_value:.3f}"
+            + ("" if math.isinf(r.value_per_gpu_hour) else
+               f" ({r.value_per_gpu_hour:.3g} per GPU·h)")
+            + (" (proposed for cut)" if r.cut else "")
+            for i, r in enumerate(self.ranked, 1))
 
 
 @dataclass(frozen=True)
 class Decision:
-    """The outcome of the decision point.
+    """What the decision point decided: one shape whether made now or kept.
+
+    Attributes:
+        decision: what was applied: ``continue``, ``cut`` or ``stop``.
+        computed: what the figures said (differs when ``--decide`` overrode it).
+        dropped: run names left out when ``decision`` is ``cut``.
+        reason: one line with the numbers behind ``computed``.
+        plan_version: the re-estimated plan's version in the ledger (None: none recorded).
+        fitting_option: for ``stop``, the cheapest option that fits the full campaign.
+        control_id: the run id of the control whose pilot it was made from.
+        rule: the decision rule (``{metric, goal, min_gain, accept_at_least}``) in force
+            when it was made.
+        at: when it was made (unix s).
+        value: the variants not yet run, ranked by decision value (:class:`ValueRanking`).
+        kept_from_earlier_run: made by an earlier ``flightplan run`` and kept.
+    """
+
+    decision: str
+    computed: str
+    dropped: tuple[str, ...]
+    reason: str
+    plan_version: int | None
+    fitting_option: dict[str, Any] | None
+    control_id: str | None
+    rule: dict[str, Any] | None
+    at: float
+    value: ValueRanking = field(default_factory=ValueRanking)
+    kept_from_earlier_run: bool = False
+
+    @property
+    def overridden(self) -> bool:
+        """``--decide`` chose other than the figures."""
+        return self.decision != self.computed
+
+    def to_json(self) -> dict[str, Any]:
+        """``flightplan run --json``'s ``decision``: ``{decision, computed, overridden,
+        dropped, reason, plan_version, fitting_option, control_id, rule, at, value,
+        kept_from_earlier_run}`` (``value``: :meth:`ValueRanking.to_json`)."""
+        return {"decision": self.decision, "computed": self.computed,
+                "overridden": self.overridden, "dropped": list(self.dropped),
+                "reason": self.reason, "plan_version": self.plan_version,
+                "fitting_option": self.fitting_option, "control_id": self.control_id,
+                "rule": self.rule, "at": self.at, "value": self.value.to_json(),
+                "kept_from_earlier_run": self.kept_from_earlier_run}
+
+    def figures(self, *, pilot: Mapping[str, Any] | None, estimates: Mapping[str, Any],
+                plan: Mapping[str, Any]) -> dict[str, Any]:
+        """The ledger's ``figures`` of this decision (docs/internals.md, ``decisions()``):
+        the pilot figures and the estimates it was made from, the re-planned hours, and
+        what :meth:`from_ledger` reads back."""
+        return {"pilot": pilot, "estimates": dict(estimates), "plan_version": self.plan_version,
+                "reserved_hours": plan.get("reserved_hours"),
+                "window_hours": plan.get("window_hours"), "fits": plan.get("fits"),
+                "reason": self.reason, "fitting_option": self.fitting_option,
+                "control_id": self.control_id, "decision_rule": self.rule,
+                "value": self.value.to_json()}
+
+    @classmethod
+    def from_ledger(cls, row: DecisionRow, *, control_id: str | None = None) -> "Decision":
+        """A decision the ledger recorded (``Ledger.decisions()`` row), kept.
+
+        Args:
+            control_id: the control to assume when the record predates ``control_id``
+                (the runner passes the pilot's that preceded it).
+        """
+        figures = row.figures or {}
+        return cls(decision=row.decision, computed=row.computed,
+                   dropped=tuple(row.dropped or ()), reason=figures.get("reason", ""),
+                   plan_version=figures.get("plan_version"),
+                   fitting_option=figures.get("fitting_option"),
+                   control_id=figures.get("control_id", control_id),
+                   rule=figures.get("decision_rule"), at=float(row.at),
+                   value=ValueRanking.from_json(figures.get("value")),
+                   kept_from_earlier_run=True)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the figures say at the decision point (before any ``--decide``).
 
     Attributes:
         decision: ``continue``, ``cut`` or ``stop``.
@@ -138,60 +201,8 @@ class Decision:
     fitting_option: dict[str, Any] | None = None
 
 
-ASSUMED_EVALUATIONS = 1
-"""Evaluations per run the generic re-estimate assumes (a named assumption: the pilot
-evaluates once, at its step cap, and cannot see a run's evaluation schedule)."""
-
-
-def estimate_run_seconds(figures: PilotFigures, *, steps: int, tolerated_loss_s: float,
-                         mtbi_s: float | None = None,
-                         evaluations: int = ASSUMED_EVALUATIONS) -> dict[str, float]:
-    """Re-estimate one run of ``steps`` steps from the pilot (module docstring).
-
-    Returns:
-        ``{steps, step_s, train_s, eval_s, evaluations, interval_s, checkpoints,
-        checkpoint_s, load_s, output_s, total_s, transfer_s}`` (seconds, counts);
-        ``transfer_s`` is the run's total transfer time home, not part of ``total_s``.
-    """
-    train_s = steps * figures.step_s
-    scale = figures.n_test / figures.pilot_n_test if figures.pilot_n_test else 1.0
-    eval_s = evaluations * figures.eval_s * scale
-    interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
-                               restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
-                               mtbi_s=mtbi_s, transfer_s=figures.transfer_s).interval_s
-    checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
-    checkpoint_s = checkpoints * figures.save_stall_s
-    total = figures.load_s + train_s + eval_s + checkpoint_s + figures.output_s
-    return {"steps": steps, "step_s": figures.step_s, "train_s": train_s, "eval_s": eval_s,
-            "evaluations": evaluations, "interval_s": interval, "checkpoints": checkpoints,
-            "checkpoint_s": checkpoint_s, "load_s": figures.load_s,
-            "output_s": figures.output_s, "total_s": total,
-            "transfer_s": checkpoints * figures.transfer_s}
-
-
-def require_figure(name: str, values: list[float]) -> list[float]:
-    """``values``, the pilot's measurements of figure ``name``, when there are any.
-
-    Raises:
-        ValueError: none was logged (names the figure and where tasks log it).
-    """
-    if not values:
-        raise ValueError(f"the pilot logged no {name}; the task must log it through "
-                         f"trial.log (docs/tasks.md)")
-    return values
-
-
-def control_steps(figures: PilotFigures) -> int | None:
-    """The control's planned steps on the whole corpus: the pilot's figure scaled by
-    ``n_train / pilot_n_train`` when the pilot saw a share of the training set."""
-    if figures.planned_steps is None:
-        return None
-    if figures.pilot_n_train and figures.n_train > figures.pilot_n_train:
-        return math.ceil(figures.planned_steps * figures.n_train / figures.pilot_n_train)
-    return figures.planned_steps
-
-
-def cut_steps(runs: list[tuple[str, str]], *, done: set[str] = frozenset()) -> list[list[str]]:
+def cut_steps(runs: list[tuple[str, str]], *, done: AbstractSet[str] = frozenset()
+              ) -> list[list[str]]:
     """The run sets to try dropping, in order: none, the exploratory, then also the useful.
 
     Args:
@@ -211,7 +222,7 @@ def cut_steps(runs: list[tuple[str, str]], *, done: set[str] = frozenset()) -> l
     return steps
 
 
-def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]) -> Decision:
+def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]) -> Choice:
     """Decide from re-plans: ``replan(dropped)`` returns the plan JSON without ``dropped``.
 
     Returns:
@@ -222,11 +233,11 @@ def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]
     """
     full = replan(steps[0])
     if full.get("fits"):
-        return Decision("continue", [], _hours_line(full, "fits"))
+        return Choice("continue", [], _hours_line(full, "fits"))
     for dropped in steps[1:]:
         plan = replan(dropped)
         if plan.get("fits"):
-            return Decision("cut", list(dropped),
+            return Choice("cut", list(dropped),
                             f"{_hours_line(full, 'does not fit')}; without {', '.join(dropped)} "
                             f"{_hours_line(plan, 'fits')}")
     option = next((o for o in full.get("options", [])
@@ -237,7 +248,7 @@ def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]
         tail = (f"the cheapest package that fits is {option['offer']} "
                 f"{option['package_days']}-day × {option['flights']}: "
                 f"{option['total_price']} {option['currency']}")
-    return Decision("stop", [], f"{_hours_line(full, 'does not fit')} even with only the "
+    return Choice("stop", [], f"{_hours_line(full, 'does not fit')} even with only the "
                                 f"essential runs; {tail}", option)
 
 
@@ -272,3 +283,96 @@ def replan_from_options(plan: dict[str, Any], run_names: set[str]
 def _hours_line(plan: dict[str, Any], verdict: str) -> str:
     return (f"{plan.get('reserved_hours', 0):.2f} h of {plan.get('window_hours', 0):.2f} h "
             f"{verdict}")
+
+
+def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapping[str, float],
+                  test: TestSplit | None, reference: Predictions | None,
+                  reference_source: str, why_unknown: str = "") -> ValueRanking:
+    """Rank the variants not yet run by decision value per GPU-hour (module docstring).
+
+    Args:
+        spec: the campaign (metric, goal, min_gain, expected gains and disagreement).
+        pending: names of the variants whose comparison is still to be made.
+        gpu_hours: run name → GPU·h of its re-estimated run (duration × GPUs).
+        test: the whole test split (None: unknown, ``why_unknown`` says why).
+        reference: the pilot's predictions (the control's), the model's reference; None
+            when there are none (then the campaign file's figures serve, as in ``plan``).
+        reference_source: where they came from, reported (``"pilot of control-…"``).
+
+    Returns:
+        The ranking; a variant whose power cannot be computed is in ``not_computed``.
+    """
+    section = spec.campaign
+    models: dict[str, PairedModel] | None = None
+    notes: list[str] = []
+    if reference is not None and parse_metric(section.metric).kind == "labels":
+        given = section.expected_disagreement
+        try:
+            model = model_from_reference(
+                section.metric, reference, goal=section.goal,
+                disagreement=DEFAULT_DISAGREEMENT if given is None else given,
+                disagreement_source="default; set [campaign] expected_disagreement"
+                if given is None else "campaign file ([campaign] expected_disagreement)",
+                source=reference_source)
+        except (CheckFailed, ValueError) as exc:
+            notes.append(f"the pilot's predictions give no model ({exc}); the campaign "
+                         f"file's figures serve")
+        else:
+            models = {run.name: model for run in spec.runs if run.reference is not None}
+    power = campaign_power(spec, test, why_unknown=why_unknown, models=models)
+    waiting = set(pending)
+    comparisons = {c.variant: c for c in power.comparisons if c.variant in waiting}
+    ranked = rank_by_value(comparisons, {name: gpu_hours[name] for name in comparisons})
+    everyone = rank_by_value({c.variant: c for c in power.comparisons},
+                             {c.variant: 1.0 for c in power.comparisons})
+    inputs = dict(next(iter(comparisons.values())).inputs) if comparisons else {}
+    if notes:
+        inputs["notes"] = list(inputs.get("notes", [])) + notes
+    return ValueRanking(tuple(ranked), inputs,
+                        tuple((v, why) for v, _, why in power.not_computed if v in waiting),
+                        answerable=not everyone or any(not r.cut for r in everyone))
+
+
+def with_value_cuts(choice: Choice, value: ValueRanking,
+                    runs: Sequence[tuple[str, str, str | None]]) -> Choice:
+    """The window's choice with the optional variants whose result cannot change the
+    answer dropped too (``cut``, each with its reason); a ``stop`` stays a stop.
+
+    Cutting spends the hours on the variants that can change the answer, so it applies
+    only while one can (``value.answerable``): when no comparison of the campaign, made or
+    not, can (the test set cannot settle the question as asked, whichever runs), nothing
+    is cut for it and the reason says so. An
+    ``essential`` variant is never cut (it is needed to conclude), nor a run that another
+    kept run is compared against (its ``reference``); both keep their reasons in the
+    ranking.
+
+    Args:
+        choice: what the window says (:func:`choose`).
+        value: the ranking (:func:`rank_variants`).
+        runs: ``(name, tier, reference)`` of every run, in campaign order.
+    """
+    proposed = value.proposed_cuts
+    if choice.decision == "stop" or not proposed:
+        return choice
+    if not value.answerable:
+        return replace(choice, reason=f"{choice.reason}; no variant's result can change the "
+                                      f"answer on these test examples, so none is cut for it: "
+                                      f"the campaign cannot settle its question as asked "
+                                      f"(--decide stop to change it)")
+    tiers = {name: tier for name, tier, _ in runs}
+    dropped = set(choice.dropped) | {n for n in proposed if tiers.get(n) != "essential"}
+    needed = True
+    while needed:               # keep what a kept run is compared against
+        needed = False
+        for name, _, reference in runs:
+            if name not in dropped and reference in dropped:
+                dropped.discard(reference)
+                needed = True
+    added = [name for name, _, _ in runs if name in dropped and name not in choice.dropped]
+    if not added:
+        return choice
+    reasons = "; ".join(f"{name}: {proposed[name]}" for name in added)
+    return replace(choice, decision="cut",
+                   dropped=[name for name, _, _ in runs if name in dropped],
+                   reason=f"{choice.reason}; its result cannot change the answer, so cut "
+                          f"{reasons}")

@@ -13,8 +13,10 @@ Usage::
     ledger = Ledger.open(campaign_dir)
     ledger.freeze_original(plan_json)            # no-op when version 1 exists
     ledger.record_run_start("control-1a2b3c4d5e", resumed=False)
-    ledger.runs()                                # read side used by ``close``
+    ledger.runs()                                # read side used by ``close``: typed rows
     ledger.snapshot()                            # one object for ``status --json``
+
+The read side returns the dataclasses of :mod:`flightplan.ledger_rows`.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from flightplan.errors import ArgumentError
 from flightplan.canonical import canonical_json, plan_sha256
+from flightplan.ledger_rows import (CampaignRow, DecisionRow, EventRow, ExpenseRow, NoteRow,
+                                    PlanVersionRow, RunRow, StageTimeRow)
 
-__all__ = ["Ledger", "LEDGER_FILE", "RUN_STATUSES"]
+__all__ = ["Ledger", "LEDGER_FILE"]
 
 LEDGER_FILE = Path(".flightplan") / "ledger.sqlite"
-RUN_STATUSES = ("pending", "running", "finished", "stopped", "cut", "failed", "superseded")
 _SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -157,6 +160,16 @@ class Ledger:
             raise
         self._db.execute("COMMIT")
 
+    @contextmanager
+    def _read(self) -> Iterator[None]:
+        """One read transaction: every read inside sees the same committed state, even while
+        another process writes (SQLite WAL: the snapshot is taken at the first read)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check``: ``"ok"`` when the file is consistent."""
         return self._db.execute("PRAGMA integrity_check").fetchone()[0]
@@ -173,7 +186,7 @@ class Ledger:
                 tx.execute("UPDATE campaign SET name = ?, spec_path = ?, spec_sha256 = ? "
                            "WHERE id = 1", (name, spec_path, spec_sha256))
 
-    def freeze_original(self, plan: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    def freeze_original(self, plan: dict[str, Any]) -> tuple[PlanVersionRow, bool]:
         """Store ``plan`` as version 1 unless an original exists.
 
         Returns:
@@ -185,7 +198,9 @@ class Ledger:
                 tx.execute("INSERT INTO plan_versions VALUES (1, 'original', ?, ?, ?, ?)",
                            (plan_sha256(plan), canonical_json(plan).decode("utf-8"), time.time(),
                             "planned before the first run"))
-        return self.original_plan(), exists is None
+        original = self.original_plan()
+        assert original is not None  # written above or before
+        return original, exists is None
 
     def add_plan_version(self, plan: dict[str, Any], *, reason: str) -> int:
         """Append a re-estimated plan; returns its version number (≥ 2).
@@ -202,18 +217,15 @@ class Ledger:
                         time.time(), reason))
         return last + 1
 
-    def sync_expenses(self, rows: list[dict[str, Any]]) -> None:
-        """Replace the expenses with ``rows`` (from the current spec), in one transaction.
-
-        Each row: ``kind, label, offer, package_days, flights, amount (str), currency``.
-        """
+    def sync_expenses(self, rows: list[ExpenseRow]) -> None:
+        """Replace the expenses with ``rows`` (from the current spec), in one transaction."""
         with self._write() as tx:
             tx.execute("DELETE FROM expenses")
             for row in rows:
                 tx.execute("INSERT INTO expenses (kind, label, offer, package_days, flights, "
                            "amount, currency) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (row["kind"], row["label"], row.get("offer"), row.get("package_days"),
-                            row.get("flights"), str(row["amount"]), row["currency"]))
+                           (row.kind, row.label, row.offer, row.package_days, row.flights,
+                            row.amount, row.currency))
 
     def add_event(self, kind: str, *, run_id: str | None = None,
                   data: dict[str, Any] | None = None, at: float | None = None) -> None:
@@ -266,7 +278,7 @@ class Ledger:
     def record_run_end(self, run_id: str, *, status: str, started_at: float, ended_at: float,
                        stop: dict[str, Any] | None = None, metric: float | None = None,
                        data: dict[str, Any] | None = None,
-                       extra_events: list[dict[str, Any]] = (),
+                       extra_events: Sequence[Mapping[str, Any]] = (),
                        event: str | None = None) -> None:
         """Close one execution of a run: status, end time, wall time added, stop record,
         its event (``finished``/``stopped``/``failed``, or ``event`` when given, e.g.
@@ -287,15 +299,59 @@ class Ledger:
                        "SELECT name, 'run', ?, ? FROM runs WHERE run_id = ?",
                        (started_at, ended_at, run_id))
 
-    def reset_interrupted(self) -> list[str]:
+    def reset_interrupted(self, last_seen: Mapping[str, float] | None = None) -> list[str]:
         """Runs left ``running`` by a killed runner go back to ``pending`` with an
-        ``interrupted`` event. Returns their ids."""
+        ``interrupted`` event (no data: the runner died).
+
+        Args:
+            last_seen: run id → unix time of the execution's last sign of life (its newest
+                file write); the execution then counts once, like any other, from its
+                ``started``/``resumed`` event to that time: wall time added, end time set,
+                a ``stage_times`` row. A run not in it counts no time.
+
+        Returns:
+            The ids reset.
+        """
+        seen = dict(last_seen or {})
         with self._write() as tx:
             ids = [r[0] for r in tx.execute("SELECT run_id FROM runs WHERE status = 'running'")]
             for run_id in ids:
                 tx.execute("UPDATE runs SET status = 'pending' WHERE run_id = ?", (run_id,))
+                start = _last_start(tx, run_id)
+                if run_id in seen and start is not None:
+                    ended = max(start, seen[run_id])
+                    tx.execute("UPDATE runs SET ended_at = ?, wall_s = wall_s + ? WHERE "
+                               "run_id = ?", (ended, ended - start, run_id))
+                    tx.execute("INSERT INTO stage_times (name, kind, started_at, ended_at) "
+                               "SELECT name, 'run', ?, ? FROM runs WHERE run_id = ?",
+                               (start, ended, run_id))
                 _insert_event(tx, "interrupted", run_id, None, None)
         return ids
+
+    def record_late_end(self, run_id: str, *, status: str, ended_at: float,
+                        stop: dict[str, Any] | None = None,
+                        metric: float | None = None) -> None:
+        """A run whose directory shows it ``finished`` or ``stopped`` while the ledger says
+        otherwise (a runner killed between the worker's end and its record, or a run id
+        back in use after its configuration was changed and changed back): status, stop
+        record and metric set, in one transaction. No time is added: the execution that
+        ended it was counted when it was closed (its end, or :meth:`reset_interrupted`).
+        Its ``finished``/``stopped`` event (data ``recorded_late``, at ``ended_at``) is
+        appended unless the run's last execution event already is that one.
+        """
+        kind = "stopped" if status == "stopped" else "finished"
+        with self._write() as tx:
+            tx.execute("UPDATE runs SET status = ?, stop_json = ?, metric = ?, "
+                       "ended_at = COALESCE(ended_at, ?) WHERE run_id = ?",
+                       (status, None if stop is None else _dump(stop), metric, ended_at,
+                        run_id))
+            last = tx.execute("SELECT kind FROM events WHERE run_id = ? AND kind IN "
+                              f"({_EXECUTION_KINDS}) ORDER BY id DESC LIMIT 1",
+                              (run_id,)).fetchone()
+            if last is None or last[0] != kind:
+                _insert_event(tx, kind, run_id,
+                              {"recorded_late": True, **({"stop": stop} if stop else {})},
+                              ended_at)
 
     def record_stage(self, name: str, *, started_at: float, ended_at: float,
                      event: str | None = None, data: dict[str, Any] | None = None) -> None:
@@ -318,29 +374,28 @@ class Ledger:
             _insert_event(tx, "decision", None, {"decision": decision, "computed": computed,
                                                  "dropped": dropped}, at)
 
-    def add_note(self, name: str, text: str) -> dict[str, Any]:
+    def add_note(self, name: str, text: str) -> NoteRow:
         """Record why a stage or run deviated; returns the note."""
         at = time.time()
         with self._write() as tx:
             tx.execute("INSERT INTO notes (name, text, at) VALUES (?, ?, ?)", (name, text, at))
-        return {"name": name, "text": text, "at": at}
+        return NoteRow(name, text, at)
 
     # ---------------------------------------------------------------- reads
-    def campaign(self) -> dict[str, Any] | None:
-        """``{name, spec_path, spec_sha256, created_at}`` or None before the first run."""
+    def campaign(self) -> CampaignRow | None:
+        """The campaign, or None before the first run."""
         row = self._db.execute("SELECT name, spec_path, spec_sha256, created_at FROM campaign"
                                ).fetchone()
-        return None if row is None else dict(row)
+        return None if row is None else CampaignRow(**dict(row))
 
-    def plan_versions(self) -> list[dict[str, Any]]:
-        """Every plan version, oldest first: ``{version, kind, plan_sha256, plan, created_at,
-        reason}``."""
+    def plan_versions(self) -> list[PlanVersionRow]:
+        """Every plan version, oldest first."""
         rows = self._db.execute("SELECT * FROM plan_versions ORDER BY version").fetchall()
-        return [{"version": r["version"], "kind": r["kind"], "plan_sha256": r["plan_sha256"],
-                 "plan": json.loads(r["plan_json"]), "created_at": r["created_at"],
-                 "reason": r["reason"]} for r in rows]
+        return [PlanVersionRow(r["version"], r["kind"], r["plan_sha256"],
+                               json.loads(r["plan_json"]), r["created_at"], r["reason"])
+                for r in rows]
 
-    def original_plan(self) -> dict[str, Any] | None:
+    def original_plan(self) -> PlanVersionRow | None:
         """The version-1 entry, or None before the plan is frozen."""
         versions = self.plan_versions()
         return versions[0] if versions else None
@@ -348,73 +403,87 @@ class Ledger:
     def verify_original(self) -> bool:
         """True when the original plan still hashes to the sha256 frozen with it."""
         original = self.original_plan()
-        return original is not None and plan_sha256(original["plan"]) == original["plan_sha256"]
+        return original is not None and plan_sha256(original.plan) == original.plan_sha256
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Every run id ever registered, in order: ``{run_id, name, tier, status, started_at,
-        ended_at, wall_s, stop, superseded_by, metric, config_hash}``."""
+    def runs(self) -> list[RunRow]:
+        """Every run id ever registered, in order."""
         rows = self._db.execute("SELECT * FROM runs ORDER BY rowid").fetchall()
-        return [{"run_id": r["run_id"], "name": r["name"], "tier": r["tier"],
-                 "status": r["status"], "started_at": r["started_at"],
-                 "ended_at": r["ended_at"], "wall_s": r["wall_s"], "stop": _loads(r["stop_json"]),
-                 "superseded_by": r["superseded_by"], "metric": r["metric"],
-                 "config_hash": r["config_hash"]} for r in rows]
+        return [RunRow(r["run_id"], r["name"], r["tier"], r["status"], r["started_at"],
+                       r["ended_at"], r["wall_s"], _loads(r["stop_json"]), r["superseded_by"],
+                       r["metric"], r["config_hash"]) for r in rows]
 
-    def run(self, run_id: str) -> dict[str, Any] | None:
+    def run(self, run_id: str) -> RunRow | None:
         """One run's entry (as in :meth:`runs`) or None."""
-        return next((r for r in self.runs() if r["run_id"] == run_id), None)
+        return next((r for r in self.runs() if r.run_id == run_id), None)
 
-    def events(self, run_id: str | None = None, *, kind: str | None = None) -> list[dict[str, Any]]:
-        """Events in order: ``{id, run_id, kind, at, data}``, optionally of one run/kind."""
-        query, args = "SELECT * FROM events WHERE 1 = 1", []
+    def events(self, run_id: str | None = None, *, kind: str | None = None) -> list[EventRow]:
+        """Events in order, optionally of one run/kind."""
+        query, args = "SELECT * FROM events WHERE 1 = 1", list[str]()
         if run_id is not None:
             query, args = query + " AND run_id = ?", args + [run_id]
         if kind is not None:
             query, args = query + " AND kind = ?", args + [kind]
         rows = self._db.execute(query + " ORDER BY id", args).fetchall()
-        return [{"id": r["id"], "run_id": r["run_id"], "kind": r["kind"], "at": r["at"],
-                 "data": _loads(r["data_json"])} for r in rows]
+        return [EventRow(r["id"], r["run_id"], r["kind"], r["at"], _loads(r["data_json"]))
+                for r in rows]
 
-    def decisions(self) -> list[dict[str, Any]]:
-        """Decisions in order: ``{at, decision, computed, overridden, figures, dropped}``."""
+    def decisions(self) -> list[DecisionRow]:
+        """Decisions in order."""
         rows = self._db.execute("SELECT * FROM decisions ORDER BY id").fetchall()
-        return [{"at": r["at"], "decision": r["decision"], "computed": r["computed"],
-                 "overridden": bool(r["overridden"]), "figures": json.loads(r["figures_json"]),
-                 "dropped": json.loads(r["dropped_json"])} for r in rows]
+        return [DecisionRow(r["at"], r["decision"], r["computed"], bool(r["overridden"]),
+                            json.loads(r["figures_json"]), json.loads(r["dropped_json"]))
+                for r in rows]
 
-    def expenses(self) -> list[dict[str, Any]]:
-        """``{kind, label, offer, package_days, flights, amount (str), currency}`` rows."""
+    def expenses(self) -> list[ExpenseRow]:
+        """The committed package(s) and the other expenses, in the order written."""
         rows = self._db.execute("SELECT kind, label, offer, package_days, flights, amount, "
                                 "currency FROM expenses ORDER BY id").fetchall()
-        return [dict(r) for r in rows]
+        return [ExpenseRow(**dict(r)) for r in rows]
 
-    def notes(self) -> list[dict[str, Any]]:
-        """``{name, text, at}`` in the order written."""
-        return [dict(r) for r in self._db.execute("SELECT name, text, at FROM notes ORDER BY id")]
+    def notes(self) -> list[NoteRow]:
+        """The notes in the order written."""
+        return [NoteRow(**dict(r)) for r in
+                self._db.execute("SELECT name, text, at FROM notes ORDER BY id")]
 
-    def stage_times(self) -> list[dict[str, Any]]:
-        """``{name, kind, started_at, ended_at}`` of every execution the runner made."""
-        return [dict(r) for r in self._db.execute(
+    def stage_times(self) -> list[StageTimeRow]:
+        """Every execution the runner made (or a person marked)."""
+        return [StageTimeRow(**dict(r)) for r in self._db.execute(
             "SELECT name, kind, started_at, ended_at FROM stage_times ORDER BY id")]
 
     def snapshot(self) -> dict[str, Any]:
         """The whole ledger as one JSON-ready object (what ``status --json`` prints).
 
         Plan versions carry their summary (``reserved_hours``, ``window_hours``, ``fits``)
-        instead of the whole plan.
+        instead of the whole plan. Every table is read in one transaction, so the object is
+        one state of the ledger even while a runner writes it (no event of a run that the
+        runs list lacks).
         """
-        versions = []
-        for entry in self.plan_versions():
-            plan = entry["plan"]
-            versions.append({k: entry[k] for k in ("version", "kind", "plan_sha256",
-                                                   "created_at", "reason")}
-                            | {k: plan.get(k) for k in ("reserved_hours", "window_hours",
-                                                        "uncommitted_hours", "fits")})
-        return {"campaign": self.campaign(), "plan_versions": versions,
-                "original_plan_intact": self.verify_original() if versions else None,
-                "runs": self.runs(), "decisions": self.decisions(), "expenses": self.expenses(),
-                "notes": self.notes(), "stage_times": self.stage_times(),
-                "events": self.events()}
+        with self._read():
+            versions = []
+            for entry in self.plan_versions():
+                summary = entry.to_json()
+                plan = summary.pop("plan")
+                versions.append(summary | {k: plan.get(k) for k in (
+                    "reserved_hours", "window_hours", "uncommitted_hours", "fits")})
+            campaign = self.campaign()
+            return {"campaign": None if campaign is None else campaign.to_json(),
+                    "plan_versions": versions,
+                    "original_plan_intact": self.verify_original() if versions else None,
+                    **{key: [row.to_json() for row in rows] for key, rows in (
+                        ("runs", self.runs()), ("decisions", self.decisions()),
+                        ("expenses", self.expenses()), ("notes", self.notes()),
+                        ("stage_times", self.stage_times()), ("events", self.events()))}}
+
+
+_EXECUTION_KINDS = "'started', 'resumed', 'finished', 'stopped', 'failed', 'interrupted'"
+"""Events that open or close one execution of a run (SQL list)."""
+
+
+def _last_start(tx: sqlite3.Connection, run_id: str) -> float | None:
+    """Unix time of the run's latest ``started``/``resumed`` event, or None."""
+    row = tx.execute("SELECT at FROM events WHERE run_id = ? AND kind IN ('started', "
+                     "'resumed') ORDER BY id DESC LIMIT 1", (run_id,)).fetchone()
+    return None if row is None else float(row[0])
 
 
 def _insert_event(tx: sqlite3.Connection, kind: str, run_id: str | None,

@@ -7,7 +7,7 @@ pilot measures rates, and the decision point scales them to the whole corpus):
 1. the uninterrupted pilot: the control's ``trial.json`` with ``max_steps`` capped at
    :data:`PILOT_STEPS`; the trial runtime saves its first checkpoint right after step 0
    (the early checkpoint: its first save measures C and D). From its rows and the process
-   times come the generic figures (:class:`~flightplan.run.decision.PilotFigures`): load,
+   times come the generic figures (:class:`~flightplan.tasks.estimate.PilotFigures`): load,
    step and evaluation times, C and D, output writing; a task's ``estimate_run`` hook
    reads the same rows for its own model.
 2. the resumed pilot, in ``resume/``: a new process that starts from a copy of the
@@ -34,17 +34,18 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from flightplan.durable import write_json_atomic
-from flightplan.run.decision import PilotFigures, require_figure
-from flightplan.run.executor import Executor, Job, JobResult, RunProgress
-from flightplan.transfer_time import TransferTally
+from flightplan.tasks.estimate import PilotFigures, figures_from_rows
+from flightplan.run.data_check import DataCheckReport
+from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
+from flightplan.rows import Measurement, Row
 from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
-__all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "PilotResult", "pilot_id",
-           "pilot_limits", "compare_losses", "figures_from_rows", "run_pilot"]
+__all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "METRIC_UNAVAILABLE", "PilotResult",
+           "pilot_id", "pilot_limits", "compare_losses", "run_pilot"]
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
@@ -54,6 +55,10 @@ PILOT_TEST = 32
 
 RESUME_CAUSES = ("no_checkpoint", "losses_differ", "nothing_compared")
 """Failure causes that mean the control has no usable resume."""
+
+METRIC_UNAVAILABLE = "metric_unavailable"
+"""The cause the runner records when the pilot passed but its predictions cannot give the
+campaign's decision metric (the pilot itself is then whole and kept)."""
 
 
 def pilot_id(control_id: str) -> str:
@@ -74,6 +79,7 @@ class PilotResult:
         mismatches: ``{step, uninterrupted, resumed}`` for each differing loss.
         resumed_from: the checkpoint directory the second process started from.
         started_at, ended_at: unix seconds.
+        control_id: the run id of the control it piloted (None until the runner sets it).
     """
 
     ok: bool
@@ -85,22 +91,39 @@ class PilotResult:
     resumed_from: str | None = None
     started_at: float = 0.0
     ended_at: float = 0.0
+    control_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The result as a JSON object (figures as their own object)."""
+        """The result as a JSON object (figures as their own object): the ledger's
+        ``pilot`` event data and ``flightplan run --json``'s ``pilot``."""
         return {"ok": self.ok, "message": self.message, "cause": self.cause,
                 "figures": None if self.figures is None else self.figures.to_json(),
                 "compared_steps": self.compared_steps, "mismatches": self.mismatches,
                 "resumed_from": self.resumed_from, "started_at": self.started_at,
-                "ended_at": self.ended_at, "wall_s": self.ended_at - self.started_at}
+                "ended_at": self.ended_at, "wall_s": self.ended_at - self.started_at,
+                "control_id": self.control_id}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "PilotResult":
+        """The result :meth:`to_json` wrote (a ``pilot`` event's data)."""
+        figures = data.get("figures")
+        return cls(ok=bool(data.get("ok")), message=str(data.get("message") or ""),
+                   cause=data.get("cause"),
+                   figures=None if figures is None else PilotFigures(**figures),
+                   compared_steps=list(data.get("compared_steps") or []),
+                   mismatches=list(data.get("mismatches") or []),
+                   resumed_from=data.get("resumed_from"),
+                   started_at=float(data.get("started_at") or 0.0),
+                   ended_at=float(data.get("ended_at") or 0.0),
+                   control_id=data.get("control_id"))
 
 
-def _losses(rows: list[dict[str, Any]]) -> dict[int, Any]:
-    return {row["step"]: row["loss"] for row in rows
-            if "loss" in row and "event" not in row and isinstance(row.get("step"), int)}
+def _losses(rows: Sequence[Row]) -> dict[int, Any]:
+    return {row.step: row.values["loss"] for row in rows
+            if isinstance(row, Measurement) and row.is_step}
 
 
-def compare_losses(uninterrupted: list[dict[str, Any]], resumed: list[dict[str, Any]]
+def compare_losses(uninterrupted: Sequence[Row], resumed: Sequence[Row]
                    ) -> tuple[list[int], list[dict[str, Any]]]:
     """Compare the losses the resumed process logged with the uninterrupted ones.
 
@@ -118,82 +141,33 @@ def compare_losses(uninterrupted: list[dict[str, Any]], resumed: list[dict[str, 
     return steps, mismatches
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+def _nothing_compared(checkpoint: str, resumed: Sequence[Row]) -> str:
+    """Why no loss compared: the resumed process logged no step at all, or its rows carry no
+    ``loss`` (named: the numbers they carry instead)."""
+    names = sorted({name for row in resumed if isinstance(row, Measurement)
+                    for name in row.values})
+    if not names:
+        return (f"the process resumed from {checkpoint} logged no step to compare; "
+                f"no usable resume")
+    return (f"the process resumed from {checkpoint} logged no loss to compare (its rows hold "
+            f"{', '.join(names)}): the resume check compares the loss logged as "
+            f"trial.log(step, loss=...) bit for bit; log the training loss under that name; "
+            f"no usable resume")
 
 
-def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: dict[str, Any], *,
+def pilot_limits(task: LoadedTask, params: dict[str, Any], data_check: DataCheckReport, *,
                  steps: int = PILOT_STEPS) -> tuple[int | None, int | None]:
     """``(train, test)`` examples of the pilot: what the task's ``pilot_examples`` hook
     says ``steps`` steps read (None without it: the whole split) and :data:`PILOT_TEST`,
-    each at most what the campaign has (data check rows; None when it has no rows)."""
-    splits = data_check.get("splits", {})
-    n_train = int(splits.get("train", {}).get("rows", 0))
-    n_test = int(splits.get("test", {}).get("rows", 0))
+    each at most what the campaign has (data check rows; None when it has no rows).
+
+    Raises:
+        TaskHookFailed: the task's ``pilot_examples`` hook raised.
+    """
+    n_train, n_test = data_check.rows("train"), data_check.rows("test")
     wanted = task.pilot_examples(params, steps)
     train = min(n_train, wanted) if wanted is not None and n_train else None
     return train, (min(n_test, PILOT_TEST) if n_test else None)
-
-
-def _gaps(rows: list[dict[str, Any]], start: float) -> list[tuple[dict[str, Any], float]]:
-    """Each row with the seconds since the row before it (the first: since ``start``)."""
-    out, last = [], start
-    for row in rows:
-        at = float(row.get("time", last))
-        out.append((row, at - last))
-        last = at
-    return out
-
-
-def figures_from_rows(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any]],
-                      data_check: dict[str, Any], *, pilot_n_train: int | None,
-                      pilot_n_test: int | None, started_at: float, ended_at: float
-                      ) -> PilotFigures:
-    """The pilot's generic figures (see :class:`~flightplan.run.decision.PilotFigures`).
-
-    A figure the task logged (``load_s``, ``step_s``, ``eval_s``, ``output_s``) is taken
-    as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −
-    process start, step = mean time between consecutive step rows, evaluation =
-    the gap before each evaluation row, output = process end − last row. C and D are the
-    means of the ``checkpoint`` rows, R the resumed process's ``restore`` row; the transfer
-    figures come from the ``checkpoint_transfer`` rows of both processes (none: the pilot
-    ran at home, X = 0).
-
-    Raises:
-        ValueError: a figure the re-estimate needs is missing (names it).
-    """
-    gaps = _gaps(rows, started_at)
-    steps = [(row, gap) for row, gap in gaps if "loss" in row and "event" not in row]
-    require_figure("loss", [gap for _, gap in steps])
-    logged_steps = [r["step_s"] for r, _ in steps if "step_s" in r]
-    times = [float(r["time"]) for r, _ in steps if "time" in r]
-    between = [b - a for a, b in zip(times, times[1:])]
-    step_s = _mean(logged_steps[1:] or logged_steps) if logged_steps else \
-        _mean(between or [steps[0][1]])
-    loads = [r["load_s"] for r in rows if "load_s" in r]
-    load_s = loads[0] if loads else float(steps[0][0].get("time", started_at)) - started_at
-    evals = [(r, gap) for r, gap in gaps if r.get("event") == "evaluation"]
-    eval_s = _mean([float(r.get("eval_s", gap)) for r, gap in evals])
-    outputs = [r["output_s"] for r in rows if "output_s" in r]
-    last = float(rows[-1].get("time", ended_at)) if rows else ended_at
-    saves = [r for r in rows if r.get("event") == "checkpoint"]
-    restores = [r["restore_s"] for r in resumed_rows
-                if r.get("event") == "restore" and r.get("restore_s") is not None]
-    planned = [int(r["planned_steps"]) for r in rows if r.get("planned_steps") is not None]
-    transfers = TransferTally.from_rows([*rows, *resumed_rows])
-    splits = data_check.get("splits", {})
-    return PilotFigures(
-        n_train=int(splits.get("train", {}).get("rows", 0)),
-        n_test=int(splits.get("test", {}).get("rows", 0)),
-        pilot_n_train=pilot_n_train or 0, pilot_n_test=pilot_n_test or 0,
-        setup_s=float(data_check.get("wall_s", 0.0)), load_s=float(load_s),
-        step_s=float(step_s), eval_s=float(eval_s),
-        save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
-        persist_s=_mean([r["persist_s"] for r in saves]),
-        restore_s=require_figure("restore_s", restores)[0],
-        output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
-        pilot_steps=len(steps), planned_steps=planned[-1] if planned else None,
-        transfer_s=transfers.transfer_s, transfer_bytes_per_s=transfers.bytes_per_s)
 
 
 def _earliest_checkpoint(run_dir: Path) -> Path | None:
@@ -203,17 +177,18 @@ def _earliest_checkpoint(run_dir: Path) -> Path | None:
     return found[0] if found else None
 
 
-def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dict[str, Any], *,
+def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: DataCheckReport, *,
               task: LoadedTask, executor: Executor,
               on_progress: Callable[[Job, RunProgress], None] | None = None,
               on_start: Callable[[Job], None] | None = None,
               steps: int = PILOT_STEPS) -> PilotResult:
-    """Run the pilot of the control (see the module docstring); starts from a clean folder.
+    """Run the pilot of the control (see the module docstring); starts from a clean folder
+    (an earlier pilot's is moved aside to ``runs/pilot-<id>.restarted-<n>``).
 
     Args:
         control_trial: the control's ``trial.json`` document.
         campaign_dir: the campaign directory (``runs/`` lives there).
-        data_check: the data check's report (``splits``, ``wall_s``).
+        data_check: the data check's report (rows per split, wall time).
         task: the control's loaded task (its ``pilot_examples`` hook).
         executor: runs the two processes.
         on_progress, on_start: passed to the executor (progress bars).
@@ -226,12 +201,12 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
     started = time.time()
     run_id = pilot_id(control_trial["run_id"])
     pilot_dir = Path(campaign_dir) / "runs" / run_id
-    if pilot_dir.exists():
-        shutil.rmtree(pilot_dir)
-    resume_dir = pilot_dir / "resume"
-    resume_dir.mkdir(parents=True)
+    # the task's hook first: if it raises, an earlier pilot's folder is left as it was
     n_train, n_test = pilot_limits(task, control_trial.get("params") or {}, data_check,
                                    steps=steps)
+    RunDir(pilot_dir).set_aside()           # an earlier pilot's folder is kept, not deleted
+    resume_dir = pilot_dir / "resume"
+    resume_dir.mkdir(parents=True)
     corpus = dict(control_trial.get("corpus") or {}, train_limit=n_train, test_limit=n_test)
     trial = dict(control_trial, run_id=run_id, name="pilot", resume=False, max_steps=steps,
                  corpus=corpus)
@@ -258,9 +233,8 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
     rows, resumed_rows = RunDir(pilot_dir).rows(), RunDir(resume_dir).rows()
     compared, mismatches = compare_losses(rows, resumed_rows)
     if not compared:
-        return fail("nothing_compared",
-                    f"the process resumed from {early.name} logged no step to compare; "
-                    f"no usable resume", resumed_from=resumed_from)
+        return fail("nothing_compared", _nothing_compared(early.name, resumed_rows),
+                    resumed_from=resumed_from)
     if mismatches:
         worst = mismatches[0]
         return fail("losses_differ",
@@ -269,9 +243,10 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
                     f"uninterrupted vs {worst['resumed']!r} resumed); no usable resume",
                     compared_steps=compared, mismatches=mismatches, resumed_from=resumed_from)
     try:
-        figures = figures_from_rows(rows, resumed_rows, data_check, pilot_n_train=n_train,
-                                    pilot_n_test=n_test, started_at=first.started_at,
-                                    ended_at=first.ended_at)
+        figures = figures_from_rows(rows, resumed_rows, n_train=data_check.rows("train"),
+                                    n_test=data_check.rows("test"), setup_s=data_check.wall_s,
+                                    pilot_n_train=n_train, pilot_n_test=n_test,
+                                    started_at=first.started_at, ended_at=first.ended_at)
     except ValueError as exc:
         return fail("missing_figure", str(exc), compared_steps=compared,
                     resumed_from=resumed_from)
@@ -280,17 +255,23 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: dic
                        None, figures, compared, [], resumed_from, started, time.time())
 
 
+_TAIL_LINES = 20
+"""Lines of a crashed pilot's log searched, from the end, for its last non-blank line."""
+
+
 def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir: Path,
                     what: str, **extra: Any) -> PilotResult:
     """The failure of a pilot process: ``stopped`` with its stop.json's rule and message,
-    else ``crashed`` with its exit code and log."""
+    else ``crashed`` with its exit code and the whole last line of its log (the error and,
+    as Python writes it, the fix the exception names)."""
     if RunDir(run_dir).stop_json.is_file():
         stop = RunDir(run_dir).read_json(RunDir.STOP) or {}
         return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
                                f"{stop.get('message')}", **extra)
-    last = RunDir(run_dir).log_tail(1).strip()
+    lines = [line.strip() for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines()
+             if line.strip()]
     return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}"
-                           + (f": {last[:160]}" if last else "")
+                           + (f": {lines[-1]}" if lines else "")
                            + f"); see {RunDir(run_dir).log}", **extra)
 
 

@@ -2,7 +2,7 @@
 task loaded as the worker will load it, and its ``trial.json``.
 
 A run's id is ``slug(name)-hash[:10]`` over its task, params, corpus hashes, base
-revision and code version (:mod:`flightplan.run.ids`); runs come in tier order
+revision and code version (:mod:`flightplan.ids`); runs come in tier order
 (essential, useful, exploratory; file order within a tier).
 
 Usage::
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from flightplan.corpus import corpus_root
-from flightplan.run.ids import config_hash, corpus_view, run_config, run_id
+from flightplan.ids import config_hash, corpus_view, run_config, run_id
 from flightplan.spec import BaseModelSection, CampaignSpec, Run
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
 
@@ -31,7 +31,7 @@ TIER_ORDER = {"essential": 0, "useful": 1, "exploratory": 2}
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """A run of the spec with its id: ``run_id = slug(name)-hash[:10]`` (run/ids.py)."""
+    """A run of the spec with its id: ``run_id = slug(name)-hash[:10]`` (ids.py)."""
 
     run: Run
     run_id: str

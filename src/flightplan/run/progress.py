@@ -20,9 +20,10 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
                            TimeRemainingColumn)
 
-from flightplan.run.executor import RunProgress
+from flightplan.activity import Activity, doing
+from flightplan.run.executors.contract import RunProgress
 
-__all__ = ["ProgressBoard", "format_stop"]
+__all__ = ["ProgressBoard", "RunActivity", "format_stop"]
 
 
 class ProgressBoard:
@@ -68,6 +69,38 @@ class ProgressBoard:
         """A line above the bars (a stage that started or ended)."""
         if self.enabled:
             self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+class RunActivity:
+    """Every run in progress, as the activity that the interruption line names
+    (:mod:`flightplan.activity`, :mod:`flightplan.interrupts`): one run as ``"run <id>, 5 of
+    8 steps done"``, several joined by ``"; "``, not only the last to report.
+
+    Usage::
+
+        running.update("lora-1", "run lora-1", progress)   # from the executor's on_progress
+        running.ended("lora-1")                            # when its execution ends
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[str, Activity] = {}
+
+    def update(self, key: str, what: str, progress: RunProgress) -> None:
+        """``key``'s run (a run id) is ``what`` and has done ``progress`` steps."""
+        self._runs[key] = Activity(what, progress.completed, progress.total, "steps")
+        self._show()
+
+    def ended(self, key: str) -> None:
+        """``key``'s execution ended: it is named no more."""
+        if self._runs.pop(key, None) is not None and self._runs:
+            self._show()
+
+    def _show(self) -> None:
+        runs = list(self._runs.values())
+        if len(runs) == 1:
+            doing(runs[0].what, done=runs[0].done, total=runs[0].total, unit=runs[0].unit)
+        else:
+            doing("; ".join(run.describe() for run in runs))
 
 
 def _short(value: Any) -> str:

@@ -24,8 +24,9 @@ from flightplan.publish.manifest import read_manifest
 from flightplan.publish.results import RESULTS_DIRNAME, publish_run
 from flightplan.errors import CheckFailed, SpecError, VerificationFailed
 from flightplan.metrics import metric_value, read_predictions
-from flightplan.run.executor import Interruption, JobResult
+from flightplan.run.executors.contract import Interruption, JobResult
 from flightplan.run.ledger import Ledger
+from flightplan.rows import Restore
 from flightplan.rundir import RunDir
 
 if TYPE_CHECKING:
@@ -49,9 +50,9 @@ class RunRecorder:
 
     Args:
         ledger: the open ledger.   campaign_dir: the campaign directory.
-        metric: the campaign's decision metric (read from ``metrics.json``, else computed
-            from ``predictions.csv``: a ``mean:<column>`` metric, or one the task does not
-            report).
+        metric: the campaign's decision metric, computed from ``predictions.csv`` as
+            close computes it (not the task's own figure in ``metrics.json``); None when
+            the predictions cannot give it.
     """
 
     def __init__(self, ledger: Ledger, campaign_dir: Path, *, metric: str) -> None:
@@ -61,10 +62,6 @@ class RunRecorder:
         self._offsets: dict[str, int] = {}
 
     def _metric(self, run_dir: Path) -> float | None:
-        metrics = RunDir(run_dir).read_json(RunDir.METRICS) or {}
-        value = metrics.get(self.metric)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
         try:
             return metric_value(self.metric, read_predictions(RunDir(run_dir).predictions))
         except (CheckFailed, SpecError):
@@ -83,11 +80,12 @@ class RunRecorder:
         """Bring the ledger and ``results/`` up to the run directory: a finished or stopped
         run that the ledger does not know as such is recorded now, and published if the
         manifest lacks it (a runner killed in between). Returns the status."""
-        entry = self.ledger.run(planned.run_id) or {}
+        entry = self.ledger.run(planned.run_id)
+        status = "pending" if entry is None else entry.status
         on_disk = RunDir(planned.run_dir).status()
         if on_disk is None:
-            return entry.get("status", "pending")
-        if entry.get("status") == on_disk:
+            return status
+        if status == on_disk:
             if not self._published(planned.run_id, on_disk):
                 publish_run(self.dir, planned.run_id)
             return on_disk
@@ -95,13 +93,23 @@ class RunRecorder:
         done = RunDir(planned.run_dir).read_json(RunDir.DONE) or {}
         ended = (stop or {}).get("time") or _iso_to_unix(done.get("finished_at"))
         ended = float(ended) if ended else planned.run_dir.stat().st_mtime
-        started = entry.get("started_at") or ended - float(done.get("wall_s") or 0.0)
-        self.ledger.record_run_end(planned.run_id, status=on_disk, started_at=started,
-                                   ended_at=ended, stop=stop,
-                                   metric=self._metric(planned.run_dir),
-                                   data={"recorded_late": True})
+        self.ledger.record_late_end(planned.run_id, status=on_disk, ended_at=ended, stop=stop,
+                                    metric=self._metric(planned.run_dir))
         publish_run(self.dir, planned.run_id)
         return on_disk
+
+    def reset_interrupted(self) -> list[str]:
+        """Runs a killed runner left ``running`` go back to ``pending``
+        (:meth:`Ledger.reset_interrupted`); each killed execution counts until its last sign
+        of life: the newest write of its measurements, log, ``done.json`` or ``stop.json``.
+        Returns their ids."""
+        seen = {}
+        for run in self.ledger.runs():
+            if run.status == "running":
+                last = _last_written(RunDir.of(self.dir, run.run_id))
+                if last is not None:
+                    seen[run.run_id] = last
+        return self.ledger.reset_interrupted(seen)
 
     def cut(self, planned: "PlannedRun") -> None:
         """Mark a run ``cut`` by the decision point (it is not executed)."""
@@ -120,14 +128,14 @@ class RunRecorder:
         rows, _ = RunDir(planned.run_dir).read_rows(self._offsets.get(planned.run_id, 0))
         events = []
         for row in rows:
-            kind = row.get("event")
-            if kind == "restore" and row.get("source"):
-                kind = "checkpoint_verified"
+            if isinstance(row, Restore) and row.source:
+                kind: str | None = "checkpoint_verified"
             else:
-                kind = EVENT_KINDS.get(kind)
+                kind = EVENT_KINDS.get(row.EVENT or "")
             if kind:
-                data = {k: v for k, v in row.items() if k not in ("event", "time")}
-                events.append({"kind": kind, "at": row.get("time"), "data": data})
+                data = {"step": row.step, **{k: list(v) if isinstance(v, tuple) else v
+                                             for k, v in row.fields().items()}}
+                events.append({"kind": kind, "at": row.time, "data": data})
         return events
 
     def end(self, planned: "PlannedRun", result: JobResult) -> dict[str, Any]:
@@ -144,7 +152,7 @@ class RunRecorder:
         else:
             status = "failed"
         stop = RunDir(planned.run_dir).read_json(RunDir.STOP) if status == "stopped" else None
-        data = {"exit_code": result.exit_code, "wall_s": result.wall_s}
+        data: dict[str, Any] = {"exit_code": result.exit_code, "wall_s": result.wall_s}
         if result.node is not None:
             data["node"] = result.node
         if status == "failed":
@@ -173,8 +181,8 @@ class RunRecorder:
         """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason,
         resumed_from}`` (``resumed_from``: the checkpoint its latest execution resumed
         from, or None)."""
-        entry = self.ledger.run(planned.run_id) or {}
-        status = entry.get("status", "pending")
+        entry = self.ledger.run(planned.run_id)
+        status = "pending" if entry is None else entry.status
         reason = ""
         if status == "failed":
             code = exit_code if exit_code is not None else self._last_exit(planned.run_id)
@@ -185,27 +193,41 @@ class RunRecorder:
         elif status == "cut":
             reason = "cut at the decision point"
         return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
-                "status": status, "metric": entry.get("metric"), "wall_s": entry.get("wall_s"),
-                "stop": entry.get("stop"), "reason": reason,
+                "status": status, "metric": None if entry is None else entry.metric,
+                "wall_s": None if entry is None else entry.wall_s,
+                "stop": None if entry is None else entry.stop, "reason": reason,
                 "resumed_from": self._resumed_from(planned.run_id)}
 
     def _resumed_from(self, run_id: str) -> str | None:
         """The checkpoint the run's latest execution restored (its ``checkpoint_verified``
         event after the last ``resumed``), or None when it started from step 0."""
         events = self.ledger.events(run_id)
-        starts = [i for i, e in enumerate(events) if e["kind"] in ("started", "resumed")]
-        if not starts or events[starts[-1]]["kind"] != "resumed":
+        starts = [i for i, e in enumerate(events) if e.kind in ("started", "resumed")]
+        if not starts or events[starts[-1]].kind != "resumed":
             return None
-        return next(((e["data"] or {}).get("source") for e in events[starts[-1]:]
-                     if e["kind"] == "checkpoint_verified"), None)
+        return next(((e.data or {}).get("source") for e in events[starts[-1]:]
+                     if e.kind == "checkpoint_verified"), None)
 
     def _last_exit(self, run_id: str) -> Any:
         failed = self.ledger.events(run_id, kind="failed")
-        return (failed[-1]["data"] or {}).get("exit_code") if failed else None
+        return (failed[-1].data or {}).get("exit_code") if failed else None
 
     def summary(self, planned: list["PlannedRun"]) -> list[dict[str, Any]]:
         """Summary rows of the current runs, in tier order."""
         return [self.row(p) for p in planned]
+
+
+def _last_written(run: RunDir) -> float | None:
+    """Unix time of the last sign of life of the files an execution writes as it goes: the
+    newest modification time of its measurements, log, ``done.json`` or ``stop.json``, or
+    the time stamp of its last measurement row (a file's time comes from a coarser clock
+    and may lag the row's by milliseconds); None when there is none."""
+    times = [p.stat().st_mtime for p in (run.measurements, run.log, run.done_json, run.stop_json)
+             if p.is_file()]
+    rows = run.rows()
+    if rows:
+        times.append(rows[-1].time)
+    return max(times) if times else None
 
 
 def _iso_to_unix(text: str | None) -> float | None:

@@ -2,7 +2,7 @@
 still finish on a flight before its package ends.
 
 A flight is where runs execute: this machine for the local executor (flight
-:data:`~flightplan.run.executor.LOCAL_FLIGHT`), each Ray node for the Ray executor (named
+:data:`~flightplan.run.executors.local.LOCAL_FLIGHT`), each Ray node for the Ray executor (named
 ``<node id[:12]> (<ip>)``). Its package started at ``[rental] started`` (one time for every
 flight) or, when that is not given, when the runner first asked to start a run on it; it
 ends ``package_days`` × 24 h later. Both live in the ledger as events:
@@ -10,6 +10,11 @@ ends ``package_days`` × 24 h later. Both live in the ledger as events:
 - ``flight_started`` (no run id) ``{flight, started_at, ends_at, package_days, source}``:
   unix seconds; ``source`` is ``"spec"`` or ``"first_run"``; the latest per flight counts
   (a changed ``[rental] started`` adds a new one).
+- ``flight_lost`` (no run id) ``{flight, at, reason}``: the flight went away while a run
+  was on it (its node died, or the run's host on it); it counts as lost until a run ends
+  on it (a ``finished``/``stopped``/``failed`` event naming it as ``node``). A loss also
+  writes ``results/flights.json`` (:func:`flightplan.publish.results.publish_flights`):
+  every flight's window, a lost one with ``lost_at`` and ``lost_reason``.
 - ``not_started`` (run id) ``{flight, needs_hours, hours_left, message}``: the run's
   estimate is longer than what is left of that flight's package, so it was not started
   there and stays ``pending``; ``past_end`` (same data): it was started anyway because the
@@ -20,7 +25,7 @@ A run needs its re-estimated duration from the decision point (the last decision
 also for a run that resumes (a cautious figure). It must fit before the flight's runs
 leave it: ``[rental] checkpoint_before_end`` before the end. From then on a run still on
 the flight is asked to checkpoint, bring its files home and leave
-(:meth:`RentalClock.leave_by`, :mod:`flightplan.run.preemption`); it is then recorded as
+(:meth:`RentalClock.leave_by`, :mod:`flightplan.run.executors.leave_watch`); it is then recorded as
 ``interrupted`` with cause ``package_end`` and waits, like a run not started, for a
 flight with time left.
 
@@ -36,11 +41,14 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable
 
+from flightplan.ledger_rows import DecisionRow, EventRow
+from flightplan.publish.results import publish_flights
 from flightplan.run.ledger import Ledger
-from flightplan.run.preemption import LeaveBy
+from flightplan.run.executors.leave_watch import LeaveBy
 from flightplan.spec import Run
 
 __all__ = ["FlightWindow", "RentalClock", "flight_windows", "run_needs_s", "waiting_reasons",
@@ -54,60 +62,73 @@ HOUR_S = 3600.0
 class FlightWindow:
     """One flight's package: unix ``started_at`` and ``ends_at`` (seconds) and where the
     start came from (``"spec"``: ``[rental] started``; ``"first_run"``: the runner's first
-    start on it)."""
+    start on it); ``lost_at`` (unix seconds) and ``lost_reason`` once it went away."""
 
     flight: str
     started_at: float
     ends_at: float
     source: str
+    lost_at: float | None = None
+    lost_reason: str | None = None
 
     def hours_left(self, now: float) -> float:
-        """Hours until the package ends (0 once it has ended)."""
-        return max(0.0, (self.ends_at - now) / HOUR_S)
+        """Hours until the package ends (0 once it has ended, or the flight is lost)."""
+        return 0.0 if self.lost_at is not None else max(0.0, (self.ends_at - now) / HOUR_S)
 
     def to_json(self, *, now: float) -> dict[str, Any]:
-        """``{flight, started_at, ends_at, source, hours_left}`` (hours rounded to 0.01)."""
+        """``{flight, started_at, ends_at, source, hours_left, lost_at, lost_reason}``
+        (hours rounded to 0.01; the last two null for a flight that is there)."""
         return {"flight": self.flight, "started_at": self.started_at, "ends_at": self.ends_at,
-                "source": self.source, "hours_left": round(self.hours_left(now), 2)}
+                "source": self.source, "hours_left": round(self.hours_left(now), 2),
+                "lost_at": self.lost_at, "lost_reason": self.lost_reason}
 
 
-def flight_windows(events: list[dict[str, Any]]) -> dict[str, FlightWindow]:
+def flight_windows(events: list[EventRow]) -> dict[str, FlightWindow]:
     """Each flight's current window from the ledger's ``flight_started`` events (the latest
-    per flight), in the order the flights first appeared."""
+    per flight), in the order the flights first appeared, with ``flight_lost`` (a run that
+    ended on the flight afterwards shows it is there again)."""
     windows: dict[str, FlightWindow] = {}
     for event in events:
-        if event["kind"] != "flight_started":
-            continue
-        data = event["data"] or {}
-        windows[data["flight"]] = FlightWindow(data["flight"], float(data["started_at"]),
-                                               float(data["ends_at"]), data["source"])
+        data = event.data or {}
+        if event.kind == "flight_started":
+            old = windows.get(data["flight"])
+            windows[data["flight"]] = FlightWindow(
+                data["flight"], float(data["started_at"]), float(data["ends_at"]),
+                data["source"], old.lost_at if old else None, old.lost_reason if old else None)
+        elif event.kind == "flight_lost" and data.get("flight") in windows:
+            windows[data["flight"]] = replace(windows[data["flight"]], lost_at=float(data["at"]),
+                                              lost_reason=data.get("reason"))
+        elif event.kind in ("finished", "stopped", "failed") \
+                and data.get("node") in windows:
+            windows[data["node"]] = replace(windows[data["node"]], lost_at=None,
+                                            lost_reason=None)
     return windows
 
 
-def run_needs_s(run: Run, decisions: list[dict[str, Any]]) -> float:
+def run_needs_s(run: Run, decisions: list[DecisionRow]) -> float:
     """Seconds ``run`` needs: the last decision's ``estimates[run.name].total_s``, else the
     run's planned ``duration``."""
-    estimates = ((decisions[-1]["figures"] or {}).get("estimates") or {}) if decisions else {}
+    estimates = ((decisions[-1].figures or {}).get("estimates") or {}) if decisions else {}
     total = (estimates.get(run.name) or {}).get("total_s")
     return float(total) if total is not None else float(run.duration.seconds)
 
 
-def _latest_by_run(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _latest_by_run(events: list[EventRow]) -> dict[str, EventRow]:
     """Each run's latest event (``events`` in ledger order)."""
-    return {event["run_id"]: event for event in events if event["run_id"]}
+    return {event.run_id: event for event in events if event.run_id}
 
 
-def _left_flight(event: dict[str, Any]) -> bool:
-    return event["kind"] == "interrupted" and (event["data"] or {}).get("cause") == "package_end"
+def _left_flight(event: EventRow) -> bool:
+    return event.kind == "interrupted" and (event.data or {}).get("cause") == "package_end"
 
 
-def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
+def waiting_reasons(events: list[EventRow]) -> dict[str, str]:
     """``{run_id: message}`` for every run whose latest event is ``not_started``, or an
     ``interrupted`` one with cause ``package_end`` (it left a flight whose package ends)."""
     reasons = {}
     for run_id, event in _latest_by_run(events).items():
-        data = event["data"] or {}
-        if event["kind"] == "not_started":
+        data = event.data or {}
+        if event.kind == "not_started":
             reasons[run_id] = data.get("message", "not started")
         elif _left_flight(event):
             reasons[run_id] = (f"left flight {data.get('node')} after {data.get('steps_done')} "
@@ -116,7 +137,7 @@ def waiting_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
     return reasons
 
 
-def left_flight(events: list[dict[str, Any]]) -> set[str]:
+def left_flight(events: list[EventRow]) -> set[str]:
     """The runs whose latest event is leaving a flight whose package ends (waiting, with a
     checkpoint home, for a flight with time left)."""
     return {run_id for run_id, event in _latest_by_run(events).items() if _left_flight(event)}
@@ -197,6 +218,15 @@ class RentalClock:
         self.ledger.add_event("not_started", run_id=run_id, data=dict(data, message=(
             f"not started: {what}; --past-end starts it anyway")))
         return False
+
+    def lost(self, flight: str, *, at: float, reason: str) -> None:
+        """Record that ``flight`` went away at unix ``at`` (``reason``: the error seen) and
+        write ``results/flights.json`` with every flight's window."""
+        self.ledger.add_event("flight_lost", data={"flight": flight, "at": at,
+                                                   "reason": reason})
+        windows = flight_windows(self.ledger.events())
+        publish_flights(Path(self.ledger.path).parents[1],
+                        [w.to_json(now=at) for w in windows.values()])
 
     def leave_by(self, flight: str) -> LeaveBy:
         """When runs on ``flight`` must have their last checkpoint home: ``leave_before_s``

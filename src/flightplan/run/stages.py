@@ -54,12 +54,12 @@ def open_stage_start(ledger: Ledger, name: str) -> float | None:
     """Unix time of the ``stage_started`` event of ``name`` not yet closed, or None."""
     started = None
     for event in ledger.events(kind=None):
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        if data.get("name") != name or event.get("run_id") is not None:
+        data = event.data if isinstance(event.data, dict) else {}
+        if data.get("name") != name or event.run_id is not None:
             continue
-        if event["kind"] == "stage_started":
-            started = float(event["at"])
-        elif event["kind"] == "stage_done":
+        if event.kind == "stage_started":
+            started = float(event.at)
+        elif event.kind == "stage_done":
             started = None
     return started
 
@@ -68,11 +68,12 @@ def mark_stage_start(spec: CampaignSpec, name: str, *, at: float | None = None) 
     """Record that stage ``name`` started now (or at unix time ``at``).
 
     Raises:
-        ArgumentError: not a markable stage, or it is already started and not done.
+        ArgumentError: not a markable stage, it is already started and not done, or the
+            campaign never ran (no ledger: ``flightplan run`` first; none is created).
     """
     _stage(spec, name)
     at = time.time() if at is None else at
-    with Ledger.open(spec.campaign_dir) as ledger:
+    with Ledger.open_existing(spec.campaign_dir) as ledger:
         started = open_stage_start(ledger, name)
         if started is not None:
             raise ArgumentError(f"stage {name!r} was already started at "
@@ -91,11 +92,12 @@ def mark_stage_done(spec: CampaignSpec, name: str, *, took: Duration | None = No
         ``{name, started_at, ended_at, hours, planned_hours}``.
 
     Raises:
-        ArgumentError: not a markable stage, or neither started nor given ``took``.
+        ArgumentError: not a markable stage, neither started nor given ``took``, or the
+            campaign never ran (no ledger: ``flightplan run`` first; none is created).
     """
     stage = _stage(spec, name)
     ended = time.time() if at is None else at
-    with Ledger.open(spec.campaign_dir) as ledger:
+    with Ledger.open_existing(spec.campaign_dir) as ledger:
         started = open_stage_start(ledger, name)
         if took is not None:
             started = ended - took.seconds

@@ -22,6 +22,8 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 
+from flightplan.run.decision import ValueRanking
+from flightplan.run.executors.contract import ClusterJoined
 from flightplan.run.progress import format_stop
 
 __all__ = ["status_lines", "run_lines", "clock", "cut"]
@@ -85,6 +87,9 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
               title: str = "runs") -> list[str]:
     """One line per run under its tier: full id, status, metric, wall time and (when the
     rows have ``started_at``) start; its reason at the end of the line or below it, cut.
+    A run id too long for its row to fit in ``width`` goes alone on its line, with its
+    columns below; the id column is as wide as the longest id that fits, so one long id
+    cuts neither the header nor the other runs' lines.
 
     Args:
         runs: ``{run_id, tier, status, metric, wall_s, stop, [started_at, superseded_by,
@@ -100,8 +105,13 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
                         f"{r.get('wall_s') or 0:.1f}"]
                        + ([clock(r.get("started_at"), now=now)] if started else [])
                        for r in runs]
-    lines = _table(rows, right={2, 3})
-    out = [title, cut("  " + lines[0], width)]
+    rest = _table([row[1:] for row in rows], right={1, 2})
+    # the id column is as wide as the longest id whose row still fits: a longer id goes
+    # alone on its line (not widening every row past the terminal)
+    room = width - 2 - 2 - max(cell_len(line) for line in rest)
+    fitting = [cell_len(row[0]) for row in rows if cell_len(row[0]) <= room]
+    id_width = max(fitting or [cell_len(header[0])])
+    out = [title, cut(f"  {header[0].ljust(id_width)}  {rest[0]}", width)]
     order = sorted(range(len(runs)), key=lambda i: (_TIERS.index(runs[i]["tier"])
                                                     if runs[i]["tier"] in _TIERS else 3, i))
     tier = None
@@ -109,15 +119,29 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
         if runs[i]["tier"] != tier:
             tier = runs[i]["tier"]
             out.append(f" {tier}")
-        row, reason = "  " + lines[i + 1], _run_reason(runs[i])
-        if cell_len(row) <= width:
+        run_id, columns, reason = runs[i]["run_id"], rest[i + 1], _run_reason(runs[i])
+        row = f"  {run_id.ljust(id_width)}  {columns}"
+        if cell_len(run_id) <= id_width and cell_len(row) <= width:
             out += _with_reason(row, reason, width=width, indent=4)
             continue
-        # a narrow terminal: the id alone on its line, its columns and reason below it
-        rest = lines[i + 1][len(runs[i]["run_id"]):].strip()
-        out += [f"  {runs[i]['run_id']}", cut(f"    {rest}", width)]
+        # an id too long for the terminal: alone on its line, its columns and reason below
+        out += [f"  {run_id}", cut(f"    {columns.strip()}", width)]
         out += [cut(f"    {reason}", width)] if reason else []
     return out
+
+
+def _flight_state(flight: dict[str, Any]) -> str:
+    """``12.50 h left``, ``ended`` or ``lost``."""
+    if flight.get("lost_at") is not None:
+        return "lost"
+    return f"{flight['hours_left']:.2f} h left" if flight["hours_left"] > 0 else "ended"
+
+
+def _flight_when(flight: dict[str, Any], *, now: float) -> str:
+    """When the package ends (or ended), or when the flight was lost."""
+    if flight.get("lost_at") is not None:
+        return "at " + clock(flight["lost_at"], now=now)
+    return ("ends " if flight["hours_left"] > 0 else "at ") + clock(flight["ends_at"], now=now)
 
 
 def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: float
@@ -125,11 +149,14 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     """The ``flightplan status`` text of a ledger snapshot.
 
     Args:
-        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner`` and
-            ``flights`` (:mod:`flightplan.run.rental`; a section when present).
+        snapshot: :meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``,
+            ``cluster`` (the latest ``cluster_joined``, a line under the first when
+            present) and ``flights`` (:mod:`flightplan.run.rental`; a section when present,
+            a lost flight with its reason).
         metric: the campaign's decision metric (the runs' metric column header).
-        width: terminal columns; no line is longer unless a run id alone is (a row
-            wider than the terminal puts the id alone on its line, the columns below).
+        width: terminal columns; no line is longer unless a run id alone is (an id too
+            long for its row to fit goes alone on its line, its columns below; the header
+            and the other runs keep their one line each).
         now: unix seconds; times on this local date show without the date.
 
     Returns:
@@ -141,7 +168,10 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     out = [cut(f"campaign {campaign.get('name', '?')} ({campaign.get('spec_path', '?')}), "
                f"created {clock(campaign.get('created_at'), now=now)}; "
                + (f"runner: process {runner.get('pid')}" if runner else "no runner active"),
-               width), "", "plan versions"]
+               width)]
+    if snapshot.get("cluster"):
+        out.append(cut(ClusterJoined(**snapshot["cluster"]).line(), width))
+    out += ["", "plan versions"]
     versions = snapshot.get("plan_versions") or []
     if versions:
         rows = [[f"v{v['version']}", v["kind"],
@@ -156,13 +186,13 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
     flights = snapshot.get("flights") or []
     if flights:
         out += ["", "flights (packages)"]
-        rows = [[f["flight"], f"{f['hours_left']:.2f} h left" if f["hours_left"] > 0
-                 else "ended", ("ends " if f["hours_left"] > 0 else "at ")
-                 + clock(f["ends_at"], now=now),
+        rows = [[f["flight"], _flight_state(f), _flight_when(f, now=now),
                  f"started {clock(f['started_at'], now=now)} "
                  + ("([rental] started)" if f["source"] == "spec" else "(its first run)")]
                 for f in flights]
-        out += [cut("  " + line, width) for line in _table(rows, right={1})]
+        for f, line in zip(flights, _table(rows, right={1})):
+            out += _with_reason(cut("  " + line, width), f.get("lost_reason") or "",
+                                width=width, indent=6)
     decisions = snapshot.get("decisions") or []
     if decisions:
         out += ["", "decisions"]
@@ -173,6 +203,11 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                                 width=width, indent=6)
             if d.get("dropped"):
                 out.append(cut("      dropped: " + ", ".join(d["dropped"]), width))
+            if (d.get("figures") or {}).get("value"):
+                value = ValueRanking.from_json(d["figures"]["value"])
+                out.append(cut("      " + value.line(), width))
+                out += [cut(f"      cut {name}: {why}", width)
+                        for name, why in value.proposed_cuts.items()]
     expenses = snapshot.get("expenses") or []
     if expenses:
         out += ["", "expenses"]

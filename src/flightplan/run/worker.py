@@ -1,6 +1,6 @@
 """The process that runs one trial: ``python -m flightplan.run.worker <run_dir>/trial.json``.
 
-It builds the :class:`~flightplan.run.trial.Trial` from the file, sets ``FLIGHTPLAN_TRIAL``
+It builds the :class:`~flightplan.trial.trial.Trial` from the file, sets ``FLIGHTPLAN_TRIAL``
 for code that calls ``Trial.from_env()``, loads the task only then
 (:func:`flightplan.tasks.loader.load_task`: a built-in name, a file or a module, resolved
 against the campaign directory), checks that its code is the code the run id was made
@@ -18,7 +18,7 @@ Exit codes:
       code changed since the run id was made
 3     crashed (traceback on stderr, which the executor keeps in log.txt)
 75    left its flight before the package's end with a durable checkpoint
-      (SIGUSR1: :mod:`flightplan.run.preemption`); it resumes from it
+      (SIGUSR1: :mod:`flightplan.run.executors.leave_watch`); it resumes from it
 ====  ==================================================================
 """
 
@@ -29,8 +29,8 @@ import sys
 import traceback
 
 from flightplan.errors import InputError, TrialPreempted, TrialStopped
-from flightplan.run.device import torch_threads
-from flightplan.run.preemption import EXIT_PREEMPTED, install_leave_handlers
+from flightplan.trial.accelerator import torch_threads
+from flightplan.trial.leave import EXIT_PREEMPTED, install_leave_handlers
 
 __all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED",
            "EXIT_PREEMPTED"]
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m flightplan.run.worker RUN_DIR/trial.json", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from flightplan.run.trial import Trial
-    from flightplan.run.trial_file import TRIAL_ENV
+    from flightplan.trial.trial import Trial
+    from flightplan.trial.trial_file import TRIAL_ENV
 
     try:
         trial = Trial.from_file(args[0])

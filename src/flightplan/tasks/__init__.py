@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from flightplan.spec import DEFAULT_TASK
+
 __all__ = ["BUILTIN_TASKS", "DEFAULT_TASK"]
 
-BUILTIN_TASKS: Mapping[str, str] = {"textclf": "flightplan.tasks.textclf"}
-"""Built-in task names and their modules."""
-
-DEFAULT_TASK = "textclf"
-"""The task of a ``[[run]]`` that names none."""
+BUILTIN_TASKS: Mapping[str, str] = {DEFAULT_TASK: "flightplan.tasks.textclf"}
+"""Built-in task names and their modules (:data:`flightplan.spec.DEFAULT_TASK` among them)."""

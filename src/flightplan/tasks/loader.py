@@ -7,6 +7,15 @@ A run's ``task`` is one of:
 - a dotted module name importable with the campaign directory first on ``sys.path``
   (``"mypkg.train"``).
 
+**The campaign folder on ``sys.path``**: it is first on the path only while the task's code
+runs (its import, ``train`` and every hook, so the task's own sibling imports work, lazily
+too), and off it otherwise: a ``ray.py``, ``mlflow.py`` or ``utils.py`` beside the campaign
+file never shadows what the runner imports.
+
+**A hook that raises** (any exception but flightplan's own one-line errors) is a
+:class:`~flightplan.errors.TaskHookFailed` naming the task, the hook and the exception, with
+the traceback in its ``details``.
+
 **Code identity** (part of every run id, ``docs/tasks.md``): a built-in task stands for its
 code with its ``CODE_VERSION``; a file task with ``sha256:<hex>`` of the file's bytes (what
 ``sha256sum train.py`` prints) when it imports no module of the campaign folder, else of
@@ -27,22 +36,26 @@ Usage::
 from __future__ import annotations
 
 import ast
+import contextlib
+import fnmatch
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
-from flightplan.errors import TaskError
+from flightplan.errors import FlightplanError, SpecError, TaskError, TaskHookFailed
 from flightplan.tasks import BUILTIN_TASKS
-from flightplan.tasks.protocol import CALLS, HOOKS, REQUIRED, hook_signature
+from flightplan.metrics import parse_metric
+from flightplan.tasks.protocol import CALLS, HOOKS, PREDICTION_COLUMNS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing", "hash_code", "task_files", "check_task"]
+           "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns"]
 
 
 
@@ -111,7 +124,7 @@ def _imported_names(path: Path) -> set[str]:
     tree = _parse(path)
     if tree is None:
         return set()
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
@@ -124,8 +137,8 @@ def task_files(folder: Path, entry: str) -> tuple[str, ...]:
     """The task file ``entry`` (relative to ``folder``) and every module of ``folder`` it
     imports, directly or through one another: ``import x`` or ``from x import y`` where
     ``folder/x.py`` is a file or ``folder/x/__init__.py`` a package (then all its ``*.py``).
-    The campaign folder is first on ``sys.path`` when the task runs, so these are the
-    modules it loads from there. Found by parsing; nothing is imported.
+    The campaign folder is first on ``sys.path`` while the task's code runs, so these are
+    the modules it loads from there. Found by parsing; nothing is imported.
 
     Returns:
         Relative POSIX paths: ``entry`` first, the others sorted.
@@ -211,21 +224,20 @@ def resolve_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
     return TaskSource(ref, "module", ref, root, files, version)
 
 
-class _on_path:
-    """Put a folder first on ``sys.path`` for the duration of a ``with`` block (left there
-    when ``keep`` is set, so a task's own imports keep working)."""
-
-    def __init__(self, folder: Path, *, keep: bool = False) -> None:
-        self.folder, self.keep = str(folder), keep
-
-    def __enter__(self) -> None:
-        self.added = self.folder not in sys.path
-        if self.added:
-            sys.path.insert(0, self.folder)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.added and not self.keep and self.folder in sys.path:
-            sys.path.remove(self.folder)
+@contextlib.contextmanager
+def _on_path(folder: Path | None) -> Iterator[None]:
+    """``folder`` first on ``sys.path`` inside the block and off it again after (an entry
+    that was there before stays where it was); nothing for None (a built-in task)."""
+    if folder is None:
+        yield
+        return
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)          # the first occurrence: the one put there
 
 
 def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
@@ -233,7 +245,7 @@ def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
         return importlib.import_module(source.module_name)
     if source.module_name in sys.modules:
         return sys.modules[source.module_name]
-    with _on_path(campaign_dir, keep=True):
+    with _on_path(campaign_dir):
         if source.kind == "module":
             return importlib.import_module(source.module_name)
         path = source.root / source.files[0]  # type: ignore[operator]
@@ -251,44 +263,81 @@ def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
 @dataclass(frozen=True)
 class LoadedTask:
     """An imported task: its :class:`TaskSource`, its module, and the protocol's hooks
-    with their defaults (:mod:`flightplan.tasks.protocol`)."""
+    with their defaults (:mod:`flightplan.tasks.protocol`). ``path`` is the folder put first
+    on ``sys.path`` while the task's code runs (the campaign folder; None for a built-in
+    task: module docstring).
+
+    Every optional hook raises :class:`~flightplan.errors.TaskHookFailed` when the task's
+    function raises anything but a :class:`~flightplan.errors.FlightplanError`."""
 
     source: TaskSource
     module: ModuleType
+    path: Path | None = None
 
     def train(self, trial: Any) -> None:
-        """Run the task's ``train(trial)``."""
-        self.module.train(trial)
+        """Run the task's ``train(trial)`` (its exceptions propagate: the worker maps them)."""
+        with _on_path(self.path):
+            self.module.train(trial)
+
+    def _hook(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call hook ``name`` with the campaign folder on the path; a failure is one
+        :class:`TaskHookFailed` (flightplan's own errors pass as they are)."""
+        with _on_path(self.path):
+            try:
+                return getattr(self.module, name)(*args, **kwargs)
+            except FlightplanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's hook: named, not a traceback
+                raise TaskHookFailed(self.source.ref, name, exc,
+                                     details=traceback.format_exc()) from exc
+
+    def _has(self, name: str) -> bool:
+        return getattr(self.module, name, None) is not None
 
     def base_revision(self, base_model: Any, params: Mapping[str, Any]) -> Any:
         """The task's ``base_revision(base_model, params)``, or None without the hook."""
-        hook = getattr(self.module, "base_revision", None)
-        return None if hook is None else hook(base_model, dict(params))
+        if not self._has("base_revision"):
+            return None
+        return self._hook("base_revision", base_model, dict(params))
 
     def data_check(self, corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]],
                    base_model: Any = None) -> dict[str, Any]:
         """The task's own data-check figures (``{}`` without the hook); ``base_model`` is
         the spec's ``[base_model]`` or None."""
-        hook = getattr(self.module, "data_check", None)
-        return {} if hook is None else dict(hook(corpus, {k: dict(v) for k, v
-                                                          in params_by_run.items()},
-                                                 base_model))
+        if not self._has("data_check"):
+            return {}
+        figures = self._hook("data_check", corpus,
+                             {k: dict(v) for k, v in params_by_run.items()}, base_model)
+        return dict(figures)
 
     def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
                      params: Mapping[str, Any], *, tolerated_loss_s: float,
                      mtbi_s: float | None) -> dict[str, float] | None:
         """One run's re-estimate ``{total_s, ...}`` by the task's cost model (None without
-        the hook: the generic estimate of :mod:`flightplan.run.decision` applies)."""
-        hook = getattr(self.module, "estimate_run", None)
-        if hook is None:
+        the hook: the generic estimate of :mod:`flightplan.tasks.estimate` applies)."""
+        if not self._has("estimate_run"):
             return None
-        return hook(pilot, data_check, dict(params), tolerated_loss_s=tolerated_loss_s,
-                    mtbi_s=mtbi_s)
+        estimate = self._hook("estimate_run", pilot, data_check, dict(params),
+                              tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s)
+        return None if estimate is None else dict(estimate)
 
     def pilot_examples(self, params: Mapping[str, Any], steps: int) -> int | None:
         """Training examples the pilot's ``steps`` steps read (None: the whole split)."""
-        hook = getattr(self.module, "pilot_examples", None)
-        return None if hook is None else hook(dict(params), steps)
+        if not self._has("pilot_examples"):
+            return None
+        wanted = self._hook("pilot_examples", dict(params), steps)
+        return None if wanted is None else int(wanted)
+
+    @property
+    def prediction_columns(self) -> tuple[str, ...] | None:
+        """The task's declared ``PREDICTION_COLUMNS`` (None: it declares none).
+
+        Raises:
+            TaskError: the declaration is not a tuple or list of strings.
+        """
+        if not hasattr(self.module, PREDICTION_COLUMNS):
+            return None
+        return _columns(getattr(self.module, PREDICTION_COLUMNS), self.source.ref)
 
     @property
     def can_predict(self) -> bool:
@@ -306,8 +355,9 @@ class LoadedTask:
             raise TaskError(f"task {self.source.ref!r} has no reload_predictions hook, so its "
                             f"artifact cannot be reloaded; define "
                             f"{hook_signature('reload_predictions')}")
-        return int(self.module.reload_predictions(Path(artifact_dir), Path(out),
-                                                  campaign_dir=campaign_dir, limit=limit))
+        with _on_path(self.path):
+            return int(self.module.reload_predictions(Path(artifact_dir), Path(out),
+                                                      campaign_dir=campaign_dir, limit=limit))
 
 
 def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
@@ -343,7 +393,7 @@ def load_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
                             f"as flightplan calls it, {call}; fix its parameters, or rename it "
                             f"if it is a helper of your own", file=source, field=field,
                             value=ref)
-    return LoadedTask(found, module)
+    return LoadedTask(found, module, None if found.kind == "builtin" else campaign_dir)
 
 
 def _accepts_call(function: Any, name: str) -> bool:
@@ -390,18 +440,89 @@ def _top_level_names(path: Path) -> set[str] | None:
     return names
 
 
-def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
-               source: str | None = None) -> None:
-    """What can be checked of a task without running it (``flightplan plan`` runs no task
-    code; only a dotted module name's parent packages are imported, as Python must to find
-    it): it is found (:func:`resolve_task`), and a file or one-file module task binds
-    ``train`` at its top level (by parsing it; ``from x import *`` and packages are left to
-    the import at ``flightplan run``).
+def _columns(value: Any, ref: str) -> tuple[str, ...]:
+    """A ``PREDICTION_COLUMNS`` value checked: a tuple or list of strings.
 
     Raises:
-        TaskError: not found, or no top-level ``train``.
+        TaskError: anything else (names the fix).
+    """
+    if not isinstance(value, (tuple, list)) or not all(isinstance(c, str) for c in value):
+        raise TaskError(f"task {ref!r}: {PREDICTION_COLUMNS} must be a tuple of column names "
+                        f"written out as strings, e.g. (\"example_id\", \"gold\", "
+                        f"\"predicted\", \"prob_*\"); got {value!r}",
+                        field=PREDICTION_COLUMNS, value=ref)
+    return tuple(value)
+
+
+def _declared_columns(path: Path, ref: str) -> tuple[str, ...] | None:
+    """``PREDICTION_COLUMNS`` as assigned at the top level of the Python file ``path``,
+    read from its text (nothing is run); None when it assigns none or cannot be parsed.
+
+    Raises:
+        TaskError: assigned something other than literal strings.
+    """
+    tree = _parse(path)
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.Assign):
+            targets, expression = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, expression = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == PREDICTION_COLUMNS for t in targets):
+            try:
+                value: Any = ast.literal_eval(expression)
+            except ValueError:          # a computed value: named as written
+                value = ast.unparse(expression)
+            return _columns(value, ref)
+    return None
+
+
+def check_metric_columns(metric: str, columns: tuple[str, ...] | None, ref: str, *,
+                         source: str | None = None) -> None:
+    """Refuse a decision metric that a task's declared prediction columns cannot give:
+    ``mean:<column>`` when no declared name (``*`` matching any text) is the column, a
+    classification metric when ``gold`` or ``predicted`` is not declared. Nothing is
+    checked without a declaration (``columns`` None).
+
+    Raises:
+        SpecError: field ``campaign.metric``, naming the task, its columns and the fix.
+    """
+    if columns is None:
+        return
+    parsed = parse_metric(metric)
+    wanted = [parsed.column] if parsed.kind == "column" else ["gold", "predicted"]
+    missing = [c for c in wanted if not any(fnmatch.fnmatchcase(str(c), p) for p in columns)]
+    if not missing:
+        return
+    numeric = "give mean:<one of its numeric columns>" if parsed.kind == "column" else \
+        "give a mean:<column> metric"
+    raise SpecError(f"{metric!r}: task {ref!r} declares the columns of its predictions.csv "
+                    f"({PREDICTION_COLUMNS}: {', '.join(columns)}), and none is "
+                    f"{' or '.join(map(repr, missing))}; fix the metric's spelling or "
+                    f"{numeric}", file=source, field="campaign.metric", value=metric)
+
+
+def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
+               source: str | None = None, metric: str | None = None) -> None:
+    """What can be checked of a task without running it (``flightplan plan`` runs no task
+    code; only a dotted module name's parent packages are imported, as Python must to find
+    it): it is found (:func:`resolve_task`), a file or one-file module task binds
+    ``train`` at its top level (by parsing it; ``from x import *`` and packages are left to
+    the import at ``flightplan run``), and, given the campaign's ``metric``, the columns the
+    task declares can give it (:func:`check_metric_columns`; a built-in task's declaration
+    is read from its module, a file's from its text).
+
+    Raises:
+        TaskError: not found, no top-level ``train``, or a malformed declaration.
+        SpecError: the declared columns cannot give ``metric``.
     """
     if str(ref).strip() in BUILTIN_TASKS:
+        if metric is not None:
+            module = importlib.import_module(BUILTIN_TASKS[str(ref).strip()])
+            declared = getattr(module, PREDICTION_COLUMNS, None)
+            check_metric_columns(metric, None if declared is None else _columns(declared, ref),
+                                 ref, source=source)
         return
     found = resolve_task(ref, campaign_dir, field=field, source=source)
     if found.root is None or (found.kind == "module" and "__init__.py" in found.files):
@@ -412,3 +533,6 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
     for name in REQUIRED:
         if name not in names:
             raise _missing(ref, name, field=field, source=source)
+    if metric is not None:
+        check_metric_columns(metric, _declared_columns(found.root / found.files[0], ref), ref,
+                             source=source)

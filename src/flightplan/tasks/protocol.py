@@ -1,10 +1,11 @@
 """The task protocol: what a user's training code must provide, and what it may provide.
 
-A **task** is the code a run executes through the :class:`~flightplan.run.trial.Trial`
+A **task** is the code a run executes through the :class:`~flightplan.trial.trial.Trial`
 API. It is a Python module: a built-in one (``task = "textclf"``), a file beside the
 campaign file (``task = "train.py"``) or an importable module (``task = "mypkg.train"``;
-the campaign directory is on ``sys.path``). Everything flightplan knows about a model, a
-corpus format or a metric lives behind this protocol; ``docs/tasks.md`` is its user guide.
+the campaign directory is first on ``sys.path`` while the task's code runs). Everything
+flightplan knows about a model, a corpus format or a metric lives behind this protocol;
+``docs/tasks.md`` is its user guide.
 
 Required (one function)::
 
@@ -27,9 +28,24 @@ Optional hooks (module-level functions; without one, the default after the arrow
   ``truncation``); a ``summary`` string is printed by ``flightplan run`` → ``{}``.
 - ``estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) -> {total_s, ...}``:
   one run's re-estimate from the pilot's rows (a finer cost model) → steps × the pilot's
-  step time (:mod:`flightplan.run.decision`).
+  step time and the formula every re-estimate shares (:mod:`flightplan.tasks.estimate`).
 - ``pilot_examples(params, steps) -> int``: training examples the pilot's ``steps``
   steps read → ``None``: the whole training split.
+
+A hook that raises is one line naming the task, the hook and the exception
+(:class:`~flightplan.errors.TaskHookFailed`, exit 2); ``flightplan run`` keeps its traceback
+in ``.flightplan/runner.log``.
+
+A module may declare the columns of its ``predictions.csv``::
+
+    PREDICTION_COLUMNS = ("example_id", "gold", "predicted", "n_tokens", "prob_*")
+
+a tuple (or list) of column names written out as literal strings, ``*`` standing for any
+text (``prob_*``: one column per class). ``flightplan plan`` reads it without running the
+task (from the file's text) and ``flightplan run`` before anything is written, and both
+refuse a decision metric the declared columns cannot give (``mean:<column>`` of a column
+not declared; a classification metric without ``gold`` and ``predicted``). Without it,
+the pilot's predictions are the first check of the metric.
 
 A module may also define ``CODE_VERSION`` (a string): for built-in tasks it stands for the
 code in run ids; for a file or module task the sha256 of its source does (see
@@ -38,18 +54,14 @@ code in run ids; for a file or module task the sha256 of its source does (see
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Mapping
 
-__all__ = ["Task", "REQUIRED", "HOOKS", "CALLS", "hook_signature"]
+__all__ = ["REQUIRED", "HOOKS", "CALLS", "PREDICTION_COLUMNS", "hook_signature"]
 
 
-@runtime_checkable
-class Task(Protocol):
-    """The one required part of a task module."""
-
-    def train(self, trial: Any) -> None:
-        """Train one run through ``trial`` and leave predictions, metrics and artifact."""
-
+PREDICTION_COLUMNS = "PREDICTION_COLUMNS"
+"""The optional declaration of the columns of a task's ``predictions.csv`` (module
+docstring)."""
 
 REQUIRED: tuple[str, ...] = ("train",)
 """Functions every task defines."""

@@ -4,16 +4,19 @@ Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``; the crash harn
 this folder there and describes one fault in ``FLIGHTPLAN_FAULT`` (JSON)::
 
     {"role": "trial" | "runner" | "any",   # which process fires (by its command line)
-     "point": "replace" | "fsync" | "commit" | "insert",
+     "point": "replace" | "fsync" | "unlink" | "commit" | "insert",
      "nth": 3,                               # fire at the 3rd matching call in the process
      "after": false,                         # before the call (false) or right after it
-     "contains": "checkpoints",              # replace/fsync: only paths containing this
+     "contains": "checkpoints",              # replace/fsync/unlink: only paths containing this
      "group": true,                          # SIGKILL the whole process group, or only self
      "marker": "/tmp/x/fired"}               # created when it fires; nothing fires after
 
 ``replace`` counts ``os.replace``/``os.rename`` (the commit point of every atomic write),
-``fsync`` counts ``os.fsync`` (data written, not yet renamed), ``commit`` counts SQLite
-``COMMIT`` statements and ``insert`` SQLite ``INSERT``s (a transaction left open).
+``fsync`` counts ``os.fsync`` (data written, not yet renamed), ``unlink`` counts
+``os.unlink``/``os.remove`` (a file deleted: ``shutil.rmtree`` deletes through them, so a
+kill there leaves a folder half deleted; the path is resolved through ``dir_fd``),
+``commit`` counts SQLite ``COMMIT`` statements and ``insert`` SQLite ``INSERT``s (a
+transaction left open).
 
 With ``FLIGHTPLAN_FAULT_COUNT=<file>`` instead, nothing fires: each process appends
 ``{"role", "point", "contains", "count"}`` lines at exit (one per substring listed in
@@ -32,6 +35,7 @@ import sqlite3
 _CONFIG = json.loads(os.environ.get("FLIGHTPLAN_FAULT", "null") or "null")
 _COUNT_FILE = os.environ.get("FLIGHTPLAN_FAULT_COUNT")
 _counts: dict = {}  # point -> calls (fault mode); (point, substring) -> calls (count mode)
+_PATH_POINTS = ("replace", "fsync", "unlink")  # points whose calls name a path
 
 
 def _role() -> str:
@@ -66,12 +70,12 @@ def _tick(point: str, path: object = "", *, after: bool) -> None:
     if _COUNT_FILE is not None:
         if not after:
             for sub in _COUNT_SUBSTRINGS:
-                if not sub or (point in ("replace", "fsync") and sub in str(path)):
+                if not sub or (point in _PATH_POINTS and sub in str(path)):
                     _counts[(point, sub)] = _counts.get((point, sub), 0) + 1
         return
     if _CONFIG.get("point") != point or _CONFIG.get("role", "any") not in ("any", _ROLE):
         return
-    if point in ("replace", "fsync") and _CONTAINS not in str(path):
+    if point in _PATH_POINTS and _CONTAINS not in str(path):
         return
     if not after:
         _counts[point] = _counts.get(point, 0) + 1
@@ -86,6 +90,24 @@ def _wrap_path_call(name: str, point: str) -> None:
         _tick(point, f"{src} {dst}", after=False)
         result = original(src, dst, *args, **kwargs)
         _tick(point, f"{src} {dst}", after=True)
+        return result
+
+    setattr(os, name, wrapped)
+
+
+def _wrap_unlink(name: str) -> None:
+    original = getattr(os, name)
+
+    def wrapped(path, *args, dir_fd=None, **kwargs):
+        where = str(path)
+        if dir_fd is not None:
+            try:
+                where = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), where)
+            except OSError:
+                pass
+        _tick("unlink", where, after=False)
+        result = original(path, *args, dir_fd=dir_fd, **kwargs)
+        _tick("unlink", where, after=True)
         return result
 
     setattr(os, name, wrapped)
@@ -156,5 +178,7 @@ if _CONFIG is not None or _COUNT_FILE is not None:
         atexit.register(_dump_counts)
     _wrap_path_call("replace", "replace")
     _wrap_path_call("rename", "replace")
+    _wrap_unlink("unlink")
+    _wrap_unlink("remove")
     _wrap_fsync()
     _wrap_sqlite()

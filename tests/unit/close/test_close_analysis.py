@@ -87,6 +87,80 @@ def test_paired_bootstrap_sees_a_small_consistent_gain():
                         min_gain=0.0)["gain"] == -0.025
 
 
+def test_the_verdict_says_where_the_whole_interval_lies():
+    # the pair above: gain +0.025, 95 % interval [+0.0100, +0.0425]
+    gold = np.zeros(400, dtype=int)
+    reference = np.r_[np.zeros(200, dtype=int), np.ones(200, dtype=int)]
+    variant = reference.copy()
+    variant[200:210] = 0
+    ids = [str(i) for i in range(400)]
+    reference = Predictions(ids=ids, labels=["a", "b"], gold=gold, predicted=reference, probs=None)
+    variant = Predictions(ids=ids, labels=["a", "b"], gold=gold, predicted=variant, probs=None)
+
+    def verdict(min_gain):
+        return compare_runs(reference, variant, metric="accuracy", goal="max", min_gain=min_gain)
+
+    past = verdict(0.01)                            # the lower bound reaches the threshold
+    assert (past["ci_low"], past["verdict"], past["examples_to_settle"]) == (0.01, "meets", None)
+    assert verdict(0.045)["verdict"] == "does_not_meet"          # wholly short of it
+    # the point gain falls short of +0.03 but the interval reaches past it: inconclusive
+    # (no longer "does not meet"); n (σ (z + z_p) / |gain − t|)², σ = 0.01625 / 1.96:
+    # 400 · (0.008291 · 2.801585 / 0.005)² = 8632.4 → 8633 examples
+    straddle = verdict(0.03)
+    assert (straddle["ci_low"], straddle["ci_high"]) == (0.01, 0.0425)
+    assert (straddle["verdict"], straddle["examples_to_settle"]) == ("inconclusive", 8633)
+    assert verdict(0.02)["verdict"] == "inconclusive"     # point past it, lower bound short
+
+
+def test_the_verdict_of_a_lower_is_better_metric_straddling_its_threshold():
+    # the abs_error pair of test_metrics: gain +0.08 (lower by 0.08), interval of the gain
+    # [+0.071, +0.088]; against +0.085 it straddles: 200 · (0.017 / 3.919928 · 2.801585 /
+    # 0.005)² = 1180.6 → 1181 examples would likely settle it
+    ids = [f"e{i}" for i in range(200)]
+    base = np.linspace(0.5, 2.5, 200)
+    change = np.r_[np.full(180, -0.1), np.full(20, 0.1)]
+    reference = Predictions(ids=ids, labels=[], gold=None, predicted=None, probs=None,
+                            columns={"abs_error": base})
+    variant = Predictions(ids=ids, labels=[], gold=None, predicted=None, probs=None,
+                          columns={"abs_error": base + change})
+    result = compare_runs(reference, variant, metric="mean:abs_error", goal="min",
+                          min_gain=0.085)
+    assert (result["ci_low"], result["ci_high"]) == (-0.088, -0.071)
+    assert (result["verdict"], result["examples_to_settle"]) == ("inconclusive", 1181)
+    assert compare_runs(reference, variant, metric="mean:abs_error", goal="min",
+                        min_gain=0.09)["verdict"] == "does_not_meet"
+    assert compare_runs(reference, variant, metric="mean:abs_error", goal="min",
+                        min_gain=0.07)["verdict"] == "meets"
+
+
+def test_the_answer_is_inconclusive_when_no_variant_meets_and_one_straddles():
+    # the main job: both comparisons straddle +0.05
+    lora = {"variant": "lora-r8", "reference": "control", "verdict": "inconclusive",
+            "gain": 0.0586, "ci_low": 0.0034, "ci_high": 0.1169, "n_examples": 379,
+            "examples_to_settle": 33720}
+    longer = {"variant": "lora-r8-len256", "reference": "lora-r8", "verdict": "inconclusive",
+              "gain": 0.0203, "ci_low": -0.0435, "ci_high": 0.0837, "n_examples": 379,
+              "examples_to_settle": 3552}
+    short = {"variant": "lora-r4", "reference": "control", "verdict": "does_not_meet",
+             "gain": -0.01, "ci_low": -0.04, "ci_high": 0.02}
+    result = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                      comparisons=[lora, longer, short])
+    assert result["answer"] == "inconclusive"
+    assert result["verdict"] == (
+        "Inconclusive: no variant meets the threshold of +0.05 macro_f1, and the test set "
+        "cannot tell whether lora-r8 and lora-r8-len256 do. lora-r8 (gain +0.0586 over "
+        "control, 95% CI of the difference [+0.0034, +0.1169]): its interval straddles the "
+        "threshold; about 34,000 test examples (now 379) would likely settle it. "
+        "lora-r8-len256 (gain +0.0203 over lora-r8, 95% CI of the difference [-0.0435, "
+        "+0.0837]): its interval straddles the threshold; about 3,600 test examples (now 379) "
+        "would likely settle it.")
+    assert conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                    comparisons=[short])["answer"] == "no"
+    won = dict(lora, verdict="meets")
+    assert conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                    comparisons=[won, longer])["answer"] == "yes"
+
+
 def test_identical_predictions_give_a_zero_interval():
     gold = np.array([0, 1, 1, 0])
     same = Predictions(ids=list("abcd"), labels=["x", "y"], gold=gold, predicted=gold, probs=None)
@@ -116,11 +190,15 @@ def test_a_verdict_reads_one_way_when_lower_is_better_and_gives_an_unsure_gain()
     assert result["verdict"] == (
         "Yes: hidden-64 (gain +0.1302 over control, 95% CI of the gain [+0.0878, +0.1704]) "
         "meets the threshold of +0.01 mean:nll (lower is better: a gain is a lower value).")
+    # the main job's lora-r8: 33720 examples would settle it (test_plan_power.py)
     unsure = {"variant": "lora-r8", "reference": "control", "verdict": "inconclusive",
-              "gain": 0.0586, "ci_low": 0.0034, "ci_high": 0.1169}
+              "gain": 0.0586, "ci_low": 0.0034, "ci_high": 0.1169, "n_examples": 379,
+              "examples_to_settle": 33720}
     result = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
                       comparisons=[unsure])
+    assert result["answer"] == "inconclusive"
     assert result["verdict"] == (
-        "No variant meets the threshold of +0.05 macro_f1. lora-r8 reaches it on the point "
-        "estimate (gain +0.0586 over control, 95% CI of the difference [+0.0034, +0.1169]), "
-        "but its confidence interval does not exclude a smaller gain.")
+        "Inconclusive: no variant meets the threshold of +0.05 macro_f1, and the test set "
+        "cannot tell whether lora-r8 does. lora-r8 (gain +0.0586 over control, 95% CI of the "
+        "difference [+0.0034, +0.1169]): its interval straddles the threshold; about 34,000 "
+        "test examples (now 379) would likely settle it.")

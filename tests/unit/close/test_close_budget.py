@@ -78,9 +78,10 @@ def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
     from close_fixture import make_campaign
 
     from flightplan.close.budget import budget_inputs
+    from flightplan.ledger_rows import ExpenseRow
     spec, _ = make_campaign(tmp_path, publish=False)
-    rows = [{"kind": "package", "label": "RTX 4090 3-day package × 2", "offer": "RTX 4090",
-             "package_days": 3, "flights": 2, "amount": "94.28", "currency": "USD"}]
+    rows = [ExpenseRow(kind="package", label="RTX 4090 3-day package × 2", offer="RTX 4090",
+                       package_days=3, flights=2, amount="94.28", currency="USD")]
     packages, external = budget_inputs(spec, rows)
     assert packages == [Package("RTX 4090", 3, 2, Money.parse("47.14", USD))]
     # no external row in the ledger: the spec's [[expense]] entries
@@ -88,16 +89,19 @@ def test_ledger_package_rows_hold_the_whole_rental(tmp_path):
     budget = build_budget(packages=packages, external=external, accepted_products=4,
                           rejections=[], stopped_runs=[])
     assert (budget["committed_total"], budget["rental_per_accepted"]) == ("94.28", "23.57")
-    # without ledger rows: [rental] priced from the built-in catalog
-    assert budget_inputs(spec, [])[0] == [Package("RTX 4090", 3, 1, Money.parse("47.14", USD))]
 
 
 def test_timing_repeats_of_one_configuration_are_one_product():
-    from flightplan.close.acceptance import accepted_product_count
-    verdicts = [{"run_id": "control-aaaaaaaaaa", "config_hash": "a" * 64, "accepted": True},
-                {"run_id": "control-again-aaaaaaaaaa", "config_hash": "a" * 64, "accepted": True},
-                {"run_id": "lora-bbbbbbbbbb", "config_hash": "b" * 64, "accepted": True},
-                {"run_id": "len-cccccccccc", "config_hash": "c" * 64, "accepted": False}]
+    from flightplan.close.acceptance import Verdict, accepted_product_count
+
+    def verdict(run_id, config_hash, accepted):
+        return Verdict(run_id, run_id.rsplit("-", 1)[0], "essential", "finished", config_hash,
+                       0.5, accepted, True, [] if accepted else ["below"], [])
+
+    verdicts = [verdict("control-aaaaaaaaaa", "a" * 64, True),
+                verdict("control-again-aaaaaaaaaa", "a" * 64, True),
+                verdict("lora-bbbbbbbbbb", "b" * 64, True),
+                verdict("len-cccccccccc", "c" * 64, False)]
     assert accepted_product_count(verdicts) == 2
     budget = build_budget(packages=[RTX_3D], external=[], accepted_products=2, rejections=[],
                           stopped_runs=[])

@@ -13,6 +13,7 @@ import pytest
 from close_fixture import T0, make_campaign
 
 from flightplan.close.commands import close_campaign, verify_command
+from flightplan.close.report import render_report
 from flightplan.errors import ArgumentError
 
 CONTROL = "control-0000000000"
@@ -83,6 +84,23 @@ def test_budget_and_conclusion(closed):
     assert comparison["difference"] == round(205 / 273 - 1, 6)
     assert comparison["verdict"] == "does_not_meet"
     assert comparison["ci_low"] <= comparison["difference"] <= comparison["ci_high"] < 0
+
+
+def test_the_report_says_what_would_settle_an_inconclusive_comparison(closed):
+    _, outcome = closed
+    results = Path(outcome["results_dir"])
+    conclusion = json.loads((results / "conclusion.json").read_text())
+    (comparison,) = conclusion["comparisons"]
+    unsure = conclusion | {"answer": "inconclusive", "verdict": "Inconclusive: …",
+                           "comparisons": [comparison | {"verdict": "inconclusive",
+                                                         "examples_to_settle": 33720}]}
+    html = render_report({
+        "campaign": "fixture", "conclusion": unsure, "products": [], "order_number": None,
+        "metric": "macro_f1", "runs": [], "curves": {},
+        "plan_vs_execution": json.loads((results / "plan_vs_execution.json").read_text()),
+        "budget": json.loads((results / "budget.json").read_text())})
+    assert '<div class="verdict inconclusive" id="verdict">' in html
+    assert "<td>inconclusive (about 34,000 test examples would likely settle it)</td>" in html
 
 
 def test_readme_command_reproduces_predictions_in_a_fresh_process(closed):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from close_fixture import T0, make_campaign
 
 from flightplan.close.plan_vs_execution import (plan_vs_execution, plan_vs_execution_markdown,
@@ -27,7 +29,7 @@ def test_planned_observed_deviation_and_decisions(tmp_path):
     assert record["totals"] == {"reserved_hours": 50 / 3600, "observed_hours": 0.02,
                                 "busy_hours": 0.02, "deviation_hours": round(22 / 3600, 6)}
     assert record["plan_intact"] is True
-    assert record["original_plan"]["plan_sha256"] == ledger.original_plan()["plan_sha256"]
+    assert record["original_plan"]["plan_sha256"] == ledger.original_plan().plan_sha256
     assert [(d["kind"], d["decision"]) for d in record["decisions"]] == [
         ("pilot_check", "resume verified"), ("pilot", "continue"), ("stop", "stop")]
     assert record["decisions"][2]["rule"] == "non_finite_loss"
@@ -64,7 +66,8 @@ def test_shown_hours_add_up_at_the_precision_shown():
 def test_a_tampered_original_plan_is_reported(tmp_path):
     _, ledger = make_campaign(tmp_path, publish=False)
     frozen = ledger.original_plan()
-    ledger.original_plan = lambda: dict(frozen, plan=dict(frozen["plan"], reserved_hours=1.0))
+    ledger.original_plan = lambda: dataclasses.replace(
+        frozen, plan=dict(frozen.plan, reserved_hours=1.0))
     assert plan_vs_execution(ledger)["plan_intact"] is False
 
 

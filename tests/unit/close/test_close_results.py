@@ -53,7 +53,7 @@ def test_publish_writes_every_run_file_with_a_matching_manifest(tmp_path):
     assert manifest["expected_run_ids"] == ["control-0000000000", "variant-0000000001"]
     assert manifest["runs"]["variant-0000000001"]["status"] == "stopped"
     assert manifest["runs"]["control-0000000000"]["status"] == "finished"
-    assert manifest["plan_sha256"] == ledger.original_plan()["plan_sha256"]
+    assert manifest["plan_sha256"] == ledger.original_plan().plan_sha256
     assert manifest["base_model_revision"]["weights_sha256"] == "ab" * 32
 
 
@@ -86,3 +86,30 @@ def test_portable_turns_campaign_paths_relative(tmp_path):
     assert portable(value, camp) == {"corpus": {"path": "corpus"},
                                      "message": f"see ../runs/a/log.txt; dir .., other {camp}2/x",
                                      "list": [".."]}
+
+
+def test_copied_files_name_no_path_of_the_machine(tmp_path):
+    """A stop's message with the run's absolute checkpoints path, logged into the rows: the
+    copy in results/ says it relative to results/, and the directory verifies; a file
+    without such a path (the predictions) is copied byte for byte."""
+    from flightplan.close.verify import verify_results
+
+    spec, _ = make_campaign(tmp_path, stopped=("variant",), publish=False)
+    camp = spec.campaign_dir.resolve()
+    run_dir = camp / "runs" / "variant-0000000001"
+    message = f"no usable checkpoint to resume from ({run_dir}/checkpoints holds none)"
+    with open(run_dir / "measurements.jsonl", "a", encoding="utf-8") as out:
+        out.write(json.dumps({"step": 0, "event": "stop", "rule": "no_usable_resume",
+                              "message": message}) + "\n")
+    publish_plan(spec.campaign_dir, {"campaign": "fixture"})
+    for run_id in ("control-0000000000", "variant-0000000001"):
+        publish_run(spec.campaign_dir, run_id)
+    results = spec.campaign_dir / "results"
+    rows = (results / "measurements/variant-0000000001.jsonl").read_text().splitlines()
+    assert json.loads(rows[-1])["message"] == (
+        "no usable checkpoint to resume from (../runs/variant-0000000001/checkpoints holds none)")
+    assert rows[:-1] == (run_dir / "measurements.jsonl").read_text().splitlines()[:-1]
+    assert (results / "predictions/control-0000000000.csv").read_bytes() == \
+        (camp / "runs/control-0000000000/predictions.csv").read_bytes()
+    report = verify_results(results, reload=False)
+    assert report["findings"] == [] and report["verified"] is True

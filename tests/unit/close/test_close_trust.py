@@ -167,3 +167,21 @@ def test_the_verify_verb_runs_kept_code_only_with_trust_code(copy):
     assert trusted.exit_code == 0, trusted.output
     assert json.loads(trusted.stdout) == {
         "verified": True, "findings": [], "reload": {CONTROL: "reproduced", VARIANT: "reproduced"}}
+
+
+def test_untrusted_verify_suggests_trust_code_only_where_it_would_reload(copy, capsys):
+    assert verify_command(copy, as_json=False) == 0
+    out = capsys.readouterr().out
+    assert f"reload: not run (untrusted code) for {CONTROL}, {VARIANT}; run flightplan " \
+           f"verify {copy} --trust-code to reload" in out
+    marker = copy.parent / "code-ran"
+    _plant(copy, marker)                                  # the kept task replaced
+    assert verify_command(copy, as_json=False) == 1
+    out = capsys.readouterr().out
+    assert "--trust-code to reload" not in out
+    assert out.rstrip().endswith(
+        f"reload: not run for {CONTROL}, {VARIANT}: the task source kept for them fails its "
+        f"checks (task_source above), so --trust-code would not run it either; only the code "
+        f"the runs were made from, every file as the manifest lists it, is run")
+    assert verify_command(copy, as_json=False, trust_code=True) == 1   # as said: refused
+    assert not marker.exists()

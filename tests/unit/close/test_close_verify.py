@@ -130,6 +130,34 @@ def test_base_revision(copy):
     assert checks(copy, reload=False) == [("base_revision", rel)]
 
 
+def test_base_revision_absent_for_a_run_whose_campaign_names_a_base_model(copy):
+    rel = f"artifacts/{VARIANT}/artifact.json"
+    edit_json(copy, rel, lambda v: v.pop("base_revision"))
+    assert checks(copy, reload=False) == [("base_revision", rel)]
+    [found] = verify_results(copy, reload=False)["findings"]
+    assert found["message"].startswith("the run's campaign names a base model ([base_model]), "
+                                       "but artifact.json records no base_revision")
+
+
+def test_base_revision_absent_from_an_unreadable_artifact_json(copy):
+    rel = f"artifacts/{VARIANT}/artifact.json"
+    (copy / rel).write_text("{not json", encoding="utf-8")
+    update_manifest(copy, written=[rel])
+    assert checks(copy, reload=False) == [("base_revision", rel)]
+
+
+def test_base_revision_absent_from_an_adapter(copy):
+    rel = f"artifacts/{VARIANT}/artifact.json"
+    edit_json(copy, f"params/{VARIANT}.json", lambda v: v.update(base_model=None))
+    edit_json(copy, rel, lambda v: v.pop("base_revision"))
+    assert checks(copy, reload=False) == []              # no base model, no adapter: none owed
+    (copy / f"artifacts/{VARIANT}/adapter_config.json").write_text('{"r": 4}\n')
+    update_manifest(copy, written=[f"artifacts/{VARIANT}/adapter_config.json"])
+    assert checks(copy, reload=False) == [("base_revision", rel)]
+    [found] = verify_results(copy, reload=False)["findings"]
+    assert found["message"].startswith("the artifact holds an adapter")
+
+
 def test_path_traversal_in_manifest(copy):
     (copy.parent / "outside.txt").write_text("secret\n")
     manifest = read_manifest(copy)

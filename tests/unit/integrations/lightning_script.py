@@ -17,9 +17,6 @@ Exit codes: 0 finished, 1 stopped by a rule.
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,9 +27,9 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-from flightplan.errors import TrialStopped
 from flightplan.integrations import lightning as integration
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
+from script_support import die, parse_kill, save_final, script_main
 
 __all__ = ["RUN_ID", "run", "Module"]
 
@@ -88,7 +85,7 @@ class _KillAfterStep(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         if trainer.global_step == self.at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
 
 
 class _LeaveAtStep(pl.Callback):
@@ -111,7 +108,7 @@ def _kill_mid_save(trainer: pl.Trainer, at: int) -> None:
             original(checkpoint, path, storage_options)
             data = Path(path).read_bytes()
             Path(path).write_bytes(data[: len(data) // 2])
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
         original(checkpoint, path, storage_options)
 
     checkpoint_io.save_checkpoint = half_then_die
@@ -134,10 +131,10 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
     np.random.seed(0)
     module = Module(steps, nan_at)
     callbacks: list[pl.Callback] = []
-    where, _, at = (kill or "").partition(":")
+    where, at = parse_kill(kill) or ("", 0)
     trial = Trial.local(run_dir, name="mlp-lightning", run_id=RUN_ID, stop=stop, max_steps=cap)
     if where == "step":
-        callbacks.append(_KillAfterStep(int(at)))
+        callbacks.append(_KillAfterStep(at))
     if leave_at is not None:
         callbacks.append(_LeaveAtStep(trial, leave_at))
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False,
@@ -145,33 +142,17 @@ def run(run_dir: Path, *, steps: int = 12, every: int | None = 3, kill: str | No
                          enable_model_summary=False, callbacks=callbacks,
                          default_root_dir=str(run_dir / "lightning"),
                          num_sanity_val_steps=0, val_check_interval=val_every,
+                         log_every_n_steps=4,
                          check_val_every_n_epoch=None if val_every else 1)
     if where == "save":
-        _kill_mid_save(trainer, int(at))
+        _kill_mid_save(trainer, at)
     integration.fit(trainer, module, trial, every_n_steps=every,
                     train_dataloaders=_loader(stateful),
                     val_dataloaders=_loader() if val_every else None)
     trial.finish()
-    torch.save({"model": module.state_dict(), "optimizer": trainer.optimizers[0].state_dict()},
-               run_dir / "final.pt")
+    save_final(run_dir, module, trainer.optimizers[0])
     return module
 
 
-def main() -> int:
-    """Command-line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--every", type=int, default=3)
-    parser.add_argument("--kill", default=None)
-    args = parser.parse_args()
-    try:
-        run(args.run_dir, steps=args.steps, every=args.every, kill=args.kill)
-    except TrialStopped as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_main(run, schedule="--every", default_schedule=3, default_steps=12))

@@ -6,31 +6,20 @@ before the first batch; a NaN loss stops the run with stop.json. A tiny MLP on C
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 import lightning_script  # pytest puts this folder on sys.path
+from script_support import assert_same_final_state, measurement_rows as _rows, run_child
 
 from flightplan.errors import ArgumentError, TrialPreempted, TrialStopped
-from flightplan.run.checkpoint_io import check_checkpoint
+from flightplan.rundir import RunDir
+from flightplan.run.pilot import compare_losses
+from flightplan.trial.checkpoint_check import check_checkpoint
 
 SCRIPT = Path(lightning_script.__file__)
-SRC = Path(__file__).resolve().parents[3] / "src"
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
-
-
-def _child(run_dir: Path, kill: str | None) -> int:
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, str(SCRIPT), str(run_dir)] + (["--kill", kill] if kill else [])
-    return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
 
 
 @pytest.mark.slow
@@ -39,18 +28,12 @@ def test_killed_mid_save_and_after_a_step_then_rerun_ends_bitwise_identical(
     reference = tmp_path / "reference"
     lightning_script.run(reference)  # 12 steps, a save every 3
     killed = tmp_path / "killed"
-    assert _child(killed, "save:6") == -9  # half of checkpoint.ckpt written, then SIGKILL
-    assert _child(killed, "step:10") == -9
-    assert _child(killed, None) == 0
+    assert run_child(SCRIPT, killed, "save:6") == -9  # half of checkpoint.ckpt written, then SIGKILL
+    assert run_child(SCRIPT, killed, "step:10") == -9
+    assert run_child(SCRIPT, killed, None) == 0
     sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
     assert sources == [None, "step-000003", "step-000009"]
-    left = torch.load(reference / "final.pt", weights_only=True)
-    right = torch.load(killed / "final.pt", weights_only=True)
-    for name, tensor in left["model"].items():
-        assert torch.equal(tensor, right["model"][name]), name
-    for index, state in left["optimizer"]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, right["optimizer"]["state"][index][key]), (index, key)
+    assert_same_final_state(reference, killed)
     committed = sorted((killed / "checkpoints").iterdir())
     assert [p.name for p in committed] == ["step-000009", "step-000012"]
     assert all(check_checkpoint(p)["verified"] for p in committed)
@@ -75,27 +58,40 @@ def test_asked_to_leave_it_saves_at_that_step_and_resumes_bitwise(tmp_path: Path
     lightning_script.run(later)
     assert [r["source"] for r in _rows(left) if r.get("event") == "restore"] == [
         None, "step-000004"]
-    theirs = torch.load(reference / "final.pt", weights_only=True)
     for resumed in (left, later):
-        ours = torch.load(resumed / "final.pt", weights_only=True)
-        for name, tensor in theirs["model"].items():
-            assert torch.equal(tensor, ours["model"][name]), (resumed.name, name)
-        for index, state in theirs["optimizer"]["state"].items():
-            for key, value in state.items():
-                assert torch.equal(value, ours["optimizer"]["state"][index][key]), (
-                    resumed.name, index, key)
+        assert_same_final_state(reference, resumed)
+
+
+def test_the_loss_training_step_returns_is_logged_as_loss_and_a_resume_compares_on_it(
+        tmp_path: Path) -> None:
+    """The module logs its loss as ``train_loss`` only; every step's row carries it as
+    ``loss``, so the pilot's bitwise resume check (which reads ``loss``) has steps to
+    compare; the logged ``train_loss`` joins the rows of Lightning's logging steps (every 4)."""
+    reference = tmp_path / "reference"
+    lightning_script.run(reference)  # 12 steps, a save every 3: step-000009, step-000012 kept
+    steps = [r for r in _rows(reference) if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(12))
+    logged = [r for r in steps if "train_loss" in r]
+    assert [r["step"] for r in logged] == [3, 7, 11]
+    assert all(r["loss"] == r["train_loss"] for r in logged)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(reference / "checkpoints" / "step-000009",
+                    resumed / "checkpoints" / "step-000009")
+    lightning_script.run(resumed)    # a new trial in the same process: steps 9, 10, 11
+    compared, mismatches = compare_losses(RunDir(reference).rows(), RunDir(resumed).rows())
+    assert (compared, mismatches) == ([9, 10, 11], [])
 
 
 def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) -> None:
     with pytest.raises(ArgumentError, match="a DataLoader cannot resume mid-epoch .*"
                                             "StatefulDataLoader"):
         lightning_script.run(tmp_path / "run", stateful=False)
-    assert not [r for r in _rows(tmp_path / "run") if "train_loss" in r]
+    assert not [r for r in _rows(tmp_path / "run") if "loss" in r]
 
 
 def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    with pytest.raises(TrialStopped, match="train_loss is nan at step 5"):
+    with pytest.raises(TrialStopped, match="'non_finite_loss': loss is nan at step 5"):
         lightning_script.run(run_dir, nan_at=5)  # step 6 would save
     stop = json.loads((run_dir / "stop.json").read_text())
     assert (stop["rule"], stop["step"], stop["value"]) == ("non_finite_loss", 5, "nan")
@@ -122,3 +118,12 @@ def test_the_trials_max_steps_caps_the_trainer(tmp_path: Path) -> None:
     lightning_script.run(tmp_path / "run", cap=4)  # the Trainer asks for 12
     assert json.loads((tmp_path / "run" / "done.json").read_text())["steps"] == 4
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-000003"]
+
+
+def test_docs_tasks_shows_the_lightning_example_as_it_is() -> None:
+    """docs/tasks.md copies examples/digits-lightning/train.py (which the e2e suite runs)."""
+    docs = (SCRIPT.parents[3] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    marker = "<!-- example: examples/digits-lightning/train.py -->\n```python\n"
+    assert docs.count(marker) == 1
+    shown = docs.split(marker, 1)[1].split("```", 1)[0]
+    assert shown == (SCRIPT.parents[3] / "examples" / "digits-lightning" / "train.py").read_text()

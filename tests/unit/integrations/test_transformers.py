@@ -11,40 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from flightplan.errors import TrialStopped
+from flightplan.errors import TaskError, TrialStopped
 from flightplan.integrations.transformers import REQUIRED_FILES
-from flightplan.run.checkpoint_io import check_checkpoint, verify_checkpoint
-from flightplan.run.library_checkpoint import commit_library_checkpoint
-from flightplan.run.trial import Trial
+from flightplan.trial.checkpoint_check import check_checkpoint, verify_checkpoint
+from flightplan.trial.library_checkpoint import commit_library_checkpoint
+from flightplan.trial.trial import Trial
 
 import trainer_script  # pytest puts this folder on sys.path
+from script_support import SRC, assert_same_final_state, measurement_rows as _rows, run_child
 
 SCRIPT = Path(trainer_script.__file__)
-SRC = Path(__file__).resolve().parents[3] / "src"
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
-
-
-def _child(run_dir: Path, kill: str | None) -> int:
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    command = [sys.executable, str(SCRIPT), str(run_dir)] + (["--kill", kill] if kill else [])
-    return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
-
-
-def _assert_same_state(a: Path, b: Path) -> None:
-    left = torch.load(a / "final.pt", weights_only=True)
-    right = torch.load(b / "final.pt", weights_only=True)
-    assert left["model"].keys() == right["model"].keys()
-    for name, tensor in left["model"].items():
-        assert torch.equal(tensor, right["model"][name]), name
-    assert left["optimizer"]["param_groups"] == right["optimizer"]["param_groups"]
-    for index, state in left["optimizer"]["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, right["optimizer"]["state"][index][key]), (index, key)
 
 
 @pytest.mark.slow
@@ -54,15 +31,16 @@ def test_killed_after_a_step_mid_save_and_mid_commit_then_rerun_ends_bitwise_ide
     trainer_script.run(reference)  # 14 steps, the Trainer saves every 3 (user's save_steps)
     killed = tmp_path / "killed"
     # Inside the Trainer's save of step 6 (weights and optimizer written, no RNG state);
-    # after flightplan's manifest of step 9 but before its rename; right after step 11.
+    # after flightplan's manifest of step 9 but before its last rename (the finished save
+    # is put in place by the next restore: step 9 is not lost); right after step 11.
     for kill in ("save:6", "commit:9", "step:11"):
-        assert _child(killed, kill) == -9
-    assert _child(killed, None) == 0
+        assert run_child(SCRIPT, killed, kill) == -9
+    assert run_child(SCRIPT, killed, None) == 0
     sources = [r["source"] for r in _rows(killed) if r.get("event") == "restore"]
-    assert sources == [None, "step-000003", "step-000006", "step-000009"]
+    assert sources == [None, "step-000003", "step-000009", "step-000009"]
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == [
         "step-000012", "step-000014"]  # keep_last 2; nothing set aside
-    _assert_same_state(reference, killed)
+    assert_same_final_state(reference, killed)
     assert all(check_checkpoint(p)["verified"] for p in (killed / "checkpoints").iterdir())
 
 
@@ -95,17 +73,33 @@ def test_partial_and_corrupt_folders_are_never_resumed_from(tmp_path: Path) -> N
     assert [(f["check"], f["path"]) for f in report["findings"]] == [("sha256", "optimizer.pt")]
 
 
-def test_a_save_only_model_checkpoint_is_refused_with_no_usable_resume(tmp_path: Path) -> None:
+def test_save_only_model_is_refused_before_training_while_require_resume_is_on(
+        tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True)
+    with pytest.raises(TaskError, match=r"^TrainingArguments.save_only_model: .*"
+                                        r"set save_only_model=False$"):
+        trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True)
+    assert not (run_dir / "checkpoints").exists()     # nothing trained, nothing saved
+    assert not (run_dir / "measurements.jsonl").exists()
+
+
+def test_a_model_only_checkpoint_is_refused_with_no_usable_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    # saved model-only while require_resume was off, then resumed with it on
+    trainer_script.run(run_dir, steps=4, save_steps=2, save_only_model=True,
+                       stop={"require_resume": False})
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "step-000002", "step-000004"]
     with pytest.raises(TrialStopped, match="no usable checkpoint"):
-        trainer_script.run(run_dir, steps=6, save_steps=2, save_only_model=True)
+        trainer_script.run(run_dir, steps=6, save_steps=2)
     stop = json.loads((run_dir / "stop.json").read_text())
     assert stop["rule"] == "no_usable_resume"
     assert ("step-000004 lacks optimizer.pt (optimizer state), scheduler.pt (learning-rate "
             "schedule), rng_state.pth (RNG states)") in stop["message"]
+    assert stop["message"].endswith("refusing to start over: save full checkpoints (the "
+                                    "Trainer's save_only_model=False), then start this run "
+                                    "over on purpose: flightplan run CAMPAIGN_FILE --restart "
+                                    "bert-tiny")
     assert (run_dir / "checkpoints" / "step-000004").is_dir()  # refused, not renamed
 
 
@@ -148,3 +142,41 @@ def test_without_save_steps_the_interval_policy_decides_the_saves(tmp_path: Path
     assert 3590 < interval["interval_s"] < 3600
     step_s = [r["step_s"] for r in rows if "loss" in r]
     assert len(step_s) == 6 and all(0 < s < 5 for s in step_s)
+
+
+LORA_OUTPUTS = """
+import json, sys
+from pathlib import Path
+from trainer_script import build_trainer
+from flightplan.integrations.transformers import write_outputs
+from flightplan.trial.trial import Trial
+
+run_dir = Path(sys.argv[1])
+trainer = build_trainer(run_dir, steps=1, save_steps=None,
+                        lora_modules=["query", "key", "value", "dense"])
+write_outputs(Trial.local(run_dir, name="lora", run_id="lora-0123456789"), trainer,
+              predictions=[{"example_id": "e0", "gold": "a", "predicted": "a"}],
+              metrics={"accuracy": 1.0}, base_revision={"package": "tiny-bert"})
+print(json.dumps(list(trainer.model.peft_config["default"].target_modules)))
+"""
+
+
+def test_a_lora_artifact_is_the_same_bytes_whatever_the_hash_seed(tmp_path: Path) -> None:
+    artifacts, orders = [], []
+    for seed in ("1", "6"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(
+            [str(SRC), str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")])}
+        run_dir = tmp_path / f"seed-{seed}"
+        done = subprocess.run([sys.executable, "-c", LORA_OUTPUTS, str(run_dir)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        orders.append(json.loads(done.stdout.splitlines()[-1]))
+        artifacts.append(run_dir / "artifact")
+    assert orders[0] != orders[1]           # PEFT's set iterates in another order in each
+    names = sorted(p.name for p in artifacts[0].iterdir())
+    assert names == ["adapter_config.json", "adapter_model.safetensors", "artifact.json"]
+    for name in names:
+        assert (artifacts[0] / name).read_bytes() == (artifacts[1] / name).read_bytes(), name
+    config = json.loads((artifacts[0] / "adapter_config.json").read_text())
+    assert config["target_modules"] == ["dense", "key", "query", "value"]
+    assert json.loads((artifacts[0] / "artifact.json").read_text())["peft"] == config

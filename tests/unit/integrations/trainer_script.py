@@ -11,16 +11,13 @@ Run in this process (:func:`run`) or as a child::
 
 ``--kill WHERE:N`` SIGKILLs this process at global step N: ``step`` (after the step, before
 any save), ``save`` (inside the Trainer's save: weights and optimizer written, RNG and state
-not), ``commit`` (flightplan's manifest written, before the rename). On a normal end the
+not), ``commit`` (flightplan's manifest written, before the last rename). On a normal end the
 final weights and optimizer state are written to ``RUN_DIR/final.pt``. Exit codes: 0
 finished, 1 stopped by a rule.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,10 +26,10 @@ import torch
 from transformers import (BertConfig, BertForSequenceClassification, Trainer, TrainerCallback,
                           TrainingArguments)
 
-from flightplan.errors import TrialStopped
 from flightplan.integrations import transformers as integration
-from flightplan.run import library_checkpoint
-from flightplan.run.trial import Trial
+from flightplan.trial import library_checkpoint
+from flightplan.trial.trial import Trial
+from script_support import die, parse_kill, save_final, script_main
 
 __all__ = ["RUN_ID", "run", "build_trainer"]
 
@@ -59,7 +56,7 @@ class _KillAfterStep(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step == self.at:
-            os.kill(os.getpid(), signal.SIGKILL)
+            die()
 
 
 def _arm_kill(trainer: Trainer, where: str, at: int) -> None:
@@ -70,7 +67,7 @@ def _arm_kill(trainer: Trainer, where: str, at: int) -> None:
 
         def die_mid_save(output_dir: str) -> None:
             if trainer.state.global_step == at:
-                os.kill(os.getpid(), signal.SIGKILL)
+                die()
             original(output_dir)
 
         trainer._save_rng_state = die_mid_save
@@ -79,7 +76,7 @@ def _arm_kill(trainer: Trainer, where: str, at: int) -> None:
 
         def die_before_rename(source: Any, target: Any) -> None:
             if Path(target).name == f"step-{at:06d}":
-                os.kill(os.getpid(), signal.SIGKILL)
+                die()
             rename(source, target)
 
         library_checkpoint.os.rename = die_before_rename
@@ -93,16 +90,23 @@ def _accuracy(prediction: Any) -> dict[str, float]:
 
 def build_trainer(run_dir: Path, *, steps: int, save_steps: int | None,
                   save_only_model: bool = False, nan_at: int | None = None,
-                  eval_steps: int | None = None) -> Trainer:
+                  eval_steps: int | None = None, lora_modules: list[str] | None = None
+                  ) -> Trainer:
     """The tiny Trainer (writes nothing until trained); ``save_steps`` None: flightplan's
     interval policy decides the saves; ``eval_steps``: accuracy on the first 8 examples
-    every that many steps."""
+    every that many steps; ``lora_modules``: train a PEFT LoRA adapter (rank 2) on those
+    modules instead of the whole model."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=16, num_labels=3,
                         hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.2)
     model = BertForSequenceClassification(config)
+    if lora_modules:
+        import peft
+
+        model = peft.get_peft_model(model, peft.LoraConfig(
+            r=2, lora_alpha=4, target_modules=list(lora_modules), task_type="SEQ_CLS"))
     data = torch.Generator().manual_seed(1)
     tokens = torch.randint(1, 64, (48, 8), generator=data)
     labels = torch.randint(0, 3, (48,), generator=data)
@@ -135,33 +139,16 @@ def run(run_dir: Path, *, steps: int = 14, save_steps: int | None = 3, kill: str
     trainer = build_trainer(run_dir, steps=steps, save_steps=save_steps,
                             save_only_model=save_only_model, nan_at=nan_at,
                             eval_steps=eval_steps)
-    if kill:
-        where, _, at = kill.partition(":")
-        _arm_kill(trainer, where, int(at))
+    armed = parse_kill(kill)
+    if armed:
+        _arm_kill(trainer, *armed)
     trial = Trial.local(run_dir, name="bert-tiny", run_id=RUN_ID, stop=stop,
                         checkpoint=checkpoint)
     integration.train(trainer, trial)
     trial.finish()
-    torch.save({"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict()},
-               run_dir / "final.pt")
+    save_final(run_dir, trainer.model, trainer.optimizer)
     return trainer
 
 
-def main() -> int:
-    """Command-line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--steps", type=int, default=14)
-    parser.add_argument("--save-steps", type=int, default=3)
-    parser.add_argument("--kill", default=None)
-    args = parser.parse_args()
-    try:
-        run(args.run_dir, steps=args.steps, save_steps=args.save_steps, kill=args.kill)
-    except TrialStopped as exc:
-        print(f"stopped: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_main(run, schedule="--save-steps", default_schedule=3, default_steps=14))

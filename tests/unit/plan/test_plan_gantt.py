@@ -56,3 +56,24 @@ def test_the_legend_names_every_colour_and_the_png_is_written(extended) -> None:
     assert [t.get_text() for t in figure.legends[0].get_texts()] == list(LEGEND)
     assert gantt_png(extended.schedule, window_s=extended.window_s,
                      title="illustration")[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_short_campaign_shows_its_starts_and_ends_in_seconds() -> None:
+    """The tiny campaign's schedule is 85 s long: in hours every start and end read 0.0."""
+    import re
+
+    from rich.console import Console
+
+    from flightplan.plan.gantt import gantt_table
+
+    result = plan_campaign(load_spec(ROOT / "examples" / "tiny" / "campaign.toml"))
+    assert result.schedule.makespan_s == 85          # 10 + 10 s of stages, 15 + 20 + 30 s of runs
+    console = Console(width=200, record=True, color_system=None)
+    console.print(gantt_table(result.schedule, window_s=result.window_s))
+    text = console.export_text()
+    assert "START (s)" in text and "END (s)" in text and "(h)" not in text.split("\n", 3)[2]
+    rows = {m[0]: (float(m[1]), float(m[2]))
+            for m in re.findall(r"┃? *│? ?([\w-]+) +│ F1 G0 +│ +([\d.]+) │ +([\d.]+) │", text)}
+    assert rows["data-check"] == (0.0, 10.0) and rows["pilot"] == (10.0, 20.0)
+    assert sorted(end - start for start, end in rows.values()) == [10.0, 10.0, 15.0, 20.0, 30.0]
+    assert max(end for _, end in rows.values()) == 85.0

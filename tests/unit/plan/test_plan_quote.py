@@ -7,7 +7,7 @@ import pytest
 from flightplan.errors import CatalogError
 from flightplan.plan import builtin_catalog, plan_campaign, quote_for_job
 from flightplan.plan.quote import reduce_tasks
-from flightplan.plan.schedule import Task
+from flightplan.plan.problem import Task
 from flightplan.units import Duration
 
 B200 = """

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flightplan.plan.campaign_plan import tasks_for_spec
-from flightplan.plan.schedule import Schedule, Task, schedule
+from flightplan.plan.problem import Task
+from flightplan.plan.schedule import Schedule, schedule
 from flightplan.units import Duration
 
 H = 3600

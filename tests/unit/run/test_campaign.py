@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.run.campaign import run_campaign
-from flightplan.run.executor import Executor, Interruption, JobResult
+from flightplan.run.executors.contract import Executor, Interruption, JobResult
 from flightplan.run.ledger import Ledger
 from flightplan.run.progress import ProgressBoard
 from flightplan.spec import load_spec
@@ -79,7 +79,7 @@ class FakeExecutor(Executor):
                                             "stall_s": 0.01, "persist_s": 0.05},
                 {"step": 1, "loss": 0.5}]
         with open(job.run_dir / "measurements.jsonl", "a") as out:
-            out.writelines(json.dumps(r) + "\n" for r in rows)
+            out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
         (job.run_dir / "checkpoints" / "step-000001").mkdir(parents=True)
         now = time.time()
         on_interrupted(job, Interruption(job.run_id, "n1 (10.0.0.1)", "ActorDiedError: gone",
@@ -98,7 +98,8 @@ class FakeExecutor(Executor):
         if trial["resume"]:
             rows.append({"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.2})
         for step in range(start, steps):
-            rows.append({"step": step, "loss": 1 / (step + 1), "step_s": 0.01, "seq_len": 64})
+            rows.append({"step": step, "loss": 1 / (step + 1),
+                         "step_s": trial["params"].get("fake_step_s", 0.01), "seq_len": 64})
             if step == 0:
                 rows.append({"step": 1, "event": "checkpoint", "name": "step-000001",
                              "stall_s": 0.01, "persist_s": 0.05})
@@ -113,13 +114,16 @@ class FakeExecutor(Executor):
         rows += [{"step": steps - 1, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.1},
                  {"step": steps - 1, "output_s": 0.05}]
         with open(run_dir / "measurements.jsonl", "a") as out:
-            out.writelines(json.dumps(r) + "\n" for r in rows)
+            out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
         if fake == "stop":
             return 1
         if fake == "crash":
             return 3
-        (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": 0.5, "accuracy": 0.6}))
-        (run_dir / "predictions.csv").write_text("example_id,gold,predicted\n1,a,a\n")
+        (run_dir / "metrics.json").write_text(json.dumps({"macro_f1": 0.9, "accuracy": 0.6}))
+        # macro-F1 of these: a and b each TP 1, FP 1, FN 1 → F1 1/2 (not metrics.json's 0.9)
+        (run_dir / "predictions.csv").write_text("example_id,gold,predicted,nll\n"
+                                                 "1,a,a,0.25\n2,b,b,0.5\n3,a,b,1.5\n"
+                                                 "4,b,a,2.0\n")
         (run_dir / "done.json").write_text(json.dumps({"run_id": trial["run_id"], "steps": steps,
                                                        "finished_at": "2026-11-29T17:00:00+00:00",
                                                        "wall_s": 0.1}))
@@ -147,8 +151,9 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     #    rule, the others go on; the campaign exits 0
     outcome = run_campaign(spec, decide="cut", executor=fake, quiet=True)
     assert outcome.exit_code == 0 and outcome.stopped_by is None
-    assert outcome.decision["decision"] == "cut" and outcome.decision["computed"] == "continue"
-    assert outcome.decision["dropped"] == ["wild"]
+    decision = outcome.to_json()["decision"]
+    assert decision["decision"] == "cut" and decision["computed"] == "continue"
+    assert decision["dropped"] == ["wild"]
     assert outcome.to_json()["statuses"] == {"control": "finished", "lora-r4": "stopped",
                                              "lora-r4-len128": "finished", "wild": "cut"}
     rows = {r["name"]: r for r in outcome.runs}
@@ -157,17 +162,17 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert rows["control"]["metric"] == 0.5
     assert outcome.message == "2 finished, 1 stopped by a rule, 1 cut, 0 failed"
     pilot_runs = [r for r in fake.started if r.startswith("pilot-")]
-    assert len(pilot_runs) == 2 and outcome.pilot["ok"] is True
-    assert outcome.pilot["figures"]["restore_s"] == 0.2
+    assert len(pilot_runs) == 2 and outcome.to_json()["pilot"]["ok"] is True
+    assert outcome.to_json()["pilot"]["figures"]["restore_s"] == 0.2
     with Ledger.open(tmp_path, create=False) as ledger:
         decision = ledger.decisions()[-1]
-        assert decision["overridden"] is True and decision["dropped"] == ["wild"]
-        assert set(decision["figures"]["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
-                                                         "wild"}
-        assert [v["kind"] for v in ledger.plan_versions()] == ["original", "re-estimate"]
+        assert decision.overridden is True and decision.dropped == ["wild"]
+        assert set(decision.figures["estimates"]) == {"control", "lora-r4", "lora-r4-len128",
+                                                      "wild"}
+        assert [v.kind for v in ledger.plan_versions()] == ["original", "re-estimate"]
         control_id = rows["control"]["run_id"]
-        assert [e["kind"] for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
-                                                                  "finished"]
+        assert [e.kind for e in ledger.events(control_id)] == ["started", "checkpoint_saved",
+                                                               "finished"]
     stops = json.loads((tmp_path / "results" / "stops.json").read_text())
     assert [s["run_id"] for s in stops] == [rows["lora-r4"]["run_id"]]
 
@@ -199,7 +204,7 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     assert new["run_id"] != old_id and new["status"] == "pending"
     with Ledger.open(tmp_path, create=False) as ledger:
         old = ledger.run(old_id)
-        assert old["status"] == "superseded" and old["superseded_by"] == new["run_id"]
+        assert old.status == "superseded" and old.superseded_by == new["run_id"]
         assert ledger.integrity_check() == "ok" and ledger.verify_original()
 
 
@@ -219,13 +224,13 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
     with Ledger.open(tmp_path, create=False) as ledger:
         events = ledger.events(control["run_id"])
         run = ledger.run(control["run_id"])
-    assert [e["kind"] for e in events] == ["started", "checkpoint_saved", "interrupted",
-                                           "resumed", "checkpoint_verified", "finished"]
-    assert events[2]["data"] == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
+    assert [e.kind for e in events] == ["started", "checkpoint_saved", "interrupted",
+                                        "resumed", "checkpoint_verified", "finished"]
+    assert events[2].data == {"cause": "flight_lost", "node": "n1 (10.0.0.1)",
                                  "reason": "ActorDiedError: gone", "steps_done": 2,
                                  "checkpoint": "step-000001", "steps_lost": 1, "lost_s": 25.0,
                                  "resumes": True}
-    assert run["wall_s"] >= 30.0          # the lost execution's time is a cost too
+    assert run.wall_s >= 30.0          # the lost execution's time is a cost too
 
 
 def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
@@ -261,12 +266,12 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     with Ledger.open(tmp_path, create=False) as ledger:
         [flight] = ledger.events(kind="flight_started")
         [refused] = ledger.events(waiting["run_id"])[-1:]
-    assert flight["data"] == {"flight": "local", "started_at": started.timestamp(),
-                              "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
-                              "source": "spec"}
-    assert refused["kind"] == "not_started" and refused["data"]["flight"] == "local"
-    assert 16.0 < refused["data"]["needs_hours"] < 20.0
-    assert 0.9 < refused["data"]["hours_left"] <= 1.0
+    assert flight.data == {"flight": "local", "started_at": started.timestamp(),
+                           "ends_at": started.timestamp() + 72 * 3600, "package_days": 3,
+                           "source": "spec"}
+    assert refused.kind == "not_started" and refused.data["flight"] == "local"
+    assert 16.0 < refused.data["needs_hours"] < 20.0
+    assert 0.9 < refused.data["hours_left"] <= 1.0
 
     # status says why and how much time is left, in JSON and in the text
     assert status_command(path, as_json=True) == 0
@@ -275,10 +280,10 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     assert window["flight"] == "local" and window["source"] == "spec"
     assert 0.9 < window["hours_left"] <= 1.0
     run = next(r for r in snapshot["runs"] if r["run_id"] == waiting["run_id"])
-    assert run["status"] == "pending" and run["reason"] == refused["data"]["message"]
+    assert run["status"] == "pending" and run["reason"] == refused.data["message"]
     lines = status_lines(snapshot, metric="macro_f1", width=260, now=time.time())
     row = next(i for i, line in enumerate(lines) if waiting["run_id"] in line)
-    assert lines[row].endswith(refused["data"]["message"])
+    assert lines[row].endswith(refused.data["message"])
     flights = lines.index("flights (packages)")
     assert lines[flights + 1].split()[0] == "local" and "h left" in lines[flights + 1]
 
@@ -298,25 +303,27 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
                         labels[waiting["run_id"]])
     assert outcome.to_json()["statuses"]["lora-r4-len128"] == "finished"
     with Ledger.open(tmp_path, create=False) as ledger:
-        kinds = [e["kind"] for e in ledger.events(waiting["run_id"])]
+        kinds = [e.kind for e in ledger.events(waiting["run_id"])]
         assert len(ledger.events(kind="flight_started")) == 1
     assert kinds[:3] == ["not_started", "past_end", "started"]
 
 
 def test_a_metric_the_pilots_predictions_cannot_give_stops_before_any_run(tmp_path):
     path = _spec(tmp_path)
-    text = path.read_text(encoding="utf-8")
+    # a task that does not declare its columns (textclf's declaration is refused earlier)
+    (tmp_path / "undeclared.py").write_text("def train(trial):\n    pass\n", encoding="utf-8")
+    text = path.read_text(encoding="utf-8").replace("[[run]]\n", '[[run]]\ntask = "undeclared.py"\n')
     path.write_text(text.replace('metric = "macro_f1"\ngoal = "max"',
                                  'metric = "mean:abs_error"\ngoal = "min"'), encoding="utf-8")
     fake = FakeExecutor()
     outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
     assert outcome.exit_code == 1 and outcome.stopped_by == "pilot"
-    assert outcome.pilot["cause"] == "metric_unavailable"
+    assert outcome.to_json()["pilot"]["cause"] == "metric_unavailable"
     assert "no numeric column 'abs_error'" in outcome.message
     assert all(run_id.startswith("pilot-") for run_id in fake.started)   # no run paid for
     with Ledger.open(tmp_path, create=False) as ledger:
-        assert [e["data"]["by"] for e in ledger.events(kind="stopped")
-                if e["run_id"] is None] == ["pilot"]
+        assert [e.data["by"] for e in ledger.events(kind="stopped")
+                if e.run_id is None] == ["pilot"]
 
 
 def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_left(tmp_path,
@@ -340,10 +347,10 @@ def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_lef
     with Ledger.open(tmp_path, create=False) as ledger:
         [window] = ledger.events(kind="flight_started")
         [event] = ledger.events(left["run_id"], kind="interrupted")
-    ends_at = window["data"]["ends_at"]
+    ends_at = window.data["ends_at"]
     assert {(d.at, d.ends_at, d.stop, d.flight) for d in fake.deadlines.values()} == {
         (ends_at - 1200.0, ends_at, True, "local")}
-    assert event["data"]["cause"] == "package_end"
+    assert event.data["cause"] == "package_end"
     assert status_command(path, as_json=True) == 0
     snapshot = json.loads(capsys.readouterr().out)
     run = next(r for r in snapshot["runs"] if r["run_id"] == left["run_id"])
@@ -357,7 +364,7 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
     path = _spec(tmp_path)
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
     with Ledger.open(tmp_path, create=False) as ledger:
-        frozen = ledger.original_plan()["plan"]["decision_rule"]
+        frozen = ledger.original_plan().plan["decision_rule"]
         events = len(ledger.events())
     assert frozen == {"metric": "macro_f1", "goal": "max", "min_gain": 0.05,
                       "accept_at_least": 0.0}
@@ -378,3 +385,361 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
     path.write_text(text.replace('question = "', 'question = "Reworded: '), encoding="utf-8")
     assert "Reworded" in path.read_text(encoding="utf-8")
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+
+
+HOOKED = '''
+def train(trial):
+    return None
+
+
+def base_revision(base_model, params):
+    return {broken!r} == "base_revision" and 1 / 0
+
+
+def data_check(corpus, params_by_run, base_model):
+    return {{"hooked": True}} if {broken!r} != "data_check" else [][1]
+
+
+def pilot_examples(params, steps):
+    return 16 * steps if {broken!r} != "pilot_examples" else int("sixteen")
+
+
+def estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s):
+    if {broken!r} == "estimate_run":
+        raise RuntimeError("no cost model for " + str(params["max_length"]))
+    return None
+'''
+
+
+@pytest.mark.parametrize("broken, error", [
+    ("base_revision", "ZeroDivisionError: division by zero"),
+    ("data_check", "IndexError: list index out of range"),
+    ("pilot_examples", "ValueError: invalid literal for int() with base 10: 'sixteen'"),
+    ("estimate_run", "RuntimeError: no cost model for 64")])
+def test_a_task_hook_that_raises_is_one_line_with_its_traceback_in_the_log(tmp_path, broken,
+                                                                            error):
+    from flightplan.errors import TaskHookFailed
+
+    path = _spec(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'tier = "essential"', 'tier = "essential"\ntask = "hooked.py"'), encoding="utf-8")
+    (tmp_path / "hooked.py").write_text(HOOKED.format(broken=broken), encoding="utf-8")
+    log = tmp_path / ".flightplan" / "runner.log"
+    with pytest.raises(TaskHookFailed) as failed:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert str(failed.value) == (f"task 'hooked.py': its {broken} hook raised {error}; fix the "
+                                 f"hook (docs/tasks.md); its traceback is in {log}")
+    assert failed.value.exit_code == 2
+    logged = log.read_text(encoding="utf-8")
+    assert f"hook {broken}: {error}" in logged and 'hooked.py", line' in logged
+    with Ledger.open(tmp_path, create=False) as ledger:      # nothing recorded half
+        kinds = [e.kind for e in ledger.events()]
+        assert ledger.decisions() == [] and ledger.integrity_check() == "ok"
+        if broken == "base_revision":
+            assert ledger.original_plan() is None and kinds == []
+        if broken == "data_check":
+            assert kinds == [] and not (tmp_path / ".flightplan" / "data_check.json").exists()
+        if broken == "pilot_examples":
+            assert kinds == ["data_check"] and not (tmp_path / "runs").exists()
+        if broken == "estimate_run":      # the pilot is whole; no re-estimate, no decision
+            assert kinds == ["data_check", "pilot"]
+            assert [v.kind for v in ledger.plan_versions()] == ["original"]
+
+
+def _control_params(path: Path, extra: str) -> None:
+    """Give the control of the campaign file ``extra`` params (a new control id)."""
+    text = path.read_text(encoding="utf-8")
+    head, tail = text.split('name = "control"\n', 1)
+    line = "params = { max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = 0"
+    assert tail.split("\n")[1].startswith(line)
+    path.write_text(head + 'name = "control"\n' + tail.replace(line, line + extra, 1),
+                    encoding="utf-8")
+
+
+def test_a_changed_control_gets_a_new_decision_and_a_reverted_one_keeps_its_pilot(tmp_path):
+    path = _spec(tmp_path)
+    original = path.read_text(encoding="utf-8")
+    fake = FakeExecutor()
+    first = run_campaign(load_spec(path), executor=fake, quiet=True)
+    control_a = first.decision.control_id
+    assert first.decision.kept_from_earlier_run is False
+    assert control_a == next(r["run_id"] for r in first.runs if r["name"] == "control")
+
+    # the control changes: its pilot runs again and the decision is made from it
+    _control_params(path, ", fake_step_s = 0.5")
+    fake.started.clear()
+    second = run_campaign(load_spec(path), executor=fake, quiet=True)
+    control_b = next(r["run_id"] for r in second.runs if r["name"] == "control")
+    assert control_b != control_a and second.decision.control_id == control_b
+    assert [r for r in fake.started if r.startswith("pilot-")] == [f"pilot-{control_b}"] * 2
+    assert second.decision.kept_from_earlier_run is False
+    with Ledger.open(tmp_path, create=False) as ledger:
+        decisions = ledger.decisions()
+    assert len(decisions) == 2
+    # its figures reach the estimates the rental clock reads: the new control's 0.5 s steps
+    assert decisions[-1].figures["control_id"] == control_b
+    assert decisions[-1].figures["pilot"]["step_s"] == 0.5
+    assert decisions[-1].figures["estimates"]["control"]["step_s"] == 0.5
+    assert decisions[0].figures["estimates"]["control"]["step_s"] == pytest.approx(0.01)
+
+    # unchanged: the decision is kept, and run --json prints it in the same shape
+    third = run_campaign(load_spec(path), executor=fake, quiet=True)
+    kept, fresh = third.to_json()["decision"], second.to_json()["decision"]
+    assert kept["kept_from_earlier_run"] is True and list(kept) == list(fresh)
+    assert {k: v for k, v in kept.items() if k != "kept_from_earlier_run"} == \
+        {k: v for k, v in fresh.items() if k != "kept_from_earlier_run"}
+
+    # reverted: the control id whose pilot passed keeps it; the decision is its own again
+    path.write_text(original, encoding="utf-8")
+    fake.started.clear()
+    fourth = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert [r for r in fake.started if r.startswith("pilot-")] == []
+    assert fourth.pilot.control_id == control_a and fourth.pilot.ok
+    assert fourth.decision.control_id == control_a and not fourth.decision.kept_from_earlier_run
+    with Ledger.open(tmp_path, create=False) as ledger:
+        last = ledger.decisions()[-1].figures["estimates"]["control"]["step_s"]
+        assert last == pytest.approx(0.01)
+        assert len(ledger.events(kind="pilot")) == 2
+
+
+def test_a_misspelt_metric_can_be_corrected_until_a_run_beyond_the_pilot_starts(tmp_path):
+    from flightplan.close.commands import close_campaign
+    from flightplan.errors import SpecError
+    from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
+
+    path = _spec(tmp_path)
+    # a task of the user's that does not declare its prediction columns: the pilot's
+    # predictions are the first check of the metric
+    (tmp_path / "undeclared.py").write_text("def train(trial):\n    pass\n", encoding="utf-8")
+    text = path.read_text(encoding="utf-8").replace("[[run]]\n", '[[run]]\ntask = "undeclared.py"\n')
+    typo = text.replace('metric = "macro_f1"\ngoal = "max"', 'metric = "mean:nl"\ngoal = "min"')
+    path.write_text(typo, encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert outcome.stopped_by == "pilot" and outcome.pilot.cause == "metric_unavailable"
+    assert outcome.message.endswith(
+        f"; correct campaign.metric in {path} and run flightplan run again (until a run "
+        f"beyond the pilot starts, the decision rule may still change)")
+
+    # corrected: accepted and recorded; the pilot that passed is kept, the runs go on
+    path.write_text(typo.replace("mean:nl", "mean:nll"), encoding="utf-8")
+    fake.started.clear()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    assert outcome.stopped_by is None and outcome.to_json()["statuses"] == {
+        "control": "finished", "lora-r4": "stopped", "lora-r4-len128": "finished",
+        "wild": "failed"}                                  # the runs' own fates
+    assert not [r for r in fake.started if r.startswith("pilot-")]
+    assert outcome.decision.rule["metric"] == "mean:nll"
+    # the runs' mean nll: (0.25 + 0.5 + 1.5 + 2.0) / 4
+    assert next(r for r in outcome.runs if r["name"] == "control")["metric"] == 1.0625
+    with Ledger.open(tmp_path, create=False) as ledger:
+        [change] = ledger.events(kind=RULE_CHANGED)
+        assert (change.data["from"]["metric"], change.data["to"]["metric"]) == (
+            "mean:nl", "mean:nll")
+        frozen = ledger.original_plan().plan
+        assert frozen["decision_rule"]["metric"] == "mean:nl"        # never rewritten
+        check_rule_unchanged(load_spec(path), frozen, ledger.events(kind=RULE_CHANGED))
+
+        # now that runs have started, the rule in force is frozen: the typo is refused too
+        path.write_text(typo, encoding="utf-8")
+        with pytest.raises(SpecError, match="campaign.metric: 'mean:nl' differs from "
+                                            "'mean:nll', frozen with the plan"):
+            run_campaign(load_spec(path), executor=fake, quiet=True)
+        with pytest.raises(SpecError, match="campaign.metric: 'mean:nl' differs"):
+            close_campaign(load_spec(path), ledger)
+
+
+def test_a_metric_the_declared_prediction_columns_cannot_give_is_refused_before_any_write(
+        tmp_path):
+    from flightplan.errors import SpecError
+
+    path = _spec(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        'metric = "macro_f1"\ngoal = "max"', 'metric = "mean:n_token"\ngoal = "min"'),
+        encoding="utf-8")
+    with pytest.raises(SpecError, match=r"campaign.metric: 'mean:n_token': task 'textclf' "
+                                        r"declares the columns of its predictions.csv .*none is "
+                                        r"'n_token'") as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert refused.value.exit_code == 2
+    assert not (tmp_path / ".flightplan").exists() and not (tmp_path / "runs").exists()
+
+
+CLOSED_PIPE_DRIVER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_campaign
+from flightplan.run import commands
+
+
+class WaitsForTheReaderToGo(test_campaign.FakeExecutor):
+    def run(self, jobs, **callbacks):
+        if any(not job.run_id.startswith("pilot-") for job in jobs):
+            deadline = time.monotonic() + 120
+            while not Path("reader-gone").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return super().run(jobs, **callbacks)
+
+
+commands.make_executor = lambda spec, engine=None, address=None, trusted_network=False: \
+    WaitsForTheReaderToGo()
+from flightplan.cli import main
+sys.argv = ["flightplan", "run", "campaign.toml"]
+main()
+"""
+
+
+def test_a_reader_that_closes_stdout_early_stops_no_run(tmp_path):
+    """``flightplan run … | head -1``: a real pipe, closed after the first line, while the
+    runs have yet to start; they all run, the lines are dropped, the exit code is the
+    campaign's."""
+    import subprocess
+    import sys
+
+    (tmp_path / "campaign.toml").write_text(
+        (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8"),
+        encoding="utf-8")
+    driver = CLOSED_PIPE_DRIVER.format(tests=str(Path(__file__).resolve().parent))
+    runner = subprocess.Popen([sys.executable, "-c", driver], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = runner.stdout.readline()
+        runner.stdout.close()                       # head -1 has what it wanted
+        (tmp_path / "reader-gone").touch()
+        errors = runner.stderr.read().decode()
+        code = runner.wait(timeout=300)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert first.startswith(b"plan frozen: ")
+    assert code == 0, errors
+    assert "Traceback" not in errors and "Broken pipe" not in errors
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert {r.name: r.status for r in ledger.runs()} == {
+            "control": "finished", "lora-r4": "finished", "lora-r4-len128": "finished"}
+
+
+def test_the_decision_point_ranks_variants_by_what_their_result_can_change(tmp_path):
+    """A control and three variants on the 379 test reviews: one nearly identical to the
+    control (expected gain +0.005), one expected to gain just the threshold (+0.05: its
+    interval will straddle it), one expected to gain +0.2. From the pilot's predictions the
+    last is ranked first; the other two are proposed for cut, each with its reason."""
+    from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
+    from flightplan.run.status import status_lines
+
+    text = (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8")
+    text = text[:text.index('[[run]]\nname = "lora-r4"')].replace("test_limit = 80\n", "")
+    params = "params = {{ max_length = 64, lr = 1e-2, epochs = 2, batch_size = 16, seed = {} }}"
+    for seed, (name, gain) in enumerate((("same", 0.005), ("unsure", 0.05), ("strong", 0.2)), 1):
+        text += (f'\n[[run]]\nname = "{name}"\ntier = "useful"\nreference = "control"\n'
+                 f'{params.format(seed)}\nexpected_gain = {gain}\nduration = "15s"\n'
+                 f'after = ["pilot"]\n')
+    path = tmp_path / "campaign.toml"
+    path.write_text(text, encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    decision = outcome.decision
+    ranked = decision.value.ranked
+    assert [r.variant for r in ranked][0] == "strong" and not ranked[0].cut
+    assert ranked[0].decision_value > 0.9            # it would meet with 97 % probability
+    assert {r.variant for r in ranked if r.cut} == {"same", "unsure"}
+    cuts = decision.value.proposed_cuts
+    assert cuts["same"].startswith("every outcome leads to the same choice: it would meet "
+                                   "the threshold with probability 0%")
+    assert cuts["unsure"].startswith("cannot reach a conclusive verdict: at its expected gain "
+                                     "+0.05 on 379 test examples it comes out inconclusive "
+                                     "with probability 95%")
+    assert decision.value.model["source"] == "pilot of control"        # its predictions
+    assert (decision.decision, decision.computed, decision.dropped) == ("cut", "cut",
+                                                                        ("same", "unsure"))
+    assert decision.reason.endswith(f"; its result cannot change the answer, so cut same: "
+                                    f"{cuts['same']}; unsure: {cuts['unsure']}")
+    assert outcome.to_json()["statuses"] == {"control": "finished", "same": "cut",
+                                             "unsure": "cut", "strong": "finished"}
+    # the ledger, status and plan vs execution keep the ranking and the reasons
+    with Ledger.open(tmp_path, create=False) as ledger:
+        recorded = ledger.decisions()[-1].figures["value"]
+        snapshot = ledger.snapshot()
+        markdown = plan_vs_execution_markdown(plan_vs_execution(ledger))
+    assert [r["variant"] for r in recorded["ranking"]] == [r.variant for r in ranked]
+    lines = status_lines(snapshot, metric="macro_f1", width=400, now=time.time())
+    assert any(line.startswith("      by decision value per GPU·h: 1. strong 0.9")
+               for line in lines)
+    assert f"      cut same: {cuts['same']}" in lines
+    assert "  1. strong: decision value 0.9" in markdown
+    assert f"; proposed for cut: {cuts['unsure']}" in markdown
+
+    # the user still decides: --decide continue runs them all
+    fake.started.clear()
+    outcome = run_campaign(load_spec(path), decide="continue", executor=fake, quiet=True)
+    assert (outcome.decision.decision, outcome.decision.computed) == ("continue", "cut")
+    assert outcome.decision.overridden and outcome.decision.dropped == ()
+    assert outcome.to_json()["statuses"] == {"control": "finished", "same": "finished",
+                                             "unsure": "finished", "strong": "finished"}
+
+
+def test_the_rental_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
+    from flightplan.errors import SpecError
+
+    path = _spec(tmp_path)
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        expenses, events = ledger.expenses(), len(ledger.events())
+    assert [(e.kind, e.amount) for e in expenses] == [("package", "47.14")]
+    text = path.read_text(encoding="utf-8")
+    longer = text.replace("package_days = 3", "package_days = 7")
+    path.write_text(longer, encoding="utf-8")
+    with pytest.raises(SpecError) as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert str(refused.value) == (
+        f"{path}: rental.package_days: 7 differs from 3, the rental committed with the plan "
+        f"before the first run; restore 3 (a package bought later to extend the rental is an "
+        f"[[expense]] with its amount, not a change of [rental]), or plan the new rental in a "
+        f"new campaign folder")
+    assert refused.value.exit_code == 2
+    # a catalog that prices the same package otherwise is refused too, with both prices
+    (tmp_path / "prices.toml").write_text(
+        '[[offer]]\nname = "RTX 4090"\ngpus_per_flight = 1\ngpu_memory_gb = 24\n'
+        'currency = "USD"\npackage = [{ days = 3, price = "52.00" }]\n', encoding="utf-8")
+    path.write_text(text.replace("package_days = 3", 'package_days = 3\ncatalog = "prices.toml"'),
+                    encoding="utf-8")
+    with pytest.raises(SpecError, match=r"rental.catalog: the catalog now prices the rental "
+                                        r"\(1 × RTX 4090 3-day package\) at 52.00 USD, but it "
+                                        r"was committed at 47.14 USD"):
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert ledger.expenses() == expenses             # the committed total is unchanged
+        assert len(ledger.events()) == events            # nothing was written
+    # a package bought later is an expense; the order number may be added
+    path.write_text(text.replace("package_days = 3", 'package_days = 3\norder = "ITG-7"')
+                    + '\n[[expense]]\nlabel = "4 more days"\namount = "62.86"\ncurrency = "USD"\n',
+                    encoding="utf-8")
+    run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert [(e.kind, e.amount) for e in ledger.expenses()] == [
+            ("package", "47.14"), ("external", "62.86")]
+
+
+def test_the_interruption_line_names_both_runs_that_train_side_by_side(tmp_path):
+    from flightplan import activity
+    from flightplan.run.executors.contract import RunProgress
+
+    class SideBySide(FakeExecutor):
+        """Reports two runs' progress before it works through them."""
+        seen: list[str] = []
+
+        def run(self, jobs, **callbacks):
+            if len(jobs) >= 2:
+                callbacks["on_progress"](jobs[0], RunProgress(step=4, total=8))
+                callbacks["on_progress"](jobs[1], RunProgress(step=1, total=8))
+                self.seen.append(activity.current().describe())
+            return super().run(jobs, **callbacks)
+
+    fake = SideBySide()
+    try:
+        outcome = run_campaign(load_spec(_spec(tmp_path)), executor=fake, quiet=True)
+    finally:
+        activity.clear()
+    first, second = [r["run_id"] for r in outcome.runs[:2]]
+    assert fake.seen == [f"run {first}, 5 of 8 steps done; run {second}, 2 of 8 steps done"]

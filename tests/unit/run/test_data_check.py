@@ -86,12 +86,13 @@ def generic(tmp_path):
 def test_generic_figures_by_hand(generic):
     tmp_path, spec = generic
     out = tmp_path / "data_check.json"
-    report = run_data_check(spec, out=out, tasks=_tasks(spec))
+    report = run_data_check(spec, out=out, tasks=_tasks(spec)).to_json()
     assert json.loads(out.read_text()) == report
     assert report["columns"] == {"id": "id", "inputs": ["title", "body"], "label": "y"}
     assert report["files"]["train.csv"]["rows"] == 4 and report["files"]["test.csv"]["rows"] == 3
     assert report["files"]["train.csv"]["format"] == "csv"
     assert report["labels"] == ["x", "y", "z"] and report["distinct_labels"] == 3
+    assert report["test_labels_not_in_train"] == []
     assert report["splits"]["train"] == {
         "rows": 4, "empty_inputs": ["3"], "duplicate_ids": ["2"], "duplicate_inputs": [],
         "missing_labels": [], "labels": {"x": 2, "y": 1, "z": 1}}
@@ -103,6 +104,30 @@ def test_generic_figures_by_hand(generic):
     assert report["cross_split_ids"] == ["2"]
     # the hook ran once, for the three runs of its task, and its keys are top-level
     assert report["runs_seen"] == ["also-long", "control", "long"] and report["rows"] == 4
+
+
+def test_a_label_only_in_the_test_split_is_named(generic):
+    tmp_path, spec = generic
+    # test rows labelled w (twice) and v: no training row has either (train: x, y, x, z)
+    text = "id,title,body,y\n9,a,same,w\n2,e,other,y\n12,f,new,w\n13,g,more,v\n"
+    (tmp_path / "data" / "test.csv").write_text(text)
+    corpus = spec.corpus.model_copy(update={"sha256": dict(
+        spec.corpus.sha256, **{"test.csv": hashlib.sha256(text.encode()).hexdigest()})})
+    report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec)).to_json()
+    assert report["status"] == "ok"
+    assert report["test_labels_not_in_train"] == ["v", "w"]
+    assert report["splits"]["test"]["labels"] == {"v": 1, "w": 2, "x": 0, "y": 1, "z": 0}
+    checked = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec))
+    assert checked.summary().test_labels_not_in_train == ["v", "w"]
+    assert checked.to_json() == dict(report, wall_s=checked.wall_s)
+    # a label column without a label list (a numeric target): nothing to name
+    many = "".join(f"{i},t,b{i},{i}\n" for i in range(150))
+    (tmp_path / "data" / "train.csv").write_text("id,title,body,y\n" + many)
+    corpus = corpus.model_copy(update={"sha256": dict(
+        corpus.sha256, **{"train.csv": hashlib.sha256(
+            ("id,title,body,y\n" + many).encode()).hexdigest()})})
+    report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec)).to_json()
+    assert report["labels"] is None and report["test_labels_not_in_train"] is None
 
 
 def test_a_hook_key_that_clashes_is_refused(generic):
@@ -117,15 +142,16 @@ def test_a_task_that_reads_its_files_gets_hashes_only(generic):
     tmp_path, spec = generic
     corpus = spec.corpus.model_copy(update={"id_column": None, "input_columns": None,
                                             "label_column": None})
-    report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec))
+    report = run_data_check(spec.model_copy(update={"corpus": corpus}), tasks=_tasks(spec)).to_json()
     assert report["columns"] is None and "splits" not in report
+    assert "test_labels_not_in_train" not in report
     assert report["files"]["test.csv"]["matches"] is True and report["rows"] == 0
 
 
 def test_textclf_hook_counts_lengths_and_truncation_by_hand(small):
     tmp_path, hashes = small
     spec = _spec(tmp_path, hashes)
-    report = run_data_check(spec, tasks=_tasks(spec))
+    report = run_data_check(spec, tasks=_tasks(spec)).to_json()
     assert report["status"] == "ok"
     assert report["labels"] == ["negative", "neutral", "positive"]
     train = report["splits"]["train"]
@@ -187,7 +213,7 @@ def test_truncation_summary_edges():
 
 def test_drug_review_corpus():
     spec = load_spec(Path(__file__).parents[3] / "examples" / "drug-reviews" / "campaign.toml")
-    report = run_data_check(spec, tasks=_tasks(spec))
+    report = run_data_check(spec, tasks=_tasks(spec)).to_json()
     assert report["splits"]["train"]["labels"] == {"negative": 161, "neutral": 54, "positive": 385}
     assert report["splits"]["test"]["labels"] == {"negative": 95, "neutral": 36, "positive": 248}
     assert report["splits"]["train"]["duplicate_inputs"] == []

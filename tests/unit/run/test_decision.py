@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flightplan.run.decision import (PilotFigures, choose, control_steps, cut_steps,
-                                     estimate_run_seconds, replan_from_options)
+from flightplan.run.decision import choose, cut_steps, replan_from_options
+from flightplan.tasks.estimate import PilotFigures, control_steps, estimate_run_seconds
 
 # generic figures: load 10 s, step 0.5 s, one evaluation of 32 test examples 2 s
 FIGURES = PilotFigures(n_train=600, n_test=320, pilot_n_train=192, pilot_n_test=32,
@@ -118,3 +118,68 @@ def test_cut_read_off_the_planners_reduced_protocol():
     assert decision.decision == "cut" and decision.dropped == ["wild", "wilder", "len256"]
     assert decision.reason == ("80.00 h of 72.00 h does not fit; without wild, wilder, len256 "
                                "60.00 h of 72.00 h fits")
+
+
+def test_value_cuts_join_the_window_and_never_cut_what_a_kept_run_is_compared_against():
+    from flightplan.plan.power import Ranked
+    from flightplan.run.decision import Choice, ValueRanking, with_value_cuts
+
+    runs = [("control", "essential", None), ("lora", "essential", "control"),
+            ("len256", "useful", "lora"), ("wild", "exploratory", "control"),
+            ("wilder", "exploratory", "control"), ("shy", "useful", "wild")]
+    value = ValueRanking((Ranked("len256", 0.6, 1.0, 0.6, False, None),
+                          Ranked("lora", 0.01, 1.0, 0.01, True, "cannot reach a verdict"),
+                          Ranked("wilder", 0.0, 2.0, 0.0, True, "same choice"),
+                          Ranked("shy", 0.0, 2.0, 0.0, True, "same choice")))
+    fits = Choice("continue", [], "10.00 h of 72.00 h fits")
+    # lora is essential and len256, which stays, is compared against it: both stay
+    cut = with_value_cuts(fits, value, runs)
+    assert (cut.decision, cut.dropped) == ("cut", ["wilder", "shy"])
+    assert cut.reason == ("10.00 h of 72.00 h fits; its result cannot change the answer, so "
+                          "cut wilder: same choice; shy: same choice")
+    # beside a cut of the window, in campaign order; a stop stays a stop
+    window = Choice("cut", ["wild"], "80.00 h of 72.00 h does not fit; without wild fits")
+    assert with_value_cuts(window, value, runs).dropped == ["wild", "wilder", "shy"]
+    stop = Choice("stop", [], "does not fit")
+    assert with_value_cuts(stop, value, runs) is stop
+    assert with_value_cuts(fits, ValueRanking(), runs) is fits
+    # when no variant can change the answer, cutting focuses nothing: it says so instead
+    hopeless = ValueRanking(tuple(Ranked(r.variant, 0.0, 1.0, 0.0, True, "cannot reach a "
+                                         "verdict") for r in value.ranked), answerable=False)
+    kept = with_value_cuts(fits, hopeless, runs)
+    assert (kept.decision, kept.dropped) == ("continue", [])
+    assert kept.reason.endswith("; no variant's result can change the answer on these test "
+                                "examples, so none is cut for it: the campaign cannot settle "
+                                "its question as asked (--decide stop to change it)")
+    # the ranking reads back from its JSON as it was written
+    assert ValueRanking.from_json(value.to_json()) == value
+
+
+def test_a_test_set_too_small_for_any_comparison_is_not_answerable():
+    from pathlib import Path
+
+    from flightplan.metrics import Predictions
+    from flightplan.plan.power import TestSplit
+    from flightplan.run.decision import rank_variants
+    from flightplan.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[3] / "examples" / "tiny" / "campaign.toml")
+    pairs = ["aa", "bb", "ab", "ba", "aa", "bb", "aa", "bb"]    # (gold, predicted): 6 of 8 right
+    pilot = Predictions.from_rows([{"example_id": str(i), "gold": g, "predicted": p}
+                                   for i, (g, p) in enumerate(pairs)],
+                                  ["example_id", "gold", "predicted"])
+    hours = {"lora-r4": 0.01, "lora-r4-len128": 0.02}
+
+    def ranking(n: int):
+        return rank_variants(spec, pending=list(hours), gpu_hours=hours,
+                             test=TestSplit(n, None, "by hand"), reference=pilot,
+                             reference_source="pilot of control")
+
+    # 8 examples: both comparisons (alike: same model, same expected gain) come out
+    # inconclusive, whichever runs; on 379 each may meet
+    small, large = ranking(8), ranking(379)
+    assert [r.cut for r in small.ranked] == [True, True] and not small.answerable
+    assert [r.cut for r in large.ranked] == [False, False] and large.answerable
+    assert small.model["reference_accuracy"] == 0.75 and small.model["examples"] == 8
+    # cheaper first: the same value per fewer GPU-hours
+    assert [r.variant for r in large.ranked] == ["lora-r4", "lora-r4-len128"]

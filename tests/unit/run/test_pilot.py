@@ -10,14 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.run.executor import Executor, JobResult
-from flightplan.run.pilot import compare_losses, figures_from_rows, pilot_id, run_pilot
+from flightplan.run.executors.contract import Executor, JobResult
+from flightplan.rows import parse_row
+from flightplan.run.data_check import DataCheckReport, SplitReport
+from flightplan.run.pilot import compare_losses, pilot_id, run_pilot
+from flightplan.tasks.estimate import figures_from_rows
 from flightplan.tasks.loader import load_task
 
 TEXTCLF = load_task("textclf", ".")  # its pilot_examples hook: steps × batch_size (16)
 
-DATA_CHECK = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
-              "lengths": {"mean": 131.5}, "wall_s": 0.5}
+DATA_CHECK = DataCheckReport("ok", 0.5, splits={"train": SplitReport(240), "test": SplitReport(80)},
+                             task_figures={"lengths": {"mean": 131.5}})
+SPLITS = {"n_train": 240, "n_test": 80, "setup_s": 0.5}   # what the data check gives
 
 ROWS = [
     {"step": 0, "event": "truncation", "fraction": 0.2},
@@ -47,8 +51,13 @@ TIMED = [  # a task that logs only its loss and one evaluation; the process star
 ]
 
 
+def _typed(rows):
+    """The rows as the parser gives them (a row without a time stamp is stamped 0 s)."""
+    return [parse_row({"time": 0.0, **row}) for row in rows]
+
+
 def test_generic_figures_by_hand_from_time_stamps():
-    figures = figures_from_rows(TIMED, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+    figures = figures_from_rows(_typed(TIMED), _typed(RESUMED), **SPLITS, pilot_n_train=48, pilot_n_test=8,
                                 started_at=100.0, ended_at=105.0)
     # load: first step row − process start; steps: (0.6 + 0.8) / 2 between step rows
     assert figures.load_s == pytest.approx(2.5) and figures.step_s == pytest.approx(0.7)
@@ -60,8 +69,8 @@ def test_generic_figures_by_hand_from_time_stamps():
 
 
 def test_logged_figures_win_over_time_stamps():
-    figures = figures_from_rows(ROWS, RESUMED, DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
-                                started_at=0.0, ended_at=0.0)
+    figures = figures_from_rows(_typed(ROWS), _typed(RESUMED), **SPLITS, pilot_n_train=48,
+                                pilot_n_test=8, started_at=0.0, ended_at=0.0)
     # steady steps leave out step 0: (0.01 + 0.03) / 2
     assert figures.step_s == pytest.approx(0.02)
     assert (figures.load_s, figures.eval_s, figures.output_s) == (2.5, 0.4, 0.6)
@@ -75,8 +84,9 @@ def test_transfer_figures_from_both_pilot_processes():
             "bytes": 600_000, "wait_s": 0.25, "fetch_s": 0.5, "commit_s": 0.25, "node": "a"}
     again = {"step": 3, "event": "checkpoint_transfer", "name": "step-000003",
              "bytes": 200_000, "wait_s": 0.0, "fetch_s": 0.125, "commit_s": 0.125, "node": "b"}
-    figures = figures_from_rows(ROWS[:8] + [sent] + ROWS[8:], RESUMED + [again], DATA_CHECK,
-                                pilot_n_train=48, pilot_n_test=8, started_at=0.0, ended_at=0.0)
+    figures = figures_from_rows(_typed(ROWS[:8] + [sent] + ROWS[8:]), _typed(RESUMED + [again]),
+                                **SPLITS, pilot_n_train=48, pilot_n_test=8, started_at=0.0,
+                                ended_at=0.0)
     # durable there → durable home: (0.25 + 0.5 + 0.25 + 0 + 0.125 + 0.125) / 2 = 0.625 s;
     # 800 000 bytes moved in 0.75 + 0.25 = 1.0 s
     assert figures.transfer_s == 0.625 and figures.transfer_bytes_per_s == 800_000.0
@@ -87,28 +97,31 @@ def test_transfer_figures_from_both_pilot_processes():
 
 def test_a_missing_figure_is_named():
     with pytest.raises(ValueError, match="no restore_s"):
-        figures_from_rows(ROWS, [], DATA_CHECK, pilot_n_train=48, pilot_n_test=8,
+        figures_from_rows(_typed(ROWS), [], **SPLITS, pilot_n_train=48, pilot_n_test=8,
                           started_at=0.0, ended_at=0.0)
 
 
 def test_losses_compare_bit_for_bit():
-    assert compare_losses(ROWS, RESUMED) == ([1, 2], [])
+    assert compare_losses(_typed(ROWS), _typed(RESUMED)) == ([1, 2], [])
     off_by_one_ulp = math.nextafter(0.75, 1.0)
     resumed = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": off_by_one_ulp},
                {"step": 7, "loss": 0.1}]
-    steps, mismatches = compare_losses(ROWS, resumed)
+    steps, mismatches = compare_losses(_typed(ROWS), _typed(resumed))
     assert steps == [1, 2, 7]
     assert mismatches == [{"step": 2, "uninterrupted": 0.75, "resumed": off_by_one_ulp},
                           {"step": 7, "uninterrupted": None, "resumed": 0.1}]
     # a stop-rule "nan" string equals itself
-    assert compare_losses([{"step": 3, "loss": "nan"}], [{"step": 3, "loss": "nan"}]) == ([3], [])
+    assert compare_losses(_typed([{"step": 3, "loss": "nan"}]),
+                          _typed([{"step": 3, "loss": "nan"}])) == ([3], [])
 
 
 class FakeWorkers(Executor):
     """Writes what the control's worker would: rows, an early checkpoint, a restore."""
 
-    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False):
-        self.drift_at, self.save, self.crash = drift_at, save, crash
+    def __init__(self, *, drift_at: int | None = None, save: bool = True, crash: bool = False,
+                 log: str = "", loss_name: str = "loss"):
+        self.drift_at, self.save, self.crash, self.log = drift_at, save, crash, log
+        self.loss_name = loss_name
         self.trials: list[dict] = []
 
     def run(self, jobs, *, on_start=None, on_done=None, on_progress=None):
@@ -130,8 +143,12 @@ class FakeWorkers(Executor):
                 rows = [dict(r) for r in RESUMED]
                 if self.drift_at is not None:
                     rows[self.drift_at]["loss"] = math.nextafter(rows[self.drift_at]["loss"], 9)
+                rows = [{(self.loss_name if k == "loss" else k): v for k, v in r.items()}
+                        for r in rows]
             with open(job.run_dir / "measurements.jsonl", "w") as out:
-                out.writelines(json.dumps(r) + "\n" for r in rows)
+                out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
+            if self.log:
+                (job.run_dir / "log.txt").write_text(self.log)
             now = time.time()
             results.append(JobResult(job.run_id, job.run_dir, 3 if self.crash else 0, now, now))
         return results
@@ -180,3 +197,40 @@ def test_no_checkpoint_or_a_crash_fails_the_pilot(tmp_path):
     assert not result.ok and "crashed (exit code 3)" in result.message
     assert result.cause == "crashed"
     assert str(Path("runs") / "pilot-control-0123456789" / "log.txt") in result.message
+
+
+def test_a_crash_summary_shows_the_whole_last_line_of_the_error(tmp_path):
+    fix = ("ValueError: batch_size = 0 is not a batch size: give params.batch_size a positive "
+           "number of examples per optimizer step, such as 16, in the run's params of the "
+           "campaign file (the pilot reads it before its first step); see docs/tasks.md")
+    assert len(fix) > 200
+    log = f"Traceback (most recent call last):\n  File \"train.py\", line 3\n{fix}\n\n"
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(crash=True, log=log), steps=3)
+    assert result.cause == "crashed"
+    assert f"crashed (exit code 3: {fix}); see " in result.message
+
+
+def test_a_failed_pilots_folder_is_kept_aside_when_the_pilot_runs_again(tmp_path):
+    failed = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(drift_at=2), steps=3)
+    assert not failed.ok
+    folder = tmp_path / "runs" / pilot_id("control-0123456789")
+    rows = (folder / "resume" / "measurements.jsonl").read_bytes()
+    again = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
+    assert again.ok, again.message
+    kept = folder.with_name(folder.name + ".restarted-1")
+    assert (kept / "resume" / "measurements.jsonl").read_bytes() == rows   # the evidence stays
+    assert sorted(p.name for p in (kept / "checkpoints").iterdir()) == ["step-000001",
+                                                                       "step-000003"]
+    run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF, executor=FakeWorkers(), steps=3)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        folder.name, folder.name + ".restarted-1", folder.name + ".restarted-2"]
+
+
+def test_a_resumed_process_that_logs_no_loss_is_told_what_it_logged(tmp_path):
+    result = run_pilot(CONTROL, tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=FakeWorkers(loss_name="train_loss"), steps=3)
+    assert not result.ok and result.cause == "nothing_compared"
+    assert "logged no loss to compare (its rows hold step_s, train_loss)" in result.message
+    assert "trial.log(step, loss=...)" in result.message

@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from flightplan.run.executor import RunProgress
+from flightplan.run.executors.contract import RunProgress
 from flightplan.run.progress import ProgressBoard, format_stop
 from flightplan.run.status import run_lines
 
@@ -51,3 +51,25 @@ def test_the_end_of_run_table_has_one_line_per_run_with_its_full_id():
         " exploratory",
         "  wild-1     cut              -       0.0  cut at the decision point",
     ]
+
+
+def test_the_interruption_line_names_every_run_in_progress():
+    from flightplan import activity
+    from flightplan.interrupts import StopNotice
+    from flightplan.run.progress import RunActivity
+
+    notice = StopNotice("flightplan run campaign.toml", kept="checkpoints are kept",
+                        again="to resume")
+    running = RunActivity()
+    try:
+        running.update("control-1", "run control-1", RunProgress(step=4, total=8))
+        running.update("lora-2", "run lora-2", RunProgress(step=2, total=8))
+        running.update("control-1", "run control-1", RunProgress(step=5, total=8))
+        assert notice.line() == (
+            "interrupted: flightplan run stopped (run control-1, 6 of 8 steps done; run lora-2, "
+            "3 of 8 steps done); nothing finished was lost: checkpoints are kept; run "
+            "`flightplan run campaign.toml` again to resume")
+        running.ended("control-1")
+        assert activity.current().describe() == "run lora-2, 3 of 8 steps done"
+    finally:
+        activity.clear()

@@ -22,11 +22,31 @@ REPO = Path(__file__).resolve().parents[3]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 
 
+def _campaign(folder: Path):
+    text = (REPO / "examples" / "drug-reviews" / "campaign.toml").read_text(encoding="utf-8")
+    (folder / "campaign.toml").write_text(text, encoding="utf-8")
+    return load_spec(folder / "campaign.toml")
+
+
 @pytest.fixture
 def spec(tmp_path):
-    text = (REPO / "examples" / "drug-reviews" / "campaign.toml").read_text(encoding="utf-8")
-    (tmp_path / "campaign.toml").write_text(text, encoding="utf-8")
-    return load_spec(tmp_path / "campaign.toml")
+    """The drug-review campaign, which has run (its ledger exists)."""
+    Ledger.open(tmp_path).close()
+    return _campaign(tmp_path)
+
+
+def test_a_campaign_that_never_ran_gets_no_ledger_from_a_mark_or_a_note(tmp_path):
+    spec = _campaign(tmp_path)
+    with pytest.raises(ArgumentError, match="the campaign was never run: run `flightplan run`"):
+        mark_stage_start(spec, "review")
+    with pytest.raises(ArgumentError, match="the campaign was never run: run `flightplan run`"):
+        mark_stage_done(spec, "review", took=Duration.parse("2h"))
+    note = subprocess.run([str(FLIGHTPLAN), "note", "review", "took longer", "--spec",
+                           str(spec.source)], capture_output=True, text=True)
+    assert note.returncode == 2 and note.stdout == ""
+    assert note.stderr.startswith("error: ") and len(note.stderr.splitlines()) == 1
+    assert "the campaign was never run: run `flightplan run`" in note.stderr
+    assert not (tmp_path / ".flightplan").exists()          # nothing was created
 
 
 def test_start_then_done_records_one_execution_that_plan_vs_execution_compares(spec):
@@ -35,7 +55,7 @@ def test_start_then_done_records_one_execution_that_plan_vs_execution_compares(s
     assert record == {"name": "review", "started_at": 1000.0, "ended_at": 2800.0,
                       "hours": 0.5, "planned_hours": 0.25}
     with Ledger.open(spec.campaign_dir) as ledger:
-        assert [(r["name"], r["kind"], r["started_at"], r["ended_at"])
+        assert [(r.name, r.kind, r.started_at, r.ended_at)
                 for r in ledger.stage_times()] == [("review", "stage", 1000.0, 2800.0)]
         ledger.freeze_original(plan_campaign(spec).to_json())
         items = {i["name"]: i for i in plan_vs_execution(ledger)["items"]}

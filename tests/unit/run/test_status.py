@@ -168,6 +168,25 @@ def test_the_flights_section_shows_each_package_and_the_hours_left():
         "09:00 (its first run)"]
 
 
+def test_a_lost_flight_and_the_cluster_joined_show_in_text():
+    flights = [{"flight": "0a1b2c3d4e5f (10.0.0.7)", "started_at": at(1, 5, 6, 57),
+                "ends_at": at(4, 5, 6, 57), "source": "first_run", "hours_left": 0.0,
+                "lost_at": at(1, 5, 40, 2), "lost_reason": "ActorDiedError: node died"}]
+    cluster = {"address": "10.0.0.5:6379", "loopback": False, "token": True,
+               "trusted_network": False}
+    lines = status_lines(dict(SNAPSHOT, flights=flights, cluster=cluster), metric="macro_f1",
+                         width=120, now=NOW)
+    assert lines[1] == "ray cluster 10.0.0.5:6379: token authentication, reachable from the network"
+    start = lines.index("flights (packages)")
+    assert lines[start + 1:start + 2] == [
+        "  0a1b2c3d4e5f (10.0.0.7)  lost  at 05:40:02  started 05:06:57 (its first run)  "
+        "ActorDiedError: node died"]
+    open_one = dict(cluster, token=False, trusted_network=True)
+    assert status_lines(dict(SNAPSHOT, cluster=open_one), metric="macro_f1", width=120,
+                        now=NOW)[1] == ("ray cluster 10.0.0.5:6379: no token authentication, "
+                                        "network stated trusted (--trusted-network)")
+
+
 def test_last_events_are_shown_in_time_order():
     # a run's checkpoint event reaches the ledger when the run ends, after a later start
     late = {"at": at(1, 5, 7, 10), "run_id": "lora-r4-d38c81b171", "kind": "checkpoint_saved"}
@@ -176,3 +195,21 @@ def test_last_events_are_shown_in_time_order():
     shown = lines[lines.index("last events") + 1:]
     kinds = [line.split()[-1] for line in shown if line.strip()]
     assert kinds[-3:] == ["data_check", "checkpoint_saved", "started"]
+
+
+def test_one_long_run_id_at_80_columns_leaves_the_header_and_the_other_runs_whole():
+    long_id = "lora-r4-with-a-very-long-descriptive-name-f00dfeed01"       # 51 characters
+    runs = SNAPSHOT["runs"][:2] + [dict(SNAPSHOT["runs"][3], run_id=long_id, name="long",
+                                        status="pending")]
+    lines = status_lines(dict(SNAPSHOT, runs=runs), metric="macro_f1", width=80, now=NOW)
+    start = lines.index("runs")
+    assert lines[start:start + 9] == [
+        "runs",
+        "  RUN ID                  STATUS    MACRO_F1  WALL (s)  STARTED",
+        " essential",
+        "  control-2c7856a97f      finished    0.2989       7.9  05:07:19",
+        f"  {long_id}",
+        "    pending          -       0.0  05:07:27",
+        " exploratory",
+        "  control-nan-0123456789  stopped          -       3.1  2026-11-30 23:59",
+        "    non_finite_loss at step 3: loss is nan at step 3; the run stopped before it…"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.run.trial import Trial
+from flightplan.trial.trial import Trial
 from flightplan.tasks.loader import load_task
 from flightplan.tasks.reload import NO_RELOAD_HOOK, main, reload_argv
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 import subprocess
 import sys
@@ -17,8 +18,8 @@ from safetensors.torch import load_file
 
 from flightplan.corpus import load_corpus
 from flightplan.errors import SpecError, TrialStopped, VerificationFailed
-from flightplan.run.device import grad_scaler
-from flightplan.run.trial import Trial
+from flightplan.trial import grad_scaler
+from flightplan.trial.trial import Trial
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
 from flightplan.tasks.textclf.inference import (EVAL_BATCH, collate, encode_split,
@@ -136,6 +137,42 @@ def test_a_base_with_another_hash_is_refused(lora_run, tmp_path):
     assert predict_main([str(artifact), "--out", str(tmp_path / "x.csv")]) == 1
     predictor = load_artifact(lora_run / "artifact")          # the untouched one loads
     assert predictor.labels == ["negative", "neutral", "positive"]
+
+
+def test_an_artifact_cannot_make_a_reload_import_a_module_that_ships_no_model(lora_run,
+                                                                              tmp_path):
+    """artifact.json names the base model's package, and a reload (as untrusted `verify`
+    runs it) imports that package: an installed package that is not a base model (here one
+    that leaves a mark when imported) is refused from its file list, never imported."""
+    from flightplan.tasks.reload import reload_argv
+
+    site = tmp_path / "site"
+    (site / "planted_pkg").mkdir(parents=True)
+    (site / "planted_pkg" / "__init__.py").write_text(
+        "import os\nopen(os.environ['PLANTED_MARK'], 'w').write('imported')\n")
+    info = site / "planted_pkg-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-pkg\nVersion: 1.0\n")
+    (info / "RECORD").write_text("planted_pkg/__init__.py,,\nplanted_pkg-1.0.dist-info/RECORD,,\n")
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    config = json.loads((lora_run / "artifact" / "artifact.json").read_text())
+    config["base_model"]["package"] = config["base_revision"]["package"] = "planted-pkg"
+    (artifact / "artifact.json").write_text(json.dumps(config))
+    (artifact / "model.safetensors").write_bytes((lora_run / "artifact" / "model.safetensors")
+                                                 .read_bytes())
+    mark = tmp_path / "imported.txt"
+    env = dict(os.environ, PYTHONPATH=str(site), PLANTED_MARK=str(mark))
+    done = subprocess.run(reload_argv("textclf", str(artifact), str(tmp_path / "out.csv")),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "'planted-pkg' is not a base-model package: its files hold no planted_pkg/ with " \
+           "model.safetensors and config.json" in done.stderr
+    assert not mark.exists()                             # nothing of it ran
+    from flightplan.tasks.textclf.model import model_dir
+    with pytest.raises(SpecError, match="'os' is not an installed package"):
+        model_dir(BaseModelSection(package="os"))
+    assert model_dir(BaseModelSection(**BASE)).joinpath("config.json").is_file()
 
 
 def test_predict_finds_a_path_corpus_above_the_artifact(lora_run, tmp_path):
@@ -310,6 +347,39 @@ def test_batched_predictions_agree_with_one_at_a_time_in_training_and_on_reload(
     trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
     assert [r["predicted"] for r in rows] == [predictor.labels[i] for i in single.argmax(1).tolist()]
     assert (trained - single).abs().max().item() <= 1e-5
+
+
+SAVE_IN_A_CHILD = """
+import json, sys
+from pathlib import Path
+from peft import LoraConfig
+from test_textclf import LORA, _trial
+from flightplan.tasks.textclf import train
+
+modules = ["value", "query", "key", "dense"]
+train(_trial(Path(sys.argv[1]), dict(LORA, epochs=1, adapter=dict(LORA["adapter"],
+                                                                   target_modules=modules))))
+print(json.dumps(list(LoraConfig(target_modules=modules).target_modules)))
+"""
+
+
+def test_a_lora_artifact_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
+    artifacts, orders = [], []
+    for seed in ("1", "6"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "HF_HUB_OFFLINE": "1",
+               "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
+                                              os.environ.get("PYTHONPATH", "")])}
+        run_dir = tmp_path / f"seed-{seed}"
+        done = subprocess.run([sys.executable, "-c", SAVE_IN_A_CHILD, str(run_dir)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        orders.append(json.loads(done.stdout.splitlines()[-1]))
+        artifacts.append(run_dir / "artifact")
+    assert orders[0] != orders[1]           # PEFT's set iterates in another order in each
+    names = sorted(p.name for p in artifacts[0].iterdir())
+    assert names == ["artifact.json", "model.safetensors"]
+    for name in names:
+        assert (artifacts[0] / name).read_bytes() == (artifacts[1] / name).read_bytes(), name
 
 
 def test_fp16_without_a_gpu_is_refused_naming_the_field(tmp_path, monkeypatch):

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
+
+from flightplan.rows import Restore, parse_row
+from flightplan.tasks.estimate import PilotFigures, figures_from_rows
+from flightplan.tasks.estimate import estimate_run_seconds as generic_estimate
 from flightplan.tasks.textclf.cost_model import (EncoderFigures, RunShape, encoder_figures,
                                                  estimate_run_seconds, forward_seconds)
 
 # slope of the forward line: (0.8 − 0.2) / (4096 − 1024) = 1.953125e-4 s per token;
 # one test example alone: (20 − 6 − 2) / 32 = 0.375 s
-FIGURES = EncoderFigures(max_length=128, n_train=600, n_test=300, pilot_n_train=192,
-                       pilot_n_test=32, setup_s=2.0, load_s=20.0, encode_total_s=6.0,
-                       short_tokens=1024.0, short_fwd_s=0.2, long_tokens=4096.0,
-                       long_fwd_s=0.8, head_step_s=0.01, head_eval_s=0.1, mean_len=150.0,
-                       save_stall_s=0.2, persist_s=1.0, restore_s=2.0, output_s=3.0)
+PILOT = PilotFigures(n_train=600, n_test=300, pilot_n_train=192, pilot_n_test=32, setup_s=2.0,
+                     load_s=20.0, step_s=0.01, eval_s=0.1, save_stall_s=0.2, persist_s=1.0,
+                     restore_s=2.0, output_s=3.0, pilot_steps=12, planned_steps=114)
+FIGURES = EncoderFigures(pilot=PILOT, max_length=128, encode_total_s=6.0,
+                         short_tokens=1024.0, short_fwd_s=0.2, long_tokens=4096.0,
+                         long_fwd_s=0.8, mean_len=150.0)
 CONTROL = RunShape("control", "essential", 128, 16, 3, trains_encoder=False)
 LORA = RunShape("lora-r8", "essential", 128, 16, 3, trains_encoder=True)
 LORA_256 = RunShape("lora-r8-len256", "useful", 256, 16, 3, trains_encoder=True)
@@ -24,10 +30,10 @@ def test_forward_time_is_the_line_through_short_and_long_batches():
     assert forward_seconds(4096, FIGURES) == pytest.approx(0.8)
     assert forward_seconds(7168, FIGURES) == pytest.approx(1.4)        # extrapolated
     assert forward_seconds(512, FIGURES) == pytest.approx(0.1)         # 0.2 · 512 / 1024
-    flat = EncoderFigures(**{**FIGURES.to_json(), "long_tokens": 1024.0, "long_fwd_s": 0.2})
+    flat = replace(FIGURES, long_tokens=1024.0, long_fwd_s=0.2)
     assert forward_seconds(2048, flat) == pytest.approx(0.4)           # proportional
     # noise: the long batches ran faster; pooled 1.0 s per 5120 tokens
-    noisy = EncoderFigures(**{**FIGURES.to_json(), "short_fwd_s": 0.6, "long_fwd_s": 0.4})
+    noisy = replace(FIGURES, short_fwd_s=0.6, long_fwd_s=0.4)
     assert forward_seconds(1024, noisy) == pytest.approx(0.2)
 
 
@@ -69,7 +75,7 @@ def test_long_inputs_cost_more_tokens_steps_and_evaluation():
 
 
 def test_steps_compute_the_tokens_the_inputs_keep():
-    kept = EncoderFigures(**{**FIGURES.to_json(), "kept_len": {128: 96.0, 256: 112.0}})
+    kept = replace(FIGURES, kept_len={128: 96.0, 256: 112.0})
     est = estimate_run_seconds(LORA_256, kept, tolerated_loss_s=60)
     # 16 · 112 = 1792 tokens → 0.2 + 768 · 1.953125e-4 = 0.35 s forward → 1.05 s/step
     assert est["tokens_per_batch"] == 1792.0 and est["step_s"] == pytest.approx(1.05)
@@ -90,7 +96,8 @@ def test_mean_time_between_interruptions_shortens_the_interval():
 
 
 def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_total():
-    est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, transfer_s=27.0)
+    remote = replace(FIGURES, pilot=replace(PILOT, transfer_s=27.0))
+    est = estimate_run_seconds(LORA, remote, tolerated_loss_s=60)
     # L − D − X − R = 60 − 1 − 27 − 2 = 30 s; saves 1 + floor(136.8 / 30) = 5 → 1.0 s
     assert est["interval_s"] == 30.0 and est["checkpoints"] == 5
     assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.0 + 3)
@@ -107,10 +114,8 @@ def test_batch_size_changes_steps_and_tokens():
     assert est["total_s"] == pytest.approx(2 + 45.6 + 112.5 + 0.2 + 3)
 
 
-
-
 def test_encoder_figures_by_hand():
-    rows = [
+    rows = [parse_row({"time": 1.0, **row}) for row in [
         {"step": 0, "encode_s": 0.30, "tokens": 32 * 40, "seq_len": 40},
         {"step": 0, "encode_s": 0.10, "tokens": 32 * 10, "seq_len": 10},
         {"step": 0, "encode_s": 0.50, "tokens": 32 * 64, "seq_len": 64},
@@ -123,23 +128,43 @@ def test_encoder_figures_by_hand():
         {"step": 2, "loss": 0.75, "step_s": 0.03, "seq_len": 64},
         {"step": 2, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.4},
         {"step": 2, "output_s": 0.6},
-    ]
-    resumed = [{"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.7}]
+    ]]
+    resumed = [Restore(1, 1.0, source="step-000001", restore_s=0.7)]
     check = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
              "lengths": {"mean": 131.5}, "wall_s": 0.5,
              "truncation": [{"max_length": 64, "truncated": 200, "total": 320, "fraction": 0.625,
                              "kept_mean": 58.25, "runs": ["control"]}]}
-    figures = encoder_figures(rows, resumed, check, pilot_n_train=48, pilot_n_test=8)
+    pilot = figures_from_rows(rows, resumed, n_train=240, n_test=80, setup_s=0.5,
+                              pilot_n_train=48, pilot_n_test=8, started_at=0.0, ended_at=2.0)
+    figures = encoder_figures(rows, pilot, check)
     # encode batches without the first logged (1280 tokens, warm-up), sorted by tokens:
     # 320 | 640, 2048
     assert (figures.short_tokens, figures.short_fwd_s) == (320.0, pytest.approx(0.1))
     assert (figures.long_tokens, figures.long_fwd_s) == (1344.0, pytest.approx(0.35))
     assert figures.encode_total_s == pytest.approx(1.1)         # the pass, warm-up included
     assert figures.max_length == 64
-    assert figures.head_step_s == pytest.approx(0.02)
-    assert (figures.load_s, figures.head_eval_s, figures.output_s) == (2.5, 0.4, 0.6)
-    assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)
-    assert (figures.n_train, figures.n_test, figures.mean_len) == (240, 80, 131.5)
+    # the generic figures, read once by the runner, are the ones the model uses
+    assert figures.pilot is pilot
+    assert pilot.step_s == pytest.approx(0.02)
+    assert (pilot.load_s, pilot.eval_s, pilot.output_s) == (2.5, 0.4, 0.6)
+    assert (pilot.save_stall_s, pilot.persist_s, pilot.restore_s) == (0.02, 0.3, 0.7)
+    assert (pilot.n_train, pilot.n_test, figures.mean_len) == (240, 80, 131.5)
     assert figures.kept_len == {64: 58.25} and figures.kept(64) == 58.25
     # one test example alone: (2.5 − 1.1 − 0.5) / 8
     assert figures.one_example_s == pytest.approx(0.1125)
+
+
+def test_the_control_and_the_generic_re_estimate_share_one_formula():
+    # same pilot (X = 4 s from a flight), same 114 steps of the head's 0.01 s: the two models
+    # differ only in what loading and evaluating cost, never in steps, saves or transfers
+    remote = replace(FIGURES, pilot=replace(PILOT, transfer_s=4.0))
+    textclf = estimate_run_seconds(CONTROL, remote, tolerated_loss_s=60, mtbi_s=500)
+    generic = generic_estimate(remote.pilot, steps=114, tolerated_loss_s=60, mtbi_s=500)
+    shared = ("steps", "step_s", "train_s", "interval_s", "checkpoints", "checkpoint_s",
+              "output_s", "transfer_s")
+    assert {k: textclf[k] for k in shared} == {k: generic[k] for k in shared}
+    # Young with X: √(2 · 0.2 · 500) ≈ 14.1 s; one save in 1.14 s of training, 4 s home
+    assert textclf["checkpoints"] == 1 and textclf["transfer_s"] == 4.0
+    for est in (textclf, generic):
+        assert est["total_s"] == pytest.approx(est["load_s"] + est["train_s"] + est["eval_s"]
+                                               + est["checkpoint_s"] + est["output_s"])

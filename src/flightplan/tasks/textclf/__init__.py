@@ -8,6 +8,7 @@ adapters plus the head. See :mod:`.model` for the params, :mod:`.loop` for the t
 One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
 
     CODE_VERSION                                  # stands for the code in run ids
+    PREDICTION_COLUMNS                            # the columns of its predictions.csv
     train(trial)                                  # trains, evaluates, writes outputs
     reload_predictions(artifact_dir, out, *, campaign_dir, limit)   # in a fresh process
     base_revision(base_model, params)             # {package, version, weights_sha256, ...}
@@ -25,7 +26,7 @@ from typing import Any, Mapping
 
 from flightplan.tasks.textclf.cost_model import pilot_examples
 
-__all__ = ["CODE_VERSION", "train", "reload_predictions", "base_revision", "data_check",
+__all__ = ["CODE_VERSION", "PREDICTION_COLUMNS", "train", "reload_predictions", "base_revision", "data_check",
            "load_artifact", "estimate_run", "pilot_examples"]
 
 CODE_VERSION = "3"
@@ -37,12 +38,16 @@ and the control's embedding passes in length-sorted batches cut where padding wo
 more than a call (probabilities move in the last float32 bits). Training steps keep the
 padded batch and its dropout masks."""
 
+PREDICTION_COLUMNS = ("example_id", "gold", "predicted", "n_tokens", "truncated", "prob_*")
+"""The columns of its predictions.csv (:mod:`flightplan.tasks.protocol`): ``prob_<label>``
+one per class, in the model's label order (:mod:`.inference` writes them)."""
+
 
 def train(trial: Any) -> None:
     """Train one textclf run (:func:`flightplan.tasks.textclf.loop.train`)."""
     from flightplan.tasks.textclf.loop import train as train_loop
 
-    train_loop(trial)
+    train_loop(trial, code_version=CODE_VERSION)
 
 
 def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir: Path | None = None,

@@ -33,6 +33,7 @@ import torch
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.corpus import Example
 from flightplan.errors import VerificationFailed
+from flightplan.findings import Finding
 from flightplan.spec import BaseModelSection
 from flightplan.tasks.textclf.inference import EncodedSplit, encode_split, predict_probabilities
 from flightplan.tasks.textclf.model import (TaskParams, TextClassifier, base_revision,
@@ -120,9 +121,9 @@ class Predictor:
         return [self.labels[i] for i in probs.argmax(dim=1).tolist()]
 
 
-def _refuse(artifact_dir: Path, message: str, **finding: Any) -> VerificationFailed:
+def _refuse(artifact_dir: Path, message: str) -> VerificationFailed:
     return VerificationFailed(f"{artifact_dir}: {message}",
-                              findings=[{"path": str(artifact_dir), "message": message, **finding}])
+                              findings=[Finding("reload", str(artifact_dir), message)])
 
 
 def load_artifact(artifact_dir: Path | str) -> Predictor:
@@ -158,8 +159,7 @@ def load_artifact(artifact_dir: Path | str) -> Predictor:
                       f"base model {section.package} {current['version']} has weights sha256 "
                       f"{current['weights_sha256']} but the artifact was trained on "
                       f"{recorded.get('weights_sha256')} ({recorded.get('package')} "
-                      f"{recorded.get('version')}); install that exact base model",
-                      expected=recorded.get("weights_sha256"), actual=current["weights_sha256"])
+                      f"{recorded.get('version')}); install that exact base model")
     try:
         state = load_file(str(artifact_dir / ARTIFACT_WEIGHTS))
     except (OSError, SafetensorError) as exc:

@@ -5,11 +5,14 @@ The hooks ``estimate_run`` and ``pilot_examples`` of the task protocol
 (:mod:`flightplan.run.decision`) calls them through the loaded task.
 
 The pilot is a short run of the control on the first examples of the corpus
-(``textclf``: a frozen encoder embeds the pilot's ``n'_train`` training examples and its
-``n'_test`` test examples in length-sorted batches, then a linear head trains). It
-measures the encoder's forward time on those batches (``encode_s`` rows: short and long
-inputs), the load, the head's step time, an evaluation, checkpoint costs and output
-writing. A run on the whole corpus is re-estimated as (seconds)::
+(``textclf``: a frozen encoder embeds the pilot's ``n'_train`` training examples and
+its ``n'_test`` test examples in length-sorted batches, then a linear head trains). The
+runner reads its generic figures once (:class:`~flightplan.tasks.estimate.PilotFigures`:
+the load, the head's step time, an evaluation, checkpoint costs, output writing); this
+model adds what only textclf logs: the encoder's forward time on length-sorted batches
+(``encode_s`` rows: short and long inputs). A run on the whole corpus is re-estimated as
+(seconds; the last lines are the formula every re-estimate shares,
+:func:`flightplan.tasks.estimate.run_seconds`)::
 
     fwd_s(T)   = f1 + (T − t1) · (f2 − f1) / (t2 − t1)    forward time of a batch of T ≥ t1
                  computed tokens: the line through the pilot's short (t1, f1) and long
@@ -22,13 +25,13 @@ writing. A run on the whole corpus is re-estimated as (seconds)::
     steps      = ceil(n_train / B) · epochs
     saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
                  C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
-                 (run/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D;
+                 (trial/interval.py: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D;
                  X: the pilot's transfer time home per checkpoint, 0 when it ran at home)
 
     frozen encoder (control):
         load_s  = setup_s + Σ encode_s · n_train / n'_train + n_test · one_s
-        train_s = steps · head_step_s
-        eval_s  = epochs · head_eval_s · n_test / n'_test
+        train_s = steps · step_s                     the pilot's steady (head) step time
+        eval_s  = epochs · eval_s · n_test / n'_test   the pilot's evaluation, scaled
     trained encoder (adapter):
         load_s  = setup_s
         train_s = steps · 3 · fwd_s(B · kept(L))        forward + backward ≈ 3 forwards
@@ -53,10 +56,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from flightplan.run.decision import require_figure
-from flightplan.run.interval import choose_interval
+from flightplan.rows import Measurement, Row
+from flightplan.tasks.estimate import PilotFigures, mean_or_zero, require_figure, run_seconds
 
 __all__ = ["EncoderFigures", "RunShape", "TRAIN_FORWARDS", "DEFAULT_BATCH_SIZE",
            "forward_seconds", "estimate_run_seconds", "encoder_figures", "run_shape",
@@ -68,48 +71,31 @@ DEFAULT_BATCH_SIZE = 16
 
 @dataclass(frozen=True)
 class EncoderFigures:
-    """What textclf's pilot of the control measured (seconds, tokens, examples).
+    """What textclf's pilot of the control measured (seconds, tokens, examples): the generic
+    figures and the encoder's own.
 
     Attributes:
+        pilot: the generic figures (``step_s`` is the head's steady step time, ``eval_s``
+            one evaluation of the control on the pilot's test examples, ``load_s`` setup,
+            model and both embedding passes, ``setup_s`` the data check's wall time).
         max_length: the control's max_length ``L0`` (tokens).
-        n_train, n_test: examples in the campaign's training and test sets.
-        pilot_n_train, pilot_n_test: the pilot's (the first examples of each).
-        setup_s: the data check's wall time (corpus and tokenizer work of a run's start).
-        load_s: the pilot's load: setup, model, both embedding passes.
         encode_total_s: the training set's embedding pass alone (Σ ``encode_s``).
         short_tokens, short_fwd_s: mean computed tokens and forward time of the shorter
             half of the encoder batches.
         long_tokens, long_fwd_s: the same for the longer half.
-        head_step_s: the control's steady step time (first step left out).
-        head_eval_s: one evaluation of the control on the pilot's test examples.
         mean_len: mean untruncated input length (tokens) from the data check.
         kept_len: the data check's ``kept_mean`` by ``max_length`` (tokens an input keeps
             when cut there); lengths it lacks fall back to ``min(mean_len, max_length)``.
-        save_stall_s: ``C``, the loop's stall per checkpoint.
-        persist_s: ``D``, until a checkpoint is durable.
-        restore_s: ``R``, to restore a checkpoint in a new process.
-        output_s: writing predictions, metrics and the artifact.
     """
 
+    pilot: PilotFigures
     max_length: int
-    n_train: int
-    n_test: int
-    pilot_n_train: int
-    pilot_n_test: int
-    setup_s: float
-    load_s: float
     encode_total_s: float
     short_tokens: float
     short_fwd_s: float
     long_tokens: float
     long_fwd_s: float
-    head_step_s: float
-    head_eval_s: float
     mean_len: float
-    save_stall_s: float
-    persist_s: float
-    restore_s: float
-    output_s: float
     kept_len: Mapping[int, float] = field(default_factory=dict)
 
     def kept(self, max_length: int) -> float:
@@ -119,8 +105,9 @@ class EncoderFigures:
     @property
     def one_example_s(self) -> float:
         """``one_s``: embedding one test example alone (s), from the pilot's load."""
-        rest = self.load_s - self.encode_total_s - self.setup_s
-        return max(0.0, rest) / self.pilot_n_test if self.pilot_n_test else 0.0
+        p = self.pilot
+        rest = p.load_s - self.encode_total_s - p.setup_s
+        return max(0.0, rest) / p.pilot_n_test if p.pilot_n_test else 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a JSON object (keys as the attribute names)."""
@@ -159,98 +146,65 @@ def forward_seconds(tokens: float, figures: EncoderFigures) -> float:
 
 
 def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_loss_s: float,
-                         mtbi_s: float | None = None, transfer_s: float = 0.0
-                         ) -> dict[str, float]:
-    """Re-estimate one run from the pilot (formula in the module docstring).
-
-    Args:
-        transfer_s: X, seconds per checkpoint to come home from a flight (0.0: at home).
+                         mtbi_s: float | None = None) -> dict[str, float]:
+    """Re-estimate one run from the pilot (formula in the module docstring); the transfer
+    time home per checkpoint X is the pilot's (0.0 when it ran at home).
 
     Returns:
-        ``{steps, tokens_per_batch, step_s, train_s, eval_s, interval_s, checkpoints,
-        checkpoint_s, load_s, output_s, total_s, transfer_s}`` (seconds, counts, tokens);
-        ``eval_s`` is the sum over the run's evaluations; ``transfer_s`` the run's total
-        transfer time home, not part of ``total_s``.
+        :func:`flightplan.tasks.estimate.run_seconds`' keys and ``tokens_per_batch``;
+        ``eval_s`` is the sum over the run's evaluations.
     """
-    steps = math.ceil(figures.n_train / shape.batch_size) * shape.epochs
+    p = figures.pilot
+    steps = math.ceil(p.n_train / shape.batch_size) * shape.epochs
     one_s = figures.one_example_s
     if shape.trains_encoder:
         tokens = shape.batch_size * figures.kept(shape.max_length)
         step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
         reference = figures.kept(figures.max_length)
         length_ratio = figures.kept(shape.max_length) / reference if reference else 1.0
-        load_s = figures.setup_s
-        one_eval = figures.n_test * one_s * length_ratio
+        load_s = p.setup_s
+        one_eval = p.n_test * one_s * length_ratio
     else:
         tokens = 0.0
-        step_s = figures.head_step_s
-        load_s = (figures.setup_s + figures.n_test * one_s + figures.encode_total_s
-                  * figures.n_train / max(1, figures.pilot_n_train))
-        one_eval = figures.head_eval_s * figures.n_test / max(1, figures.pilot_n_test)
-    train_s = steps * step_s
-    eval_s = shape.epochs * one_eval
-    interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
-                               restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
-                               mtbi_s=mtbi_s, transfer_s=transfer_s).interval_s
-    checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
-    checkpoint_s = checkpoints * figures.save_stall_s
-    total = load_s + train_s + eval_s + checkpoint_s + figures.output_s
-    return {"steps": steps, "tokens_per_batch": tokens, "step_s": step_s, "train_s": train_s,
-            "eval_s": eval_s, "interval_s": interval, "checkpoints": checkpoints,
-            "checkpoint_s": checkpoint_s, "load_s": load_s, "output_s": figures.output_s,
-            "total_s": total, "transfer_s": checkpoints * transfer_s}
+        step_s = p.step_s
+        load_s = (p.setup_s + p.n_test * one_s + figures.encode_total_s
+                  * p.n_train / max(1, p.pilot_n_train))
+        one_eval = p.eval_s * p.n_test / max(1, p.pilot_n_test)
+    return run_seconds(p, steps=steps, step_s=step_s, load_s=load_s,
+                       eval_s=shape.epochs * one_eval, tolerated_loss_s=tolerated_loss_s,
+                       mtbi_s=mtbi_s) | {"tokens_per_batch": tokens}
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
-def encoder_figures(rows: list[dict[str, Any]], resumed_rows: list[dict[str, Any]],
-                      data_check: dict[str, Any], *, pilot_n_train: int,
-                      pilot_n_test: int) -> EncoderFigures:
-    """The pilot's figures from its measurement rows (see :class:`EncoderFigures`).
+def encoder_figures(rows: Sequence[Row], figures: PilotFigures,
+                    data_check: Mapping[str, Any]) -> EncoderFigures:
+    """The encoder's figures from the pilot's measurement rows, beside the generic
+    ``figures`` the runner read from the same rows (see :class:`EncoderFigures`).
 
     Short and long inputs: the ``encode_s`` batches but the first one logged (warm-up),
     sorted by ``tokens``, the shorter half and the longer half (the middle batch of an odd
-    count goes to the longer half). Steady step time: the mean ``step_s`` without the
-    first step; ``max_length``: the steps' ``seq_len`` (the control logs its max_length).
-    C and D: means over the ``checkpoint`` rows; R: the resumed process's ``restore`` row.
-    ``n_train``, ``n_test``, ``mean_len``, ``kept_len`` (the ``truncation`` entries'
-    ``kept_mean``) and ``setup_s`` (its wall time) come from the data check;
-    ``pilot_n_train``/``pilot_n_test`` are the pilot's corpus limits.
+    count goes to the longer half). ``max_length``: the steps' ``seq_len`` (the control
+    pads to it). ``mean_len`` and ``kept_len`` (the
+    ``truncation`` entries' ``kept_mean``) come from the data check.
 
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
     """
-    logged = [(r["tokens"], r["encode_s"]) for r in rows if "encode_s" in r]
+    measured = [r for r in rows if isinstance(r, Measurement)]
+    logged = [(r.values["tokens"], r.values["encode_s"]) for r in measured
+              if "encode_s" in r.values]
     encode = sorted(logged[1:] or logged, key=lambda pair: pair[0])
     half = len(encode) // 2
     short, long = (encode[:half] or encode), encode[half:]
-    steps = sorted(((r["step"], r["step_s"]) for r in rows
-                    if "step_s" in r and "event" not in r), key=lambda pair: pair[0])
-    steady = [s for _, s in steps[1:]] or [s for _, s in steps]
-    saves = [r for r in rows if r.get("event") == "checkpoint"]
-    restores = [r["restore_s"] for r in resumed_rows
-                if r.get("event") == "restore" and r.get("restore_s") is not None]
-    splits = data_check.get("splits", {})
     return EncoderFigures(
-        max_length=int(require_figure("seq_len", [r["seq_len"] for r in rows
-                                          if "step_s" in r and "seq_len" in r])[0]),
-        n_train=int(splits.get("train", {}).get("rows", 0)),
-        n_test=int(splits.get("test", {}).get("rows", 0)),
-        pilot_n_train=pilot_n_train, pilot_n_test=pilot_n_test,
-        setup_s=float(data_check.get("wall_s", 0.0)),
-        load_s=require_figure("load_s", [r["load_s"] for r in rows if "load_s" in r])[0],
+        pilot=figures,
+        max_length=int(require_figure("seq_len", [r.values["seq_len"] for r in measured
+                                          if "step_s" in r.values and "seq_len" in r.values])[0]),
         encode_total_s=sum(e for _, e in logged),
-        short_tokens=_mean([t for t, _ in short]), short_fwd_s=_mean([e for _, e in short]),
-        long_tokens=_mean([t for t, _ in long]), long_fwd_s=_mean([e for _, e in long]),
-        head_step_s=_mean(require_figure("step_s", steady)),
-        head_eval_s=_mean(require_figure("eval_s", [r["eval_s"] for r in rows if "eval_s" in r])),
+        short_tokens=mean_or_zero([t for t, _ in short]),
+        short_fwd_s=mean_or_zero([e for _, e in short]),
+        long_tokens=mean_or_zero([t for t, _ in long]),
+        long_fwd_s=mean_or_zero([e for _, e in long]),
         mean_len=float(data_check.get("lengths", {}).get("mean", 0.0)),
-        save_stall_s=_mean(require_figure("checkpoint stall_s", [r["stall_s"] for r in saves])),
-        persist_s=_mean([r["persist_s"] for r in saves]),
-        restore_s=require_figure("restore_s", restores)[0],
-        output_s=sum(r["output_s"] for r in rows if "output_s" in r),
         kept_len={int(t["max_length"]): float(t["kept_mean"])
                   for t in data_check.get("truncation", []) if "kept_mean" in t})
 
@@ -274,21 +228,18 @@ def pilot_examples(params: Mapping[str, Any], steps: int) -> int:
 
 def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str, Any], *,
                  tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, float]:
-    """Hook: one run's re-estimate (:func:`estimate_run_seconds`) from the pilot's rows.
+    """Hook: one run's re-estimate (:func:`estimate_run_seconds`) from the pilot.
 
     Args:
-        pilot: the pilot's measurements (``rows``, ``resumed_rows``, ``figures`` with
-            ``pilot_n_train``/``pilot_n_test``/``transfer_s``).
-        data_check: the data check's report (rows per split, mean length, wall time).
+        pilot: the pilot (:class:`~flightplan.tasks.estimate.PilotRecord`: its generic
+            ``figures`` and its ``rows``).
+        data_check: the data check's report (mean length).
         params: the run's params.
         tolerated_loss_s, mtbi_s: the campaign's checkpoint policy (seconds).
 
     Raises:
         ValueError: the pilot logged no figure the model needs (named).
     """
-    figures = encoder_figures(pilot.rows, pilot.resumed_rows, data_check,
-                              pilot_n_train=pilot.figures.pilot_n_train,
-                              pilot_n_test=pilot.figures.pilot_n_test)
+    figures = encoder_figures(pilot.rows, pilot.figures, data_check)
     return estimate_run_seconds(run_shape("run", "", params), figures,
-                                tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s,
-                                transfer_s=pilot.figures.transfer_s)
+                                tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
 
 from flightplan.durable import write_atomic
 from flightplan.corpus import Example
@@ -91,7 +91,8 @@ def encode_split(tokenizer: Any, examples: Sequence[Example], labels: Sequence[s
         cut = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
     else:
         full, cut = [], []
-    return EncodedSplit(ids=[e.id for e in examples], gold=[index.get(e.label, -1) for e in examples],
+    gold = [-1 if e.label is None else index.get(e.label, -1) for e in examples]
+    return EncodedSplit(ids=[e.id for e in examples], gold=gold,
                         input_ids=[list(ids) for ids in cut], n_tokens=[len(ids) for ids in full],
                         max_length=max_length, pad_id=int(tokenizer.pad_token_id or 0))
 
@@ -228,14 +229,17 @@ def classification_metrics(gold: Sequence[int], predicted: Sequence[int],
                            labels: Sequence[str]) -> dict[str, Any]:
     """``{accuracy, macro_f1, per_class: {label: {precision, recall, f1, support}},
     labels, n_test}`` by scikit-learn (zero_division=0: a class never predicted has
-    precision 0). Macro-F1 is the unweighted mean of the per-class F1 over ``labels``."""
+    precision 0). ``per_class`` lists every one of ``labels``; macro-F1 is
+    ``f1_score(average="macro")`` with scikit-learn's default labels (those gold or
+    predicted at least once; a gold of -1, no label, is a class of its own), the value
+    close computes from ``predictions.csv``."""
     indices = list(range(len(labels)))
     if not gold:
         return {"accuracy": 0.0, "macro_f1": 0.0, "per_class": {}, "labels": list(labels), "n_test": 0}
     precision, recall, f1, support = precision_recall_fscore_support(
         gold, predicted, labels=indices, zero_division=0)
     return {"accuracy": float(accuracy_score(gold, predicted)),
-            "macro_f1": float(sum(f1) / len(f1)),
+            "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
             "per_class": {label: {"precision": float(precision[i]), "recall": float(recall[i]),
                                   "f1": float(f1[i]), "support": int(support[i])}
                           for i, label in enumerate(labels)},

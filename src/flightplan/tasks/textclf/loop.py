@@ -9,7 +9,7 @@
    embeddings are a pure function of corpus and base weights. LoRA: the adapters and
    head train through the encoder, each batch padded to its longest input, the
    encoder's linear layers computing its real tokens only (:class:`TrainStep`).
-   Everything runs on the run's device (:func:`flightplan.run.device.device`: the GPU the
+   Everything runs on the run's device (:func:`flightplan.trial.accelerator.device`: the GPU the
    executor gave the run, else the CPU), deterministic on CUDA too; ``params.precision``
    puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
@@ -42,7 +42,7 @@ from torch import nn
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import SpecError
-from flightplan.run.device import autocast, device, grad_scaler, set_deterministic
+from flightplan.trial import autocast, device, grad_scaler, set_deterministic
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
 from flightplan.tasks.textclf.data import read_corpus
@@ -173,8 +173,9 @@ def _evaluate(trial: Any, model: TextClassifier, step: int, test: EncodedSplit, 
     return probs, metrics
 
 
-def train(trial: Any) -> None:
-    """Train one run of ``textclf`` under ``trial`` and write its outputs.
+def train(trial: Any, *, code_version: str) -> None:
+    """Train one run of ``textclf`` under ``trial`` and write its outputs (``code_version``:
+    the task's ``CODE_VERSION``, recorded in the artifact).
 
     Reads ``trial.params`` (:class:`TaskParams`), ``trial.corpus``, ``trial.base_model``,
     ``trial.campaign_dir``, ``trial.run_dir``, ``trial.max_steps``. Writes
@@ -187,8 +188,6 @@ def train(trial: Any) -> None:
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
     from torchdata.stateful_dataloader.sampler import RandomSampler
-
-    from flightplan.tasks.textclf import CODE_VERSION
 
     began = time.perf_counter()
     torch.set_num_threads(torch_threads())
@@ -261,6 +260,6 @@ def train(trial: Any) -> None:
     write_json_atomic(run_dir / "metrics.json", metrics)
     save_artifact(run_dir / "artifact", model, params=dict(trial.params), labels=labels,
                   max_length=params.max_length, base_model=base_section, revision=revision,
-                  corpus=corpus_section.model_dump(), code_version=CODE_VERSION)
+                  corpus=corpus_section.model_dump(), code_version=code_version)
     trial.log(max(0, step - 1), output_s=time.perf_counter() - began)
     trial.finish()

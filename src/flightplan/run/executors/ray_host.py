@@ -1,0 +1,182 @@
+"""The flight's side of one execution on Ray: :class:`RunHost`, a Ray actor that runs the
+worker in a scratch folder on the flight and hands home, at each poll, what is new.
+
+Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json`` and, when resuming, its
+newest verified checkpoint (:meth:`RunHost.start`), then polls: each :class:`Delta` holds
+the new measurement rows and log bytes, the next chunks of the newest checkpoint not yet
+home (at most one chunk's worth, cut as the trial writes it:
+:class:`~flightplan.run.executors.stream.CheckpointSender`), and, once the worker ended
+and every committed checkpoint is home, its exit code and its outputs. A poll carries home's
+:class:`~flightplan.run.executors.stream.Rewind` s (chunks to send again). Home's running
+transfer figure comes back with each poll and is written to ``<scratch>/transfer.json`` for
+the trial's interval policy (:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes
+home's request to leave the flight to the worker
+(:mod:`flightplan.run.executors.leave_watch`).
+
+Plain Python apart from :meth:`RunHost.where`, so it is testable without a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy
+
+import ray
+
+from flightplan.durable import write_json_atomic
+from flightplan.rundir import RunDir
+from flightplan.run.executors.contract import worker_argv
+from flightplan.run.executors.tether import tethered
+from flightplan.run.executors.stream import CHUNK_BYTES, Chunk, CheckpointSender, Rewind
+from flightplan.run.executors.transfer import OUTPUTS, Blob, commit_checkpoint, pack_tree
+
+__all__ = ["SCRATCH_ENV", "Delta", "RunHost"]
+
+SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
+"""On a flight: the folder under which each execution gets its scratch folder (default:
+the system's temp folder)."""
+
+@dataclass(frozen=True)
+class Delta:
+    """What one :meth:`RunHost.poll` sends home.
+
+    Attributes:
+        measurements: new complete rows of ``measurements.jsonl`` (bytes, newline-ended).
+        log: new bytes of the worker's stdout/stderr.
+        chunks: the next pieces of the newest checkpoint not yet home (at most one
+            chunk's worth of data; numpy arrays, which Ray hands home without a copy).
+        exit_code: the worker's exit code once it ended and every committed checkpoint
+            was sent, else None (reported once with the outputs; None again after that).
+        outputs: with the exit code, the run's outputs (:data:`~flightplan.run.executors.transfer.OUTPUTS`).
+        pending: more checkpoint data waits on the flight (home asks again at once).
+    """
+
+    measurements: bytes
+    log: bytes
+    chunks: list[Chunk]
+    exit_code: int | None
+    outputs: list[Blob]
+    pending: bool = False
+
+
+class RunHost:
+    """The flight's side of one execution (a Ray actor; plain Python, so it is testable).
+
+    Args:
+        run_id: names the scratch folder.
+        scratch: parent of the scratch folder (default ``$FLIGHTPLAN_SCRATCH`` or the temp
+            folder of the node).
+        env: extra environment variables for the worker.
+        worker: the command before the ``trial.json`` path (None: ``python -m
+            flightplan.run.worker`` with this node's Python).
+        chunk_bytes: checkpoint data per poll (:data:`~flightplan.run.executors.stream.CHUNK_BYTES`).
+    """
+
+    def __init__(self, run_id: str, scratch: str | None, env: dict[str, str],
+                 worker: list[str] | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+        root = scratch or os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()
+        os.makedirs(root, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
+        self.env = dict(env)
+        self.worker = list(worker) if worker else None
+        self.proc: subprocess.Popen | None = None
+        self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
+        self._chunk_bytes = chunk_bytes
+        self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS, chunk_bytes=chunk_bytes)
+        self._ended = False                 # the exit code went home
+        self._transfer: dict[str, Any] | None = None
+
+    def where(self) -> dict[str, Any]:
+        """``{node_id, host, scratch, pid}`` of this actor."""
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
+
+    def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None,
+              transfer: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Write ``trial.json``, the sent checkpoint (hash-checked) and the transfer
+        figure (:meth:`_note_transfer`), start the worker.
+
+        Returns:
+            :meth:`where`.
+
+        Raises:
+            TransferError: the checkpoint arrived damaged.
+        """
+        (self.dir / "trial.json").write_bytes(trial)
+        if checkpoint is not None:
+            name, blobs = checkpoint
+            commit_checkpoint(self.dir / RunDir.CHECKPOINTS, name, blobs)
+            self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS,
+                                           chunk_bytes=self._chunk_bytes, sent=[name])
+        self._note_transfer(transfer)
+        trial_json = self.dir / "trial.json"
+        env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
+                   PYTHONUNBUFFERED="1")
+        with open(self.dir / "log.txt", "ab") as log:
+            argv = [*self.worker, str(trial_json)] if self.worker else worker_argv(trial_json)
+            self.proc = subprocess.Popen(tethered(argv), stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=str(self.dir))
+        return self.where()
+
+    def _read_new(self, name: str, *, whole_lines: bool) -> bytes:
+        try:
+            with open(self.dir / name, "rb") as handle:
+                handle.seek(self._offsets[name])
+                data = handle.read()
+        except FileNotFoundError:
+            return b""
+        if whole_lines:
+            data = data[:data.rfind(b"\n") + 1]
+        self._offsets[name] += len(data)
+        return data
+
+    def _note_transfer(self, transfer: dict[str, Any] | None) -> None:
+        """Keep home's latest transfer figure in ``<scratch>/transfer.json`` (written
+        atomically, only when it changed; None leaves the file as it is)."""
+        if transfer is not None and transfer != self._transfer:
+            write_json_atomic(self.dir / RunDir.TRANSFER, transfer)
+            self._transfer = dict(transfer)
+
+    def poll(self, transfer: dict[str, Any] | None = None,
+             rewinds: Sequence[Rewind] = ()) -> Delta:
+        """What is new since the last poll (see :class:`Delta`).
+
+        Args:
+            transfer: home's latest transfer figure (:meth:`_note_transfer`) or None.
+            rewinds: chunks home asks for again.
+        """
+        assert self.proc is not None, "start() before poll()"
+        self._note_transfer(transfer)
+        for rewind in rewinds:
+            self.sender.rewind(rewind)
+        code = self.proc.poll()  # read first: everything written before the exit is below
+        rows = self._read_new("measurements.jsonl", whole_lines=True)
+        log = self._read_new("log.txt", whole_lines=False)
+        ended = code is not None
+        # after the rows: a saved row's checkpoint is on disk
+        chunks = [Chunk(c.name, c.path, c.offset, numpy.frombuffer(c.data, dtype=numpy.uint8),
+                        c.digest, c.waited_s) for c in self.sender.next(ended=ended)]
+        pending = self.sender.pending(ended=ended)
+        if ended and not chunks and not pending and not self._ended:
+            self._ended = True
+            return Delta(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS))
+        return Delta(rows, log, chunks, None, [], pending)
+
+    def leave(self, signum: int) -> None:
+        """Send ``signum`` to the worker while it runs: the request to checkpoint and leave
+        the flight, or to checkpoint and go on (:mod:`flightplan.run.executors.leave_watch`)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
+
+    def close(self) -> None:
+        """Remove the scratch folder (everything it made is home)."""
+        shutil.rmtree(self.dir, ignore_errors=True)

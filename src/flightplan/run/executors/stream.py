@@ -1,0 +1,511 @@
+"""Checkpoints home in bounded chunks, as the flight writes them.
+
+A checkpoint can be larger than either machine's memory, so it never travels whole. On
+the flight, a :class:`CheckpointSender` cuts the newest checkpoint of the run's
+``checkpoints/`` folder into :class:`Chunk` s of at most ``chunk_bytes`` each, hashing as
+it reads; at home, a :class:`CheckpointReceiver` writes each chunk where it belongs in
+``checkpoints/step-NNNNNN.tmp/``, hashing as it writes. Neither side reads a byte twice,
+and each holds only the chunk in hand: memory is bounded by the chunk size, whatever the
+checkpoint's size (the executor keeps at most :data:`DEPTH` chunks in flight).
+
+::
+
+    flight                                             home
+    step-N.tmp/model… (being written) ─┐
+                                        ├─ Chunk(name, path, offset, data, digest) ──▶ pwrite at
+    step-N/ (renamed: committed) ──────┘   digest = sha256 of the file up to the      offset, sha256
+                                           chunk's end (one running hash per file)    must give digest
+    step-N/manifest.json ───────────────── the last chunk, once every file is sent ──▶ every file's
+                                                                                       size and sha256
+                                                                                       = the manifest's;
+                                                                                       fsync, rename
+
+- **As it is written.** While the trial writes ``step-N.tmp/`` (files written front to
+  back), the sender sends what is already there; once ``step-N/`` exists (the trial's
+  rename: the checkpoint is committed), it sends the rest and then the manifest. A newer
+  checkpoint replaces one still on its way (only the newest matters), and so does a save
+  that failed and went away.
+- **A chunk that fails its check is sent again.** Each chunk carries the sha256 of its
+  file from byte 0 to the chunk's end, taken on the flight as the bytes were read; home
+  takes the same running hash as it writes. A mismatch undoes that chunk (the file is cut
+  back, the hash restored) and home asks for it again (:class:`Rewind`); only that chunk
+  travels again.
+- **A checkpoint that fails its check is sent again.** When the manifest arrives, every
+  file must have exactly the size and sha256 the manifest lists (the trial's own hash,
+  taken while it wrote); a file that does not (rewritten after it was sent) is sent again
+  from its start, the manifest after it. A manifest that lists files the flight never
+  sent, or misses some that came, refuses the checkpoint
+  (:class:`~flightplan.errors.TransferError`).
+- **An interrupted transfer resumes.** Home keeps every byte that passed its check;
+  whatever stopped the stream (a chunk that failed, chunks that arrived out of turn, a
+  checkpoint still being written), the next chunk it accepts is the one at its own offset
+  in each file, so a transfer goes on from there instead of starting over.
+
+Usage::
+
+    sender = CheckpointSender(scratch / "checkpoints")        # on the flight
+    receiver = CheckpointReceiver(run_dir / "checkpoints", keep_last=2)   # at home
+    for chunk in sender.next():
+        outcome = receiver.take(chunk, asked_at=t)
+        if outcome.rewind: sender.rewind(outcome.rewind)       # (sent with the next poll)
+        if outcome.committed: ...                              # step-N is home, durable
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Iterable
+
+from flightplan.durable import fsync_dir
+from flightplan.errors import TransferError
+from flightplan.rundir import list_checkpoints
+from flightplan.trial.checkpoint import prune
+from flightplan.trial.checkpoint_io import MANIFEST
+
+__all__ = ["CHUNK_BYTES", "DEPTH", "Chunk", "Rewind", "Committed", "Outcome",
+           "CheckpointSender", "CheckpointReceiver", "checkpoint_name"]
+
+CHUNK_BYTES = 8 << 20
+"""Bytes of checkpoint data in one chunk (8 MiB): on this project's 2-core machine 8 MiB
+chunks three deep moved as fast as any size tried from 2 to 32 MiB
+(``bench/distributed.py``)."""
+
+DEPTH = 3
+"""Chunks asked for before the first of them is home (the executor's polls in flight while
+a checkpoint streams): the flight reads and hashes the next while home writes this one."""
+
+_SNAPSHOTS = 2 * DEPTH + 2
+"""Hash states the sender keeps per file (one per chunk boundary, the newest): a rewind to
+an older offset restarts that file from its first byte."""
+
+
+def checkpoint_name(name: str) -> int:
+    """The step count of a checkpoint folder's name ``step-NNNNNN``.
+
+    Raises:
+        TransferError: any other name (a flight sends only those).
+    """
+    digits = name[5:]
+    if not (name.startswith("step-") and digits.isdigit() and digits.isascii()
+            and len(digits) <= 12):
+        raise TransferError(f"{name[:80]!r}: not a checkpoint name (step-NNNNNN); refusing "
+                            f"the transfer")
+    return int(digits)
+
+
+def _relative(path: str) -> PurePosixPath:
+    """``path`` as a relative path that stays inside its checkpoint folder.
+
+    Raises:
+        TransferError: absolute, empty, with a ``..``/``.`` part or a backslash.
+    """
+    parts = PurePosixPath(path)
+    if not path or parts.is_absolute() or "\\" in path \
+            or any(p in ("", ".", "..") for p in parts.parts):
+        raise TransferError(f"{path[:200]!r}: a transferred path must be relative and stay "
+                            f"inside its folder; refusing the transfer")
+    return parts
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of one checkpoint on its way home.
+
+    Attributes:
+        name: the checkpoint (``step-NNNNNN``).
+        path: its file (POSIX, relative); :data:`MANIFEST` for the last chunk.
+        offset: where ``data`` starts in the file (bytes; 0 for the manifest).
+        data: the bytes (any buffer: Ray hands home a read-only view of its object store).
+        digest: sha256 (hex) of the file's bytes ``[0, offset + len(data))``, taken on the
+            flight; of the whole manifest for the manifest chunk.
+        waited_s: for the manifest chunk, seconds from the checkpoint being durable on the
+            flight (its manifest written) to this chunk being cut (the flight's clock);
+            0.0 for the others.
+    """
+
+    name: str
+    path: str
+    offset: int
+    data: Any
+    digest: str
+    waited_s: float = 0.0
+
+    @property
+    def size(self) -> int:
+        """Bytes of ``data``."""
+        return memoryview(self.data).nbytes
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """Home's request to send ``path`` of checkpoint ``name`` again from ``offset``."""
+
+    name: str
+    path: str
+    offset: int
+
+
+@dataclass
+class _Cursor:
+    """The sender's place in one file: the next offset and the running hash up to it, with
+    the hash at the last few chunk boundaries (to go back to)."""
+
+    offset: int = 0
+    sha: Any = field(default_factory=hashlib.sha256)
+    marks: dict[int, Any] = field(default_factory=dict)
+
+    def mark(self) -> None:
+        """Keep the hash at the current offset (a chunk starts here)."""
+        self.marks[self.offset] = self.sha.copy()
+        for old in sorted(self.marks)[:-_SNAPSHOTS]:
+            del self.marks[old]
+
+    @classmethod
+    def at(cls, file: Path, offset: int, marks: dict[int, Any]) -> "_Cursor":
+        """A cursor at ``offset`` of ``file``: from a kept hash when there is one, else by
+        hashing the file's first ``offset`` bytes again (on the flight; rare: a rewind
+        further back than the kept hashes)."""
+        if offset in marks:
+            return cls(offset, marks[offset].copy(), marks)
+        sha = hashlib.sha256()
+        with open(file, "rb") as handle:
+            left = offset
+            while left > 0:
+                piece = handle.read(min(left, 1 << 20))
+                if not piece:
+                    raise OSError(f"{file} is shorter than {offset} bytes")
+                sha.update(piece)
+                left -= len(piece)
+        return cls(offset, sha, {})
+
+
+class CheckpointSender:
+    """The flight's side (module docstring): what to send next, one chunk's worth at a time.
+
+    Args:
+        folder: the run's ``checkpoints/`` folder on the flight.
+        chunk_bytes: the most data bytes :meth:`next` returns.
+        sent: checkpoint names home already has (e.g. the one it sent to start from).
+
+    Attributes:
+        peak_chunk_bytes: the most data bytes one :meth:`next` returned (by construction
+            at most ``chunk_bytes``: what the sender holds at once).
+
+    The chunks of one :meth:`next` are views of one buffer of ``chunk_bytes`` that the
+    sender reads into again at the next call (no allocation per chunk): hand them on (Ray
+    copies a method's result into its object store when it returns) before calling again.
+    """
+
+    def __init__(self, folder: Path, *, chunk_bytes: int = CHUNK_BYTES,
+                 sent: Iterable[str] = ()) -> None:
+        self.folder = Path(folder)
+        self.chunk_bytes = chunk_bytes
+        self.peak_chunk_bytes = 0
+        self._done: set[str] = set(sent)
+        self._name: str | None = None
+        self._files: dict[str, _Cursor] = {}
+        self._buffer: bytearray | None = None       # allocated at the first chunk
+
+    @property
+    def streaming(self) -> str | None:
+        """The checkpoint on its way (None: nothing begun)."""
+        return self._name
+
+    def rewind(self, to: Rewind) -> None:
+        """Send ``to.path`` of ``to.name`` again from ``to.offset`` (the manifest after it),
+        as long as that checkpoint is still on the flight; a checkpoint already sent whole
+        is opened again with only that file to send."""
+        committed = self.folder / to.name
+        where = committed if committed.is_dir() else self.folder / f"{to.name}.tmp"
+        if not where.is_dir() or (to.name != self._name and where != committed):
+            return
+        try:
+            if to.name != self._name:
+                listed = json.loads((where / MANIFEST).read_bytes())["files"]
+                self._done.discard(to.name)
+                self._name = to.name
+                self._files = {str(p): _Cursor(offset=int(r["size"])) for p, r in listed.items()}
+            if to.path != MANIFEST:
+                old = self._files.get(to.path, _Cursor())
+                self._files[to.path] = _Cursor.at(where / _relative(to.path), to.offset,
+                                                  old.marks)
+        except (OSError, ValueError, KeyError, TypeError, TransferError):
+            self._name, self._files = None, {}         # gone meanwhile: the newest is sent
+
+    def _target(self, *, ended: bool) -> tuple[str, Path, bool] | None:
+        """The checkpoint to stream: the newest committed one not home, or one being
+        written that is newer still (not once the worker ended: it will not be finished).
+        ``(name, folder, committed)``."""
+        complete, partial = list_checkpoints(self.folder)
+        newest = complete[0] if complete else None
+        if self._name is not None and (self.folder / self._name).is_dir() \
+                and (newest is None or newest[1].name == self._name):
+            return self._name, self.folder / self._name, True
+        writing = [p for p in partial if not ended and p.name[:-4] not in self._done
+                   and (newest is None or int(p.name[5:-4]) > newest[0])]
+        if writing:
+            latest = max(writing, key=lambda p: int(p.name[5:-4]))
+            return latest.name[:-4], latest, False
+        if newest is not None and newest[1].name not in self._done:
+            return newest[1].name, newest[1], True
+        return None
+
+    def pending(self, *, ended: bool = False) -> bool:
+        """Whether a checkpoint is on its way or waits to be sent."""
+        return self._target(ended=ended) is not None
+
+    def next(self, *, ended: bool = False) -> list[Chunk]:
+        """The next chunks (at most ``chunk_bytes`` of data in all; empty: nothing to send
+        now). ``ended``: the worker has exited (a checkpoint still being written will not
+        be finished: it is not sent)."""
+        target = self._target(ended=ended)
+        if target is None:
+            return []
+        name, where, committed = target
+        if name != self._name:
+            self._name, self._files = name, {}
+        try:
+            chunks = self._read(name, where, committed)
+        except (OSError, ValueError, KeyError, TypeError, TransferError):
+            # pruned, failed or renamed meanwhile: start over with whatever is newest; a
+            # committed one that cannot be read (its manifest damaged) is not sent at all
+            if committed and where.is_dir():
+                self._done.add(name)
+            self._name, self._files = None, {}
+            return []
+        self.peak_chunk_bytes = max(self.peak_chunk_bytes, sum(c.size for c in chunks))
+        return chunks
+
+    def _read(self, name: str, where: Path, committed: bool) -> list[Chunk]:
+        """Up to ``chunk_bytes`` of the files of ``where`` from each file's cursor; the
+        manifest once every file it lists is sent."""
+        listed: dict[str, int] | None = None
+        manifest = b""
+        if committed:
+            manifest = (where / MANIFEST).read_bytes()
+            listed = {p: int(r["size"]) for p, r in json.loads(manifest)["files"].items()}
+            sizes = listed
+        else:
+            sizes = {p.relative_to(where).as_posix(): p.stat().st_size
+                     for p in sorted(where.rglob("*")) if p.is_file() and p.name != MANIFEST}
+        chunks, used = [], 0
+        for path, size in sorted(sizes.items()):
+            cursor = self._files.setdefault(path, _Cursor())
+            if used >= self.chunk_bytes or cursor.offset >= size:
+                continue
+            if self._buffer is None:
+                self._buffer = bytearray(self.chunk_bytes)
+            want = min(size - cursor.offset, self.chunk_bytes - used)
+            view = memoryview(self._buffer)[used:used + want]
+            with open(where / _relative(path), "rb") as handle:
+                handle.seek(cursor.offset)
+                got = handle.readinto(view)
+            if not got:
+                continue
+            data = view[:got]
+            cursor.mark()
+            cursor.sha.update(data)
+            chunks.append(Chunk(name, path, cursor.offset, data, cursor.sha.hexdigest()))
+            cursor.offset += got
+            used += got
+        if listed is not None and not chunks and all(
+                self._files.get(p, _Cursor()).offset >= s for p, s in listed.items()):
+            waited = max(0.0, time.time() - (where / MANIFEST).stat().st_mtime)
+            chunks.append(Chunk(name, MANIFEST, 0, manifest,
+                                hashlib.sha256(manifest).hexdigest(), waited))
+            self._done.add(name)
+            self._name, self._files = None, {}
+        return chunks
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A checkpoint made durable at home: ``name``, its files' ``bytes``, the flight's
+    ``waited_s`` (its manifest chunk's), unix ``first_asked_at`` (the poll that brought its
+    first chunk was asked for), ``resent_bytes`` (chunks sent again after a failed check)."""
+
+    name: str
+    bytes: int
+    waited_s: float
+    first_asked_at: float
+    resent_bytes: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one :meth:`CheckpointReceiver.take` did: a ``rewind`` to ask the flight for,
+    a checkpoint ``committed``, or a checkpoint ``refused`` (the reason; nothing kept)."""
+
+    rewind: Rewind | None = None
+    committed: Committed | None = None
+    refused: str | None = None
+
+
+@dataclass
+class _Sink:
+    """One file being written at home: its descriptor, the next offset, the running hash."""
+
+    fd: int
+    offset: int = 0
+    sha: Any = field(default_factory=hashlib.sha256)
+
+
+class CheckpointReceiver:
+    """Home's side (module docstring): writes each chunk in place and commits a checkpoint
+    once its manifest checks.
+
+    Args:
+        parent: the run's ``checkpoints/`` folder at home.
+        keep_last: prune to the newest this many after each commit (None: keep all).
+
+    Attributes:
+        peak_chunk_bytes: the largest chunk written (what home holds at once, by
+            construction: it writes each chunk from the buffer it came in).
+    """
+
+    def __init__(self, parent: Path, *, keep_last: int | None = None) -> None:
+        self.parent = Path(parent)
+        self.keep_last = keep_last
+        self.peak_chunk_bytes = 0
+        self._name: str | None = None
+        self._files: dict[str, _Sink] = {}
+        self._first_asked_at = 0.0
+        self._resent = 0
+
+    @property
+    def receiving(self) -> str | None:
+        """The checkpoint being received (None: none)."""
+        return self._name
+
+    def _staging(self) -> Path:
+        assert self._name is not None
+        return self.parent / f"{self._name}.tmp"
+
+    def abandon(self) -> None:
+        """Drop the checkpoint being received (its ``.tmp`` folder goes)."""
+        for sink in self._files.values():
+            os.close(sink.fd)
+        if self._name is not None:
+            shutil.rmtree(self._staging(), ignore_errors=True)
+        self._name, self._files, self._resent = None, {}, 0
+
+    def _begin(self, name: str, asked_at: float) -> None:
+        self.abandon()
+        self._name, self._first_asked_at = name, asked_at
+        staging = self._staging()
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+
+    def take(self, chunk: Chunk, *, asked_at: float) -> Outcome:
+        """Write ``chunk`` (asked for at unix ``asked_at``) and say what follows.
+
+        A chunk of an older checkpoint than one home has, or at another offset than the
+        one home expects next in its file (a chunk out of turn after a rewind), is
+        ignored. A chunk of a newer checkpoint drops the one being received.
+
+        Raises:
+            TransferError: a name or path that is not a checkpoint's (nothing is written).
+        """
+        steps = checkpoint_name(chunk.name)
+        path = _relative(chunk.path).as_posix()
+        self.peak_chunk_bytes = max(self.peak_chunk_bytes, chunk.size)
+        if (self.parent / chunk.name).is_dir():
+            return Outcome()                               # already home
+        if chunk.name != self._name:
+            if self._name is not None and checkpoint_name(self._name) > steps:
+                return Outcome()                           # older than the one on its way
+            self._begin(chunk.name, asked_at)
+        if path == MANIFEST:
+            return self._finish(chunk)
+        sink = self._files.get(path) or self._sink(path)
+        if chunk.offset != sink.offset:
+            return Outcome()                               # out of turn: home asks for its own
+        before = sink.sha.copy()
+        data = memoryview(chunk.data).cast("B")
+        written = 0
+        while written < data.nbytes:
+            written += os.pwrite(sink.fd, data[written:], chunk.offset + written)
+        sink.sha.update(data)
+        if sink.sha.hexdigest() != chunk.digest:
+            sink.sha = before                              # undo it, ask for it again
+            os.ftruncate(sink.fd, chunk.offset)
+            self._resent += data.nbytes
+            return Outcome(rewind=Rewind(chunk.name, path, chunk.offset))
+        # start writing it back now (the final fsync then waits for little) and keep the
+        # page cache from holding the whole checkpoint
+        os.posix_fadvise(sink.fd, chunk.offset, data.nbytes, os.POSIX_FADV_DONTNEED)
+        sink.offset += data.nbytes
+        return Outcome()
+
+    def _sink(self, path: str) -> _Sink:
+        """A new file ``path`` of the checkpoint being received."""
+        target = self._staging() / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        sink = self._files[path] = _Sink(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+        return sink
+
+    def _finish(self, chunk: Chunk) -> Outcome:
+        """The manifest: check every file against it; commit, or ask again, or refuse."""
+        data = bytes(memoryview(chunk.data))
+        if hashlib.sha256(data).hexdigest() != chunk.digest:
+            return Outcome(rewind=Rewind(chunk.name, MANIFEST, 0))
+        try:
+            listed = {str(p): r for p, r in json.loads(data)["files"].items()}
+            sizes = {p: int(r["size"]) for p, r in listed.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return self._refuse(f"{chunk.name}: its {MANIFEST} is not a flightplan manifest")
+        extra = sorted(set(self._files) - set(listed))
+        if extra:
+            return self._refuse(f"{chunk.name}: sent files {extra} that its manifest does not "
+                                f"list ({sorted(listed)})")
+        for path in sorted(listed):
+            _relative(path)
+            if sizes[path] == 0 and path not in self._files:
+                self._sink(path)                   # an empty file sends no chunk
+            sink = self._files.get(path)
+            if sink is None or sink.offset < sizes[path]:
+                # not all here (chunks out of turn were dropped): from home's offset again
+                return Outcome(rewind=Rewind(chunk.name, path, sink.offset if sink else 0))
+            if sink.offset != sizes[path] or sink.sha.hexdigest() != listed[path].get("sha256"):
+                os.ftruncate(sink.fd, 0)           # changed after it was sent: all again
+                self._resent += sink.offset
+                sink.offset, sink.sha = 0, hashlib.sha256()
+                return Outcome(rewind=Rewind(chunk.name, path, 0))
+        return Outcome(committed=self._commit(chunk, data, sizes))
+
+    def _refuse(self, reason: str) -> Outcome:
+        self.abandon()
+        return Outcome(refused=reason)
+
+    def _commit(self, chunk: Chunk, manifest: bytes, sizes: dict[str, int]) -> Committed:
+        """fsync every file, write the manifest, rename ``.tmp`` into place, prune."""
+        staging, folders = self._staging(), set()
+        for path, sink in self._files.items():
+            os.fsync(sink.fd)
+            os.close(sink.fd)
+            folders.add((staging / path).parent)
+        self._files = {}
+        fd = os.open(staging / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view, written = memoryview(manifest), 0
+            while written < len(manifest):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for folder in folders | {staging}:
+            fsync_dir(folder)
+        staging.rename(self.parent / chunk.name)
+        fsync_dir(self.parent)
+        committed = Committed(chunk.name, sum(sizes.values()), chunk.waited_s,
+                              self._first_asked_at, self._resent)
+        self._name, self._resent = None, 0
+        if self.keep_last is not None:
+            prune(self.parent, self.keep_last)
+        return committed

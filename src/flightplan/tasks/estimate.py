@@ -1,0 +1,253 @@
+"""Re-estimating a run from the pilot: the figures every task's pilot yields, read once
+from its rows, and the cost formula every re-estimate ends with (the generic model, the
+default of the task protocol's ``estimate_run`` hook, and a task's own model).
+
+The pilot is a short run of the control on the first examples of the corpus. Its
+figures (:class:`PilotFigures`, read by :func:`figures_from_rows`) are generic: load time,
+steady step time, one evaluation, checkpoint stall C, persist time D, restore time R,
+transfer time home X (0 when the pilot ran at home), output time, and the control's
+planned steps as the task reported them. Every re-estimate ends with the same formula
+(:func:`run_seconds`, seconds)::
+
+    train_s    = steps · step_s
+    saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
+                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
+                 (:mod:`flightplan.trial.interval`: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D)
+    total_s    = load_s + train_s + eval_s + saves · C + output_s
+    transfer_s = saves · X                          reported beside total_s, not in it: a
+                 checkpoint travels home while the loop trains on (only the last one, if
+                 any is under way when the run ends, holds the run's end back)
+
+The generic model (:func:`estimate_run_seconds`) feeds it with::
+
+    steps      = the run's ``steps`` from the campaign file, else the control's planned
+                 steps from the pilot, scaled by n_train / n'_train (the pilot's share)
+    step_s, load_s, output_s as the pilot measured them
+    eval_s     = evaluations · eval_s · n_test / n'_test
+
+with ``evaluations`` = :data:`ASSUMED_EVALUATIONS` (the pilot cannot see how often a run
+evaluates). A task with a finer cost model gives it as its ``estimate_run`` hook
+(:mod:`flightplan.tasks.protocol`) and computes only its own steps, step, load and
+evaluation times from the same figures (the built-in text classifier's is
+:mod:`flightplan.tasks.textclf.cost_model`, which models encoder forward time by
+sequence length).
+
+Pure functions (no I/O, no torch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
+from flightplan.transfer_time import TransferTally
+from flightplan.trial import choose_interval
+
+__all__ = ["PilotFigures", "PilotRecord", "ASSUMED_EVALUATIONS", "figures_from_rows",
+           "run_seconds", "estimate_run_seconds", "require_figure", "control_steps",
+           "mean_or_zero"]
+
+
+@dataclass(frozen=True)
+class PilotFigures:
+    """What the pilot of the control measured, for any task (seconds, examples, steps).
+
+    Attributes:
+        n_train, n_test: examples in the campaign's training and test sets (data check;
+            0 when the task loads its own data).
+        pilot_n_train, pilot_n_test: the pilot's (0: the whole split).
+        setup_s: the data check's wall time.
+        load_s: from the process start to the first step (the task's ``load_s`` when
+            it logs one).
+        step_s: the steady step time (mean ``step_s`` without the first step, else the
+            mean gap between step rows).
+        eval_s: one evaluation on the pilot's test examples (``eval_s``, else the gap
+            before the evaluation row; 0 without an evaluation).
+        save_stall_s: ``C``, the loop's stall per checkpoint.
+        persist_s: ``D``, until a checkpoint is durable.
+        restore_s: ``R``, to restore a checkpoint in a new process.
+        output_s: writing predictions, metrics and the artifact (``output_s``, else from
+            the last row to the process end).
+        pilot_steps: steps the pilot ran.
+        planned_steps: the control's planned steps on the whole corpus (None: the task
+            never set ``trial.planned_steps``).
+        transfer_s: ``X``, seconds from a checkpoint durable on the flight to durable at
+            home: the mean of ``wait_s + fetch_s + commit_s`` over the pilot's
+            ``checkpoint_transfer`` rows (:mod:`flightplan.transfer_time`); 0.0 when
+            the pilot ran at home.
+        transfer_bytes_per_s: Σ bytes / Σ (fetch_s + commit_s) of those rows (bytes per
+            second); None without a transfer.
+    """
+
+    n_train: int
+    n_test: int
+    pilot_n_train: int
+    pilot_n_test: int
+    setup_s: float
+    load_s: float
+    step_s: float
+    eval_s: float
+    save_stall_s: float
+    persist_s: float
+    restore_s: float
+    output_s: float
+    pilot_steps: int
+    planned_steps: int | None
+    transfer_s: float = 0.0
+    transfer_bytes_per_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as a JSON object (keys as the attribute names)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PilotRecord:
+    """The pilot as a task's ``estimate_run`` hook sees it: the generic ``figures`` and the
+    measurement rows of the uninterrupted (``rows``) and resumed (``resumed_rows``)
+    processes."""
+
+    figures: PilotFigures
+    rows: list[Row]
+    resumed_rows: list[Row]
+
+
+ASSUMED_EVALUATIONS = 1
+"""Evaluations per run the generic re-estimate assumes (a named assumption: the pilot
+evaluates once, at its step cap, and cannot see a run's evaluation schedule)."""
+
+
+def mean_or_zero(values: Sequence[float]) -> float:
+    """The mean of ``values``, 0.0 when there are none."""
+    return sum(values) / len(values) if values else 0.0
+
+
+def _gaps(rows: Sequence[Row], start: float) -> list[tuple[Row, float]]:
+    """Each row with the seconds since the row before it (the first: since ``start``)."""
+    out, last = [], start
+    for row in rows:
+        out.append((row, row.time - last))
+        last = row.time
+    return out
+
+
+def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_train: int,
+                      n_test: int, setup_s: float, pilot_n_train: int | None,
+                      pilot_n_test: int | None, started_at: float, ended_at: float
+                      ) -> PilotFigures:
+    """The pilot's generic figures (:class:`PilotFigures`), the one reading of its rows.
+
+    A figure the task logged (``load_s``, ``step_s``, ``eval_s``, ``output_s``) is taken
+    as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −
+    process start, step = mean time between consecutive step rows, evaluation =
+    the gap before each evaluation row, output = process end − last row. A logged step
+    time leaves the first step out (warm-up). C and D are the means of the ``checkpoint``
+    rows, R the resumed process's ``restore`` row; the transfer figures come from the
+    ``checkpoint_transfer`` rows of both processes (none: the pilot ran at home, X = 0).
+
+    Args:
+        rows, resumed_rows: the uninterrupted and the resumed process's rows.
+        n_train, n_test: examples of the campaign's splits (0: unknown). setup_s: the data
+            check's wall time. pilot_n_train, pilot_n_test: the pilot's (None: the whole
+            split). started_at, ended_at: the uninterrupted process's times (unix s).
+
+    Raises:
+        ValueError: a figure the re-estimate needs is missing (names it).
+    """
+    gaps = _gaps(rows, started_at)
+    steps = [(row, gap) for row, gap in gaps if isinstance(row, Measurement) and row.is_step]
+    require_figure("loss", [gap for _, gap in steps])
+    logged_steps = [v for r, _ in steps if (v := r.number("step_s")) is not None]
+    times = [r.time for r, _ in steps]
+    between = [b - a for a, b in zip(times, times[1:])]
+    step_s = mean_or_zero(logged_steps[1:] or logged_steps) if logged_steps else \
+        mean_or_zero(between or [steps[0][1]])
+    measured = [r for r in rows if isinstance(r, Measurement)]
+    loads = [v for r in measured if (v := r.number("load_s")) is not None]
+    load_s = loads[0] if loads else steps[0][0].time - started_at
+    evals = [(r, gap) for r, gap in gaps if isinstance(r, Evaluation)]
+    eval_s = mean_or_zero([gap if (v := r.number("eval_s")) is None else v for r, gap in evals])
+    outputs = [v for r in measured if (v := r.number("output_s")) is not None]
+    last = rows[-1].time if rows else ended_at
+    saves = [r for r in rows if isinstance(r, CheckpointSaved)]
+    restores = [r.restore_s for r in resumed_rows
+                if isinstance(r, Restore) and r.restore_s is not None]
+    planned = [int(v) for r in measured if (v := r.number("planned_steps")) is not None]
+    transfers = TransferTally.from_rows([*rows, *resumed_rows])
+    return PilotFigures(
+        n_train=n_train, n_test=n_test, pilot_n_train=pilot_n_train or 0,
+        pilot_n_test=pilot_n_test or 0, setup_s=float(setup_s), load_s=float(load_s),
+        step_s=float(step_s), eval_s=float(eval_s),
+        save_stall_s=mean_or_zero(require_figure("checkpoint stall_s",
+                                                 [r.stall_s for r in saves])),
+        persist_s=mean_or_zero([r.persist_s for r in saves]),
+        restore_s=require_figure("restore_s", restores)[0],
+        output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
+        pilot_steps=len(steps), planned_steps=planned[-1] if planned else None,
+        transfer_s=transfers.transfer_s, transfer_bytes_per_s=transfers.bytes_per_s)
+
+
+def run_seconds(figures: PilotFigures, *, steps: int, step_s: float, load_s: float,
+                eval_s: float, tolerated_loss_s: float, mtbi_s: float | None = None
+                ) -> dict[str, float]:
+    """The cost formula every re-estimate ends with (module docstring): a run of ``steps``
+    steps of ``step_s`` s, loading ``load_s`` s and evaluating ``eval_s`` s in all, with
+    the pilot's checkpoint costs C, D, R, X and output time.
+
+    Returns:
+        ``{steps, step_s, train_s, eval_s, interval_s, checkpoints, checkpoint_s, load_s,
+        output_s, total_s, transfer_s}`` (seconds, counts); ``transfer_s`` is the run's
+        total transfer time home, not part of ``total_s``.
+    """
+    train_s = steps * step_s
+    interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
+                               restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
+                               mtbi_s=mtbi_s, transfer_s=figures.transfer_s).interval_s
+    checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
+    checkpoint_s = checkpoints * figures.save_stall_s
+    total = load_s + train_s + eval_s + checkpoint_s + figures.output_s
+    return {"steps": steps, "step_s": step_s, "train_s": train_s, "eval_s": eval_s,
+            "interval_s": interval, "checkpoints": checkpoints, "checkpoint_s": checkpoint_s,
+            "load_s": load_s, "output_s": figures.output_s, "total_s": total,
+            "transfer_s": checkpoints * figures.transfer_s}
+
+
+def estimate_run_seconds(figures: PilotFigures, *, steps: int, tolerated_loss_s: float,
+                         mtbi_s: float | None = None,
+                         evaluations: int = ASSUMED_EVALUATIONS) -> dict[str, float]:
+    """Re-estimate one run of ``steps`` steps from the pilot by the generic model
+    (module docstring): :func:`run_seconds` with the pilot's step and load times and
+    ``evaluations`` of the pilot's evaluation scaled to the whole test split.
+
+    Returns:
+        :func:`run_seconds`' keys and ``evaluations``.
+    """
+    scale = figures.n_test / figures.pilot_n_test if figures.pilot_n_test else 1.0
+    return run_seconds(figures, steps=steps, step_s=figures.step_s, load_s=figures.load_s,
+                       eval_s=evaluations * figures.eval_s * scale,
+                       tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s) | {
+        "evaluations": evaluations}
+
+
+def require_figure(name: str, values: list[float]) -> list[float]:
+    """``values``, the pilot's measurements of figure ``name``, when there are any.
+
+    Raises:
+        ValueError: none was logged (names the figure and where tasks log it).
+    """
+    if not values:
+        raise ValueError(f"the pilot logged no {name}; the task must log it through "
+                         f"trial.log (docs/tasks.md)")
+    return values
+
+
+def control_steps(figures: PilotFigures) -> int | None:
+    """The control's planned steps on the whole corpus: the pilot's figure scaled by
+    ``n_train / pilot_n_train`` when the pilot saw a share of the training set."""
+    if figures.planned_steps is None:
+        return None
+    if figures.pilot_n_train and figures.n_train > figures.pilot_n_train:
+        return math.ceil(figures.planned_steps * figures.n_train / figures.pilot_n_train)
+    return figures.planned_steps

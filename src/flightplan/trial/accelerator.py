@@ -1,0 +1,164 @@
+"""Where a run computes: its device, its CPU threads, its precision, and the settings that
+keep it bitwise reproducible there. One place for the built-in task and user tasks alike.
+
+The executor decides where a worker runs and says so in its environment: on a machine
+with GPUs ``CUDA_VISIBLE_DEVICES`` holds the one GPU of the run (so inside the run it is
+``cuda:0``); without GPUs the run gets ``$FLIGHTPLAN_TORCH_THREADS`` intra-op threads
+(default :data:`TORCH_THREADS`) and as many runs share the machine as its cores allow
+(:func:`cpu_slots`).
+
+Usage (in a task)::
+
+    from flightplan.trial.accelerator import device, autocast, grad_scaler, set_deterministic
+    dev = device()                        # torch.device("cuda", 0) or torch.device("cpu")
+    set_deterministic(dev)                # before building the model
+    model = model.to(dev)
+    scaler = grad_scaler("fp16", dev)     # register it with the trial: its state is checkpointed
+    with autocast("bf16", dev):
+        loss = loss_fn(model(x.to(dev)), y.to(dev))
+
+Reproducibility on CUDA needs ``torch.use_deterministic_algorithms(True)`` and the cuBLAS
+workspace setting ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (set before CUDA starts: the
+executor puts it in every GPU worker's environment; NVIDIA cuBLAS docs, "Results
+reproducibility"); the CUDA RNG states are in every checkpoint (``trial/checkpoint.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, ContextManager, Literal
+
+from flightplan.errors import ArgumentError
+
+__all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV",
+           "CUBLAS_WORKSPACE", "PRECISIONS", "Precision", "torch_threads", "cpu_count",
+           "cpu_slots", "device", "set_deterministic", "autocast", "grad_scaler"]
+
+TORCH_THREADS = 1
+"""Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
+:func:`torch_threads`). One, not the machine's two cores: on this shared 2-core machine,
+while other processes ran, two OpenMP threads spin-waiting for a descheduled peer made a
+one-review forward pass 40× slower (2.0 s vs 0.05 s with one thread) and a LoRA step 3×
+slower (29 s vs 10 s). The executor uses the other cores by running other runs at once."""
+THREADS_ENV = "FLIGHTPLAN_TORCH_THREADS"
+OMP_ENV = "OMP_NUM_THREADS"
+"""Set to the same count for a CPU worker (unless already set): OpenMP and BLAS of any
+library the task uses (numpy, scikit-learn) then share the run's cores too."""
+DEVICE_ENV = "FLIGHTPLAN_DEVICE"
+"""``cpu`` keeps a run on the CPU even where a GPU is visible (a reload, a test)."""
+CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
+CUBLAS_WORKSPACE = ":4096:8"
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+
+
+def torch_threads(environ: dict[str, str] | None = None) -> int:
+    """Intra-op threads for training and prediction: ``$FLIGHTPLAN_TORCH_THREADS`` or
+    :data:`TORCH_THREADS`. Results are bitwise reproducible only at the same count, so
+    a task records it with its artifact and reuses it on reload.
+
+    Raises:
+        ArgumentError: the variable is not a positive integer.
+    """
+    value = (os.environ if environ is None else environ).get(THREADS_ENV, str(TORCH_THREADS))
+    if not value.isdigit() or int(value) < 1:
+        raise ArgumentError(f"{THREADS_ENV}={value!r}: give a positive number of threads")
+    return int(value)
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def cpu_slots(threads: int, cores: int | None = None) -> int:
+    """Runs at once on a machine without GPUs: ``max(1, cores // threads)``, so the
+    runs' threads together never outnumber the cores (spin-waiting OpenMP threads on an
+    oversubscribed core cost 3–40×, see :data:`TORCH_THREADS`)."""
+    return max(1, (cores if cores is not None else cpu_count()) // max(1, threads))
+
+
+def device() -> Any:
+    """The run's ``torch.device``: ``cuda:0`` (the GPU the executor gave the run through
+    ``CUDA_VISIBLE_DEVICES``) when CUDA is available and ``$FLIGHTPLAN_DEVICE`` is not
+    ``cpu``; else ``cpu``.
+
+    Raises:
+        ArgumentError: ``$FLIGHTPLAN_DEVICE`` is neither ``cpu`` nor ``cuda``, or says
+            ``cuda`` where none is available.
+    """
+    import torch
+
+    wanted = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if wanted not in ("", "cpu", "cuda"):
+        raise ArgumentError(f"{DEVICE_ENV}={wanted!r}: give cpu or cuda (or leave it unset)")
+    if wanted == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    if wanted == "cuda":
+        raise ArgumentError(f"{DEVICE_ENV}=cuda but torch sees no CUDA device; unset it or "
+                            f"run on a machine with a GPU")
+    return torch.device("cpu")
+
+
+def set_deterministic(dev: Any) -> None:
+    """Settings that make repeated runs bitwise equal on ``dev``. On CUDA: deterministic
+    algorithms (an op without one raises), cuDNN without autotuning, and the cuBLAS
+    workspace setting (set here too when the executor did not, which works only before
+    the first cuBLAS call). On a CPU nothing: its kernels are deterministic at a fixed
+    thread count, and deterministic mode would also fill every new tensor with NaN
+    (``torch.utils.deterministic.fill_uninitialized_memory``), a cost for nothing. Call
+    before building the model."""
+    import torch
+
+    if getattr(dev, "type", str(dev)) != "cuda":
+        return
+    os.environ.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
+
+
+def _check(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ArgumentError(f"precision {precision!r}: give one of {', '.join(PRECISIONS)}")
+
+
+def autocast(precision: str, dev: Any) -> ContextManager[Any]:
+    """The mixed-precision context for ``precision`` on ``dev``: ``torch.autocast`` with
+    float16 or bfloat16, or a no-op for ``fp32``.
+
+    Raises:
+        ArgumentError: an unknown precision, or ``fp16`` off CUDA (CPU autocast does not
+            cover fp16 for every op, and running fp32 instead would be a silent change).
+    """
+    import torch
+
+    _check(precision)
+    kind = getattr(dev, "type", str(dev))
+    if precision == "fp16" and kind != "cuda":
+        raise ArgumentError(f"precision fp16 needs a CUDA device, not {kind}; use bf16 or fp32")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=kind, dtype=dtype)
+
+
+def grad_scaler(precision: str, dev: Any) -> Any:
+    """A ``torch.amp.GradScaler`` for ``dev``, enabled only for ``fp16`` on CUDA (bf16 and
+    fp32 keep fp32's exponent range and need no loss scaling; Micikevicius et al. 2018).
+    A disabled scaler passes ``scale``/``step``/``update`` through, so a loop calls it the
+    same way in every precision; register it with the trial so its state is checkpointed.
+
+    Raises:
+        ArgumentError: an unknown precision.
+    """
+    import torch
+
+    _check(precision)
+    kind = getattr(dev, "type", str(dev))
+    return torch.amp.GradScaler(kind, enabled=precision == "fp16" and kind == "cuda")

@@ -1,0 +1,590 @@
+"""The trial API: what a training script calls so that a run can be killed and resumed.
+
+Usage (the contract in ``docs/internals.md``)::
+
+    trial = Trial.from_env()                      # FLIGHTPLAN_TRIAL=<run_dir>/trial.json
+    trial = Trial.local("runs/try", params={...}) # for a script run by hand
+    trial.register(model, optimizer, scheduler, scaler=None, loader=loader, extra={...})
+    start = trial.restore()                       # optimizer steps done (0 when fresh)
+    trial.check_truncation(fraction)              # before training (max_truncated_fraction)
+    for step in range(start, total):
+        ...
+        trial.log(step, loss=float(loss))         # JSONL row; stop rules (TrialStopped)
+        trial.maybe_checkpoint(step)              # by the measured interval (interval.py)
+    trial.evaluate(step, macro_f1=0.71)           # a row that min_quality reads
+    trial.finish()                                # waits for the writer, writes done.json
+
+A loop whose library saves and loads its own checkpoints (the Hugging Face Trainer,
+Lightning: ``flightplan.integrations``) calls :meth:`Trial.restore_library` instead of
+``register``/``restore``, :meth:`Trial.library_checkpoint_due` to ask the interval policy and
+:meth:`Trial.commit_library_checkpoint` after each library save.
+
+``step`` is the index of the step just done (0-based), so a checkpoint taken at ``step``
+is ``step-{step+1:06d}`` and ``restore()`` returns ``step + 1``: the loop's next index.
+
+Components registered after :meth:`restore` (a scaler or scheduler built late, a loader
+whose construction draws from the global RNG) get their saved state when registered, the
+optimizer's saved hyper-parameters and every RNG are set again after them; this is refused
+once the loop has logged or saved. State in a checkpoint that no registered component
+takes is an error at the first :meth:`log`, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from flightplan.durable import write_json_atomic
+from flightplan.errors import ArgumentError, CheckpointError, TrialPreempted, TrialStopped
+from flightplan.trial.checkpoint import (BackgroundWriter, Components, Rejection, SaveResult,
+                                         Snapshot, apply_state, prune, restore_rng,
+                                         select_checkpoint)
+from flightplan.trial.checkpoint_io import CheckpointFiles, load_checkpoint, step_dir_name
+from flightplan.ids import run_id as make_run_id
+from flightplan.trial.interval import CheckpointSchedule
+from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
+                                                 load_library_checkpoint, missing_files)
+from flightplan.trial.stop_rules import (NoUsableResume, Stop, StopRule, build_rules,
+                                         stop_record)
+from flightplan.transfer_time import checkpoint_transfer_s
+from flightplan.trial.trial_file import TRIAL_ENV, TrialFile, read_trial_file
+from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSaved,
+                             CheckpointSaving, Evaluation, Finished, ForcedCheckpoint, Measurement,
+                             PartialCheckpointRemoved, Restore, Row, StopEvent, Truncation,
+                             encode_row)
+from flightplan.rundir import RunDir
+from flightplan.spec import CheckpointPolicy, StopRules
+
+__all__ = ["Trial"]
+
+_COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "loader")
+
+
+def _item(value: Any) -> Any:
+    """Tensors and numpy scalars as Python numbers (``.item()``); anything else unchanged."""
+    if isinstance(value, (float, int, str)) or value is None:
+        return value
+    return value.item() if callable(getattr(value, "item", None)) else value
+
+
+class Trial:
+    """One training run inside its process: checkpoints, measurements and stop rules.
+
+    Attributes:
+        run_id, name, tier, task, params, corpus, base_model, campaign_dir, max_steps,
+        config_hash: as in ``trial.json``.
+        planned_steps: total optimizer steps the task plans (set it once known; min_quality
+            needs it).
+        run_dir: the run directory.   epoch, micro_step: counters saved with each checkpoint
+            (set them in the loop; restored by :meth:`restore`).
+    """
+
+    def __init__(self, run_dir: Path | str, config: TrialFile) -> None:
+        self.run_dir = Path(run_dir)
+        self.config = config
+        self.run_id, self.name, self.tier = config.run_id, config.name, config.tier
+        self.task = config.task
+        self.params = dict(config.params)
+        self.planned_steps, self.max_steps = config.planned_steps, config.max_steps
+        self.corpus, self.base_model = config.corpus, config.base_model
+        self.campaign_dir = config.campaign_dir
+        self.config_hash, self.resume = config.config_hash, config.resume
+        self.stop_rules, self.checkpoint_policy = config.stop, config.checkpoint
+        self.epoch = 0
+        self.micro_step = 0
+        self.finished = False
+        self._rules = build_rules(config.stop)
+        self._log_rules = [r for r in self._rules if type(r).on_log is not StopRule.on_log]
+        mtbi = config.checkpoint.mean_time_between_interruptions
+        self._schedule = CheckpointSchedule(float(config.checkpoint.tolerated_loss.seconds),
+                                            float(mtbi.seconds) if mtbi else None)
+        self._parts = Components()
+        self._snapshot = Snapshot()
+        self._writer = BackgroundWriter(self.run_dir / "checkpoints", config.checkpoint.keep_last,
+                                        self._saved, self._save_failed,
+                                        before_commit=self._saving)
+        self._lock = threading.Lock()
+        self._log_fd: int | None = None
+        self._restored: CheckpointFiles | None = None
+        self._pending: set[str] = set()
+        self._loop_started = False
+        self._planned_logged: int | None = None
+        self._restore_called = False
+        self._steps_done = 0
+        self._started_s = time.monotonic()
+        self._leave: bool | None = None  # a request to leave the flight: True = then stop
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: Path | str) -> "Trial":
+        """The trial described by ``<run_dir>/trial.json``.
+
+        Raises:
+            SpecError: the file is missing, not JSON, or a field is invalid (names the field).
+        """
+        return cls(Path(path).parent, read_trial_file(path))
+
+    @classmethod
+    def from_env(cls) -> "Trial":
+        """The trial whose ``trial.json`` path is in ``$FLIGHTPLAN_TRIAL``.
+
+        Raises:
+            ArgumentError: the variable is not set.   SpecError: as :meth:`from_file`.
+        """
+        path = os.environ.get(TRIAL_ENV)
+        if not path:
+            raise ArgumentError(f"{TRIAL_ENV} is not set; run the script through `flightplan run`, "
+                                f"or build the trial with Trial.local(run_dir, params=...)")
+        return cls.from_file(path)
+
+    @classmethod
+    def local(cls, run_dir: Path | str, *, params: Mapping[str, Any] | None = None,
+              name: str = "local", run_id: str | None = None, task: str = "local",
+              stop: StopRules | Mapping[str, Any] | None = None,
+              checkpoint: CheckpointPolicy | Mapping[str, Any] | None = None,
+              planned_steps: int | None = None, max_steps: int | None = None,
+              resume: bool = False) -> "Trial":
+        """A trial for a script run by hand, in ``run_dir`` (created).
+
+        ``run_id`` defaults to :func:`flightplan.ids.run_id` of (name, task, params).
+        ``stop``/``checkpoint`` take the spec models or their TOML tables as dicts.
+        """
+        params = dict(params or {})
+        config = TrialFile.model_validate({
+            "run_id": run_id or make_run_id(name, task, params, {}, None, "local"),
+            "name": name, "task": task, "params": params, "planned_steps": planned_steps,
+            "max_steps": max_steps, "resume": resume,
+            "stop": stop if stop is not None else StopRules(),
+            "checkpoint": checkpoint if checkpoint is not None else CheckpointPolicy()})
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return cls(run_dir, config)
+
+    # -- registration and restore -------------------------------------------------------
+
+    def register(self, model: Any = None, optimizer: Any = None, scheduler: Any = None,
+                 scaler: Any = None, loader: Any = None,
+                 extra: Mapping[str, Any] | None = None) -> None:
+        """Name what must survive a kill. May be called again to add components.
+
+        Every object needs ``state_dict()``/``load_state_dict()``; the loader must be
+        resumable mid-epoch (torchdata ``StatefulDataLoader``).
+
+        Raises:
+            TypeError: an object without ``state_dict``/``load_state_dict``.
+            CheckpointError: a component registered after the loop started, or one the
+                restored checkpoint holds no state for.
+        """
+        given = {"model": model, "optimizer": optimizer, "scheduler": scheduler,
+                 "scaler": scaler, "loader": loader}
+        given.update({f"extra/{k}": v for k, v in (extra or {}).items()})
+        new = {k: v for k, v in given.items() if v is not None}
+        for key, obj in new.items():
+            if not (callable(getattr(obj, "state_dict", None))
+                    and callable(getattr(obj, "load_state_dict", None))):
+                hint = (" (use torchdata.stateful_dataloader.StatefulDataLoader)"
+                        if key == "loader" else "")
+                raise TypeError(f"{key}: {type(obj).__name__} has no state_dict/load_state_dict, "
+                                f"so it cannot be checkpointed{hint}")
+        if self._loop_started and new:
+            raise CheckpointError(f"{', '.join(new)} registered after training started; register "
+                                  f"every component before the first log() or checkpoint")
+        for key, obj in new.items():
+            if key.startswith("extra/"):
+                self._parts.extra[key.removeprefix("extra/")] = obj
+            else:
+                setattr(self._parts, key, obj)
+        if self._restored is not None:
+            self._apply_late(new)
+
+    def _apply_late(self, new: Mapping[str, Any]) -> None:
+        """Give components registered after restore() their saved state, then re-set the
+        optimizer (a scheduler's constructor rewrites its learning rates) and every RNG."""
+        files = self._restored
+        assert files is not None
+        for key, obj in new.items():
+            apply_state(key, obj, files)
+            self._pending.discard(key)
+        if "scheduler" in new and self._parts.optimizer is not None:
+            apply_state("optimizer", self._parts.optimizer, files)
+        restore_rng(files.state["rng"])
+
+    def restore(self) -> int:
+        """Load the newest valid checkpoint of this run, if any.
+
+        Walks ``checkpoints/`` newest first; a finished ``.tmp`` save whose rename a kill
+        cut off is put in place, partial ones are removed
+        (:func:`~flightplan.trial.checkpoint.recover_checkpoints`); a checkpoint that fails a
+        check or belongs to another run is renamed ``<name>.corrupt-<reason>``, reported on
+        stderr and in ``measurements.jsonl``. RNG states are set last.
+
+        Returns:
+            Optimizer steps done by the restored checkpoint (0 when starting fresh).
+
+        Raises:
+            TypeError: no model registered.
+            TrialStopped: rule ``no_usable_resume``: ``require_resume`` is on and either
+                checkpoints existed but none is valid, or trial.json says ``resume`` and there
+                is no finished checkpoint (stop.json written).
+            CheckpointError: a valid checkpoint does not fit the registered components.
+        """
+        if self._parts.model is None:
+            raise TypeError("register(model=...) before restore()")
+        start = time.monotonic()
+        files, path, rejected = self._select(load_checkpoint)
+        if files is None or path is None:
+            return 0
+        for key in _COMPONENTS:
+            obj = getattr(self._parts, key)
+            if obj is not None:
+                apply_state(key, obj, files)
+        for key, obj in self._parts.extra.items():
+            apply_state(f"extra/{key}", obj, files)
+        restore_rng(files.state["rng"])
+        self._pending = ({k for k in _COMPONENTS[2:]
+                          if k in files.state and getattr(self._parts, k) is None}
+                         | {f"extra/{k}" for k in files.state.get("extra", {})
+                            if k not in self._parts.extra})
+        counters = files.state["counters"]
+        self._steps_done = int(counters["step"])
+        self.epoch = int(counters.get("epoch", 0))
+        self.micro_step = int(counters.get("micro_step", 0))
+        self._restored = files
+        restore_s = time.monotonic() - start
+        self._schedule.record_restore(restore_s)
+        self._write(Restore(self._steps_done, time.time(), source=path.name if path else None,
+                            restore_s=restore_s, rejected=tuple(r.name for r in rejected),
+                            not_yet_registered=tuple(sorted(self._pending))))
+        return self._steps_done
+
+    def _select(self, load: Callable[[Path], CheckpointFiles]
+                ) -> tuple[CheckpointFiles | None, Path | None, list[Rejection]]:
+        """The newest valid checkpoint (partials removed, bad ones set aside, both logged);
+        with none: the ``no_usable_resume`` stop when it applies, else a ``restore`` row."""
+        self._restore_called = True
+        files, path, rejected, partial = select_checkpoint(self.run_dir / "checkpoints",
+                                                           self.run_id, self.config_hash,
+                                                           load=load)
+        for tmp in partial:
+            self._write(PartialCheckpointRemoved(0, time.time(), name=tmp.name))
+        for rejection in rejected:
+            print(f"flightplan: checkpoint rejected: {rejection.line()}", file=sys.stderr)
+            self._write(CheckpointRejected(0, time.time(), name=rejection.name,
+                                           reason=rejection.reason, message=rejection.message,
+                                           renamed_to=rejection.renamed_to))
+        if files is None:
+            if self.stop_rules.require_resume and (rejected or self.resume):
+                removed = ", ".join(p.name for p in partial)
+                found = [r.line() for r in rejected] or [
+                    "this run saved checkpoints before, but its checkpoints/ folder "
+                    "holds no finished one" + (f" (partial saves removed: {removed})"
+                                                if removed else "")
+                    + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
+                       f"--restart {self.name}" if self.name else "")]
+                self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
+            self._write(Restore(0, time.time(), source=None, resume_requested=self.resume,
+                                rejected=tuple(r.name for r in rejected),
+                                message="no checkpoint of this run; starting at step 0"))
+        return files, path, rejected
+
+    def _begin_loop(self) -> None:
+        if self._loop_started:
+            return
+        if not self._restore_called:  # a forgotten restore() would silently start over
+            raise CheckpointError("log or checkpoint before restore(); register the components "
+                                  "and call trial.restore() first, then start the loop at the "
+                                  "step it returns")
+        if self._pending:
+            raise CheckpointError(f"the restored checkpoint holds state for "
+                                  f"{', '.join(sorted(self._pending))} but nothing registered "
+                                  f"takes it; register it before training")
+        self._loop_started = True
+        self._restored = None
+
+    # -- measurements and stop rules ----------------------------------------------------
+
+    def _write(self, row: Row, *, durable: bool = False) -> None:
+        """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`);
+        ``durable``: fsync it before returning (it then survives the machine, not only the
+        process)."""
+        line = encode_row(row)
+        with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
+            if self._log_fd is None:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                self._log_fd = os.open(self.run_dir / RunDir.MEASUREMENTS,
+                                       os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._log_fd, line)
+            if durable:
+                os.fsync(self._log_fd)
+
+    def _stop(self, stop: Stop) -> None:
+        """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
+        try:
+            self._writer.wait()
+        except CheckpointError as exc:
+            print(f"flightplan: {exc}", file=sys.stderr)
+        record = stop_record(self.run_id, stop)
+        write_json_atomic(self.run_dir / RunDir.STOP, record)
+        self._write(StopEvent(stop.step, time.time(), rule=stop.rule, message=stop.message))
+        raise TrialStopped(record)
+
+    def log(self, step: int, **measurements: Any) -> None:
+        """Append ``{"step", "time" (unix s), **measurements}`` to measurements.jsonl and apply
+        the stop rules (non-finite numbers are written as ``"nan"``, ``"inf"``, ``"-inf"``).
+        The first row after ``planned_steps`` is set or changed carries it too (the pilot
+        and the progress bars read it).
+
+        Raises:
+            TrialStopped: a rule fired (stop.json written, earlier checkpoints intact).
+        """
+        if not self._loop_started:
+            self._begin_loop()
+        values = {k: _item(v) for k, v in measurements.items()}
+        if "planned_steps" not in values and self.planned_steps is not None \
+                and self.planned_steps != self._planned_logged:
+            values["planned_steps"] = int(self.planned_steps)
+        self._planned_logged = values.get("planned_steps", self._planned_logged)
+        self._write(Measurement(step, time.time(), values))
+        if step >= self._steps_done:
+            self._steps_done = step + 1
+        for rule in self._log_rules:
+            stop = rule.on_log(step, values)
+            if stop is not None:
+                self._stop(stop)
+
+    def evaluate(self, step: int, **metrics: Any) -> None:
+        """Log an evaluation (``"event": "evaluation"``) and apply ``min_quality``.
+
+        Raises:
+            TrialStopped: the metric is below the threshold after ``after_fraction``.
+        """
+        self._begin_loop()
+        values = {k: _item(v) for k, v in metrics.items()}
+        self._write(Evaluation(step, time.time(), values))
+        for rule in self._rules:
+            stop = rule.on_evaluate(step, values, self.planned_steps)
+            if stop is not None:
+                self._stop(stop)
+
+    def check_truncation(self, fraction: float) -> None:
+        """Record the fraction (0–1) of essential inputs longer than ``max_length`` and apply
+        ``max_truncated_fraction``. Call once before training.
+
+        Raises:
+            TrialStopped: more than the allowed fraction would be truncated.
+        """
+        self._write(Truncation(0, time.time(), fraction=float(_item(fraction))))
+        for rule in self._rules:
+            stop = rule.on_truncation(fraction)
+            if stop is not None:
+                self._stop(stop)
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def checkpoint(self, step: int, *, epoch: int | None = None,
+                   micro_step: int | None = None) -> None:
+        """Save now, after step ``step`` (0-based): waits for a save in flight, snapshots the
+        state into reused buffers and returns; a thread writes ``step-{step+1:06d}``.
+
+        Raises:
+            CheckpointError: the previous background save failed.
+        """
+        self._begin_loop()
+        self._writer.wait()
+        if epoch is not None:
+            self.epoch = epoch
+        if micro_step is not None:
+            self.micro_step = micro_step
+        start = time.monotonic()
+        counters = {"step": step + 1, "epoch": self.epoch, "micro_step": self.micro_step}
+        captured = self._snapshot.capture(self._parts, counters)
+        stall_s = time.monotonic() - start
+        self._schedule.record_start(start)
+        meta = {"run_id": self.run_id, "config_hash": self.config_hash, "epoch": self.epoch,
+                "micro_step": self.micro_step, "saved_at": time.time()}
+        self._writer.submit(step + 1, captured, meta, stall_s)
+
+    def maybe_checkpoint(self, step: int, *, epoch: int | None = None,
+                         micro_step: int | None = None) -> bool:
+        """Save if the measured interval has passed and no save is in flight, or at once
+        (waiting until it is durable) when the run was asked to leave its flight.
+
+        Returns:
+            Whether a save was started.
+
+        Raises:
+            CheckpointError: a background save failed.
+            TrialPreempted: the run was asked to leave its flight and stop (:meth:`request_leave`):
+                this save was made at once and is durable.
+        """
+        self._writer.raise_if_failed()
+        if self._leave is not None:
+            self.checkpoint(step, epoch=epoch, micro_step=micro_step)
+            self._writer.wait()
+            self._left(step + 1)
+            return True
+        if self._writer.busy or not self._schedule.due(time.monotonic()):
+            return False
+        self.checkpoint(step, epoch=epoch, micro_step=micro_step)
+        return True
+
+    def request_leave(self, *, stop: bool) -> None:
+        """Ask for a checkpoint at the next step boundary (the next :meth:`maybe_checkpoint`
+        or library save) and then, when ``stop``, to end with :class:`TrialPreempted`
+        (:mod:`flightplan.run.executors.leave_watch`; the worker calls this from a signal handler).
+
+        Safe in a signal handler: it only sets a flag. ``TrialPreempted`` is raised later,
+        by that save.
+        """
+        self._leave = stop or bool(self._leave)
+
+    @property
+    def leave_requested(self) -> bool:
+        """Whether the run was asked to checkpoint now (:meth:`request_leave`); loops whose
+        library saves on its own schedule save at their next step end when True."""
+        return self._leave is not None
+
+    def _left(self, steps_done: int) -> None:
+        """The requested checkpoint is durable: log it, and raise when asked to stop."""
+        stop, self._leave = self._leave, None
+        name = step_dir_name(steps_done)
+        self._write(ForcedCheckpoint(steps_done, time.time(), name=name,
+                                     then="stop" if stop else "continue"))
+        if stop:
+            raise TrialPreempted(self.run_id, steps_done, name)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the save in flight is durable (e.g. before an evaluation that may crash).
+
+        Raises:
+            CheckpointError: that save failed.
+        """
+        self._writer.wait()
+
+    def _saving(self, steps_done: int, final: Path) -> None:
+        """A save is complete and about to be renamed into place: the durable record that
+        this run saved (:class:`~flightplan.rows.CheckpointSaving`), no later than the
+        checkpoint itself."""
+        self._write(CheckpointSaving(steps_done, time.time(), name=final.name), durable=True)
+
+    def _saved(self, result: SaveResult) -> None:
+        self._write(CheckpointSaved(result.steps_done, time.time(), name=result.path.name,
+                                    bytes=result.bytes, stall_s=result.stall_s,
+                                    persist_s=result.persist_s))
+        transfer = RunDir(self.run_dir).read_json(RunDir.TRANSFER)  # on a flight: X home
+        choice = self._schedule.record_save(result.stall_s, result.persist_s,
+                                            checkpoint_transfer_s(transfer, result.bytes))
+        if choice is not None:
+            self._write(choice.as_row(result.steps_done, time.time()))
+
+    def _save_failed(self, steps_done: int, exc: BaseException) -> None:
+        print(f"flightplan: checkpoint after {steps_done} steps failed: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        self._write(CheckpointFailed(steps_done, time.time(), error=f"{type(exc).__name__}: {exc}"))
+
+    # -- checkpoints a training library writes (Trainer, Lightning) ---------------------
+
+    def restore_library(self, *, required: Mapping[str, str]) -> Path | None:
+        """Pick the checkpoint a library (Trainer, Lightning) should resume from, instead of
+        :meth:`restore`: the newest committed folder whose every byte matches its manifest
+        (partials removed, bad ones set aside as in :meth:`restore`), and which holds every
+        file of ``required`` (file name → what it holds).
+
+        Returns:
+            The folder to hand to the library, or None to start at step 0.
+
+        Raises:
+            TrialStopped: rule ``no_usable_resume``: as :meth:`restore`, or (with
+                ``require_resume`` on) the newest valid checkpoint lacks a required file,
+                e.g. one saved with the Trainer's ``save_only_model=True``.
+        """
+        start = time.monotonic()
+        files, path, rejected = self._select(load_library_checkpoint)
+        if files is None or path is None:
+            return None
+        missing = missing_files(files.manifest, required)
+        if missing:
+            reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "
+                      f"with a fresh optimizer, schedule and random streams")
+            if self.stop_rules.require_resume:
+                fix = ("save full checkpoints (the Trainer's save_only_model=False), then start "
+                       "this run over on purpose: flightplan run CAMPAIGN_FILE --restart "
+                       f"{self.name or 'NAME'}")
+                self._stop(NoUsableResume().verdict([reason], rejected=len(rejected), fix=fix))
+            self._write(Restore(0, time.time(), source=None,
+                                rejected=tuple(r.name for r in rejected),
+                                message=f"{reason}; starting at step 0 (require_resume is off)"))
+            return None
+        self._steps_done = int(files.manifest["step"])
+        self.epoch = int(files.manifest.get("epoch", 0))
+        restore_s = time.monotonic() - start
+        self._schedule.record_restore(restore_s)
+        self._write(Restore(self._steps_done, time.time(), source=path.name, restore_s=restore_s,
+                            rejected=tuple(r.name for r in rejected)))
+        return path
+
+    def library_checkpoint_due(self) -> bool:
+        """Whether the measured interval policy (:mod:`flightplan.trial.interval`) wants a save
+        now; the first call is True (that save measures its cost). True as well when the
+        executor asked the run to leave its flight (:meth:`request_leave`)."""
+        return self.leave_requested or self._schedule.due(time.monotonic())
+
+    def commit_library_checkpoint(self, source: Path, steps_done: int, *, kind: str,
+                                  save_s: float) -> Path:
+        """Commit the library's finished folder ``source`` as ``step-{steps_done:06d}``
+        (:func:`flightplan.trial.library_checkpoint.commit_library_checkpoint`), keep the newest
+        ``keep_last``, log the ``checkpoint`` row and feed the interval policy.
+
+        Args:
+            source: the folder the library wrote (in its staging folder).
+            steps_done: optimizer steps done.   kind: the library (``"transformers"``).
+            save_s: seconds the loop spent in the library's own save, before this call.
+
+        Returns:
+            The committed directory.
+
+        Raises:
+            CheckpointError: ``source`` is not a flat folder.   OSError: from the disk.
+            TrialPreempted: the run was asked to leave its flight and stop (after the commit).
+        """
+        self._begin_loop()
+        start = time.monotonic()
+        meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
+                "epoch": self.epoch, "saved_at": time.time()}
+        parent = self.run_dir / "checkpoints"
+        path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta,
+                                               before_commit=partial(self._saving, steps_done))
+        prune(parent, self.checkpoint_policy.keep_last)
+        stall_s = save_s + time.monotonic() - start  # the save is synchronous: C = D
+        self._schedule.record_start(start - save_s)
+        self._saved(SaveResult(steps_done, path, size, stall_s, stall_s))
+        if self._leave is not None:
+            self._left(steps_done)
+        return path
+
+    # -- the end ------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Wait for the save in flight and write ``done.json`` ``{run_id, finished_at, steps,
+        wall_s}`` (``finished_at`` ISO-8601 UTC; ``wall_s`` of this process).
+
+        Raises:
+            CheckpointError: the last background save failed.
+        """
+        self._writer.close()
+        write_json_atomic(self.run_dir / RunDir.DONE, {
+            "run_id": self.run_id, "steps": self._steps_done,
+            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "wall_s": round(time.monotonic() - self._started_s, 3)})
+        self._write(Finished(self._steps_done, time.time()))
+        with self._lock:
+            if self._log_fd is not None:
+                os.close(self._log_fd)
+                self._log_fd = None
+        self.finished = True

@@ -1,0 +1,314 @@
+"""Resolution, power, decision value: against closed forms, hand-worked figures, and the
+verdicts ``close`` actually gives on simulated test sets."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+from flightplan.close.conclusion import compare
+from flightplan.metrics import LABEL_METRICS, Predictions, confusion, from_confusion
+from flightplan.plan import power as P
+from flightplan.spec import parse_spec
+
+Z = norm.ppf(0.975)          # close's 95 % interval
+ZP = norm.ppf(0.8)           # the 80 % target
+
+
+def _labels(gold, predicted) -> Predictions:
+    ids = [str(i) for i in range(len(gold))]
+    return Predictions(ids=ids, labels=["a", "b"], gold=np.asarray(gold),
+                       predicted=np.asarray(predicted), probs=None)
+
+
+def _column(values) -> Predictions:
+    ids = [f"e{i}" for i in range(len(values))]
+    return Predictions(ids=ids, labels=[], gold=None, predicted=None, probs=None,
+                       columns={"abs_error": np.asarray(values, dtype=np.float64)})
+
+
+def _power(model, n, *, min_gain, expected_gain, source="campaign file"):
+    return P.comparison_power(model, model.moments(n, upto=2 * expected_gain), variant="v",
+                              reference="r", min_gain=min_gain, expected_gain=expected_gain,
+                              expected_gain_source=source)
+
+
+def test_accuracy_from_paired_predictions_matches_the_closed_form():
+    # 400 examples; the reference is right on 300, the variant on 290; they differ on 60:
+    # 25 only the variant right, 35 only the reference right. Per-example accuracy
+    # differences are +1 (25), −1 (35), 0 (340). Symmetrised, the decisive share is
+    # q = 60/400 = 0.15; at true gain g the differences are ±1 with P = (q ± g)/2, so
+    # σ(g) = √((q − g²)/n) and the interval's half-width is 1.96 σ.
+    gold = np.zeros(400, dtype=int)
+    reference = np.r_[np.zeros(300), np.ones(100)].astype(int)
+    variant = reference.copy()
+    variant[:35] = 1                 # the reference alone right
+    variant[300:325] = 0             # the variant alone right
+    model = P.model_from_predictions("accuracy", _labels(gold, reference), _labels(gold, variant),
+                                     goal="max", source="test")
+    assert model.inputs["disagreement"] == 0.15
+    n, q, t, g = 379, 0.15, 0.05, 0.1
+    power = _power(model, n, min_gain=t, expected_gain=g)
+    sigma = lambda gain: math.sqrt((q - gain ** 2) / n)            # noqa: E731
+    assert power.resolution == pytest.approx(Z * sigma(t), abs=1e-4)      # 0.0376
+    expected = power.scenario("expected gain")
+    assert expected.meets == pytest.approx(norm.cdf((g - t) / sigma(g) - Z), abs=1e-3)  # 0.574
+    assert expected.does_not_meet == pytest.approx(norm.cdf((t - g) / sigma(g) - Z), abs=1e-3)
+    zero = power.scenario("no gain")
+    assert zero.does_not_meet == pytest.approx(norm.cdf(t / sigma(0) - Z), abs=1e-3)  # 0.725
+    # at the threshold each conclusive verdict has the interval's tail, 2.5 %
+    threshold = power.scenario("threshold")
+    assert (threshold.meets, threshold.does_not_meet) == pytest.approx((0.025, 0.025), abs=1e-3)
+    detectable = brentq(lambda x: x - t - (Z + ZP) * sigma(x), t, math.sqrt(q) - 1e-9)
+    assert power.minimum_detectable_gain == pytest.approx(detectable, abs=1e-3)     # 0.1098
+    assert power.examples_needed == math.ceil((q - g ** 2) * ((Z + ZP) / (g - t)) ** 2)  # 393
+    # the largest gain: every disagreement going the variant's way
+    assert model.moments(n).max_gain == pytest.approx(q)
+
+
+def test_a_column_metric_with_goal_min_matches_the_closed_form():
+    # 200 examples; the variant's abs_error is the reference's minus 0.1 on 180 of them and
+    # plus 0.1 on 20: per-example differences with sd √(0.9·0.1)·0.2 = 0.06. Lower is
+    # better, so the measured gain of +0.08 plays no part: the power curve varies the true
+    # gain; σ = 0.06/√n, the gain's interval ±1.96 σ.
+    base = np.linspace(0.5, 2.5, 200)
+    change = np.r_[np.full(180, -0.1), np.full(20, 0.1)]
+    model = P.model_from_predictions("mean:abs_error", _column(base), _column(base + change),
+                                     goal="min", source="test")
+    assert model.sd == pytest.approx(0.06)
+    n, t, g = 500, 0.01, 0.02
+    power = _power(model, n, min_gain=t, expected_gain=g)
+    sigma = 0.06 / math.sqrt(n)
+    assert power.resolution == pytest.approx(Z * sigma, abs=1e-4)              # 0.00526
+    assert power.confirm_probability == pytest.approx(norm.cdf((g - t) / sigma - Z), abs=1e-3)
+    assert power.minimum_detectable_gain == pytest.approx(t + (Z + ZP) * sigma, abs=1e-4)
+    assert power.examples_needed == math.ceil(n * ((Z + ZP) * sigma / (g - t)) ** 2)   # 283
+    # the same figures from the campaign file's expected_difference_sd, goal "min"
+    spec = parse_spec({
+        "campaign": {"name": "c", "question": "q?", "metric": "mean:abs_error", "goal": "min",
+                     "min_gain": t, "expected_difference_sd": 0.06},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "control", "tier": "essential", "duration": "1h"},
+                {"name": "wide", "tier": "essential", "duration": "1h", "reference": "control",
+                 "expected_gain": g}]})
+    (planned,) = P.campaign_power(spec, P.TestSplit(n, None, "test")).comparisons
+    assert (planned.resolution, planned.confirm_probability) == \
+        pytest.approx((power.resolution, power.confirm_probability), abs=1e-6)
+    assert planned.expected_gain_source == "campaign file (run[1].expected_gain)"
+    assert planned.goal == "min"
+
+
+def test_a_column_metric_without_a_spread_is_not_computed_and_says_why():
+    spec = parse_spec({
+        "campaign": {"name": "c", "question": "q?", "metric": "mean:abs_error", "goal": "min",
+                     "min_gain": 0.01},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "control", "tier": "essential", "duration": "1h"},
+                {"name": "wide", "tier": "essential", "duration": "1h", "reference": "control"}]})
+    power = P.campaign_power(spec, P.TestSplit(500, None, "test"))
+    assert power.comparisons == ()
+    ((variant, reference, why),) = power.not_computed
+    assert (variant, reference) == ("wide", "control")
+    assert "set [campaign] expected_difference_sd" in why
+
+
+def test_the_default_model_of_accuracy_is_the_closed_form_of_its_disagreement():
+    # the default model: every disagreement has one run right, so q = d
+    model = P.default_model("accuracy", goal="max", label_counts={"x": 50, "y": 30, "z": 20},
+                            disagreement=0.2)
+    assert model.disagreement == pytest.approx(0.2)
+    power = _power(model, 1000, min_gain=0.02, expected_gain=0.04, source="default: 2 × min_gain")
+    assert power.resolution == pytest.approx(Z * math.sqrt((0.2 - 0.02 ** 2) / 1000), abs=1e-4)
+    # the default expected gain is 2 t: the threshold t' whose 2 t' is confirmed with 80 %
+    kind, lowest = power.threshold_for_target
+    sigma = lambda gain: math.sqrt((0.2 - gain ** 2) / 1000)       # noqa: E731
+    assert kind == "at least"
+    assert lowest == pytest.approx(brentq(lambda x: x - (Z + ZP) * sigma(2 * x), 1e-6, 0.2),
+                                   abs=1e-3)
+
+
+def test_many_classes_are_simulated_plainly_and_still_match_the_closed_form():
+    # 40 classes: 4720 cells, too many to linearise (LINEAR_BUDGET); 1000 plain draws at
+    # 4 tilts leave σ a noise of about 2 %
+    model = P.default_model("accuracy", goal="max",
+                            label_counts={f"c{i}": 5 for i in range(40)}, disagreement=0.2)
+    assert (2 * len(model.table) + 1) * 41 ** 2 > P.LINEAR_BUDGET
+    power = _power(model, 2000, min_gain=0.02, expected_gain=0.04)
+    assert power.resolution == pytest.approx(Z * math.sqrt((0.2 - 0.02 ** 2) / 2000), rel=0.08)
+
+
+def test_every_classification_metric_has_increasing_gains_and_repeats_bitwise():
+    counts = {"negative": 95, "neutral": 36, "positive": 248}
+    for name, goal in LABEL_METRICS.items():
+        model = P.default_model(name, goal=goal, label_counts=counts, disagreement=0.25)
+        moments = model.moments(379)
+        assert len(moments.gains) == len(P.LAMBDAS), name          # none left out
+        assert np.all(np.diff(moments.gains) > 0), name
+        assert moments.gains[0] < 0 < moments.gains[-1], name
+        # gain 0 at λ = 0: the symmetric table makes the two runs equally good
+        assert float(model.gains(model.table)[0]) == pytest.approx(0.0, abs=1e-12), name
+    again = P.default_model("macro_f1", goal="max", label_counts=counts, disagreement=0.25)
+    first, second = again.moments(379), again.moments(379)
+    assert np.array_equal(first.sds, second.sds) and np.array_equal(first.means, second.means)
+
+
+def test_predicted_verdicts_match_close_on_simulated_test_sets():
+    # draw 80 test sets of 300 examples from the default macro-F1 model at a true gain, run
+    # close's own paired bootstrap on each, and count its verdicts: they must agree with
+    # the predicted probabilities (a share of 80 has a standard error under 0.056)
+    model = P.default_model("macro_f1", goal="max", label_counts={"a": 60, "b": 25, "c": 15},
+                            disagreement=0.3)
+    moments = model.moments(300)
+    rng = np.random.default_rng(7)
+
+    def statistic(gold, predicted, axis=-1):
+        return from_confusion("macro_f1", confusion(gold, predicted, model.n_labels))
+
+    for gain in (0.0, 0.12):
+        lam = float(np.interp(gain, moments.gains, P.LAMBDAS))
+        table = model.tilted(lam)
+        counted = {"meets": 0, "does_not_meet": 0, "inconclusive": 0}
+        for _ in range(80):
+            gold, ref, var = model.cells[rng.choice(len(table), size=300,
+                                                    p=table / table.sum())].T
+            counted[compare(statistic, (gold, ref), (gold, var), goal="max",
+                            min_gain=0.05)["verdict"]] += 1
+        predicted = P.verdict_probabilities(*moments.at(gain), 0.05)
+        for verdict, probability in zip(("meets", "does_not_meet", "inconclusive"), predicted):
+            assert counted[verdict] / 80 == pytest.approx(float(probability), abs=0.17), \
+                (gain, verdict, counted)
+
+
+def test_paired_predictions_give_the_half_width_close_measures_on_them():
+    # two runs on 379 examples of 3 unbalanced classes (248/95/36), predictions drawn at
+    # random around 65 % and 70 % right: the model built from their pairs predicts the
+    # interval close then computes on the same pairs (what plan --from will rely on)
+    rng = np.random.default_rng(3)
+    gold = np.repeat([0, 1, 2], [248, 95, 36])
+    ref = np.where(rng.random(379) < 0.65, gold, rng.integers(0, 3, 379))
+    var = np.where(rng.random(379) < 0.5, ref, np.where(rng.random(379) < 0.7, gold,
+                                                          rng.integers(0, 3, 379)))
+    labels = ["negative", "neutral", "positive"]
+    ids = [str(i) for i in range(379)]
+    reference = Predictions(ids=ids, labels=labels, gold=gold, predicted=ref, probs=None)
+    variant = Predictions(ids=ids, labels=labels, gold=gold, predicted=var, probs=None)
+
+    def statistic(g, predicted, axis=-1):
+        return from_confusion("macro_f1", confusion(g, predicted, 3))
+
+    measured = compare(statistic, (gold, ref), (gold, var), goal="max", min_gain=0.05)
+    model = P.model_from_predictions("macro_f1", reference, variant, goal="max", source="test")
+    assert model.inputs["disagreement"] == round(float(np.mean(ref != var)), 4)
+    predicted = P.Z_INTERVAL * float(model.moments(379).at(measured["gain"])[1])
+    assert predicted == pytest.approx((measured["ci_high"] - measured["ci_low"]) / 2, rel=0.1)
+
+
+def test_model_from_a_single_run_keeps_its_accuracy_and_takes_the_disagreement():
+    gold = np.r_[np.zeros(60), np.ones(40)].astype(int)
+    predicted = gold.copy()
+    predicted[:15] = 1               # 85 % right
+    model = P.model_from_reference("accuracy", _labels(gold, predicted), goal="max",
+                                   disagreement=0.2, source="pilot of control")
+    assert model.inputs["reference_accuracy"] == 0.85
+    assert model.disagreement == pytest.approx(0.2)
+    # a disagreement the reference cannot have at equal accuracy is lowered, and said so
+    wide = P.model_from_reference("accuracy", _labels(gold, predicted), goal="max",
+                                  disagreement=0.5, source="pilot of control")
+    assert wide.disagreement == pytest.approx(0.3)
+    assert "lowered from 0.500 to 0.300" in wide.inputs["notes"][0]
+
+
+def test_examples_to_settle_the_main_jobs_inconclusive_comparisons():
+    # n · (σ (z + z_p) / |gain − t|)², σ = half-width / z, on the main job's intervals:
+    # lora-r8 − control +0.0586 [+0.0034, +0.1169]: σ = 0.028955, gap 0.0086 → 33,720;
+    # lora-r8-len256 − lora-r8 +0.0203 [−0.0435, +0.0837]: σ = 0.032450, gap 0.0297 → 3,552
+    assert P.examples_to_settle(gain=0.0586, gain_low=0.0034, gain_high=0.1169, n_examples=379,
+                                min_gain=0.05) == 33720
+    assert P.examples_to_settle(gain=0.0203, gain_low=-0.0435, gain_high=0.0837,
+                                n_examples=379, min_gain=0.05) == 3552
+    assert P.examples_to_settle(gain=0.05, gain_low=0.0, gain_high=0.1, n_examples=379,
+                                min_gain=0.05) is None
+    assert (P.rounded_count(33720), P.rounded_count(3552), P.rounded_count(904),
+            P.rounded_count(57)) == (34000, 3600, 900, 57)
+
+
+def test_the_main_job_before_any_run_cannot_confirm_its_threshold():
+    spec = parse_spec({
+        "campaign": {"name": "drug-reviews", "question": "q?", "metric": "macro_f1",
+                     "min_gain": 0.05},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "control", "tier": "essential", "duration": "1h"},
+                {"name": "lora-r8", "tier": "essential", "duration": "1h",
+                 "reference": "control"}]})
+    test = P.TestSplit(379, {"negative": 95, "neutral": 36, "positive": 248}, "drugsComTest.tsv")
+    (power,) = P.campaign_power(spec, test).comparisons
+    assert power.warn and power.confirm_probability < 0.5
+    assert power.expected_gain == 0.1 and power.expected_gain_source == "default: 2 × min_gain"
+    assert power.inputs["disagreement"] == P.DEFAULT_DISAGREEMENT
+    # the measured half-width was 0.057 ((0.1169 − 0.0034) / 2)
+    assert 0.045 < power.resolution < 0.065
+    assert power.minimum_detectable_gain > 0.1 and power.examples_needed > 379
+    # a campaign that says its runs disagree less gets a finer resolution
+    calmer = parse_spec(dict(spec.model_dump(exclude={"source", "campaign_dir"}) | {
+        "campaign": spec.campaign.model_dump() | {"expected_disagreement": 0.1},
+        "rental": {"offer": "RTX 4090", "package_days": 3}}))
+    (finer,) = P.campaign_power(calmer, test).comparisons
+    assert finer.resolution < power.resolution
+    assert finer.inputs["disagreement_source"] == "campaign file ([campaign] expected_disagreement)"
+
+
+def _with(power: P.ComparisonPower, meets: float, does_not_meet: float) -> P.ComparisonPower:
+    """``power`` with its expected-gain probabilities replaced (for the value formulas)."""
+    scenarios = tuple(dataclasses.replace(s, meets=meets, does_not_meet=does_not_meet,
+                                          inconclusive=1 - meets - does_not_meet)
+                      if s.case == "expected gain" else s for s in power.scenarios)
+    return dataclasses.replace(power, scenarios=scenarios)
+
+
+def test_decision_value_by_hand():
+    base = _power(P.ColumnModel(sd=0.1, inputs={}), 400, min_gain=0.01, expected_gain=0.02)
+    a, b = _with(base, 0.6, 0.1), _with(base, 0.3, 0.1)
+    # DV(a) = 0.6 · (1 − 0.3), DV(b) = 0.3 · (1 − 0.6)
+    assert P.decision_values({"a": a, "b": b}) == pytest.approx({"a": 0.42, "b": 0.12})
+    # once a concluded comparison meets, nothing changes the choice
+    assert P.decision_values({"a": a, "b": b}, {"c": "meets"}) == {"a": 0.0, "b": 0.0}
+    assert P.decision_values({"a": a}, {"c": "inconclusive"}) == pytest.approx({"a": 0.6})
+
+
+def test_ranking_puts_the_variant_that_can_decide_first_and_proposes_cutting_the_others():
+    counts = {"neg": 40, "pos": 60}
+    n, t = 1000, 0.05
+    # nearly identical to its reference: they disagree on 2 % of examples, so the gain
+    # cannot pass +0.02 — it would not meet +0.05 whatever happens
+    twin = _power(P.default_model("accuracy", goal="max", label_counts=counts,
+                                  disagreement=0.02), n, min_gain=t, expected_gain=0.1)
+    # expected to land on the threshold: its interval straddles it almost surely
+    unsure = _power(P.default_model("accuracy", goal="max", label_counts=counts,
+                                    disagreement=0.3), n, min_gain=t, expected_gain=t)
+    # expected well past it on a test set that resolves ±0.03
+    able = _power(P.default_model("accuracy", goal="max", label_counts=counts,
+                                  disagreement=0.3), n, min_gain=t, expected_gain=0.15)
+    ranked = P.rank_by_value({"twin": twin, "unsure": unsure, "able": able},
+                             {"twin": 2.0, "unsure": 2.0, "able": 4.0})
+    first, *others = ranked
+    assert first.variant == "able" and not first.cut and first.decision_value > 0.9
+    assert first.value_per_gpu_hour == pytest.approx(first.decision_value / 4.0)
+    reasons = {r.variant: r.reason for r in others if r.cut}
+    assert reasons["twin"].startswith("every outcome leads to the same choice")
+    assert reasons["unsure"].startswith("cannot reach a conclusive verdict")
+    assert "beyond the largest gain the disagreement allows" in twin.notes[0]
+
+
+def test_the_power_plot_is_a_png():
+    model = P.default_model("accuracy", goal="max", label_counts=None, disagreement=0.2)
+    power = P.CampaignPower(P.TestSplit(300, None, "t"),
+                            (_power(model, 300, min_gain=0.05, expected_gain=0.1),))
+    assert P.power_png(power, title="t").startswith(b"\x89PNG")
+    assert "two balanced classes assumed" in power.comparisons[0].notes[0]
+    with pytest.raises(ValueError, match="no comparison"):
+        P.power_png(P.CampaignPower(None, ()))

@@ -1,0 +1,214 @@
+"""Checkpoints home in bounded chunks (run/executors/stream.py): sender and receiver on two
+folders of this machine, the chunks handed over as the executor hands them over."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from flightplan.errors import TransferError
+from flightplan.run.executors.stream import (Chunk, CheckpointReceiver, CheckpointSender,
+                                             Rewind, checkpoint_name)
+
+CHUNK = 4096
+
+
+def _write(folder: Path, files: dict[str, bytes], *, commit: bool = True) -> Path:
+    """A checkpoint as the trial writes one: files in ``.tmp``, the manifest, one rename."""
+    tmp = folder.with_name(folder.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+    if commit:
+        (tmp / "manifest.json").write_text(json.dumps({
+            "format": "flightplan-checkpoint/1", "tensors": {},
+            "files": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
+                      for n, d in files.items()}}))
+        tmp.rename(folder)
+    return folder if commit else tmp
+
+
+def _pump(sender: CheckpointSender, receiver: CheckpointReceiver, *, ended: bool = False,
+          damage=None, drop=None, limit: int = 10_000) -> dict:
+    """Hand every chunk over until nothing is left; ``damage(chunk)`` may return a changed
+    chunk, ``drop(chunk)`` True to lose it on the way. Returns what happened."""
+    sent: list[Chunk] = []
+    seen = {"committed": [], "rewinds": [], "refused": []}
+    for _ in range(limit):
+        chunks = sender.next(ended=ended)
+        if not chunks:
+            break
+        for chunk in chunks:
+            sent.append(chunk)
+            if drop and drop(chunk):
+                continue
+            outcome = receiver.take(damage(chunk) if damage else chunk, asked_at=1.0)
+            if outcome.rewind:
+                seen["rewinds"].append(outcome.rewind)
+                sender.rewind(outcome.rewind)
+            if outcome.committed:
+                seen["committed"].append(outcome.committed)
+            if outcome.refused:
+                seen["refused"].append(outcome.refused)
+    seen["sent"] = sent
+    return seen
+
+
+def _home_files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+
+
+def test_a_checkpoint_travels_in_chunks_no_larger_than_the_bound(tmp_path: Path) -> None:
+    files = {"model.safetensors": os.urandom(40 * CHUNK + 17), "optimizer.pt": os.urandom(999),
+             "extra/state.json": b"{}", "empty.bin": b""}
+    _write(tmp_path / "flight" / "step-000008", files)
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home", keep_last=2)
+    seen = _pump(sender, receiver)
+    [done] = seen["committed"]
+    assert (done.name, done.bytes, done.resent_bytes) == ("step-000008",
+                                                          40 * CHUNK + 17 + 999 + 2, 0)
+    assert _home_files(tmp_path / "home" / "step-000008") == files
+    # what either side holds at once is one chunk's worth, whatever the checkpoint's size
+    per_call = [c.size for c in seen["sent"]]
+    assert max(per_call) <= CHUNK and sender.peak_chunk_bytes <= CHUNK
+    assert receiver.peak_chunk_bytes <= CHUNK
+    # every byte once, the manifest last
+    assert sum(c.size for c in seen["sent"][:-1]) == sum(len(d) for d in files.values())
+    assert seen["sent"][-1].path == "manifest.json"
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["step-000008"]
+    assert sender.next() == [] and not sender.pending()
+
+
+def test_a_checkpoint_streams_as_it_is_written(tmp_path: Path) -> None:
+    flight, first = tmp_path / "flight" / "step-000004", os.urandom(3 * CHUNK + 5)
+    writing = _write(flight, {"model.bin": first}, commit=False)
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home")
+    early = _pump(sender, receiver)
+    assert sum(c.size for c in early["sent"]) == len(first) and early["committed"] == []
+    assert (tmp_path / "home" / "step-000004.tmp" / "model.bin").read_bytes() == first
+    rest = os.urandom(2 * CHUNK)
+    with open(writing / "model.bin", "ab") as handle:           # the writer goes on
+        handle.write(rest)
+    _write(flight, {"model.bin": first + rest, "opt.bin": b"o" * 10})     # committed
+    late = _pump(sender, receiver)
+    assert sum(c.size for c in late["sent"][:-1]) == len(rest) + 10    # only what was new
+    assert [c.name for c in late["committed"]] == ["step-000004"]
+    assert _home_files(tmp_path / "home" / "step-000004") == {"model.bin": first + rest,
+                                                              "opt.bin": b"o" * 10}
+
+
+def test_a_corrupted_chunk_is_sent_again_and_only_it(tmp_path: Path) -> None:
+    data = os.urandom(10 * CHUNK)
+    _write(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home")
+    hit = []
+
+    def flip(chunk: Chunk) -> Chunk:
+        if chunk.offset == 3 * CHUNK and not hit:
+            hit.append(chunk)
+            changed = bytearray(chunk.data)
+            changed[100] ^= 0xFF
+            return Chunk(chunk.name, chunk.path, chunk.offset, bytes(changed), chunk.digest)
+        return chunk
+
+    seen = _pump(sender, receiver, damage=flip)
+    assert seen["rewinds"] == [Rewind("step-000002", "model.bin", 3 * CHUNK)]
+    [done] = seen["committed"]
+    assert done.resent_bytes == CHUNK
+    assert sum(c.size for c in seen["sent"][:-1]) == len(data) + CHUNK
+    assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
+
+
+def test_an_interrupted_transfer_resumes_from_what_home_has(tmp_path: Path) -> None:
+    data = os.urandom(12 * CHUNK)
+    _write(tmp_path / "flight" / "step-000006", {"model.bin": data})
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home")
+    # chunks 5 and 6 are lost on the way: home drops what comes after out of turn, and
+    # asks, when the manifest comes, for its own next byte
+    lost = {5 * CHUNK, 6 * CHUNK}
+    dropped: list[int] = []
+
+    def drop(chunk: Chunk) -> bool:
+        if chunk.path == "model.bin" and chunk.offset in lost and chunk.offset not in dropped:
+            dropped.append(chunk.offset)
+            return True
+        return False
+
+    seen = _pump(sender, receiver, drop=drop)
+    assert seen["rewinds"] == [Rewind("step-000006", "model.bin", 5 * CHUNK)]
+    [done] = seen["committed"]
+    assert (tmp_path / "home" / "step-000006" / "model.bin").read_bytes() == data
+    offsets = [c.offset for c in seen["sent"] if c.path == "model.bin"]
+    # the first five chunks went once: the transfer went on from there, not from the start
+    assert [offsets.count(i * CHUNK) for i in range(5)] == [1] * 5
+    assert all(offsets.count(i * CHUNK) == 2 for i in range(5, 12))
+    assert done.bytes == len(data)
+
+
+def test_a_checkpoint_that_fails_its_check_is_sent_again(tmp_path: Path) -> None:
+    flight = tmp_path / "flight" / "step-000003"
+    old = os.urandom(2 * CHUNK)
+    writing = _write(flight, {"model.bin": old}, commit=False)
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home")
+    _pump(sender, receiver)
+    new = os.urandom(2 * CHUNK)               # rewritten in place before the commit
+    (writing / "model.bin").write_bytes(new)
+    _write(flight, {"model.bin": new})
+    seen = _pump(sender, receiver)
+    assert Rewind("step-000003", "model.bin", 0) in seen["rewinds"]
+    [done] = seen["committed"]
+    assert (tmp_path / "home" / "step-000003" / "model.bin").read_bytes() == new
+    assert done.resent_bytes == len(old)
+
+
+def test_a_newer_checkpoint_replaces_one_on_its_way(tmp_path: Path) -> None:
+    _write(tmp_path / "flight" / "step-000004", {"model.bin": os.urandom(3 * CHUNK)},
+           commit=False)
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home", keep_last=1)
+    sender_first = sender.next()
+    receiver.take(sender_first[0], asked_at=1.0)
+    assert receiver.receiving == "step-000004"
+    newer = os.urandom(CHUNK + 1)
+    _write(tmp_path / "flight" / "step-000008", {"model.bin": newer})
+    seen = _pump(sender, receiver)
+    assert [c.name for c in seen["committed"]] == ["step-000008"]
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["step-000008"]
+    # once the worker ended, a checkpoint still being written is not waited for
+    _write(tmp_path / "flight" / "step-000012", {"model.bin": b"x"}, commit=False)
+    assert sender.pending() and not sender.pending(ended=True)
+
+
+def test_names_and_paths_from_a_flight_are_checked(tmp_path: Path) -> None:
+    receiver = CheckpointReceiver(tmp_path / "home")
+    for name in ("../step-000001", "step-1x", "step-", "step-" + "9" * 13, "latest"):
+        with pytest.raises(TransferError, match="not a checkpoint name"):
+            receiver.take(Chunk(name, "model.bin", 0, b"x", "0"), asked_at=0.0)
+    for path in ("../../.bashrc", "/etc/passwd", "a/../../b", ""):
+        with pytest.raises(TransferError, match="must be relative"):
+            receiver.take(Chunk("step-000001", path, 0, b"x", "0"), asked_at=0.0)
+    assert not (tmp_path / ".bashrc").exists() and checkpoint_name("step-000042") == 42
+    # a manifest that does not list what was sent refuses the checkpoint
+    _write(tmp_path / "flight" / "step-000001", {"model.bin": b"m"})
+    (tmp_path / "flight" / "step-000001" / "planted.pt").write_bytes(b"p")
+    manifest = json.loads((tmp_path / "flight" / "step-000001" / "manifest.json").read_text())
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    outcome = receiver.take(Chunk("step-000001", "planted.pt", 0, b"p",
+                                  hashlib.sha256(b"p").hexdigest()), asked_at=0.0)
+    assert outcome.rewind is None
+    seen = _pump(sender, receiver)
+    assert seen["refused"] == [f"step-000001: sent files ['planted.pt'] that its manifest does "
+                               f"not list ({sorted(manifest['files'])})"]
+    assert not (tmp_path / "home" / "step-000001").exists()
+    assert not (tmp_path / "home" / "step-000001.tmp").exists()

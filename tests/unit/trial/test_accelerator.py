@@ -1,0 +1,50 @@
+"""The run's device, threads and precision helpers (trial/accelerator.py), on this CPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from flightplan.errors import ArgumentError
+from flightplan.trial.accelerator import (autocast, cpu_slots, device, grad_scaler, set_deterministic,
+                                   torch_threads)
+
+
+def test_threads_come_from_the_environment_and_bad_values_name_the_variable():
+    assert torch_threads({}) == 1
+    assert torch_threads({"FLIGHTPLAN_TORCH_THREADS": "3"}) == 3
+    with pytest.raises(ArgumentError, match="FLIGHTPLAN_TORCH_THREADS='0'"):
+        torch_threads({"FLIGHTPLAN_TORCH_THREADS": "0"})
+    assert cpu_slots(1, cores=16) == 16
+
+
+def test_device_is_the_cpu_when_asked_and_refuses_unknown_names(monkeypatch):
+    monkeypatch.setenv("FLIGHTPLAN_DEVICE", "cpu")
+    assert device() == torch.device("cpu")
+    monkeypatch.setenv("FLIGHTPLAN_DEVICE", "tpu")
+    with pytest.raises(ArgumentError, match="FLIGHTPLAN_DEVICE='tpu': give cpu or cuda"):
+        device()
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("FLIGHTPLAN_DEVICE", "cuda")
+        with pytest.raises(ArgumentError, match="sees no CUDA device"):
+            device()
+
+
+def test_precision_helpers_on_the_cpu():
+    cpu = torch.device("cpu")
+    with autocast("bf16", cpu):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast("fp32", cpu):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    with pytest.raises(ArgumentError, match="fp16 needs a CUDA device"):
+        autocast("fp16", cpu)
+    with pytest.raises(ArgumentError, match="precision 'fp8'"):
+        grad_scaler("fp8", cpu)
+    scaler = grad_scaler("bf16", cpu)               # no loss scaling outside fp16
+    assert not scaler.is_enabled() and scaler.scale(torch.tensor(2.0)).item() == 2.0
+
+
+def test_deterministic_settings_leave_a_cpu_run_alone():
+    before = torch.are_deterministic_algorithms_enabled()
+    set_deterministic(torch.device("cpu"))
+    assert torch.are_deterministic_algorithms_enabled() == before
