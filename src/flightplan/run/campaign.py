@@ -1,4 +1,7 @@
-"""Carry out a campaign: data check, pilot, decision point, then the runs in tier order.
+"""Carry out a campaign: data check, pilot, decision point, then the runs.
+
+The runs start longest first (by the decision point's re-estimates) when all of them fit,
+one after another, in the time the rental has left; otherwise in tier order.
 
 Running it again continues where it stopped: finished and stopped runs are skipped, an
 interrupted run resumes from its checkpoints, a run whose configuration changed gets a
@@ -457,9 +460,9 @@ class _Campaign:
     def runs(self, dropped: list[str]) -> None:
         """Execute every run not ended and not ``dropped`` (those are cut), through the
         executor, recording each start, end and interruption as it happens."""
-        jobs = self._jobs(dropped)
         self._by_id = {p.run_id: p for p in self.planned}
         self._decisions = self.ledger.decisions()        # the estimates the clock reads
+        jobs = self._longest_first(self._jobs(dropped))
         self.executor.run(jobs, on_start=self._started, on_done=self._ended,
                           on_progress=self._progress, on_interrupted=self._interrupted,
                           admit=self._admit,
@@ -482,6 +485,19 @@ class _Campaign:
                               trial_document(self.spec, planned, resume=resume))
             jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
         return jobs
+
+    def _longest_first(self, jobs: list[Job]) -> list[Job]:
+        """``jobs`` longest first by their re-estimate (:func:`run_needs_s`; equal ones in
+        tier order) when all of them, one after another, fit in the time the rental has
+        left on every flight (:meth:`RentalClock.least_left_s`): then no order leaves one
+        unstarted for lack of time, and starting the longest first ends them together
+        instead of leaving cores idle behind the last long run (longest processing time
+        first, Graham 1969). Otherwise in tier order, essential runs first."""
+        needs = {job.run_id: run_needs_s(self._by_id[job.run_id].run, self._decisions)
+                 for job in jobs}
+        if sum(needs.values()) > self.rental.least_left_s():
+            return jobs
+        return sorted(jobs, key=lambda job: -needs[job.run_id])
 
     def _admit(self, job: Job, flight: str) -> bool:
         """Whether ``job`` may start on ``flight`` now (:meth:`RentalClock.admit`)."""

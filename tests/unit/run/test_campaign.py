@@ -743,3 +743,46 @@ def test_the_interruption_line_names_both_runs_that_train_side_by_side(tmp_path)
         activity.clear()
     first, second = [r["run_id"] for r in outcome.runs[:2]]
     assert fake.seen == [f"run {first}, 5 of 8 steps done; run {second}, 2 of 8 steps done"]
+
+
+def _estimates(folder: Path) -> dict[str, float]:
+    with Ledger.open(folder, create=False) as ledger:
+        estimates = ledger.decisions()[-1].figures["estimates"]
+    return {name: float(e["total_s"]) for name, e in estimates.items()}
+
+
+def test_runs_start_longest_first_when_all_fit_in_the_time_left(tmp_path):
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(_spec(tmp_path)), executor=fake, quiet=True)
+    ids = {r["name"]: r["run_id"] for r in outcome.runs}
+    estimates = _estimates(tmp_path)
+    started = [name for run_id in fake.started for name in ids if ids[name] == run_id]
+    # every run, one after another, fits in the 72 h package: longest re-estimate first
+    assert started == sorted(ids, key=lambda name: -estimates[name])
+    # the useful run at 128 tokens is the longest: it starts before both essential runs
+    assert started[0] == "lora-r4-len128"
+    assert started != ["control", "lora-r4", "lora-r4-len128", "wild"]      # tier order
+
+
+def test_runs_start_in_tier_order_when_they_do_not_all_fit(tmp_path):
+    import datetime as dt
+
+    # 200 s of the package are left once the runs must leave it (15 min before its end);
+    # wild's 400 epochs (about 160 s) fit alone, but not after the others one after
+    # another: the runs start in tier order
+    started_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=71, minutes=45,
+                                                                seconds=-200)
+    path = _spec(tmp_path)
+    text = path.read_text(encoding="utf-8").replace(
+        "package_days = 3", f'package_days = 3\nstarted = "{started_at.isoformat()}"')
+    last = text.rindex('name = "wild"')
+    path.write_text(text[:last] + text[last:].replace("epochs = 2", "epochs = 400", 1),
+                    encoding="utf-8")
+    fake = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
+    ids = {r["name"]: r["run_id"] for r in outcome.runs}
+    estimates = _estimates(tmp_path)
+    assert max(estimates, key=estimates.get) == "wild"
+    assert sum(estimates.values()) > 200 > max(estimates.values())
+    assert [name for run_id in fake.started for name in ids if ids[name] == run_id] == [
+        "control", "lora-r4", "lora-r4-len128", "wild"]
