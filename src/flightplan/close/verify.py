@@ -38,7 +38,8 @@ which is not a finding by itself. With trust, the kept source runs only when eve
 of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
-module.
+module, each artifact in a process of its own, side by side as runs compute
+(:func:`reproduce_runs`).
 
 Usage::
 
@@ -54,8 +55,9 @@ import os
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from flightplan.activity import doing
 from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
@@ -65,6 +67,7 @@ from flightplan.findings import Finding
 from flightplan.tasks.archive import check_kept, task_record
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
+from flightplan.trial.accelerator import OMP_ENV, THREADS_ENV, cpu_slots, torch_threads
 
 __all__ = [
     "CHECKS",
@@ -73,6 +76,7 @@ __all__ = [
     "RELOAD_STATUSES",
     "prediction_differences",
     "reproduce_run",
+    "reproduce_runs",
     "run_task",
     "verify_results",
 ]
@@ -429,7 +433,10 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
             return "failed", [Finding("reload", artifact_rel, f"not run: task "
                                       f"{record.get('ref')!r}: {problems[0]}")]
         task_root = str(results / record["source"])
+    threads = str(torch_threads())
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.setdefault(THREADS_ENV, threads)          # the count runs compute with
+    env.setdefault(OMP_ENV, threads)
     with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
         out = Path(scratch) / f"{run_id}.csv"
         argv = reload_argv(record["entry"], str(results / artifact_rel), str(out),
@@ -457,6 +464,36 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                                   f"from the stored ones (first: "
                                   f"{', '.join(differ[:5]) or 'none re-created'})")]
     return "reproduced", []
+
+
+def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None = DEFAULT_SAMPLE,
+                   trust_code: bool = False, campaign_dir: Path | None = None,
+                   on_done: Callable[[int], None] | None = None
+                   ) -> dict[str, tuple[str, list[Finding]]]:
+    """:func:`reproduce_run` for each of ``run_ids``, each in its own fresh process, as
+    many at once as runs compute side by side here (:func:`cpu_slots` of the runs' thread
+    count, each reload started with that count: ``$FLIGHTPLAN_TORCH_THREADS`` and
+    ``OMP_NUM_THREADS`` unless set), so no core idles while reloads remain.
+
+    Args:
+        results_dir, limit, trust_code, campaign_dir: as :func:`reproduce_run`.
+        run_ids: the runs whose artifacts to reload.
+        on_done: called with the number of reloads finished after each one ends.
+
+    Returns:
+        run id → :func:`reproduce_run`'s ``(status, findings)``, in the order of ``run_ids``.
+    """
+    found: dict[str, tuple[str, list[Finding]]] = {}
+    slots = max(1, min(len(run_ids), cpu_slots(torch_threads())))
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        pending = {pool.submit(reproduce_run, results_dir, run_id, limit=limit,
+                               trust_code=trust_code, campaign_dir=campaign_dir): run_id
+                   for run_id in run_ids}
+        for future in as_completed(pending):
+            found[pending[future]] = future.result()
+            if on_done:
+                on_done(len(found))
+    return {run_id: found[run_id] for run_id in run_ids}
 
 
 def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
@@ -508,15 +545,22 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
     if reload:
         artifacts = sorted({p.split("/")[1] for p in present
                             if re.fullmatch(r"artifacts/[^/]+/.+", p)})
-        for done, run_id in enumerate(artifacts):
-            if reproduced is not None and run_id in reproduced:
-                status, found = ("failed" if reproduced[run_id] else "reproduced",
-                                 reproduced[run_id])
-            elif f"predictions/{run_id}.csv" in present:
-                doing("reloading artifacts in fresh processes", done=done,
-                      total=len(artifacts), unit="artifacts")
-                status, found = reproduce_run(results, run_id, limit=sample,
-                                              trust_code=trust_code, campaign_dir=campaign_dir)
+        known = reproduced or {}
+        to_reload = [r for r in artifacts
+                     if r not in known and f"predictions/{r}.csv" in present]
+
+        def progress(done: int) -> None:
+            doing("reloading artifacts in fresh processes", done=done, total=len(to_reload),
+                  unit="artifacts")
+        if to_reload:
+            progress(0)
+        reloads = reproduce_runs(results, to_reload, limit=sample, trust_code=trust_code,
+                                 campaign_dir=campaign_dir, on_done=progress)
+        for run_id in artifacts:
+            if run_id in known:
+                status, found = ("failed" if known[run_id] else "reproduced", known[run_id])
+            elif run_id in reloads:
+                status, found = reloads[run_id]
             else:
                 continue
             statuses[run_id] = status
