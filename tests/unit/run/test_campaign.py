@@ -729,19 +729,22 @@ def test_the_interruption_line_names_both_runs_that_train_side_by_side(tmp_path)
         """Reports two runs' progress before it works through them."""
         seen: list[str] = []
 
+        first_two: list[str] = []
+
         def run(self, jobs, **callbacks):
             if len(jobs) >= 2:
                 callbacks["on_progress"](jobs[0], RunProgress(step=4, total=8))
                 callbacks["on_progress"](jobs[1], RunProgress(step=1, total=8))
                 self.seen.append(activity.current().describe())
+                self.first_two += [jobs[0].run_id, jobs[1].run_id]
             return super().run(jobs, **callbacks)
 
     fake = SideBySide()
     try:
-        outcome = run_campaign(load_spec(_spec(tmp_path)), executor=fake, quiet=True)
+        run_campaign(load_spec(_spec(tmp_path)), executor=fake, quiet=True)
     finally:
         activity.clear()
-    first, second = [r["run_id"] for r in outcome.runs[:2]]
+    first, second = fake.first_two
     assert fake.seen == [f"run {first}, 5 of 8 steps done; run {second}, 2 of 8 steps done"]
 
 
