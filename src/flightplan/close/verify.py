@@ -55,6 +55,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
@@ -386,6 +387,49 @@ def _task_findings(results: Path, manifest: dict[str, Any]) -> list[Finding]:
     return list(found.values())
 
 
+class _Reloads:
+    """The reload processes of one call, run from any thread and killed together by
+    :meth:`stop` (the caller was interrupted: a Ctrl-C or SIGTERM in the main thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+        self._stopped = False
+
+    def run(self, argv: list[str], *, cwd: str, env: dict[str, str]
+            ) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv, capture_output=True, text=True, timeout=RELOAD_TIMEOUT_S)``
+        whose process :meth:`stop` kills; any exception here kills it too.
+
+        Raises:
+            subprocess.TimeoutExpired: it ran over :data:`RELOAD_TIMEOUT_S`.
+            InterruptedError: the reloads were stopped before it started.
+        """
+        with self._lock:
+            if self._stopped:
+                raise InterruptedError("the reloads were stopped")
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            self._running.add(proc)
+        try:
+            out, err = proc.communicate(timeout=RELOAD_TIMEOUT_S)
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def stop(self) -> None:
+        """Kill every reload still running and refuse to start another."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                proc.kill()
+
+
 def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE,
                   trust_code: bool = False, campaign_dir: Path | None = None
                   ) -> tuple[str, list[Finding]]:
@@ -409,6 +453,13 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
         prediction_mismatch or task_source finding])``; ``("not_run", [])`` for untrusted
         code.
     """
+    return _reproduce(results_dir, run_id, limit=limit, trust_code=trust_code,
+                      campaign_dir=campaign_dir, reloads=_Reloads())
+
+
+def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code: bool,
+               campaign_dir: Path | None, reloads: _Reloads) -> tuple[str, list[Finding]]:
+    """:func:`reproduce_run`, its process started through ``reloads``."""
     results = Path(results_dir).resolve()
     artifact_rel = f"artifacts/{run_id}"
     try:
@@ -443,8 +494,7 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                            task_root=task_root, limit=limit,
                            campaign_dir=None if campaign_dir is None else str(campaign_dir))
         try:
-            done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
-                                  timeout=RELOAD_TIMEOUT_S)
+            done = reloads.run(argv, cwd=scratch, env=env)
         except subprocess.TimeoutExpired:
             return "failed", [Finding("reload", artifact_rel,
                                       f"reloading took over {RELOAD_TIMEOUT_S} s")]
@@ -480,19 +530,28 @@ def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None =
         run_ids: the runs whose artifacts to reload.
         on_done: called with the number of reloads finished after each one ends.
 
+    An exception in the calling thread (a Ctrl-C, SIGTERM, or ``on_done`` raising) kills the
+    reloads still running and starts no other before it propagates.
+
     Returns:
         run id → :func:`reproduce_run`'s ``(status, findings)``, in the order of ``run_ids``.
     """
     found: dict[str, tuple[str, list[Finding]]] = {}
     slots = max(1, min(len(run_ids), cpu_slots(torch_threads())))
+    reloads = _Reloads()
     with ThreadPoolExecutor(max_workers=slots) as pool:
-        pending = {pool.submit(reproduce_run, results_dir, run_id, limit=limit,
-                               trust_code=trust_code, campaign_dir=campaign_dir): run_id
-                   for run_id in run_ids}
-        for future in as_completed(pending):
-            found[pending[future]] = future.result()
-            if on_done:
-                on_done(len(found))
+        try:
+            pending = {pool.submit(_reproduce, results_dir, run_id, limit=limit,
+                                   trust_code=trust_code, campaign_dir=campaign_dir,
+                                   reloads=reloads): run_id for run_id in run_ids}
+            for future in as_completed(pending):
+                found[pending[future]] = future.result()
+                if on_done:
+                    on_done(len(found))
+        except BaseException:   # interrupted: no reload outlives the call
+            reloads.stop()
+            pool.shutdown(cancel_futures=True)
+            raise
     return {run_id: found[run_id] for run_id in run_ids}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -215,3 +216,28 @@ def test_reloads_side_by_side_report_each_run_as_one_at_a_time(copy):
     assert both == one_at_a_time
     assert [(status, [f.check for f in found]) for status, found in both.values()] == [
         ("failed", ["prediction_mismatch"]), ("failed", ["reload"])]
+
+
+def test_an_interrupted_caller_leaves_no_reload_running(copy, tmp_path, monkeypatch):
+    import signal
+    import threading
+    import time
+
+    wait = tmp_path / "reloads"
+    wait.mkdir()
+    monkeypatch.setenv("CLOSEFAKE_RELOAD_WAIT", str(wait))   # each reload sleeps 20 s
+
+    def interrupt_once_started() -> None:
+        for _ in range(600):
+            if list(wait.glob("*.started")):
+                break
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)    # a Ctrl-C: KeyboardInterrupt in the main thread
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        reproduce_runs(copy, [CONTROL, VARIANT], limit=5, trust_code=True)
+    started = list(wait.glob("*.started"))
+    assert started and not list(wait.glob("*.ended"))      # killed, not waited for
+    for marker in started:                 # and reaped: no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(marker.stem), 0)
