@@ -96,9 +96,9 @@ def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,
     to_reload = [run.run_id for run in runs if run.status == "finished" and not run.stop
                  and loaded[run.run_id] is not None]
 
-    def progress(done: int) -> None:
-        doing("reloading each artifact in a fresh process", done=done, total=len(to_reload),
-              unit="runs")
+    def progress(reloaded: int) -> None:        # a run that needs no reload is judged at once
+        doing("reloading each artifact in a fresh process",
+              done=len(runs) - len(to_reload) + reloaded, total=len(runs), unit="runs")
     progress(0)
     reloads = reproduce_runs(results, to_reload, limit=None, trust_code=True,
                              campaign_dir=spec.campaign_dir, on_done=progress)

@@ -608,8 +608,9 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         to_reload = [r for r in artifacts
                      if r not in known and f"predictions/{r}.csv" in present]
 
-        def progress(done: int) -> None:
-            doing("reloading artifacts in fresh processes", done=done, total=len(to_reload),
+        def progress(reloaded: int) -> None:    # the others need no reload here
+            doing("reloading artifacts in fresh processes",
+                  done=len(artifacts) - len(to_reload) + reloaded, total=len(artifacts),
                   unit="artifacts")
         if to_reload:
             progress(0)
