@@ -111,7 +111,7 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
 
     def decorate(func: Callable[..., int]) -> Callable[..., None]:
         @functools.wraps(func)
-        def wrapper(*args, **kwargs) -> None:
+        def wrapper(*args: Any, **kwargs: Any) -> None:
             notice = StopNotice(resume.format(**kwargs), kept=kept, again=again)
             stop = Stoppable(notice)
             code = 0

@@ -263,9 +263,9 @@ def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs:
                           rejections=[{"run_id": v.run_id, "reasons": v.reasons}
                                       for v in verdicts if not v.accepted],
                           stopped_runs=stopped)
-    budget = portable(budget, spec.campaign_dir)
-    _write_json(results, "budget.json", budget, written)
-    return budget
+    portable_budget: dict[str, Any] = portable(budget, spec.campaign_dir)
+    _write_json(results, "budget.json", portable_budget, written)
+    return portable_budget
 
 
 def _write_pages(results: Path, spec: CampaignSpec, runs: list[RunRow],

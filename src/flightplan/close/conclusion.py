@@ -67,7 +67,7 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
     sign = 1.0 if goal == "max" else -1.0
 
     def difference(*arrays: np.ndarray, axis: int = -1) -> np.ndarray:
-        return statistic(*arrays[k:], axis=axis) - statistic(*arrays[:k], axis=axis)
+        return np.asarray(statistic(*arrays[k:], axis=axis) - statistic(*arrays[:k], axis=axis))
 
     point = float(difference(*reference, *variant))
     n = len(reference[0])

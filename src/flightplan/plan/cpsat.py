@@ -47,14 +47,16 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
     p = problem
     flights, per_flight = range(p.flights), range(p.gpus_per_flight)
     model = cp_model.CpModel()
-    gpu_intervals: list[list[list]] = [[[] for _ in per_flight] for _ in flights]
-    person_intervals, person_demands = [], []
+    gpu_intervals: list[list[list[cp_model.IntervalVar]]] = [[[] for _ in per_flight]
+                                                           for _ in flights]
+    person_intervals: list[cp_model.IntervalVar] = []
+    person_demands: list[int] = []
     # instances: (name, flight or None) -> (start var, end var, presence literal)
-    inst: dict[tuple[str, int | None], tuple] = {}
-    on_flight: dict[str, list] = {}       # name -> per flight literal (placed there)
+    inst: dict[tuple[str, int | None], tuple[Any, Any, Any]] = {}
+    on_flight: dict[str, list[Any]] = {}       # name -> per flight literal (placed there)
     on_gpu: dict[tuple[str, int | None], dict[tuple[int, int], Any]] = {}
 
-    def add_instance(name: str, flight: int | None, present) -> None:
+    def add_instance(name: str, flight: int | None, present: Any) -> None:
         task = p.tasks[name]
         start = model.new_int_var(0, horizon - task.seconds, f"s[{name},{flight}]")
         end = start + task.seconds
@@ -94,7 +96,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
             add_instance(name, None, None)
 
     # which copies of each each_flight task exist: those its flight-bound descendants need
-    needs: dict[tuple[str, int], list] = {}
+    needs: dict[tuple[str, int], list[Any]] = {}
     for name, task in p.tasks.items():
         for setup in p.setups[name]:
             for f in flights:
@@ -113,21 +115,22 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
 
     # precedence
     for name, task in p.tasks.items():
-        copies = [(f, *inst[(name, f)]) for f in flights] if task.each_flight \
-            else [(None, *inst[(name, None)])]
-        for f, start, _, present in copies:
+        copies: list[tuple[int | None, Any, Any, Any]] = (
+            [(f, *inst[(name, f)]) for f in flights] if task.each_flight
+            else [(None, *inst[(name, None)])])
+        for copy_flight, start, _, present in copies:
             for dep in task.after:
                 if not p.tasks[dep].each_flight:
                     model.add(start >= inst[(dep, None)][1])
-                elif f is None and not task.gpus:
+                elif copy_flight is None and not task.gpus:
                     chosen = [model.new_bool_var(f"c[{name},{dep},{g}]") for g in flights]
                     model.add_bool_or(chosen)
                     for g in flights:
                         model.add_implication(chosen[g], inst[(dep, g)][2])
                         model.add(start >= inst[(dep, g)][1]).only_enforce_if(chosen[g])
             for setup in (p.setups[name] if p.bound(name) else ()):
-                for g in ([f] if f is not None else flights):
-                    lit = present if f is not None else on_flight[name][g]
+                for g in ([copy_flight] if copy_flight is not None else flights):
+                    lit = present if copy_flight is not None else on_flight[name][g]
                     model.add(start >= inst[(setup, g)][1]).only_enforce_if(lit)
 
     for f in flights:
@@ -158,7 +161,7 @@ def solve_exact(problem: Problem, hint: list[Slot], horizon: int,
         best = solver.value(makespan)
         values = [solver.value(model.get_int_var_from_proto_index(i))
                   for i in range(len(model.proto.variables))]
-        model.clear_hints()
+        model.clear_hints()  # type: ignore[no-untyped-call]  # OR-Tools leaves it unannotated
         for i, value in enumerate(values):
             model.add_hint(model.get_int_var_from_proto_index(i), value)
         model.add(makespan <= best)
@@ -199,8 +202,10 @@ def _solver(limit_s: float) -> cp_model.CpSolver:
     return solver
 
 
-def _hint(model: cp_model.CpModel, p: Problem, slots: list[Slot], inst: dict,
-          on_flight: dict, on_gpu: dict) -> None:
+def _hint(model: cp_model.CpModel, p: Problem, slots: list[Slot],
+          inst: dict[tuple[str, int | None], tuple[Any, Any, Any]],
+          on_flight: dict[str, list[Any]],
+          on_gpu: dict[tuple[str, int | None], dict[tuple[int, int], Any]]) -> None:
     """Give CP-SAT the greedy schedule as a complete starting solution."""
     placed = {(s.task.name, s.flight_index if s.task.each_flight else None): s for s in slots}
     for (name, f), (start, _, present) in inst.items():

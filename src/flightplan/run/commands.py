@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from flightplan.errors import ArgumentError, SetupError
 
@@ -178,7 +178,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     return 0
 
 
-def _add_rental(snapshot: dict, *, now: float) -> None:
+def _add_rental(snapshot: dict[str, Any], *, now: float) -> None:
     """Add ``flights`` (:meth:`FlightWindow.to_json`), ``cluster`` (the latest
     ``cluster_joined`` event's data, or null) and each waiting run's ``reason``."""
     from flightplan.ledger_rows import EventRow
@@ -194,7 +194,7 @@ def _add_rental(snapshot: dict, *, now: float) -> None:
             run["reason"] = waiting[run["run_id"]]
 
 
-def _print_status(snapshot: dict, *, metric: str) -> None:
+def _print_status(snapshot: dict[str, Any], *, metric: str) -> None:
     import time
 
     from rich.console import Console

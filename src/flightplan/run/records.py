@@ -74,7 +74,7 @@ class RunRecorder:
             manifest = read_manifest(self.dir / RESULTS_DIRNAME)
         except VerificationFailed:
             return False
-        return (manifest.get("runs") or {}).get(run_id, {}).get("status") == status
+        return bool((manifest.get("runs") or {}).get(run_id, {}).get("status") == status)
 
     def settle(self, planned: "PlannedRun") -> str:
         """Bring the ledger and ``results/`` up to the run directory: a finished or stopped

@@ -105,7 +105,7 @@ class MlflowRun:
 
     mlflow_run_id: str
     flightplan_run_id: str
-    sent: Counter = field(default_factory=Counter)   # identities of points in the store
+    sent: Counter[Any] = field(default_factory=Counter)   # identities of points in the store
     params: dict[str, str] = field(default_factory=dict)
 
 

@@ -105,7 +105,7 @@ class LocalExecutor(Executor):
         return GpuLimit(self._gpus, f"this machine (CUDA_VISIBLE_DEVICES="
                                     f"{','.join(self._visible())})")
 
-    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen:
+    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen[bytes]:
         env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
                    PYTHONUNBUFFERED="1")
         if self._gpus:
@@ -206,7 +206,7 @@ class _Process:
     start, its measurement tail, the GPUs it holds and its leave watch (or None)."""
 
     job: Job
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     started_at: float
     tail: MeasurementTail
     devices: list[int]

@@ -210,7 +210,8 @@ def _needs_text(needs: dict[str, float]) -> str:
 
 
 def _trial(job: Job) -> dict[str, Any]:
-    return json.loads(job.trial_json.read_text(encoding="utf-8"))
+    trial: dict[str, Any] = json.loads(job.trial_json.read_text(encoding="utf-8"))
+    return trial
 
 
 class RayExecutor(Executor):
