@@ -250,7 +250,7 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
                             "checkpoint itself; drop the argument")
     # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
     # does not declare it
-    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
+    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set, not declared
     others = [type(c).__name__ for c in callbacks if isinstance(c, Checkpoint)]
     if others:
         raise ArgumentError(f"the Trainer has {', '.join(others)}, whose saves are not atomic; "

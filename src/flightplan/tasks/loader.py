@@ -248,12 +248,17 @@ def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
     with _on_path(campaign_dir):
         if source.kind == "module":
             return importlib.import_module(source.module_name)
-        path = source.root / source.files[0]  # type: ignore[operator]
+        if source.root is None:
+            raise TaskError(f"task {source.ref!r}: a file task without its folder")
+        path = source.root / source.files[0]
         spec = importlib.util.spec_from_file_location(source.module_name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            raise TaskError(f"task {source.ref!r}: {path} cannot be imported as Python; "
+                            f"name a .py file")
+        module = importlib.util.module_from_spec(spec)
         sys.modules[source.module_name] = module
         try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[source.module_name]
             raise
