@@ -195,11 +195,13 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
                  "(only your own machines can reach it; recorded in the ledger)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
-    from flightplan.run.commands import run_command
+    from flightplan.close.verify import verify_results   # [calibrate] from: a verified
+    from flightplan.run.commands import run_command      # results directory
     from flightplan.tracking.live import observer
     return run_command(spec, decide=decide, as_json=json, restart=restart,
                        observer=observer(tracking_uri), executor=executor, address=address,
-                       past_end=past_end, trusted_network=trusted_network)
+                       past_end=past_end, trusted_network=trusted_network,
+                       verify=functools.partial(verify_results, reload=False))
 
 
 @app.command()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from flightplan.errors import ArgumentError, SetupError
 
 if TYPE_CHECKING:
+    from flightplan.plan.commands import ResultsVerifier
     from flightplan.run.campaign import Observer
     from flightplan.run.executors.contract import Executor
     from flightplan.spec import CampaignSpec
@@ -84,7 +85,8 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
                 restart: Sequence[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
-                past_end: bool = False, trusted_network: bool = False) -> int:
+                past_end: bool = False, trusted_network: bool = False,
+                verify: ResultsVerifier | None = None) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
     [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--trusted-network]
     [--past-end] [--json]``.
@@ -96,6 +98,10 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
     data_check, pilot, decision, runs, statuses, wall_s}``. A campaign stop is also
     written to stderr as one line.
+
+    A campaign file with ``[calibrate] from`` freezes the plan ``flightplan plan`` shows:
+    its durations from that earlier campaign's results, which ``verify`` (the command
+    line's results verifier; ``run/`` may not import ``close/``) checks first.
 
     Returns:
         0 when the runs ended (a run stopped by its own rule included); 1 when the
@@ -113,6 +119,10 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
+    calibrated = None
+    if spec.calibrate is not None and verify is not None:
+        from flightplan.plan.commands import calibrated_estimates
+        calibrated = calibrated_estimates(spec, None, verify)[0].durations
     console = Console()
     runner = make_executor(spec, engine=executor, address=address,
                            trusted_network=trusted_network)
@@ -123,7 +133,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
         try:
             outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
                                    restart=restart, observer=observer, executor=runner,
-                                   past_end=past_end)
+                                   past_end=past_end, calibrated=calibrated)
         finally:
             runner.close()
     if as_json:
