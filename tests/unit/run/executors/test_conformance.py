@@ -30,6 +30,7 @@ from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, GpuLimi
 from flightplan.run.executors.leave_watch import LeaveBy
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.rundir import RunDir
+from processes import alive  # tests/fixtures, put on the path by conftest.py
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 FAKE_WORKER = FIXTURES / "fake_worker.py"
@@ -128,15 +129,6 @@ executor.run([Job("slow-1", Path(run_dir))])
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
-
-
 def _wait(what: str, ready: Callable[[], Any]) -> Any:
     deadline = time.time() + WAIT_S
     while time.time() < deadline:
@@ -171,10 +163,10 @@ def test_a_killed_runner_leaves_no_worker_behind(kind: str, make: Make,
             return int(found[0].split()[-1]) if found else None
 
         pid = _wait("the worker's pid in log.txt", worker_pid)
-        assert _alive(pid)
+        assert alive(pid)
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
-        _wait(f"worker {pid} to die with its runner", lambda: not _alive(pid))
+        _wait(f"worker {pid} to die with its runner", lambda: not alive(pid))
     finally:
         runner.kill()
         runner.wait()
