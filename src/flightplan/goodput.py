@@ -62,20 +62,24 @@ Usage::
                                 events=ledger.events(), rows_of=lambda run_id: rows,
                                 gpus_of={"control": 1}, gpus_per_flight=1)
     campaign.flights[0].uncommitted_s, campaign.to_json()
+    ledger_goodput(ledger, spec, gpus_per_flight=1)     # the same, from a campaign's files
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from flightplan.ledger_rows import EventRow, RunRow, StageTimeRow
 from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Finished,
                              ForcedCheckpoint, Measurement, ProcessStart, Restore, Row, StopEvent)
+from flightplan.rundir import RunDir
+from flightplan.spec import CampaignSpec
 
 __all__ = ["CAUSES", "OVERHEADS", "STAGES", "Execution", "GoodputSplit", "FlightGoodput",
            "CampaignGoodput", "run_goodput", "execution_goodput", "total_goodput",
-           "ledger_executions", "campaign_goodput"]
+           "ledger_executions", "campaign_goodput", "LedgerRows", "ledger_goodput"]
 
 CAUSES = ("waiting", "start_load", "data", "restore", "steps", "lost", "checkpoint",
           "evaluation", "output", "transfer")
@@ -520,3 +524,34 @@ def campaign_goodput(*, runs: Sequence[RunRow], stage_times: Sequence[StageTimeR
             flight, max(gpus_per_flight, _peak(held)), package.hours, productive, overheads,
             tuple(dict.fromkeys(r for r, _, _ in on[flight]))))
     return CampaignGoodput(splits, stages, tuple(flights))
+
+
+class LedgerRows(Protocol):
+    """What :func:`ledger_goodput` reads of a ledger (``run``'s :class:`Ledger`, or the
+    :class:`~flightplan.close.ledger_reader.LedgerReader` ``close`` sees)."""
+
+    def runs(self) -> list[RunRow]:
+        """Every run id ever registered."""
+
+    def stage_times(self) -> list[StageTimeRow]:
+        """One row per execution of a stage or run."""
+
+    def events(self, run_id: str | None = None, *, kind: str | None = None
+               ) -> list[EventRow]:
+        """Events in order."""
+
+
+def ledger_goodput(ledger: LedgerRows, spec: CampaignSpec, *, gpus_per_flight: int
+                   ) -> CampaignGoodput:
+    """:func:`campaign_goodput` of a campaign from its ledger and its run directories
+    (``runs/<run_id>/``, with the folders ``--restart`` set aside), each run holding its
+    ``[[run]] gpus``.
+
+    Args:
+        ledger: the campaign's ledger. spec: the campaign (its folder, its runs' GPUs).
+        gpus_per_flight: the rental offer's GPUs per flight (the catalog's).
+    """
+    return campaign_goodput(
+        runs=ledger.runs(), stage_times=ledger.stage_times(), events=ledger.events(),
+        rows_of=lambda run_id: RunDir.of(spec.campaign_dir, run_id).rows_across_restarts(),
+        gpus_of={run.name: run.gpus for run in spec.runs}, gpus_per_flight=gpus_per_flight)

@@ -12,6 +12,7 @@ from flightplan.errors import ArgumentError, SetupError
 if TYPE_CHECKING:
     from flightplan.run.campaign import Observer
     from flightplan.run.executors.contract import Executor
+    from flightplan.run.ledger import Ledger
     from flightplan.spec import CampaignSpec
 
 
@@ -148,7 +149,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
     left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
     it authenticates and whether the network was stated trusted, or null; a pending
-    run that was not started because its flight's package ends first has that ``reason``).
+    run that was not started because its flight's package ends first has that ``reason``;
+    ``goodput`` per run and for the campaign: :func:`_add_goodput`).
 
     Raises:
         SpecError: the campaign file is missing or invalid.
@@ -162,6 +164,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     ledger = Ledger.open(spec.campaign_dir, create=False)
     with ledger:
         snapshot = ledger.snapshot()
+        _add_goodput(snapshot, spec, ledger)
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
     if holder is not None and holder.get("verb", "run") != "run":
@@ -176,6 +179,23 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         return 0
     _print_status(snapshot, metric=spec.campaign.metric)
     return 0
+
+
+def _add_goodput(snapshot: dict, spec: "CampaignSpec", ledger: "Ledger") -> None:
+    """Add each run's ``goodput`` (its wall time by cause, :mod:`flightplan.goodput`; null
+    for a run that never ran) and the campaign's ``goodput``: ``{stages_hours, flights
+    (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``."""
+    from flightplan.goodput import ledger_goodput
+    from flightplan.plan.catalog import catalog_for_spec
+
+    offer = catalog_for_spec(spec).offers.get(spec.rental.offer)
+    goodput = ledger_goodput(ledger, spec,
+                             gpus_per_flight=offer.gpus_per_flight if offer else 1)
+    for run in snapshot["runs"]:
+        split = goodput.runs.get(run["run_id"])
+        run["goodput"] = None if split is None else split.to_json()
+    snapshot["goodput"] = {key: value for key, value in goodput.to_json().items()
+                           if key != "runs"}
 
 
 def _add_rental(snapshot: dict, *, now: float) -> None:
