@@ -77,7 +77,7 @@ from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Fi
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
 
-__all__ = ["CAUSES", "OVERHEADS", "STAGES", "Execution", "GoodputSplit", "FlightGoodput",
+__all__ = ["CAUSES", "OVERHEADS", "STAGES", "LABELS", "Execution", "GoodputSplit", "FlightGoodput",
            "CampaignGoodput", "run_goodput", "execution_goodput", "total_goodput",
            "ledger_executions", "campaign_goodput", "LedgerRows", "ledger_goodput"]
 
@@ -91,6 +91,9 @@ OVERHEADS = tuple(c for c in CAUSES if c != "steps")
 STAGES = "stages"
 """A flight's overhead besides its runs' causes: the stages executed on it (data check,
 pilot, stages marked by hand)."""
+
+LABELS = {**{cause: cause for cause in CAUSES}, "start_load": "start/load", STAGES: STAGES}
+"""How each cause (and :data:`STAGES`) reads in a line or a table heading."""
 
 _HOUR_S = 3600.0
 

@@ -186,11 +186,9 @@ def _add_goodput(snapshot: dict, spec: "CampaignSpec", ledger: "Ledger") -> None
     for a run that never ran) and the campaign's ``goodput``: ``{stages_hours, flights
     (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``."""
     from flightplan.goodput import ledger_goodput
-    from flightplan.plan.catalog import catalog_for_spec
+    from flightplan.plan.catalog import flight_gpus
 
-    offer = catalog_for_spec(spec).offers.get(spec.rental.offer)
-    goodput = ledger_goodput(ledger, spec,
-                             gpus_per_flight=offer.gpus_per_flight if offer else 1)
+    goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
     for run in snapshot["runs"]:
         split = goodput.runs.get(run["run_id"])
         run["goodput"] = None if split is None else split.to_json()

@@ -25,14 +25,13 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 
-from flightplan.goodput import OVERHEADS, STAGES
+from flightplan.goodput import LABELS, OVERHEADS
 from flightplan.run.decision import ValueRanking
 from flightplan.run.executors.contract import ClusterJoined
 from flightplan.run.progress import format_stop
 from flightplan.units import time_unit
 
-__all__ = ["status_lines", "run_lines", "goodput_lines", "flight_hours_lines", "cause_name",
-           "clock", "cut"]
+__all__ = ["status_lines", "run_lines", "goodput_lines", "flight_hours_lines", "clock", "cut"]
 
 _TIERS = ("essential", "useful", "exploratory")
 _EVENTS_SHOWN = 12
@@ -136,14 +135,6 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
     return out
 
 
-_CAUSE_NAMES = {"start_load": "start/load", STAGES: "stages"}
-
-
-def cause_name(cause: str) -> str:
-    """How a goodput cause reads in a line or a table (``start_load`` → ``start/load``)."""
-    return _CAUSE_NAMES.get(cause, cause)
-
-
 def _split_text(parts_hours: dict[str, float], wall_hours: float) -> tuple[str, str]:
     """``("7.9 s", "steps 2.5 s; start/load 3.1 s, output 1.5 s")``: the wall time and the
     causes (steps first, then the overheads largest first, those that show as 0 left out),
@@ -153,7 +144,7 @@ def _split_text(parts_hours: dict[str, float], wall_hours: float) -> tuple[str, 
     shown = sorted((p for p in shown if round(p[1], 1) > 0), key=lambda p: -p[1])
     steps = f"steps {parts_hours.get('steps', 0.0) * scale:.1f} {unit}"
     return (f"{wall_hours * scale:.1f} {unit}",
-            steps + ("; " + ", ".join(f"{cause_name(c)} {v:.1f} {unit}" for c, v in shown)
+            steps + ("; " + ", ".join(f"{LABELS.get(c, c)} {v:.1f} {unit}" for c, v in shown)
                      if shown else ""))
 
 
@@ -220,7 +211,7 @@ def flight_hours_lines(flights: list[dict[str, Any]], *, width: int) -> list[str
                         if round(v, places) > 0), key=lambda p: -p[1])
         if shown:
             out.append(cut("    overheads: " + ", ".join(
-                f"{cause_name(c)} {v:.{places}f} h" for c, v in shown), width))
+                f"{LABELS.get(c, c)} {v:.{places}f} h" for c, v in shown), width))
     return out
 
 
