@@ -12,8 +12,9 @@ given to exactly one cause, so the parts add up to the wall time by construction
                     resume from and the launch; on this machine the fork
 ``start_load``      the interpreter, imports, and the task's own loading until its first step
                     began (the corpus, the tokenizer, the model) — less the two causes below
-``data``            data preparation the task timed (``encode_s``: the built-in task's frozen
-                    embedding passes)
+``data``            data preparation the task timed before its first step: ``data_s`` (the
+                    built-in task: reading the corpus, the tokenizer, tokenizing) and
+                    ``encode_s`` (the built-in task's frozen embedding passes)
 ``restore``         restoring the checkpoint it resumed from (``restore_s``)
 ``steps``           productive steps: the time from one step row to the next, each optimizer
                     step's compute, data loading and logging, less checkpoint stalls
@@ -37,7 +38,8 @@ the row that ends it: a step row's gap to ``steps`` (or ``lost``), an evaluation
 ``evaluation``, the output row's to ``output``, a row before the first step to
 ``start_load``; a checkpoint's stall is moved out of the gap it happened in (the one after
 the step it saved) into ``checkpoint``; durations a row states (``encode_s``, ``restore_s``,
-``output_s``, ``eval_s``) are taken up to the gap they fall in. The first step row of an
+``output_s``, ``eval_s``) are taken up to the gap they fall in, and ``data_s`` (stated in a
+row before the first step) up to the execution's start and load so far. The first step row of an
 execution covers ``k`` steps (its index + 1 less the step the execution restored to) and, when
 it states ``step_s``, only ``k · step_s`` of its gap are steps: the rest came before the first
 step began (warm-up, the loader's first batch) and is ``start_load``. Time stamps are the rows'
@@ -46,13 +48,15 @@ step began (warm-up, the loader's first batch) and is ``start_load``. Time stamp
 A campaign (:func:`campaign_goodput`) reads each run's executions from the ledger: its
 ``stage_times`` rows (one per execution, named by the run's name; a window belongs to the run
 id of that name that started last before it ended), the flight each ran on (the ``node`` of
-the event that closed it, else the campaign's one flight), and whether the run finished (its
-status: its last execution then finished). Per flight, of the hours bought (the package's
-hours × its slots: the offer's GPUs per flight, or more when more runs ran there at once, as
-the local executor does on CPU), slot-hours go to productive steps, to overheads (every other
-cause, and the stages — data check, pilot, stages marked by hand — inside its package
-window when the campaign has one flight), and the rest stayed uncommitted: not a fault, the
-package is not an obligation to fill every hour. A run holds its ``gpus`` slots while it runs.
+the event that closed it, else the campaign's one flight), and whether the run ended by
+itself (its status ``finished``, or ``stopped`` by its own stop rule: its last execution then
+ended it, and that execution's tail is the process finishing, not lost work). Per flight, of
+the hours bought (the package's hours × its slots: the offer's GPUs per flight, or more when
+more runs ran there at once, as the local executor does on CPU), slot-hours go to productive
+steps, to overheads (every other cause, and the stages — data check, pilot, stages marked by
+hand — inside its package window when the campaign has one flight), and the rest stayed
+uncommitted: not a fault, the package is not an obligation to fill every hour. A run holds
+its ``gpus`` slots while it runs.
 
 Usage::
 
@@ -106,7 +110,8 @@ def _hours(seconds: float) -> float:
 @dataclass(frozen=True)
 class Execution:
     """One worker process of a run: unix ``started_at`` and ``ended_at`` (seconds), and
-    whether the run ``finished`` in it (its tail is then output, else lost work)."""
+    whether the run ended by itself in it, ``finished`` or stopped by its own rule (its tail
+    is then output, else lost work)."""
 
     started_at: float
     ended_at: float
@@ -239,6 +244,9 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
                 resumed_at = row.step
             else:
                 timeline.take("start_load", "data", _stated(row, "encode_s"), gap)
+                # data_s states work done anywhere since the process began (the built-in
+                # task tokenizes before it restores): up to this execution's start and load
+                timeline.take("start_load", "data", _stated(row, "data_s"), float("inf"))
             last_marker = at
         elif isinstance(row, (Finished, StopEvent, ForcedCheckpoint)):
             cause = "output" if in_loop else "start_load"
@@ -315,6 +323,10 @@ class _Placed:
 _CLOSING = ("finished", "stopped", "failed", "interrupted")
 """Events that close one execution of a run (at its end, with its ``node`` on Ray)."""
 
+_ENDED = ("finished", "stopped")
+"""Run statuses of a run that ended by itself in its last execution (finished, or stopped by
+its own stop rule): that execution's tail is output, not lost work."""
+
 
 def ledger_executions(runs: Sequence[RunRow], stage_times: Sequence[StageTimeRow],
                       events: Sequence[EventRow]) -> dict[str, list[tuple[Execution, str | None]]]:
@@ -330,7 +342,8 @@ def ledger_executions(runs: Sequence[RunRow], stage_times: Sequence[StageTimeRow
         belongs to the run id named ``N`` whose latest ``started``/``resumed`` event is the
         latest at or before the window's end; its flight is the ``node`` of that run's
         closing event at the window's end, else the campaign's only flight (None with
-        several); the last execution of a ``finished`` run finished.
+        several); the last execution of a ``finished`` or ``stopped`` run ended it
+        (``Execution.finished``).
     """
     by_name: dict[str, list[RunRow]] = {}
     for run in runs:
@@ -363,7 +376,7 @@ def ledger_executions(runs: Sequence[RunRow], stage_times: Sequence[StageTimeRow
     status = {run.run_id: run.status for run in runs}
     for run_id, executions in placed.items():
         executions.sort(key=lambda p: p.execution.started_at)
-        if executions and status[run_id] == "finished":
+        if executions and status[run_id] in _ENDED:
             last = executions[-1]
             executions[-1] = _Placed(Execution(last.execution.started_at,
                                                last.execution.ended_at, True), last.flight)

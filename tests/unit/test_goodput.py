@@ -17,7 +17,7 @@ from flightplan.goodput import (CAUSES, STAGES, Execution, campaign_goodput, exe
                                 ledger_executions, run_goodput, total_goodput)
 from flightplan.ledger_rows import EventRow, RunRow, StageTimeRow
 from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Finished,
-                             Measurement, ProcessStart, Restore, Truncation)
+                             Measurement, ProcessStart, Restore, StopEvent, Truncation)
 from flightplan.rundir import RunDir
 
 
@@ -96,6 +96,25 @@ def test_a_resume_accounts_the_redone_steps_as_lost_work():
     # one split per execution, each adding up to its own window
     assert [s.wall_s for s in execution_goodput(first + second, executions)] == \
         [pytest.approx(10.0), pytest.approx(10.0)]
+
+
+def test_data_preparation_stated_at_the_load_row_comes_out_of_start_and_load():
+    # the built-in task reads and tokenizes the corpus before it restores, and states how
+    # long in its load row (data_s 4 s), whose own gap is only 2 s: the 4 s come out of the
+    # execution's start and load so far (0.5 → 10 s: 9.5 s)
+    rows = [ProcessStart(0, 0.5), Restore(0, 8.0, source=None),
+            Measurement(0, 10.0, {"load_s": 9.0, "data_s": 4.0}), _step(0, 11.0, step_s=1.0),
+            Finished(1, 12.0)]
+    split = run_goodput(rows, [Execution(0.0, 20.0, finished=True)])
+    assert split.parts == pytest.approx({
+        "waiting": 0.5, "start_load": 9.5 - 4.0, "data": 4.0, "restore": 0.0, "steps": 1.0,
+        "lost": 0.0, "checkpoint": 0.0, "evaluation": 0.0, "output": 1.0 + 8.0,
+        "transfer": 0.0})
+    # a figure larger than the start and load it could have happened in takes all of it
+    rows[2] = Measurement(0, 10.0, {"load_s": 9.0, "data_s": 50.0})
+    split = run_goodput(rows, [Execution(0.0, 20.0, finished=True)])
+    assert (split.parts["start_load"], split.parts["data"]) == (0.0, pytest.approx(9.5))
+    assert split.wall_s == pytest.approx(20.0)
 
 
 def test_a_first_row_that_covers_several_steps_starts_where_they_began():
@@ -217,6 +236,22 @@ def test_per_flight_hours_by_hand():
     assert (shown["bought_hours"], shown["productive_hours"], shown["overhead_hours"]) == \
         (216.0, round(24 / 3600, 6), 0.02)
     assert campaign.total.wall_s == pytest.approx(30 + 8 + 20)
+
+
+def test_a_run_stopped_by_its_rule_ends_in_output_and_a_failed_one_loses_its_tail():
+    # both: start and load 2 s, one step of 1 s, the stop rule's row 1 s later, then the
+    # process exits 6 s later; a stopped run ended by itself (its tail is finishing), a
+    # failed one did not (its tail is lost)
+    rows = [Measurement(0, T0 + 12, {"load_s": 2.0}), _step(0, T0 + 13, step_s=None),
+            StopEvent(1, T0 + 14, rule="non_finite_loss", message="loss is nan")]
+    for status, ended in (("stopped", True), ("failed", False)):
+        runs = [_run("nan-1", "nan", status)]
+        placed = ledger_executions(runs, [StageTimeRow("nan", "run", T0 + 10, T0 + 20)],
+                                   [_event(1, "started", 10, "nan-1")])
+        assert placed == {"nan-1": [(Execution(T0 + 10, T0 + 20, ended), None)]}
+        parts = run_goodput(rows, [placed["nan-1"][0][0]]).parts
+        assert (parts["start_load"], parts["steps"]) == (2.0, 1.0)
+        assert (parts["output"], parts["lost"]) == ((7.0, 0.0) if ended else (1.0, 6.0))
 
 
 def test_runs_on_two_flights_and_a_stage_on_no_known_one():

@@ -26,8 +26,8 @@ model adds what only textclf logs: the encoder's forward time on length-sorted b
                  X: the pilot's transfer time home per checkpoint, 0 when it ran at home)
 
     frozen encoder (control):
-        load_s  = setup_s + data_s
-        data_s  = Σ encode_s · n_train / n'_train + n_test · one_s   the embedding passes
+        load_s  = setup_s + passes
+        passes  = Σ encode_s · n_train / n'_train + n_test · one_s   the embedding passes
         train_s = steps · step_s                     the pilot's steady (head) step time
         eval_s  = epochs · eval_s · n_test / n'_test   the pilot's evaluation, scaled
     trained encoder (adapter):
@@ -36,8 +36,10 @@ model adds what only textclf logs: the encoder's forward time on length-sorted b
                                                       (2N vs 6N FLOPs per token, Kaplan
                                                       et al. 2020)
         eval_s  = epochs · n_test · one_s · min(mean_len, L) / min(mean_len, L0)
+    data_s  = load_s                                 all of it is data preparation: the
+                                                     corpus read and tokenized, the passes
     total_s = Σ of the parts by cause of flightplan.tasks.estimate.run_seconds: waiting,
-              start/load (the pilot's process start, warm-up and load_s − data_s), data,
+              start/load (the pilot's process start and warm-up; load_s − data_s = 0), data,
               restore and lost work (expected interruptions), steps (train_s, plus the
               pilot's loop time per step), checkpoint (saves · C), evaluation, output
               (output_s and the process exit), transfer (the last checkpoint home: X)
@@ -156,16 +158,16 @@ def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_
         step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
         reference = min(figures.mean_len, figures.max_length)
         length_ratio = min(figures.mean_len, shape.max_length) / reference if reference else 1.0
-        data_s = 0.0
+        passes = 0.0
         one_eval = p.n_test * one_s * length_ratio
     else:
         tokens = 0.0
         step_s = p.step_s
-        data_s = p.n_test * one_s + figures.encode_total_s * p.n_train / max(1, p.pilot_n_train)
+        passes = p.n_test * one_s + figures.encode_total_s * p.n_train / max(1, p.pilot_n_train)
         one_eval = p.eval_s * p.n_test / max(1, p.pilot_n_test)
-    return run_seconds(p, steps=steps, step_s=step_s, load_s=p.setup_s + data_s,
+    return run_seconds(p, steps=steps, step_s=step_s, load_s=p.setup_s + passes,
                        eval_s=shape.epochs * one_eval, tolerated_loss_s=tolerated_loss_s,
-                       mtbi_s=mtbi_s, data_s=data_s) | {"tokens_per_batch": tokens}
+                       mtbi_s=mtbi_s, data_s=p.setup_s + passes) | {"tokens_per_batch": tokens}
 
 
 def encoder_figures(rows: Sequence[Row], figures: PilotFigures,
