@@ -19,7 +19,9 @@ given to exactly one cause, so the parts add up to the wall time by construction
 ``steps``           productive steps: the time from one step row to the next, each optimizer
                     step's compute, data loading and logging, less checkpoint stalls
 ``lost``            steps redone after a resume (their index was logged by an earlier
-                    execution), and the tail of an execution that ended without finishing
+                    execution), evaluations redone (one at the same step was logged by an
+                    earlier execution), and the tail of an execution that did not end the
+                    run
 ``checkpoint``      the loop's stalls for checkpoints (``stall_s`` of each ``checkpoint`` row)
 ``evaluation``      from the step row before an evaluation to its row
 ``output``          writing predictions, metrics and the artifact, finishing, the process exit,
@@ -35,7 +37,7 @@ processes of its own, and is no part of any run's wall time.
 Rows without a duration of their own (a checkpoint becoming durable in the background, the
 interval policy's choice, a truncation fraction) do not cut the timeline. A gap is given to
 the row that ends it: a step row's gap to ``steps`` (or ``lost``), an evaluation row's to
-``evaluation``, the output row's to ``output``, a row before the first step to
+``evaluation`` (or ``lost``), the output row's to ``output``, a row before the first step to
 ``start_load``; a checkpoint's stall is moved out of the gap it happened in (the one after
 the step it saved) into ``checkpoint``; durations a row states (``encode_s``, ``restore_s``,
 ``output_s``, ``eval_s``) are taken up to the gap they fall in, and ``data_s`` (stated in a
@@ -199,9 +201,10 @@ def _stalls(rows: Iterable[Row]) -> dict[int, float]:
 
 
 def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
-               done_before: int) -> int:
+               done_before: int, evaluated_before: frozenset[int]) -> tuple[int, frozenset[int]]:
     """Give one execution's seconds to their causes; returns the steps logged by the end
-    of it (the highest step index + 1, at least ``done_before``)."""
+    of it (the highest step index + 1, at least ``done_before``) and the steps evaluated
+    by then (``evaluated_before`` and this execution's evaluation rows)."""
     stalls = _stalls(rows)
     timeline = _Timeline(split, window.started_at)
     end = max(window.ended_at, window.started_at)
@@ -228,8 +231,9 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
             in_loop = True
             last_marker = at
         elif isinstance(row, Evaluation):
-            gap = timeline.give("evaluation", at)
-            timeline.take("evaluation", "checkpoint", pending_stall, gap)
+            cause = "lost" if row.step in evaluated_before else "evaluation"
+            gap = timeline.give(cause, at)
+            timeline.take(cause, "checkpoint", pending_stall, gap)
             pending_stall = 0.0
             last_marker = at
         elif isinstance(row, Measurement) and "output_s" in row.values:
@@ -261,7 +265,7 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
         timeline.take("output", "transfer", tail_transfer, end - last_marker)
     else:
         timeline.give("lost" if in_loop else "start_load", end)
-    return done
+    return done, evaluated_before | {r.step for r in rows if isinstance(r, Evaluation)}
 
 
 def execution_goodput(rows: Sequence[Row], executions: Sequence[Execution]
@@ -281,7 +285,7 @@ def execution_goodput(rows: Sequence[Row], executions: Sequence[Execution]
     order = sorted(range(len(executions)), key=lambda i: executions[i].started_at)
     starts = [executions[i].started_at for i in order]
     splits = [GoodputSplit() for _ in executions]
-    done = 0
+    done, evaluated = 0, frozenset[int]()
     for position, index in enumerate(order):
         window = executions[index]
         upto = starts[position + 1] if position + 1 < len(order) else float("inf")
@@ -289,7 +293,8 @@ def execution_goodput(rows: Sequence[Row], executions: Sequence[Execution]
                 and window.started_at <= r.time < upto]
         mine += [r for r in rows if isinstance(r, ProcessStart) and min(
             range(len(starts)), key=lambda p: abs(starts[p] - r.time)) == position]
-        done = _execution(splits[index], sorted(mine, key=lambda r: r.time), window, done)
+        done, evaluated = _execution(splits[index], sorted(mine, key=lambda r: r.time), window,
+                                     done, evaluated)
     return splits
 
 

@@ -217,9 +217,10 @@ def _assert_redone_steps_are_lost_work(goodput: dict, wall_s: float,
     """The run summary's goodput of a run whose runner was killed, then resumed: its parts
     add up to the wall time the ledger counted within 1 %, and the steps the second
     execution redid (from the checkpoint it restored to the last step the first one
-    logged) are lost work, bounded by hand from the rows: at least the time those steps
-    stated (``step_s``), at most the first execution's tail after its last step row plus
-    each redone step row's whole gap since the measurement or evaluation row before it."""
+    logged, and an evaluation the first one logged) are lost work, bounded by hand from the
+    rows: at least the time they stated (``step_s``, ``eval_s``), at most the first
+    execution's tail after its last step row plus each redone row's whole gap since the
+    measurement or evaluation row before it."""
     (_, killed_end), (resumed_start, _) = windows
     parts = {cause: hours * 3600 for cause, hours in goodput["parts_hours"].items()}
     assert abs(sum(parts.values()) - wall_s) <= 0.01 * wall_s
@@ -231,7 +232,11 @@ def _assert_redone_steps_are_lost_work(goodput: dict, wall_s: float,
     redone = [r for r in steps if r.time >= resumed_start and r.step <= killed_at]
     assert restore.source is not None and restore.step <= killed_at
     assert [r.step for r in redone] == list(range(restore.step, killed_at + 1))
-    stated = sum(r.number("step_s") or 0.0 for r in redone)
+    evaluated = {r.step for r in rows if isinstance(r, Evaluation) and r.time < resumed_start}
+    redone += [r for r in rows if isinstance(r, Evaluation) and r.time >= resumed_start
+               and r.step in evaluated]
+    stated = sum(r.number("eval_s" if isinstance(r, Evaluation) else "step_s") or 0.0
+                 for r in redone)
     tail = killed_end - max(r.time for r in first)
     cuts = sorted(r.time for r in rows if isinstance(r, (Measurement, Evaluation))
                   and r.time >= resumed_start)

@@ -117,6 +117,26 @@ def test_data_preparation_stated_at_the_load_row_comes_out_of_start_and_load():
     assert split.wall_s == pytest.approx(20.0)
 
 
+def test_an_evaluation_redone_after_a_resume_is_lost_work_too():
+    # execution 1 (0 → 5 s): steps 0–2 (no step_s: each gap is the step), an evaluation
+    # after step 1, killed 1 s after step 2; execution 2 (10 → 20 s) restores step-000001
+    # (0.5 s of its first second), redoes step 1, the evaluation after it and step 2, then
+    # step 3, an evaluation of its own, finishes at 17 s and exits at 20 s
+    first = [_step(0, 1.0, None), _step(1, 2.0, None), Evaluation(1, 3.0, {"macro_f1": 0.4}),
+             _step(2, 4.0, None)]
+    second = [Restore(1, 11.0, source="step-000001", restore_s=0.5), _step(1, 12.0, None),
+              Evaluation(1, 13.5, {"macro_f1": 0.4}), _step(2, 14.0, None),
+              _step(3, 15.0, None), Evaluation(3, 16.0, {"macro_f1": 0.5}), Finished(4, 17.0)]
+    one, two = execution_goodput(first + second, [Execution(0.0, 5.0),
+                                                  Execution(10.0, 20.0, finished=True)])
+    assert {c: s for c, s in one.parts.items() if s} == {
+        "steps": 3.0, "evaluation": 1.0, "lost": 1.0}
+    # lost: step 1 again (1 s), its evaluation again (1.5 s), step 2 again (0.5 s)
+    assert {c: s for c, s in two.parts.items() if s} == {
+        "start_load": 0.5, "restore": 0.5, "lost": 3.0, "steps": 1.0, "evaluation": 1.0,
+        "output": 1.0 + 3.0}
+
+
 def test_a_first_row_that_covers_several_steps_starts_where_they_began():
     # a library logs every 3 steps: resumed from step-000004 (steps 0–3 done), its first
     # row is step 8's and states 0.25 s per step: steps 4–8 (5 of them) began 1.25 s before
