@@ -113,10 +113,12 @@ def goodput_png(runs: list[dict[str, Any]]) -> str | None:
                       label=LABELS[cause] if row == 0 else None)
             left += width
         share = run["observed"]["goodput"]
-        axes.text(left, row, f" {share:.0%}" if share is not None else "", va="center",
+        axes.text(left, row, f" {share:.1%}" if share is not None else "", va="center",
                   fontsize=8)
     axes.set_yticks(range(len(runs)), [r["name"] for r in runs], fontsize=8)
     axes.invert_yaxis()
+    # room right of the longest bar for its goodput label
+    axes.set_xlim(0, 1.1 * max(r["observed"]["wall_hours"] for r in runs) * scale)
     axes.set_xlabel(f"wall time ({unit}) by cause; at the end: goodput (steps / wall time)")
     axes.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 / len(runs)))
     axes.grid(axis="x", alpha=0.3)
