@@ -65,7 +65,7 @@ from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
 from flightplan.tasks.estimate import PilotRecord, control_steps, estimate_run_seconds
 from flightplan.tasks.loader import LoadedTask, check_metric_columns
-from flightplan.units import Duration
+from flightplan.units import Duration, time_unit
 
 __all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE",
            "RUNNER_LOG"]
@@ -87,8 +87,8 @@ campaign folder); the error itself is one line."""
 class CampaignOutcome:
     """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``, ``"pilot"``
     or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
-    wall_s, stop, reason}``; ``data_check``, ``pilot`` and ``decision`` as far as the
-    campaign got."""
+    wall_s, stop, reason, resumed_from, goodput}`` (:meth:`RunRecorder.row`);
+    ``data_check``, ``pilot`` and ``decision`` as far as the campaign got."""
 
     campaign: str
     exit_code: int
@@ -511,9 +511,12 @@ class _Campaign:
     def _ended(self, result: JobResult) -> None:
         self._running.ended(result.run_id)
         row = self.recorder.end(self._by_id[result.run_id], result)
+        goodput = row.get("goodput") or {}
         self.say(f"{row['name']} ({result.run_id}): {row['status']}"
                  + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
                     if row.get("metric") is not None else "")
+                 + (f"; goodput {goodput['goodput']:.1%} of {_duration(goodput['wall_hours'])}"
+                    if goodput.get("goodput") is not None else "")
                  + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
                  + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                  + (f"; {row['reason']}" if row.get("reason") else ""))
@@ -579,6 +582,12 @@ class _Campaign:
         self.board.update(str(job.run_dir), progress)
         what = f"run {job.run_id}" + (" (resumed)" if job.run_dir.name == "resume" else "")
         self._running.update(job.run_id, what, progress)
+
+
+def _duration(hours: float) -> str:
+    """``7.9 s``, ``12.5 min`` or ``3.2 h`` (:func:`flightplan.units.time_unit`)."""
+    unit, scale = time_unit(hours)
+    return f"{hours * scale:.1f} {unit}"
 
 
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,

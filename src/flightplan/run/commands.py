@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from flightplan.plan.commands import ResultsVerifier
     from flightplan.run.campaign import Observer
     from flightplan.run.executors.contract import Executor
+    from flightplan.run.ledger import Ledger
     from flightplan.spec import CampaignSpec
 
 
@@ -158,7 +159,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
     left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
     it authenticates and whether the network was stated trusted, or null; a pending
-    run that was not started because its flight's package ends first has that ``reason``).
+    run that was not started because its flight's package ends first has that ``reason``;
+    ``goodput`` per run and for the campaign: :func:`_add_goodput`).
 
     Raises:
         SpecError: the campaign file is missing or invalid.
@@ -172,6 +174,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     ledger = Ledger.open(spec.campaign_dir, create=False)
     with ledger:
         snapshot = ledger.snapshot()
+        _add_goodput(snapshot, spec, ledger)
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
     if holder is not None and holder.get("verb", "run") != "run":
@@ -186,6 +189,21 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         return 0
     _print_status(snapshot, metric=spec.campaign.metric)
     return 0
+
+
+def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -> None:
+    """Add each run's ``goodput`` (its wall time by cause, :mod:`flightplan.goodput`; null
+    for a run that never ran) and the campaign's ``goodput``: ``{stages_hours, flights
+    (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``."""
+    from flightplan.goodput import ledger_goodput
+    from flightplan.plan.catalog import flight_gpus
+
+    goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
+    for run in snapshot["runs"]:
+        split = goodput.runs.get(run["run_id"])
+        run["goodput"] = None if split is None else split.to_json()
+    snapshot["goodput"] = {key: value for key, value in goodput.to_json().items()
+                           if key != "runs"}
 
 
 def _add_rental(snapshot: dict[str, Any], *, now: float) -> None:

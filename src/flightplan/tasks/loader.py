@@ -317,7 +317,7 @@ class LoadedTask:
 
     def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
                      params: Mapping[str, Any], *, tolerated_loss_s: float,
-                     mtbi_s: float | None) -> dict[str, float] | None:
+                     mtbi_s: float | None) -> dict[str, Any] | None:
         """One run's re-estimate ``{total_s, ...}`` by the task's cost model (None without
         the hook: the generic estimate of :mod:`flightplan.tasks.estimate` applies)."""
         if not self._has("estimate_run"):

@@ -171,8 +171,9 @@ class LocalExecutor(Executor):
                     if on_start:
                         on_start(job)
                     deadline = leave_by(job, LOCAL_FLIGHT) if leave_by else None
+                    started = time.time()       # before the process exists (goodput: waiting)
                     running.append(_Process(
-                        job, self._start(job, devices), time.time(),
+                        job, self._start(job, devices), started,
                         MeasurementTail(job.run_dir), devices,
                         None if deadline is None else LeaveWatch(deadline, job.run_dir,
                                                                  poll_s=self._poll_s)))
