@@ -55,7 +55,8 @@ from flightplan.metrics import parse_metric
 from flightplan.tasks.protocol import CALLS, HOOKS, PREDICTION_COLUMNS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns"]
+           "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns",
+           "lacks_reload"]
 
 
 
@@ -427,6 +428,24 @@ def _missing(ref: str, name: str, *, field: str, source: str | None) -> TaskErro
                      value=ref)
 
 
+def lacks_reload(ref: str, campaign_dir: Path | str) -> bool:
+    """Whether a file or one-file module task visibly defines no ``reload_predictions``
+    (read, not run): ``close`` then cannot reload its artifacts and accepts none of its
+    products. False where that cannot be told without running it (built-in tasks,
+    packages, ``from x import *``, a task not found).
+    """
+    if str(ref).strip() in BUILTIN_TASKS:
+        return False
+    try:
+        found = resolve_task(ref, campaign_dir)
+    except TaskError:
+        return False
+    if found.root is None or "__init__.py" in found.files:
+        return False
+    names = _top_level_names(found.root / found.files[0])
+    return names is not None and "*" not in names and "reload_predictions" not in names
+
+
 def _top_level_names(path: Path) -> set[str] | None:
     """Names a Python file binds at its top level (functions, classes, imports,
     assignments), or None when it cannot be parsed."""
@@ -532,7 +551,16 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
     found = resolve_task(ref, campaign_dir, field=field, source=source)
     if found.root is None or (found.kind == "module" and "__init__.py" in found.files):
         return
-    names = _top_level_names(found.root / found.files[0])
+    path = found.root / found.files[0]
+    try:
+        ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise TaskError(f"task {ref!r} cannot be imported: {path.name}, line {exc.lineno}: "
+                        f"{type(exc).__name__}: {exc.msg}; fix the file", file=source,
+                        field=field, value=ref) from None
+    except (OSError, ValueError):
+        return                                  # importing it at `run` will say why
+    names = _top_level_names(path)
     if names is None or "*" in names:
         return
     for name in REQUIRED:
