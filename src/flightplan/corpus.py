@@ -293,7 +293,7 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
     return out, kind
 
 
-def _mismatch(name: str, actual: str, expected: str | None) -> str:
+def _mismatch(name: str, actual: str | None, expected: str) -> str:
     return f"{name}: sha256 {actual} but the campaign file froze {expected}"
 
 
@@ -450,7 +450,7 @@ def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:
         CorpusMismatch: names each differing file with the expected and the actual hash.
     """
     actual = corpus.file_hashes()
-    faults = [_mismatch(name, actual.get(name), digest)  # type: ignore[arg-type]
+    faults = [_mismatch(name, actual.get(name), digest)
               for name, digest in sorted(expected.items()) if actual.get(name) != digest]
     if faults:
         raise CorpusMismatch(f"corpus changed ({corpus.source}): " + "; ".join(faults)

@@ -381,7 +381,7 @@ def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *
         var_values = _column(metric, variant, f"{source} (variant)")[var_index]
 
         def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-            return np.mean(values, axis=axis)
+            return np.asarray(np.mean(values, axis=axis))
         return mean, (ref_values,), (var_values,)
     needed_by = f"the decision metric {metric.name}"
     reference.labelled(needed_by, f"{source} (reference)")

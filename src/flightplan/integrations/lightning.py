@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from importlib.metadata import version as _version
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -249,7 +250,7 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
                             "checkpoint itself; drop the argument")
     # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
     # does not declare it
-    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]
+    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set, not declared
     others = [type(c).__name__ for c in callbacks if isinstance(c, Checkpoint)]
     if others:
         raise ArgumentError(f"the Trainer has {', '.join(others)}, whose saves are not atomic; "
@@ -305,6 +306,6 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     save_model(module, str(artifact / MODEL_FILE), metadata={"format": "pt"})
     write_json_atomic(artifact / "artifact.json", {
         "task": trial.task, "params": trial.params,
-        "library": {"lightning": pl.__version__, "torch": torch.__version__},
+        "library": {"lightning": _version("lightning"), "torch": torch.__version__},
         **dict(extra or {})})
     return artifact

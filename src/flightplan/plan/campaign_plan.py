@@ -26,6 +26,7 @@ from flightplan.plan.quote import Quote, hours, quote_options
 from flightplan.plan.problem import Slot, Task
 from flightplan.plan.schedule import Schedule, schedule
 from flightplan.spec import CampaignSpec, Run, Stage
+from flightplan.tasks.loader import lacks_reload
 from flightplan.units import Duration, Money
 
 __all__ = ["PlanResult", "plan_campaign", "tasks_for_spec", "slot_json"]
@@ -201,6 +202,14 @@ def plan_campaign(spec: CampaignSpec, *, catalog: Catalog | None = None,
     quote = quote_options(spec, tasks, catalog, chosen=chosen, budget_s=OPTIONS_BUDGET_S,
                           per_solve_s=OPTION_SOLVE_S)
     warnings = list(lint_variants(spec))
+    for ref in dict.fromkeys(run.task for run in spec.runs):
+        if lacks_reload(ref, spec.campaign_dir):
+            names = ", ".join(run.name for run in spec.runs if run.task == ref)
+            warnings.append(LintWarning(
+                "no-reload", names,
+                f"task {ref!r} defines no reload_predictions, so close cannot reload its "
+                f"artifacts and accepts none of {names}'s products; add reload_predictions "
+                f"(docs/tasks.md)"))
     if offer.gpu_memory_gb is None:
         for run in spec.runs:
             if run.gpu_memory_gb is not None:

@@ -38,7 +38,7 @@ from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Money
 
 __all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec", "rental_price",
-           "expense_rows", "check_spec_against_catalog", "placement_problems", "suggest"]
+           "flight_gpus", "expense_rows", "check_spec_against_catalog", "placement_problems", "suggest"]
 
 _OFFER_KEYS = ("name", "gpus_per_flight", "gpu_memory_gb", "currency", "package")
 _PACKAGE_KEYS = ("days", "price")
@@ -231,6 +231,17 @@ def catalog_for_spec(spec: CampaignSpec) -> Catalog:
     catalog = builtin_catalog()
     path = spec.rental_catalog_path()
     return catalog.merged(load_catalog(path)) if path is not None else catalog
+
+
+def flight_gpus(spec: CampaignSpec) -> int:
+    """GPUs in one flight of the campaign's rental offer (``gpus_per_flight``); 1 for an
+    offer the catalog does not hold (the campaign could not have planned with it).
+
+    Raises:
+        CatalogError: the user catalog file is missing or invalid.
+    """
+    offer = catalog_for_spec(spec).offers.get(spec.rental.offer)
+    return offer.gpus_per_flight if offer is not None else 1
 
 
 def rental_price(spec: CampaignSpec, offer: Offer) -> Money:

@@ -68,7 +68,7 @@ from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
 from flightplan.tasks.estimate import PilotRecord, control_steps, estimate_run_seconds
 from flightplan.tasks.loader import LoadedTask, check_metric_columns
-from flightplan.units import Duration
+from flightplan.units import Duration, time_unit
 
 __all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE",
            "RUNNER_LOG"]
@@ -90,8 +90,8 @@ campaign folder); the error itself is one line."""
 class CampaignOutcome:
     """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``, ``"pilot"``
     or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
-    wall_s, stop, reason}``; ``data_check``, ``pilot`` and ``decision`` as far as the
-    campaign got."""
+    wall_s, stop, reason, resumed_from, goodput}`` (:meth:`RunRecorder.row`);
+    ``data_check``, ``pilot`` and ``decision`` as far as the campaign got."""
 
     campaign: str
     exit_code: int
@@ -121,8 +121,11 @@ class _Campaign:
     def __init__(self, spec: CampaignSpec, ledger: Ledger, *, catalog: Catalog,
                  tasks: dict[str, LoadedTask], decide: str | None, executor: Executor,
                  console: Console, board: ProgressBoard, quiet: bool,
-                 past_end: bool = False) -> None:
+                 past_end: bool = False,
+                 calibrated: Mapping[str, Duration] | None = None) -> None:
         self.spec, self.ledger, self.decide, self.catalog = spec, ledger, decide, catalog
+        # stage/run name → duration an earlier campaign measured ([calibrate] from)
+        self.calibrated = dict(calibrated or {})
         self.tasks = tasks                      # run name → its task, loaded once
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
@@ -181,7 +184,8 @@ class _Campaign:
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
-        plan = plan_campaign(spec, catalog=self.catalog).to_json()
+        plan = plan_campaign(spec, catalog=self.catalog,
+                             durations=self.calibrated or None).to_json()
         original, written = ledger.freeze_original(plan)
         publish_plan(self.dir, original.plan)
         if written:
@@ -327,7 +331,9 @@ class _Campaign:
         if kept is not None:
             return kept
         durations, estimates = self._re_estimates(pilot, report)   # the hooks, before writes
-        plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
+        # what the pilot and the finished stages measured wins over the earlier campaign's
+        plan_result = plan_campaign(self.spec, catalog=self.catalog,
+                                    durations={**self.calibrated, **durations})
         plan = plan_result.to_json()
         done = {r.name for r in self.ledger.runs() if r.status in ("finished", "stopped")}
         value = self._value_ranking(report, estimates, done)
@@ -521,9 +527,12 @@ class _Campaign:
     def _ended(self, result: JobResult) -> None:
         self._running.ended(result.run_id)
         row = self.recorder.end(self._by_id[result.run_id], result)
+        goodput = row.get("goodput") or {}
         self.say(f"{row['name']} ({result.run_id}): {row['status']}"
                  + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
                     if row.get("metric") is not None else "")
+                 + (f"; goodput {goodput['goodput']:.1%} of {_duration(goodput['wall_hours'])}"
+                    if goodput.get("goodput") is not None else "")
                  + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
                  + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                  + (f"; {row['reason']}" if row.get("reason") else ""))
@@ -591,10 +600,17 @@ class _Campaign:
         self._running.update(job.run_id, what, progress)
 
 
+def _duration(hours: float) -> str:
+    """``7.9 s``, ``12.5 min`` or ``3.2 h`` (:func:`flightplan.units.time_unit`)."""
+    unit, scale = time_unit(hours)
+    return f"{hours * scale:.1f} {unit}"
+
+
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
                  quiet: bool = False, restart: Sequence[str] = (),
-                 observer: Observer | None = None, past_end: bool = False) -> CampaignOutcome:
+                 observer: Observer | None = None, past_end: bool = False,
+                 calibrated: Mapping[str, Duration] | None = None) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -608,6 +624,10 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             the CLI attaches the live MLflow mirror, :mod:`flightplan.tracking.live`).
         past_end: start runs that cannot finish before their flight's package ends
             (``--past-end``); without it they stay pending (:mod:`flightplan.run.rental`).
+        calibrated: stage/run name → the duration an earlier campaign measured
+            (``[calibrate] from``, :func:`flightplan.plan.commands.calibrated_estimates`):
+            the frozen plan uses it, as ``flightplan plan`` did; the re-estimate after
+            the pilot replaces it where the pilot measured.
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
@@ -646,7 +666,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
                              executor=executor,
-                             console=console, board=board, quiet=quiet, past_end=past_end)
+                             console=console, board=board, quiet=quiet, past_end=past_end,
+                             calibrated=calibrated)
         try:
             return _carry_out(campaign, restart, joined)
         except TaskHookFailed as exc:

@@ -268,8 +268,9 @@ def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir
         stop = RunDir(run_dir).read_json(RunDir.STOP) or {}
         return fail("stopped", f"the {what} was stopped by rule {stop.get('rule')!r}: "
                                f"{stop.get('message')}", **extra)
-    lines = [line.strip() for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines()
-             if line.strip()]
+    # flightplan's own errors read by their class name alone (TaskError: …)
+    lines = [line.strip().removeprefix("flightplan.errors.")
+             for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines() if line.strip()]
     return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}"
                            + (f": {lines[-1]}" if lines else "")
                            + f"); see {RunDir(run_dir).log}", **extra)

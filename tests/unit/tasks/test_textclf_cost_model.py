@@ -6,6 +6,7 @@ import pytest
 
 from dataclasses import replace
 
+from flightplan.goodput import CAUSES
 from flightplan.rows import Restore, parse_row
 from flightplan.tasks.estimate import PilotFigures, figures_from_rows
 from flightplan.tasks.estimate import estimate_run_seconds as generic_estimate
@@ -92,7 +93,15 @@ def test_mean_time_between_interruptions_shortens_the_interval():
     est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, mtbi_s=1000)
     # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(136.8 / 20) = 7 → 1.4 s
     assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 7
-    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.4 + 3)
+    # 136.8 / 1000 = 0.1368 interruptions expected, each a new process that loads again
+    # (2 s), restores (R = 2 s) and redoes half an interval (10 s): 0.1368 · 14 = 1.9152 s
+    assert est["interruptions"] == pytest.approx(0.1368)
+    assert (est["parts"]["restore"], est["parts"]["lost"]) == (pytest.approx(0.2736),
+                                                                pytest.approx(1.368))
+    # its load is the corpus read and tokenized (setup_s, 2 s): data preparation
+    assert est["parts"]["data"] == pytest.approx(2 * 1.1368)
+    assert est["parts"]["start_load"] == 0.0
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.4 + 3 + 1.9152)
 
 
 def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_total():
@@ -100,8 +109,10 @@ def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_tota
     est = estimate_run_seconds(LORA, remote, tolerated_loss_s=60)
     # L − D − X − R = 60 − 1 − 27 − 2 = 30 s; saves 1 + floor(136.8 / 30) = 5 → 1.0 s
     assert est["interval_s"] == 30.0 and est["checkpoints"] == 5
-    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.0 + 3)
-    assert est["transfer_s"] == 135.0                              # 5 · 27 s, not in total
+    # the last checkpoint home (27 s) holds the run's end: it is in the total
+    assert est["parts"]["transfer"] == 27.0
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.0 + 3 + 27)
+    assert est["transfer_s"] == 135.0              # 5 · 27 s, the others beside the loop
     assert estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60)["transfer_s"] == 0.0
 
 
@@ -161,10 +172,17 @@ def test_the_control_and_the_generic_re_estimate_share_one_formula():
     textclf = estimate_run_seconds(CONTROL, remote, tolerated_loss_s=60, mtbi_s=500)
     generic = generic_estimate(remote.pilot, steps=114, tolerated_loss_s=60, mtbi_s=500)
     shared = ("steps", "step_s", "train_s", "interval_s", "checkpoints", "checkpoint_s",
-              "output_s", "transfer_s")
+              "output_s", "transfer_s", "interruptions")
     assert {k: textclf[k] for k in shared} == {k: generic[k] for k in shared}
+    same_parts = ("waiting", "restore", "steps", "lost", "checkpoint", "output", "transfer")
+    assert {c: textclf["parts"][c] for c in same_parts} == \
+        {c: generic["parts"][c] for c in same_parts}
     # Young with X: √(2 · 0.2 · 500) ≈ 14.1 s; one save in 1.14 s of training, 4 s home
     assert textclf["checkpoints"] == 1 and textclf["transfer_s"] == 4.0
+    # the control's whole load is data: the corpus read and tokenized (setup_s, 2 s) and
+    # its embedding passes, 300 · 0.375 + 6 · 600/192 = 131.25 s, times the processes
+    # (1 + 1.14 / 500)
+    assert textclf["parts"]["data"] == pytest.approx((2 + 131.25) * (1 + 1.14 / 500))
     for est in (textclf, generic):
-        assert est["total_s"] == pytest.approx(est["load_s"] + est["train_s"] + est["eval_s"]
-                                               + est["checkpoint_s"] + est["output_s"])
+        assert list(est["parts"]) == list(CAUSES)
+        assert est["total_s"] == pytest.approx(sum(est["parts"].values()))

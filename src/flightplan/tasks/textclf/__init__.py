@@ -85,7 +85,7 @@ def load_artifact(artifact_dir: Path) -> Any:
 
 
 def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str, Any], *,
-                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, float]:
+                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, Any]:
     """One run's re-estimate by textclf's cost model (:mod:`.cost_model`)."""
     from flightplan.tasks.textclf.cost_model import estimate_run as estimate
 

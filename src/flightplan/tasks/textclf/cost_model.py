@@ -29,7 +29,8 @@ model adds what only textclf logs: the encoder's forward time on length-sorted b
                  X: the pilot's transfer time home per checkpoint, 0 when it ran at home)
 
     frozen encoder (control):
-        load_s  = setup_s + Σ encode_s · n_train / n'_train + n_test · one_s
+        load_s  = setup_s + passes
+        passes  = Σ encode_s · n_train / n'_train + n_test · one_s   the embedding passes
         train_s = steps · step_s                     the pilot's steady (head) step time
         eval_s  = epochs · eval_s · n_test / n'_test   the pilot's evaluation, scaled
     trained encoder (adapter):
@@ -38,10 +39,16 @@ model adds what only textclf logs: the encoder's forward time on length-sorted b
                                                       (2N vs 6N FLOPs per token, Kaplan
                                                       et al. 2020)
         eval_s  = epochs · n_test · one_s · kept(L) / kept(L0)
-    total_s = load_s + train_s + eval_s + saves · C + output_s
-    transfer_s = saves · X        beside total_s, not in it (a checkpoint travels home while
-                                  the loop trains on); X is the control's checkpoint's, the
-                                  pilot's: an adapter's larger checkpoint is not scaled
+    data_s  = load_s                                 all of it is data preparation: the
+                                                     corpus read and tokenized, the passes
+    total_s = Σ of the parts by cause of flightplan.tasks.estimate.run_seconds: waiting,
+              start/load (the pilot's process start and warm-up; load_s − data_s = 0), data,
+              restore and lost work (expected interruptions), steps (train_s, plus the
+              pilot's loop time per step), checkpoint (saves · C), evaluation, output
+              (output_s and the process exit), transfer (the last checkpoint home: X)
+    transfer_s = saves · X        beside total_s (a checkpoint travels home while the loop
+                                  trains on); X is the control's checkpoint's, the pilot's:
+                                  an adapter's larger checkpoint is not scaled
 
 ``setup_s`` (reading, hashing and tokenising the corpus, loading the tokenizer) is the
 data check's wall time: the same work a run does before it builds its model.
@@ -146,7 +153,7 @@ def forward_seconds(tokens: float, figures: EncoderFigures) -> float:
 
 
 def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_loss_s: float,
-                         mtbi_s: float | None = None) -> dict[str, float]:
+                         mtbi_s: float | None = None) -> dict[str, Any]:
     """Re-estimate one run from the pilot (formula in the module docstring); the transfer
     time home per checkpoint X is the pilot's (0.0 when it ran at home).
 
@@ -162,17 +169,16 @@ def estimate_run_seconds(shape: RunShape, figures: EncoderFigures, *, tolerated_
         step_s = TRAIN_FORWARDS * forward_seconds(tokens, figures)
         reference = figures.kept(figures.max_length)
         length_ratio = figures.kept(shape.max_length) / reference if reference else 1.0
-        load_s = p.setup_s
+        passes = 0.0
         one_eval = p.n_test * one_s * length_ratio
     else:
         tokens = 0.0
         step_s = p.step_s
-        load_s = (p.setup_s + p.n_test * one_s + figures.encode_total_s
-                  * p.n_train / max(1, p.pilot_n_train))
+        passes = p.n_test * one_s + figures.encode_total_s * p.n_train / max(1, p.pilot_n_train)
         one_eval = p.eval_s * p.n_test / max(1, p.pilot_n_test)
-    return run_seconds(p, steps=steps, step_s=step_s, load_s=load_s,
+    return run_seconds(p, steps=steps, step_s=step_s, load_s=p.setup_s + passes,
                        eval_s=shape.epochs * one_eval, tolerated_loss_s=tolerated_loss_s,
-                       mtbi_s=mtbi_s) | {"tokens_per_batch": tokens}
+                       mtbi_s=mtbi_s, data_s=p.setup_s + passes) | {"tokens_per_batch": tokens}
 
 
 def encoder_figures(rows: Sequence[Row], figures: PilotFigures,
@@ -227,7 +233,7 @@ def pilot_examples(params: Mapping[str, Any], steps: int) -> int:
 
 
 def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str, Any], *,
-                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, float]:
+                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, Any]:
     """Hook: one run's re-estimate (:func:`estimate_run_seconds`) from the pilot.
 
     Args:

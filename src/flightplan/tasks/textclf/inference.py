@@ -111,7 +111,8 @@ def pooled(model: Any, split: EncodedSplit, indices: Sequence[int],
     padding out of every real token's attention and out of the mean, so a text's result
     does not depend on its padding beyond float rounding. Grad mode as the caller's."""
     input_ids, mask = collate([split.input_ids[i] for i in indices], split.pad_id)  # (b, T)
-    return model.embed(input_ids.to(device), mask.to(device))
+    pooled: torch.Tensor = model.embed(input_ids.to(device), mask.to(device))
+    return pooled
 
 
 def length_batches(lengths: Sequence[int], max_batch: int, *,

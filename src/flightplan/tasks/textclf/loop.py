@@ -25,8 +25,9 @@
 
 Measurement rows besides the steps (``docs/internals.md`` lists them): ``encode_s`` per
 embedding batch of the control (with ``seq_len``, ``tokens``); ``load_s`` (corpus,
-tokenizer, model and, for the control, both embedding passes) with ``planned_steps``;
-``output_s``.
+tokenizer, model and, for the control, both embedding passes) with ``data_s`` (the part of
+it spent reading the corpus, loading the tokenizer and tokenizing both splits: goodput's
+data preparation) and ``planned_steps``; ``output_s``.
 """
 
 from __future__ import annotations
@@ -198,11 +199,13 @@ def train(trial: Any, *, code_version: str) -> None:
                         "a CPU", field="params.precision", value=params.precision)
     set_deterministic(dev)
     corpus_section, base_section, campaign_dir = _sections(trial)
+    data_began = time.perf_counter()
     corpus = read_corpus(corpus_section, campaign_dir)
     labels = corpus.labels
     tokenizer = load_tokenizer(base_section)
     train_split = encode_split(tokenizer, corpus.train, labels, params.max_length)
     test_split = encode_split(tokenizer, corpus.test, labels, params.max_length)
+    data_s = time.perf_counter() - data_began
     n_inputs = len(train_split) + len(test_split)
     trial.check_truncation((sum(train_split.truncated) + sum(test_split.truncated)) / max(1, n_inputs))
 
@@ -231,7 +234,7 @@ def train(trial: Any, *, code_version: str) -> None:
     if params.is_control:
         train_embeddings = _train_embeddings(trial, step, model, train_split)  # (N, H)
         test_embeddings = example_embeddings(model, test_split)                 # (N, H)
-    trial.log(step, load_s=time.perf_counter() - began, planned_steps=total,
+    trial.log(step, load_s=time.perf_counter() - began, data_s=data_s, planned_steps=total,
               steps_per_epoch=steps_per_epoch)
     train_step = TrainStep(model, train_split, gold, optimizer, scheduler, scaler,
                            params.precision, train_embeddings)

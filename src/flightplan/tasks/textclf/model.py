@@ -166,12 +166,12 @@ def model_dir(section: BaseModelSection) -> Path:
 
 
 @lru_cache(maxsize=4)
-def _tokenizer_at(folder: str):
+def _tokenizer_at(folder: str) -> Any:
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(folder)
 
 
-def load_tokenizer(section: BaseModelSection):
+def load_tokenizer(section: BaseModelSection) -> Any:
     """The package's (fast) tokenizer, also for ``random_init`` encoders. Call it with
     ``truncation=False`` to measure lengths: its files truncate at 128 silently."""
     return _tokenizer_at(str(model_dir(section)))
@@ -325,11 +325,13 @@ class TextClassifier(nn.Module):
             hidden = self.encoder(input_ids=input_ids,
                                   attention_mask=attention_mask).last_hidden_state  # (B, T, H)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)              # (B, T, 1)
-        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, H)
+        pooled: torch.Tensor = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return pooled  # (B, H)
 
     def classify(self, pooled: torch.Tensor) -> torch.Tensor:
         """Head on pooled embeddings: (B, H) → logits (B, C)."""
-        return self.head(self.dropout(pooled))
+        logits: torch.Tensor = self.head(self.dropout(pooled))
+        return logits
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.classify(self.embed(input_ids, attention_mask))

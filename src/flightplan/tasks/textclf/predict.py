@@ -27,13 +27,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from flightplan.errors import ArgumentError, FlightplanError
 
 __all__ = ["main", "predict_to_csv"]
 
 
-def _campaign_dir(artifact_dir: Path, corpus: dict, given: Path | None) -> Path:
+def _campaign_dir(artifact_dir: Path, corpus: dict[str, Any], given: Path | None) -> Path:
     if given is not None or corpus.get("path") is None:
         return given or Path.cwd()
     for folder in artifact_dir.resolve().parents:

@@ -19,6 +19,7 @@ from flightplan.run.executors.contract import Job
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.executors.ray_host import RunHost
 from flightplan.run.executors.tether import EXIT_ORPHANED, tethered
+from processes import alive  # tests/fixtures, put on the path by conftest.py
 
 TETHER = "flightplan.run.executors.tether"
 
@@ -80,15 +81,6 @@ time.sleep(300)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
-
-
 def test_a_tethered_worker_ignores_sigint_and_dies_with_its_parent(tmp_path: Path):
     ready = tmp_path / "ready"
     parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(ready)],
@@ -102,14 +94,14 @@ def test_a_tethered_worker_ignores_sigint_and_dies_with_its_parent(tmp_path: Pat
         assert ready.exists()
         os.kill(child, signal.SIGINT)
         time.sleep(0.2)
-        assert _alive(child)
+        assert alive(child)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         for _ in range(200):
-            if not _alive(child):
+            if not alive(child):
                 break
             time.sleep(0.05)
-        assert not _alive(child)
+        assert not alive(child)
     finally:
         parent.kill()
         parent.wait()
