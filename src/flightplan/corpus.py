@@ -277,6 +277,7 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
     kind = format_of(name, section)
     columns, rows = _records(data, name, kind)
     wanted = _check_header(name, columns, section)
+    id_column = section.id_column or ""              # declared: _check_header checked it
     out = []
     for number, row in enumerate(rows, start=1):
         missing = [c for _, c in wanted if c not in row]
@@ -286,13 +287,13 @@ def _parse(data: bytes, name: str, section: CorpusSection) -> tuple[list[Example
         if section.label_column is not None:
             label = _key(row[section.label_column])
             label = label.strip() or None if label is not None else None
-        out.append(Example(id=_key(row[section.id_column]) or "",
+        out.append(Example(id=_key(row[id_column]) or "",
                            inputs={c: row[c] for c in section.input_columns or []},
                            label=label))
     return out, kind
 
 
-def _mismatch(name: str, actual: str, expected: str | None) -> str:
+def _mismatch(name: str, actual: str | None, expected: str) -> str:
     return f"{name}: sha256 {actual} but the campaign file froze {expected}"
 
 
@@ -449,7 +450,7 @@ def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:
         CorpusMismatch: names each differing file with the expected and the actual hash.
     """
     actual = corpus.file_hashes()
-    faults = [_mismatch(name, actual.get(name), digest)  # type: ignore[arg-type]
+    faults = [_mismatch(name, actual.get(name), digest)
               for name, digest in sorted(expected.items()) if actual.get(name) != digest]
     if faults:
         raise CorpusMismatch(f"corpus changed ({corpus.source}): " + "; ".join(faults)

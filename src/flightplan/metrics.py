@@ -162,6 +162,19 @@ class Predictions:
         """Whether gold and predicted labels are present."""
         return self.gold is not None
 
+    def labelled(self, needed_by: str, source: str = "predictions"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """``(gold, predicted)``: (N,) int64 indices into ``labels``.
+
+        Raises:
+            CheckFailed: the predictions have no gold and predicted columns (names
+                ``source`` and what needed them, ``needed_by``).
+        """
+        if self.gold is None or self.predicted is None:
+            raise CheckFailed(f"{source} has no gold and predicted columns for "
+                              f"{needed_by}; the task must write them, or use mean:<column>")
+        return self.gold, self.predicted
+
     @classmethod
     def from_rows(cls, rows: Sequence[dict[str, str]], columns: Sequence[str], *,
                   source: str = "predictions") -> "Predictions":
@@ -319,12 +332,6 @@ def _column(metric: Metric, predictions: Predictions, source: str) -> np.ndarray
     return values
 
 
-def _labels_needed(metric: Metric, predictions: Predictions, source: str) -> None:
-    if not predictions.has_labels:
-        raise CheckFailed(f"{source} has no gold and predicted columns for the decision metric "
-                          f"{metric.name}; the task must write them, or use mean:<column>")
-
-
 def metric_value(metric: Metric | str, predictions: Predictions, *,
                  source: str = "predictions") -> float:
     """The metric of one run's predictions (0.0 for a classification metric of no rows).
@@ -337,8 +344,8 @@ def metric_value(metric: Metric | str, predictions: Predictions, *,
     if metric.kind == "column":
         values = _column(metric, predictions, source)
         return float(values.mean()) if len(values) else math.nan
-    _labels_needed(metric, predictions, source)
-    matrix = confusion(predictions.gold, predictions.predicted, len(predictions.labels))
+    gold, predicted = predictions.labelled(f"the decision metric {metric.name}", source)
+    matrix = confusion(gold, predicted, len(predictions.labels))
     return float(from_confusion(metric.name, matrix))
 
 
@@ -374,15 +381,16 @@ def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *
         var_values = _column(metric, variant, f"{source} (variant)")[var_index]
 
         def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-            return np.mean(values, axis=axis)
+            return np.asarray(np.mean(values, axis=axis))
         return mean, (ref_values,), (var_values,)
-    _labels_needed(metric, reference, f"{source} (reference)")
-    _labels_needed(metric, variant, f"{source} (variant)")
+    needed_by = f"the decision metric {metric.name}"
+    reference.labelled(needed_by, f"{source} (reference)")
+    variant.labelled(needed_by, f"{source} (variant)")
     labels = union_labels(reference, variant)
-    ref = reference.subset(ref_index, labels)
-    var = variant.subset(var_index, labels)
+    ref_gold, ref_predicted = reference.subset(ref_index, labels).labelled(needed_by, source)
+    _, var_predicted = variant.subset(var_index, labels).labelled(needed_by, source)
     n_labels = len(labels)
 
     def statistic(gold: np.ndarray, predicted: np.ndarray, axis: int = -1) -> np.ndarray:
         return from_confusion(metric.name, confusion(gold, predicted, n_labels))
-    return statistic, (ref.gold, ref.predicted), (ref.gold, var.predicted)
+    return statistic, (ref_gold, ref_predicted), (ref_gold, var_predicted)

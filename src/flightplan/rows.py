@@ -35,7 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-__all__ = ["Row", "Measurement", "Evaluation", "Restore", "CheckpointSaving", "CheckpointSaved",
+__all__ = ["Row", "Measurement", "Evaluation", "ProcessStart", "Restore", "CheckpointSaving",
+           "CheckpointSaved",
            "records_a_save", "CheckpointInterval",
            "CheckpointRejected", "PartialCheckpointRemoved", "CheckpointFailed",
            "CheckpointTransfer", "CheckpointTransferFailed", "Truncation", "StopEvent",
@@ -120,6 +121,19 @@ class Evaluation(Row):
     def number(self, name: str) -> float | None:
         """``metrics[name]`` as a float, None when absent or not a number."""
         return as_number(self.metrics.get(name))
+
+
+@dataclass(frozen=True)
+class ProcessStart(Row):
+    """The worker process of an execution began at ``time`` (unix seconds): when the kernel
+    created it (``/proc/self/stat``), not when the row was written, which is later, once the
+    interpreter runs the worker. The worker (:mod:`flightplan.run.worker`) writes it first,
+    before it loads the task, so :mod:`flightplan.goodput` can tell the executor's start
+    of an execution (``waiting``: on a flight, the checkpoint sent there and the process
+    launched) from the process's own start and load. ``step`` is 0. A worker that cannot
+    read its start time (not Linux) writes none; its start then counts as start and load."""
+
+    EVENT = "process_start"
 
 
 @dataclass(frozen=True)
@@ -292,7 +306,7 @@ def records_a_save(row: Row) -> bool:
 
 
 EVENTS: Mapping[str, type[Row]] = {cls.EVENT: cls for cls in (
-    Evaluation, Restore, CheckpointSaving, CheckpointSaved, CheckpointInterval, CheckpointRejected,
+    Evaluation, ProcessStart, Restore, CheckpointSaving, CheckpointSaved, CheckpointInterval, CheckpointRejected,
     PartialCheckpointRemoved, CheckpointFailed, CheckpointTransfer, CheckpointTransferFailed,
     Truncation, StopEvent, ForcedCheckpoint, Finished) if cls.EVENT}
 """Event kind → row class."""

@@ -180,6 +180,15 @@ class RunDir:
         """Every complete measurement row ([] when there is none)."""
         return self.read_rows()[0]
 
+    def rows_across_restarts(self) -> list[Row]:
+        """Every row this run id logged: those of the folders ``--restart`` set aside
+        (``<name>.restarted-<n>``, oldest first), then this folder's (goodput counts the work
+        a restart threw away as lost)."""
+        earlier = sorted(self.path.parent.glob(f"{self.path.name}.restarted-*"),
+                         key=lambda p: int(p.name.rpartition("-")[2])
+                         if p.name.rpartition("-")[2].isdigit() else 0)
+        return [row for folder in earlier for row in RunDir(folder).rows()] + self.rows()
+
     def saved_checkpoint(self) -> bool:
         """Whether the measurements show a checkpoint this run saved (a ``checkpoint_saving``
         row, durable before the checkpoint was renamed into place, or a ``checkpoint`` row:

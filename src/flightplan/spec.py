@@ -22,7 +22,7 @@ import datetime as dt
 import difflib
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       ValidationError, ValidationInfo, field_validator, model_validator)
@@ -404,9 +404,14 @@ class CampaignSpec(_Strict):
         """The control: the first run without a reference."""
         return next(r for r in self.run if r.reference is None)
 
+    @property
+    def items(self) -> list[Stage | Run]:
+        """Every ``[[stage]]`` then every ``[[run]]``, in file order."""
+        return [*self.stage, *self.run]
+
     def item(self, name: str) -> Stage | Run:
         """The stage or run called ``name``. Raises KeyError if none."""
-        for entry in (*self.stage, *self.run):
+        for entry in self.items:
             if entry.name == name:
                 return entry
         raise KeyError(name)
@@ -455,7 +460,7 @@ def _location(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _one_line(error: dict[str, Any]) -> tuple[str, str]:
+def _one_line(error: Mapping[str, Any]) -> tuple[str, str]:
     """(field, message) for the first pydantic error."""
     loc = tuple(p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     field = _location(loc)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from flightplan.rows import CheckpointTransfer, Row
+from flightplan.rows import CheckpointTransfer, Row, as_number
 
 __all__ = ["TransferTally", "checkpoint_transfer_s", "trip_s"]
 
@@ -137,12 +137,8 @@ def checkpoint_transfer_s(figure: Mapping[str, Any] | None, nbytes: int) -> floa
     """
     if not figure:
         return 0.0
-    rate, wait = figure.get("bytes_per_s"), figure.get("wait_s")
-    if _number(rate) and rate > 0:
-        return nbytes / rate + (wait if _number(wait) else 0.0)
-    seconds = figure.get("transfer_s")
-    return float(seconds) if _number(seconds) else 0.0
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    rate, wait = as_number(figure.get("bytes_per_s")), as_number(figure.get("wait_s"))
+    if rate is not None and rate > 0:
+        return nbytes / rate + (wait or 0.0)
+    seconds = as_number(figure.get("transfer_s"))
+    return seconds if seconds is not None else 0.0

@@ -116,3 +116,23 @@ def test_results_that_do_not_verify_are_refused(closed, tmp_path):
     assert done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"error: --from {copy}: does not verify: checksum: "
                                   f"predictions/{rel.name}: ")
+
+
+def test_run_freezes_the_plan_that_plan_showed_from_calibrate_from(closed, tmp_path):
+    """A campaign file with ``[calibrate] from``: `flightplan run` freezes the plan that
+    `flightplan plan` prints for it (durations measured by the earlier campaign), not
+    the file's guesses."""
+    folder, guessed, _ = closed
+    spec = (REPO / "examples" / "tiny" / "campaign.toml").read_text()
+    (tmp_path / "campaign.toml").write_text(
+        spec + f'\n[calibrate]\nfrom = "{folder / "results"}"\n')
+    shown = _cli("plan", "campaign.toml", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    done = _cli("run", "campaign.toml", "--decide", "stop", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    frozen = json.loads((tmp_path / "results" / "plan.json").read_text())
+
+    def runs(plan):
+        return {s["name"]: s["duration_hours"] for s in plan["stages"] if s["kind"] == "run"}
+
+    assert runs(frozen) == runs(json.loads(shown.stdout)) != runs(guessed)

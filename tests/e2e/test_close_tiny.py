@@ -116,3 +116,39 @@ def test_tampered_copies_fail_verify(closed, tmp_path):
     assert ("prediction_mismatch", rel) in checks
     assert ("base_revision", meta_rel) in checks
     assert ("reload", f"artifacts/{lora}") in checks  # the task refuses an unknown base
+
+
+def test_goodput_parts_add_up_to_each_runs_wall_time(closed):
+    """Every run's wall time by cause, in `status --json` and in plan_vs_execution.json,
+    adds up to the wall time the ledger counted within 1 %; the flight's slot-hours add up
+    to what its package bought; the text status shows both at 80 columns."""
+    folder, _ = closed
+    status = _cli("status", "campaign.toml", "--json", cwd=folder)
+    assert status.returncode == 0, status.stderr
+    snapshot = json.loads(status.stdout)
+    pve = json.loads((folder / "results" / "plan_vs_execution.json").read_text())
+    observed = {r["run_id"]: r["observed"] for r in pve["goodput"]["runs"]}
+    ran = [r for r in snapshot["runs"] if r["wall_s"] > 0]
+    assert len(ran) == 3 and set(observed) == {r["run_id"] for r in ran}
+    for run in ran:
+        wall_h = run["wall_s"] / 3600
+        for split in (run["goodput"], observed[run["run_id"]]):
+            assert abs(sum(split["parts_hours"].values()) - wall_h) <= 0.01 * wall_h
+            assert abs(split["wall_hours"] - wall_h) <= 0.01 * wall_h
+            # the worker's process_start row: its wait is measured, not folded into loading
+            assert split["parts_hours"]["steps"] > 0 and split["parts_hours"]["start_load"] > 0
+            assert 0 < split["goodput"] < 1
+    # the decision point re-estimated each run by the same causes
+    assert all(set(r["planned_parts_hours"]) == set(r["observed"]["parts_hours"])
+               for r in pve["goodput"]["runs"])
+    (flight,) = snapshot["goodput"]["flights"]
+    assert flight["flight"] == "local" and flight["package_hours"] == 72.0
+    assert flight["bought_hours"] == 72.0 * flight["slots"]
+    assert abs(flight["productive_hours"] + flight["overhead_hours"]
+               + flight["uncommitted_hours"] - flight["bought_hours"]) < 1e-5
+    assert pve["goodput"]["flights"] == snapshot["goodput"]["flights"]
+    text = _cli("status", "campaign.toml", cwd=folder)
+    assert "hours bought per flight (slot-hours)" in text.stdout
+    assert "goodput (productive steps / wall time" in text.stdout
+    markdown = (folder / "results" / "plan_vs_execution.md").read_text()
+    assert "## Goodput" in markdown and "| ↳ re-estimate |" in markdown

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.run.ledger import Ledger
 from flightplan.campaign_lock import lock_holder
+from flightplan.rows import Evaluation, Measurement, Restore
+from flightplan.run.ledger import Ledger
+from flightplan.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
@@ -194,6 +196,12 @@ def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(
         kinds = [e.kind for e in ledger.events(target)]
         assert kinds[:3] == ["started", "interrupted", "resumed"]
         assert "checkpoint_verified" in kinds
+        wall_s = ledger.run(target).wall_s
+        windows = [(t.started_at, t.ended_at) for t in ledger.stage_times()
+                   if t.kind == "run" and t.name == "lora-r4"]
+    _assert_redone_steps_are_lost_work(
+        next(r for r in outcome["runs"] if r["run_id"] == target)["goodput"], wall_s, windows,
+        RunDir(folder / "runs" / target).rows())
     ref_ids = _ids(ref_folder)
     ids = _ids(folder)
     assert ids == {k: ref_ids[k] for k in ("control", "lora-r4")}      # same configs, same ids
@@ -202,6 +210,40 @@ def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(
         for rel in ("predictions.csv", "artifact/model.safetensors", "metrics.json"):
             assert (folder / "runs" / run_id / rel).read_bytes() == \
                 (ref_folder / "runs" / run_id / rel).read_bytes(), f"{name}: {rel} differs"
+
+
+def _assert_redone_steps_are_lost_work(goodput: dict, wall_s: float,
+                                      windows: list[tuple[float, float]], rows: list) -> None:
+    """The run summary's goodput of a run whose runner was killed, then resumed: its parts
+    add up to the wall time the ledger counted within 1 %, and the steps the second
+    execution redid (from the checkpoint it restored to the last step the first one
+    logged, and an evaluation the first one logged) are lost work, bounded by hand from the
+    rows: at least the time they stated (``step_s``, ``eval_s``), at most the first
+    execution's tail after its last step row plus each redone row's whole gap since the
+    measurement or evaluation row before it."""
+    (_, killed_end), (resumed_start, _) = windows
+    parts = {cause: hours * 3600 for cause, hours in goodput["parts_hours"].items()}
+    assert abs(sum(parts.values()) - wall_s) <= 0.01 * wall_s
+    assert abs(goodput["wall_hours"] * 3600 - wall_s) <= 0.01 * wall_s
+    steps = [r for r in rows if isinstance(r, Measurement) and r.is_step]
+    first = [r for r in steps if r.time < resumed_start]
+    killed_at = max(r.step for r in first)
+    (restore,) = [r for r in rows if isinstance(r, Restore) and r.time >= resumed_start]
+    redone = [r for r in steps if r.time >= resumed_start and r.step <= killed_at]
+    assert restore.source is not None and restore.step <= killed_at
+    assert [r.step for r in redone] == list(range(restore.step, killed_at + 1))
+    evaluated = {r.step for r in rows if isinstance(r, Evaluation) and r.time < resumed_start}
+    redone += [r for r in rows if isinstance(r, Evaluation) and r.time >= resumed_start
+               and r.step in evaluated]
+    stated = sum(r.number("eval_s" if isinstance(r, Evaluation) else "step_s") or 0.0
+                 for r in redone)
+    tail = killed_end - max(r.time for r in first)
+    cuts = sorted(r.time for r in rows if isinstance(r, (Measurement, Evaluation))
+                  and r.time >= resumed_start)
+    most = tail + sum(r.time - max(c for c in cuts if c < r.time) for r in redone)
+    rounding = 0.5e-6 * 3600           # the hours are rounded to 6 places
+    assert stated - rounding <= parts["lost"] <= most + rounding
+    assert parts["restore"] > 0 and parts["steps"] > 0
 
 
 def test_a_tampered_corpus_stops_the_campaign_naming_the_file(tmp_path):

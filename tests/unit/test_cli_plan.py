@@ -147,6 +147,31 @@ def test_plan_finds_a_missing_task_file_or_train_without_running_the_task(tmp_pa
     assert not (tmp_path / "ran").exists()
     (tmp_path / "train.py").write_text("from helpers import train\n")
     assert _invoke(["plan", str(path)]).exit_code == 0
+    # a syntax error is found by parsing too, with its line, nothing run
+    (tmp_path / "train.py").write_text("open('ran', 'w').close()\ndef train(trial)\n    pass\n")
+    result = _invoke(["plan", str(path)])
+    assert result.exit_code == 2 and not (tmp_path / "ran").exists()
+    assert result.stderr.strip() == (
+        f"error: {path}: run[0].task: task 'train.py' cannot be imported: train.py, "
+        f"line 2: SyntaxError: expected ':'; fix the file")
+
+
+def test_plan_warns_that_a_task_without_reload_predictions_gets_nothing_accepted(
+        tmp_path: Path) -> None:
+    text = ILLUSTRATION.replace('name = "control"\n', 'name = "control"\ntask = "train.py"\n', 1)
+    path = _write(tmp_path, text)
+    (tmp_path / "train.py").write_text("def train(trial):\n    pass\n")
+    result = _invoke(["plan", str(path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    warnings = [w for w in json.loads(result.stdout)["warnings"] if w["code"] == "no-reload"]
+    assert warnings == [{"code": "no-reload", "subject": "control", "message": (
+        "task 'train.py' defines no reload_predictions, so close cannot reload its artifacts "
+        "and accepts none of control's products; add reload_predictions (docs/tasks.md)")}]
+    (tmp_path / "train.py").write_text("def train(trial):\n    pass\n\n\n"
+                                       "def reload_predictions(artifact_dir, out, **kw):\n"
+                                       "    return 0\n")
+    result = _invoke(["plan", str(path), "--json"])
+    assert not [w for w in json.loads(result.stdout)["warnings"] if w["code"] == "no-reload"]
 
 
 def test_plan_finds_a_metric_column_the_tasks_predictions_cannot_have(tmp_path: Path) -> None:

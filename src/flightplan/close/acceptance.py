@@ -5,7 +5,9 @@ A run's product is accepted only when all four hold:
 1. the run finished without a stop (ledger status ``finished``, no stop record);
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
    (:func:`flightplan.close.verify.reproduce_run` with no limit, trusting the campaign's own
-   task code; a task without a ``reload_predictions`` hook is not reloadable, so never accepted);
+   task code; a task without a ``reload_predictions`` hook is not reloadable, so never
+   accepted); the runs' reloads run side by side as the cores allow
+   (:func:`~flightplan.close.verify.reproduce_runs`);
 3. its predictions cover every expected test example id;
 4. its decision metric (any metric of :mod:`flightplan.metrics`) can be computed from its
    predictions and is at least ``accept_at_least`` (at most, when the goal is ``min``).
@@ -27,7 +29,7 @@ from typing import Any
 
 from flightplan.activity import doing
 from flightplan.close.conclusion import compare_runs
-from flightplan.close.verify import reproduce_run
+from flightplan.close.verify import reproduce_runs
 from flightplan.errors import CheckFailed
 from flightplan.findings import Finding
 from flightplan.ledger_rows import RunRow
@@ -90,12 +92,20 @@ def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,
     """
     section = spec.campaign
     metric = parse_metric(section.metric)
+    loaded = {run.run_id: _load(results, run.run_id) for run in runs}
+    to_reload = [run.run_id for run in runs if run.status == "finished" and not run.stop
+                 and loaded[run.run_id] is not None]
+
+    def progress(reloaded: int) -> None:        # a run that needs no reload is judged at once
+        doing("reloading each artifact in a fresh process",
+              done=len(runs) - len(to_reload) + reloaded, total=len(runs), unit="runs")
+    progress(0)
+    reloads = reproduce_runs(results, to_reload, limit=None, trust_code=True,
+                             campaign_dir=spec.campaign_dir, on_done=progress)
     verdicts = []
-    for done, run in enumerate(runs):
-        doing("reloading each artifact in a fresh process", done=done, total=len(runs),
-              unit="runs")
+    for run in runs:
         run_id, reasons = run.run_id, []
-        predictions = _load(results, run_id)
+        predictions = loaded[run_id]
         value, reproduced, usable = None, None, False
         if run.status != "finished" or run.stop:
             rule = (run.stop or {}).get("rule")
@@ -104,8 +114,7 @@ def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,
         elif predictions is None:
             reasons.append("no readable predictions")
         else:
-            _, reproduced = reproduce_run(results, run_id, limit=None, trust_code=True,
-                                          campaign_dir=spec.campaign_dir)
+            _, reproduced = reloads[run_id]
             reasons += [f"{f.check}: {f.message}" for f in reproduced]
             if expected_ids is not None:
                 missing = sorted(set(expected_ids) - set(predictions.ids))

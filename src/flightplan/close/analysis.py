@@ -59,7 +59,7 @@ def _group(mask: np.ndarray, wrong: np.ndarray | None, values: np.ndarray | None
 def _classification(predictions: Predictions, texts: dict[str, str], top: int
                     ) -> dict[str, Any]:
     labels, c = predictions.labels, len(predictions.labels)
-    gold, pred = predictions.gold, predictions.predicted
+    gold, pred = predictions.labelled("the error analysis")
     counts = confusion(gold, pred, c)                          # (C, C)
     tp = np.diagonal(counts)
     n_pred, support = counts.sum(axis=0), counts.sum(axis=1)
@@ -101,12 +101,11 @@ def _worst(predictions: Predictions, metric: Metric, goal: str, texts: dict[str,
         return None
     sign = 1.0 if goal == "max" else -1.0           # worst first: lowest for max
     order = sorted(range(len(values)), key=lambda i: (sign * values[i], predictions.ids[i]))
+    pairs = predictions.labelled("the error analysis") if predictions.has_labels else None
     return {"column": metric.column, "goal": goal, "mean": round(float(values.mean()), 6),
             "examples": [{"example_id": predictions.ids[i], "value": round(float(values[i]), 6),
-                          "gold": predictions.labels[predictions.gold[i]]
-                          if predictions.has_labels else None,
-                          "predicted": predictions.labels[predictions.predicted[i]]
-                          if predictions.has_labels else None,
+                          "gold": predictions.labels[pairs[0][i]] if pairs else None,
+                          "predicted": predictions.labels[pairs[1][i]] if pairs else None,
                           "excerpt": excerpt(texts.get(predictions.ids[i], ""))}
                          for i in order[:top]]}
 
@@ -152,7 +151,8 @@ def error_analysis(predictions: Predictions, *, metric: Metric | str, goal: str,
     truncated = predictions.columns.get("truncated")
     if truncated is not None:
         mask = truncated > 0.5
-        wrong = predictions.gold != predictions.predicted if predictions.has_labels else None
+        pairs = predictions.labelled("the error analysis") if predictions.has_labels else None
+        wrong = pairs[0] != pairs[1] if pairs else None
         values = predictions.columns.get(metric.column or "") if metric.kind == "column" \
             else None
         report["by_length"] = {"input_limit": input_limit,

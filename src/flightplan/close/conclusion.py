@@ -67,7 +67,7 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
     sign = 1.0 if goal == "max" else -1.0
 
     def difference(*arrays: np.ndarray, axis: int = -1) -> np.ndarray:
-        return statistic(*arrays[k:], axis=axis) - statistic(*arrays[:k], axis=axis)
+        return np.asarray(statistic(*arrays[k:], axis=axis) - statistic(*arrays[:k], axis=axis))
 
     point = float(difference(*reference, *variant))
     n = len(reference[0])
@@ -122,7 +122,9 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
     Returns:
         ``{question, metric, goal, min_gain, answer ("yes"/"no"/"inconclusive"), verdict
         (one paragraph), comparisons}``; an inconclusive comparison's sentence says how
-        many test examples would likely settle it.
+        many test examples would likely settle it. "no" only when every comparison was
+        made and none meets: a variant that could not be compared (``not_available``)
+        leaves the answer inconclusive, since its result could have met.
     """
     winners = [c for c in comparisons if c["verdict"] == "meets"]
     unsure = [c for c in comparisons if c["verdict"] == "inconclusive"]
@@ -142,6 +144,11 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
                        f"{'does' if len(unsure) == 1 else 'do'}.")
             for c in unsure:
                 verdict += f" {c['variant']} ({_gain_text(c, goal)}): {_settle_text(c)}."
+        elif missing:
+            answer = "inconclusive"
+            which = ("no variant compared" if len(missing) < len(comparisons)
+                     else "no variant could be compared, so none")
+            verdict = f"Inconclusive: {which} meets the threshold of {unit}."
         else:
             answer = "no"
             verdict = f"No variant meets the threshold of {unit}."

@@ -17,12 +17,17 @@ on the flight to durable at home; planned = the last decision point's re-estimat
 (``estimates[name].transfer_s``). The frozen original plan holds no transfer figure, and
 none is made up for it.
 
+Goodput (:mod:`flightplan.goodput`, given by the caller, which reads the run directories):
+each run's wall time by cause beside the decision point's re-estimate by the same causes
+(``estimates[name].parts``), and per flight the slot-hours its package bought: productive,
+overheads, uncommitted.
+
 The original plan is read, never rewritten; ``plan_intact`` says whether it still hashes
 to the sha256 frozen with it.
 
 Usage::
 
-    record = plan_vs_execution(ledger)
+    record = plan_vs_execution(ledger, goodput=ledger_goodput(ledger, spec, gpus_per_flight=1))
     markdown = plan_vs_execution_markdown(record)
 """
 
@@ -32,8 +37,10 @@ from typing import Any
 
 from flightplan.canonical import plan_sha256
 from flightplan.close.ledger_reader import LedgerReader
+from flightplan.goodput import CAUSES, LABELS, CampaignGoodput, ledger_executions
 from flightplan.ledger_rows import RunRow
 from flightplan.transfer_time import trip_s
+from flightplan.units import time_unit
 
 __all__ = ["plan_vs_execution", "plan_vs_execution_markdown", "shown_hours",
            "shown_transfers"]
@@ -118,6 +125,30 @@ def _transfers(ledger: LedgerReader) -> dict[str, Any]:
             else None, "note": _NO_ORIGINAL, "runs": rows, "totals": totals}
 
 
+def _goodput(ledger: LedgerReader, goodput: CampaignGoodput) -> dict[str, Any]:
+    """The ``goodput`` object of :func:`plan_vs_execution` (module docstring)."""
+    decisions = ledger.decisions()
+    estimates = (decisions[-1].figures.get("estimates") or {}) if decisions else {}
+    executions = ledger_executions(ledger.runs(), ledger.stage_times(), ledger.events())
+    runs = []
+    for run in ledger.runs():
+        split = goodput.runs.get(run.run_id)
+        if split is None:
+            continue
+        parts = None if run.status in ("cut", "superseded") else \
+            (estimates.get(run.name) or {}).get("parts")
+        runs.append({"name": run.name, "run_id": run.run_id, "status": run.status,
+                     "executions": len(executions.get(run.run_id) or []),
+                     "observed": split.to_json(),
+                     "planned_parts_hours": None if not parts else
+                     {c: _r(float(parts.get(c) or 0.0) / _HOUR_S) for c in CAUSES},
+                     "planned_hours": None if not parts else
+                     _r(sum(float(v or 0.0) for v in parts.values()) / _HOUR_S)})
+    whole = goodput.to_json()
+    return {"runs": runs, "flights": whole["flights"], "stages_hours": whole["stages_hours"],
+            "totals": whole["total"]}
+
+
 def _items(planned: dict[str, dict[str, Any]], spans: dict[str, list[tuple[float, float]]],
            latest: dict[str, RunRow], notes: dict[str, list[str]], origin: float
            ) -> list[dict[str, Any]]:
@@ -180,11 +211,14 @@ def _decisions(ledger: LedgerReader) -> list[dict[str, Any]]:
     return decisions
 
 
-def plan_vs_execution(ledger: LedgerReader) -> dict[str, Any]:
+def plan_vs_execution(ledger: LedgerReader, *, goodput: CampaignGoodput | None = None
+                      ) -> dict[str, Any]:
     """The ``plan_vs_execution.json`` object.
 
     Args:
         ledger: the campaign's ledger (:class:`~flightplan.close.ledger_reader.LedgerReader`).
+        goodput: the campaign's goodput (:func:`flightplan.goodput.ledger_goodput`); None
+            leaves ``goodput`` null.
 
     Returns:
         ``{original_plan: {version, plan_sha256, created_at, file, reserved_hours,
@@ -195,8 +229,11 @@ def plan_vs_execution(ledger: LedgerReader) -> dict[str, Any]:
         deviation_hours}, transfers: {planned_from ({plan_version} of the re-estimate, or
         null without a decision), note, runs: [{name, run_id, checkpoints, bytes,
         planned_hours, observed_hours, deviation_hours}], totals: {checkpoints, bytes,
-        planned_hours, observed_hours, deviation_hours}}}``; hours from the campaign's
-        first observed start. ``transfers.runs`` lists the runs with a checkpoint that
+        planned_hours, observed_hours, deviation_hours}}, goodput: {runs: [{name, run_id,
+        status, executions, observed (``GoodputSplit.to_json()``), planned_parts_hours
+        ({cause: h} of the last decision's re-estimate, null without one), planned_hours}],
+        flights ([``FlightGoodput.to_json()``]), stages_hours, totals}}``; hours from the
+        campaign's first observed start. ``transfers.runs`` lists the runs with a checkpoint that
         came home or a planned transfer (a run cut or superseded has no planned figure);
         a planned figure is null when the re-estimate gave none, and the total's
         deviation is null unless every run listed has one.
@@ -231,6 +268,7 @@ def plan_vs_execution(ledger: LedgerReader) -> dict[str, Any]:
                    "deviation_hours": _r(observed_span - reserved)
                    if observed_span is not None and reserved is not None else None},
         "transfers": _transfers(ledger),
+        "goodput": None if goodput is None else _goodput(ledger, goodput),
     }
 
 
@@ -313,6 +351,50 @@ def _transfer_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _goodput_lines(record: dict[str, Any]) -> list[str]:
+    """The ``## Goodput`` section: each run's wall time by cause, its re-estimate below it,
+    and each flight's slot-hours."""
+    goodput = record.get("goodput")
+    if not goodput or not goodput["runs"]:
+        return []
+    unit, scale = time_unit(max(r["observed"]["wall_hours"] for r in goodput["runs"]))
+    lines = ["", "## Goodput", "",
+             f"Each run's wall time by cause ({unit}; every execution, each second to one "
+             f"cause, so a row adds up to its wall time); below it, the decision point's "
+             f"re-estimate by the same causes. Goodput is the share of productive steps.", "",
+             "| run | status | wall | goodput | "
+             + " | ".join(LABELS[c] for c in CAUSES) + " |",
+             "|---" * (4 + len(CAUSES)) + "|"]
+
+    def cells(parts: dict[str, float]) -> str:
+        return " | ".join(f"{parts[c] * scale:.1f}" for c in CAUSES)
+    for run in goodput["runs"]:
+        seen = run["observed"]
+        share = "–" if seen["goodput"] is None else f"{seen['goodput']:.1%}"
+        lines.append(f"| {run['name']} | {run['status']} | {seen['wall_hours'] * scale:.1f} | "
+                     f"{share} | {cells(seen['parts_hours'])} |")
+        if run["planned_parts_hours"] is not None:
+            planned = run["planned_parts_hours"]
+            total = run["planned_hours"] or 0.0
+            share = f"{planned['steps'] / total:.1%}" if total else "–"
+            lines.append(f"| ↳ re-estimate |  | {total * scale:.1f} | {share} | "
+                         f"{cells(planned)} |")
+    for flight in goodput["flights"]:
+        figures = [flight["productive_hours"], flight["overhead_hours"]]
+        places = 4 if any(0 < v < 0.1 for v in figures) else 2
+        shown = sorted(((c, v) for c, v in flight["overheads_hours"].items()
+                        if round(v, places) > 0), key=lambda p: -p[1])
+        lines += ["", f"Flight `{flight['flight']}`: {flight['slots']} slot(s) × "
+                      f"{flight['package_hours']:g} h = {flight['bought_hours']:.2f} h bought; "
+                      f"steps {flight['productive_hours']:.{places}f} h, overheads "
+                      f"{flight['overhead_hours']:.{places}f} h"
+                      + (" (" + ", ".join(f"{LABELS.get(c, c)} {v:.{places}f} h"
+                                          for c, v in shown) + ")" if shown else "")
+                      + f", uncommitted {flight['uncommitted_hours']:.{places}f} h (not a "
+                        f"fault: the package is not an obligation to fill every hour)."]
+    return lines
+
+
 def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
     """``plan_vs_execution.md``: the same comparison as tables."""
     original = record["original_plan"]
@@ -361,4 +443,4 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
         lines.append(f"- re-estimated plan (version {version['version']}): reserved "
                      + ("–" if reserved is None else f"{reserved:.{shown['places']}f}")
                      + f" h; {version['reason'] or 'no reason given'}")
-    return "\n".join(lines + _transfer_lines(record)) + "\n"
+    return "\n".join(lines + _transfer_lines(record) + _goodput_lines(record)) + "\n"

@@ -2,7 +2,8 @@
 
 The page holds the question and the verdict, the comparison of each variant with its
 reference, the products accepted and why others were not, a planned-versus-actual Gantt
-chart, the loss curves, a confusion matrix per run and the budget. Plots are PNGs drawn
+chart, each run's wall time by cause (one stacked bar per run: goodput) and each flight's
+hours, the loss curves, a confusion matrix per run and the budget. Plots are PNGs drawn
 with matplotlib's Agg backend and embedded as base64 ``data:`` URIs; the page loads
 nothing from anywhere and runs no script. The template
 (``close/templates/report.html.j2``) is rendered by jinja2 with autoescaping on.
@@ -22,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from flightplan.close.plan_vs_execution import shown_hours, shown_transfers
+from flightplan.goodput import CAUSES, LABELS
 from flightplan.plan.power import rounded_count
 from flightplan.rows import Measurement, parse_rows
 from flightplan.units import time_unit
 
-__all__ = ["loss_curves", "gantt_png", "loss_png", "confusion_png", "render_report",
-           "render_readme"]
+__all__ = ["loss_curves", "gantt_png", "goodput_png", "loss_png", "confusion_png",
+           "shown_flights", "render_report", "render_readme"]
 
 _TEMPLATES = Path(__file__).parent / "templates"
 
@@ -77,6 +79,48 @@ def gantt_png(items: list[dict[str, Any]], *, reserved_hours: float | None) -> s
     axes.invert_yaxis()
     axes.set_xlabel(f"time from the first start ({unit}); light: planned, dark: observed, "
                     f"dashed: reserved")
+    axes.grid(axis="x", alpha=0.3)
+    return _png(figure)
+
+
+_CAUSE_COLOURS = {"steps": "#31a354", "waiting": "#bdbdbd", "start_load": "#9ecae1",
+                  "data": "#6baed6", "restore": "#c6dbef", "lost": "#de2d26",
+                  "checkpoint": "#fd8d3c", "evaluation": "#756bb1", "output": "#fdd0a2",
+                  "transfer": "#636363"}
+"""One colour per goodput cause: productive steps green, work lost red."""
+
+
+def goodput_png(runs: list[dict[str, Any]]) -> str | None:
+    """One horizontal stacked bar per run: its wall time by cause (productive steps first),
+    its goodput at the bar's end, base64 PNG (None without a run that ran).
+
+    Args:
+        runs: ``plan_vs_execution``'s ``goodput.runs`` (``name``, ``observed``:
+            ``GoodputSplit.to_json()``).
+    """
+    runs = [r for r in runs if r["observed"]["wall_hours"] > 0]
+    if not runs:
+        return None
+    unit, scale = time_unit(max(r["observed"]["wall_hours"] for r in runs))
+    order = ["steps"] + [c for c in CAUSES if c != "steps"]
+    figure = _figure(9, 1.4 + 0.45 * len(runs))
+    axes = figure.add_subplot()
+    for row, run in enumerate(runs):
+        left = 0.0
+        for cause in order:
+            width = run["observed"]["parts_hours"][cause] * scale
+            axes.barh(row, width, left=left, color=_CAUSE_COLOURS[cause], height=0.6,
+                      label=LABELS[cause] if row == 0 else None)
+            left += width
+        share = run["observed"]["goodput"]
+        axes.text(left, row, f" {share:.1%}" if share is not None else "", va="center",
+                  fontsize=8)
+    axes.set_yticks(range(len(runs)), [r["name"] for r in runs], fontsize=8)
+    axes.invert_yaxis()
+    # room right of the longest bar for its goodput label
+    axes.set_xlim(0, 1.1 * max(r["observed"]["wall_hours"] for r in runs) * scale)
+    axes.set_xlabel(f"wall time ({unit}) by cause; at the end: goodput (steps / wall time)")
+    axes.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 / len(runs)))
     axes.grid(axis="x", alpha=0.3)
     return _png(figure)
 
@@ -154,6 +198,7 @@ def render_report(context: dict[str, Any]) -> str:
     pve = context["plan_vs_execution"]
     images = {
         "gantt": gantt_png(pve["items"], reserved_hours=pve["totals"]["reserved_hours"]),
+        "goodput": goodput_png((pve.get("goodput") or {}).get("runs") or []),
         "loss": loss_png(context["curves"]),
         "confusion": {r["run_id"]: confusion_png(r["analysis"]["confusion_matrix"]["counts"],
                                                  r["analysis"]["labels"], r["name"])
@@ -163,7 +208,23 @@ def render_report(context: dict[str, Any]) -> str:
     }
     return environment.get_template("report.html.j2").render(
         **context, images=images, shown_hours=shown_hours(pve),
-        shown_transfers=shown_transfers(pve))
+        shown_transfers=shown_transfers(pve),
+        shown_flights=shown_flights((pve.get("goodput") or {}).get("flights") or []))
+
+
+def shown_flights(flights: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each flight's slot-hours as the report prints them (``FlightGoodput.to_json()``):
+    2 places, or 4 when a figure other than 0 is under 0.1 h; ``overheads``: the causes,
+    largest first, those that show as 0 left out."""
+    figures = [f[k] for f in flights for k in ("productive_hours", "overhead_hours")]
+    places = 4 if any(0 < abs(v) < 0.1 for v in figures) else 2
+    return [{"flight": f["flight"], "slots": str(f["slots"]),
+             "package": f"{f['package_hours']:g}", "bought": f"{f['bought_hours']:.2f}",
+             **{k: f"{f[k + '_hours']:.{places}f}"
+                for k in ("productive", "overhead", "uncommitted")},
+             "overheads": ", ".join(f"{LABELS.get(c, c)} {v:.{places}f}" for c, v in sorted(
+                 f["overheads_hours"].items(), key=lambda p: -p[1]) if round(v, places) > 0)}
+            for f in flights]
 
 
 def render_readme(context: dict[str, Any]) -> str:

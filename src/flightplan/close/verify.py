@@ -38,7 +38,8 @@ which is not a finding by itself. With trust, the kept source runs only when eve
 of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
-module.
+module, each artifact in a process of its own, side by side as runs compute
+(:func:`reproduce_runs`).
 
 Usage::
 
@@ -54,8 +55,10 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from flightplan.activity import doing
 from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
@@ -65,6 +68,7 @@ from flightplan.findings import Finding
 from flightplan.tasks.archive import check_kept, task_record
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
+from flightplan.trial.accelerator import OMP_ENV, THREADS_ENV, cpu_slots, torch_threads
 
 __all__ = [
     "CHECKS",
@@ -73,6 +77,7 @@ __all__ = [
     "RELOAD_STATUSES",
     "prediction_differences",
     "reproduce_run",
+    "reproduce_runs",
     "run_task",
     "verify_results",
 ]
@@ -93,6 +98,11 @@ _HOME_DIRS = (r"/home/[\w.-]+", r"/Users/[\w.-]+", r"[A-Za-z]:(?:\\){1,2}Users(?
 _SNIFF_BYTES = 8192
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else {} (a damaged manifest reads as empty)."""
+    return value if isinstance(value, dict) else {}
 
 def _inside(results: Path, rel: str) -> bool:
     """True when ``rel`` is a relative path that stays inside ``results`` (links resolved)."""
@@ -207,7 +217,7 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[Finding]
 def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[Finding]:
     """missing_run and base_revision."""
     findings: list[Finding] = []
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    runs = _object(manifest.get("runs"))
     expected = manifest.get("expected_run_ids") or []
     if not isinstance(expected, list) or not all(isinstance(i, str) and i for i in expected):
         findings.append(Finding("missing_run", MANIFEST_NAME, "expected_run_ids is not a list of "
@@ -326,8 +336,8 @@ def run_task(results: Path, manifest: dict[str, Any], run_id: str) -> dict[str, 
     Raises:
         ValueError: neither says which task made the artifact.
     """
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
-    record = (runs.get(run_id) if isinstance(runs.get(run_id), dict) else {}).get("task")
+    runs = _object(manifest.get("runs"))
+    record = _object(runs.get(run_id)).get("task")
     if isinstance(record, dict) and isinstance(record.get("entry"), str):
         return record
     try:
@@ -364,9 +374,9 @@ def _source_problems(results: Path, record: dict[str, Any], manifest: dict[str, 
 def _task_findings(results: Path, manifest: dict[str, Any]) -> list[Finding]:
     """task_source: every run's file or module task has its source kept and intact."""
     found: dict[tuple[str, str], Finding] = {}
-    runs = manifest.get("runs") if isinstance(manifest.get("runs"), dict) else {}
+    runs = _object(manifest.get("runs"))
     for run_id in sorted(runs):
-        record = (runs[run_id] if isinstance(runs[run_id], dict) else {}).get("task")
+        record = _object(runs[run_id]).get("task")
         if not isinstance(record, dict) or record.get("kind") == "builtin":
             continue
         source = record.get("source")
@@ -375,6 +385,49 @@ def _task_findings(results: Path, manifest: dict[str, Any]) -> list[Finding]:
             found.setdefault((path, problem), Finding(
                 "task_source", path, f"task {record.get('ref')!r} of {run_id}: {problem}"))
     return list(found.values())
+
+
+class _Reloads:
+    """The reload processes of one call, run from any thread and killed together by
+    :meth:`stop` (the caller was interrupted: a Ctrl-C or SIGTERM in the main thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+        self._stopped = False
+
+    def run(self, argv: list[str], *, cwd: str, env: dict[str, str]
+            ) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run(argv, capture_output=True, text=True, timeout=RELOAD_TIMEOUT_S)``
+        whose process :meth:`stop` kills; any exception here kills it too.
+
+        Raises:
+            subprocess.TimeoutExpired: it ran over :data:`RELOAD_TIMEOUT_S`.
+            InterruptedError: the reloads were stopped before it started.
+        """
+        with self._lock:
+            if self._stopped:
+                raise InterruptedError("the reloads were stopped")
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            self._running.add(proc)
+        try:
+            out, err = proc.communicate(timeout=RELOAD_TIMEOUT_S)
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def stop(self) -> None:
+        """Kill every reload still running and refuse to start another."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._running:
+                proc.kill()
 
 
 def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT_SAMPLE,
@@ -400,6 +453,13 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
         prediction_mismatch or task_source finding])``; ``("not_run", [])`` for untrusted
         code.
     """
+    return _reproduce(results_dir, run_id, limit=limit, trust_code=trust_code,
+                      campaign_dir=campaign_dir, reloads=_Reloads())
+
+
+def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code: bool,
+               campaign_dir: Path | None, reloads: _Reloads) -> tuple[str, list[Finding]]:
+    """:func:`reproduce_run`, its process started through ``reloads``."""
     results = Path(results_dir).resolve()
     artifact_rel = f"artifacts/{run_id}"
     try:
@@ -424,15 +484,17 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
             return "failed", [Finding("reload", artifact_rel, f"not run: task "
                                       f"{record.get('ref')!r}: {problems[0]}")]
         task_root = str(results / record["source"])
+    threads = str(torch_threads())
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.setdefault(THREADS_ENV, threads)          # the count runs compute with
+    env.setdefault(OMP_ENV, threads)
     with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
         out = Path(scratch) / f"{run_id}.csv"
         argv = reload_argv(record["entry"], str(results / artifact_rel), str(out),
                            task_root=task_root, limit=limit,
                            campaign_dir=None if campaign_dir is None else str(campaign_dir))
         try:
-            done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
-                                  timeout=RELOAD_TIMEOUT_S)
+            done = reloads.run(argv, cwd=scratch, env=env)
         except subprocess.TimeoutExpired:
             return "failed", [Finding("reload", artifact_rel,
                                       f"reloading took over {RELOAD_TIMEOUT_S} s")]
@@ -452,6 +514,45 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                                   f"from the stored ones (first: "
                                   f"{', '.join(differ[:5]) or 'none re-created'})")]
     return "reproduced", []
+
+
+def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None = DEFAULT_SAMPLE,
+                   trust_code: bool = False, campaign_dir: Path | None = None,
+                   on_done: Callable[[int], None] | None = None
+                   ) -> dict[str, tuple[str, list[Finding]]]:
+    """:func:`reproduce_run` for each of ``run_ids``, each in its own fresh process, as
+    many at once as runs compute side by side here (:func:`cpu_slots` of the runs' thread
+    count, each reload started with that count: ``$FLIGHTPLAN_TORCH_THREADS`` and
+    ``OMP_NUM_THREADS`` unless set), so no core idles while reloads remain.
+
+    Args:
+        results_dir, limit, trust_code, campaign_dir: as :func:`reproduce_run`.
+        run_ids: the runs whose artifacts to reload.
+        on_done: called with the number of reloads finished after each one ends.
+
+    An exception in the calling thread (a Ctrl-C, SIGTERM, or ``on_done`` raising) kills the
+    reloads still running and starts no other before it propagates.
+
+    Returns:
+        run id → :func:`reproduce_run`'s ``(status, findings)``, in the order of ``run_ids``.
+    """
+    found: dict[str, tuple[str, list[Finding]]] = {}
+    slots = max(1, min(len(run_ids), cpu_slots(torch_threads())))
+    reloads = _Reloads()
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        try:
+            pending = {pool.submit(_reproduce, results_dir, run_id, limit=limit,
+                                   trust_code=trust_code, campaign_dir=campaign_dir,
+                                   reloads=reloads): run_id for run_id in run_ids}
+            for future in as_completed(pending):
+                found[pending[future]] = future.result()
+                if on_done:
+                    on_done(len(found))
+        except BaseException:   # interrupted: no reload outlives the call
+            reloads.stop()
+            pool.shutdown(cancel_futures=True)
+            raise
+    return {run_id: found[run_id] for run_id in run_ids}
 
 
 def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
@@ -486,7 +587,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         return {"verified": False, "findings": [f.as_dict() for f in exc.findings]} | (
             {"reload": {}} if reload else {})
     findings, present = _check_files(results, manifest)
-    writer = manifest.get("writer") if isinstance(manifest.get("writer"), dict) else {}
+    writer = _object(manifest.get("writer"))
 
     def strings(key: str) -> list[str]:
         value = writer.get(key)
@@ -503,15 +604,23 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
     if reload:
         artifacts = sorted({p.split("/")[1] for p in present
                             if re.fullmatch(r"artifacts/[^/]+/.+", p)})
-        for done, run_id in enumerate(artifacts):
-            if reproduced is not None and run_id in reproduced:
-                status, found = ("failed" if reproduced[run_id] else "reproduced",
-                                 reproduced[run_id])
-            elif f"predictions/{run_id}.csv" in present:
-                doing("reloading artifacts in fresh processes", done=done,
-                      total=len(artifacts), unit="artifacts")
-                status, found = reproduce_run(results, run_id, limit=sample,
-                                              trust_code=trust_code, campaign_dir=campaign_dir)
+        known = reproduced or {}
+        to_reload = [r for r in artifacts
+                     if r not in known and f"predictions/{r}.csv" in present]
+
+        def progress(reloaded: int) -> None:    # the others need no reload here
+            doing("reloading artifacts in fresh processes",
+                  done=len(artifacts) - len(to_reload) + reloaded, total=len(artifacts),
+                  unit="artifacts")
+        if to_reload:
+            progress(0)
+        reloads = reproduce_runs(results, to_reload, limit=sample, trust_code=trust_code,
+                                 campaign_dir=campaign_dir, on_done=progress)
+        for run_id in artifacts:
+            if run_id in known:
+                status, found = ("failed" if known[run_id] else "reproduced", known[run_id])
+            elif run_id in reloads:
+                status, found = reloads[run_id]
             else:
                 continue
             statuses[run_id] = status

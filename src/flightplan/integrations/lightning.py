@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from importlib.metadata import version as _version
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -247,15 +248,17 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
     if "ckpt_path" in fit_kwargs:
         raise ArgumentError("fit(..., ckpt_path=...): flightplan picks the newest verified "
                             "checkpoint itself; drop the argument")
-    others = [type(c).__name__ for c in trainer.callbacks
-              if isinstance(c, Checkpoint)]
+    # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
+    # does not declare it
+    callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set, not declared
+    others = [type(c).__name__ for c in callbacks if isinstance(c, Checkpoint)]
     if others:
         raise ArgumentError(f"the Trainer has {', '.join(others)}, whose saves are not atomic; "
                             f"build it with enable_checkpointing=False (flightplan checkpoints)")
-    callback = next((c for c in trainer.callbacks if isinstance(c, FlightplanCallback)), None)
+    callback = next((c for c in callbacks if isinstance(c, FlightplanCallback)), None)
     if callback is None:
         callback = FlightplanCallback(trial, every_n_steps=every_n_steps)
-        trainer.callbacks.append(callback)
+        callbacks.append(callback)
     loop = trainer.fit_loop.epoch_loop
     if trial.max_steps and not 0 < loop.max_steps <= trial.max_steps:
         loop.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
@@ -303,6 +306,6 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     save_model(module, str(artifact / MODEL_FILE), metadata={"format": "pt"})
     write_json_atomic(artifact / "artifact.json", {
         "task": trial.task, "params": trial.params,
-        "library": {"lightning": pl.__version__, "torch": torch.__version__},
+        "library": {"lightning": _version("lightning"), "torch": torch.__version__},
         **dict(extra or {})})
     return artifact

@@ -156,6 +156,7 @@ class FlightplanCallback(TrainerCallback):
         self._before_save = time.perf_counter()
 
     def on_save(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        assert args.output_dir is not None      # TrainingArguments sets its default when None
         source = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         save_s = time.perf_counter() - self._before_save
         (source / _PICKLED_ARGS).unlink(missing_ok=True)
@@ -267,7 +268,7 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     shutil.rmtree(artifact, ignore_errors=True)
     trainer.save_model(str(artifact))
     (artifact / _PICKLED_ARGS).unlink(missing_ok=True)
-    if isinstance(model, peft.PeftModel):
+    if isinstance(model, peft.PeftModel) and base_revision:
         # the adapter names its base by this machine's path: name it by package
         (artifact / "README.md").unlink(missing_ok=True)   # PEFT's model card, with the path
         config = json.loads((artifact / "adapter_config.json").read_text())

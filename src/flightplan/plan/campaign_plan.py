@@ -25,7 +25,8 @@ from flightplan.plan.lint import LintWarning, lint_variants
 from flightplan.plan.quote import Quote, hours, quote_options
 from flightplan.plan.problem import Slot, Task
 from flightplan.plan.schedule import Schedule, schedule
-from flightplan.spec import CampaignSpec, Run
+from flightplan.spec import CampaignSpec, Run, Stage
+from flightplan.tasks.loader import lacks_reload
 from flightplan.units import Duration, Money
 
 __all__ = ["PlanResult", "plan_campaign", "tasks_for_spec", "slot_json"]
@@ -47,14 +48,14 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
     Raises:
         ArgumentError: a name in ``durations`` or ``extend`` is not a stage or run.
     """
-    names = [e.name for e in (*spec.stages, *spec.runs)]
+    names = [e.name for e in spec.items]
     for label, table in (("durations", durations), ("--extend", extend)):
         for name in table or {}:
             if name not in names:
                 raise ArgumentError(f"{label} {name}: {name!r} is not a stage or run of "
                                     f"{spec.source}{suggest(name, names)}")
     tasks = []
-    for entry in (*spec.stages, *spec.runs):
+    for entry in spec.items:
         seconds = (durations or {}).get(entry.name, entry.duration).seconds
         seconds += (extend or {}).get(entry.name, Duration(0)).seconds
         is_run = isinstance(entry, Run)
@@ -63,7 +64,7 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
             seconds=max(1, seconds),
             gpus=entry.gpus if "gpu" in entry.uses else 0,
             person="person" in entry.uses, after=tuple(entry.after),
-            each_flight=False if is_run else entry.each_flight))
+            each_flight=isinstance(entry, Stage) and entry.each_flight))
     return tasks
 
 
@@ -201,6 +202,14 @@ def plan_campaign(spec: CampaignSpec, *, catalog: Catalog | None = None,
     quote = quote_options(spec, tasks, catalog, chosen=chosen, budget_s=OPTIONS_BUDGET_S,
                           per_solve_s=OPTION_SOLVE_S)
     warnings = list(lint_variants(spec))
+    for ref in dict.fromkeys(run.task for run in spec.runs):
+        if lacks_reload(ref, spec.campaign_dir):
+            names = ", ".join(run.name for run in spec.runs if run.task == ref)
+            warnings.append(LintWarning(
+                "no-reload", names,
+                f"task {ref!r} defines no reload_predictions, so close cannot reload its "
+                f"artifacts and accepts none of {names}'s products; add reload_predictions "
+                f"(docs/tasks.md)"))
     if offer.gpu_memory_gb is None:
         for run in spec.runs:
             if run.gpu_memory_gb is not None:

@@ -30,15 +30,15 @@ import difflib
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from flightplan.errors import CatalogError, SpecError
 from flightplan.ledger_rows import ExpenseRow
-from flightplan.spec import CampaignSpec
+from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Money
 
 __all__ = ["Offer", "Catalog", "builtin_catalog", "load_catalog", "catalog_for_spec", "rental_price",
-           "expense_rows", "check_spec_against_catalog", "placement_problems", "suggest"]
+           "flight_gpus", "expense_rows", "check_spec_against_catalog", "placement_problems", "suggest"]
 
 _OFFER_KEYS = ("name", "gpus_per_flight", "gpu_memory_gb", "currency", "package")
 _PACKAGE_KEYS = ("days", "price")
@@ -233,6 +233,17 @@ def catalog_for_spec(spec: CampaignSpec) -> Catalog:
     return catalog.merged(load_catalog(path)) if path is not None else catalog
 
 
+def flight_gpus(spec: CampaignSpec) -> int:
+    """GPUs in one flight of the campaign's rental offer (``gpus_per_flight``); 1 for an
+    offer the catalog does not hold (the campaign could not have planned with it).
+
+    Raises:
+        CatalogError: the user catalog file is missing or invalid.
+    """
+    offer = catalog_for_spec(spec).offers.get(spec.rental.offer)
+    return offer.gpus_per_flight if offer is not None else 1
+
+
 def rental_price(spec: CampaignSpec, offer: Offer) -> Money:
     """What the campaign's rental costs: ``[rental] flights`` × the offer's price for
     ``package_days`` (a multi-GPU flight's price already covers all its GPUs). The one
@@ -294,8 +305,9 @@ def placement_problems(spec: CampaignSpec, offer: Offer) -> list[str]:
 
 def _placement_faults(spec: CampaignSpec, offer: Offer) -> list[tuple[str, Any, str]]:
     """(field, value, message) for every stage/run that does not fit one flight of ``offer``."""
-    faults = []
-    for kind, entries in (("stage", spec.stage), ("run", spec.run)):
+    faults: list[tuple[str, Any, str]] = []
+    groups: tuple[tuple[str, Sequence[Stage | Run]], ...] = (("stage", spec.stage), ("run", spec.run))
+    for kind, entries in groups:
         for index, entry in enumerate(entries):
             if "gpu" in entry.uses and entry.gpus > offer.gpus_per_flight:
                 faults.append((f"{kind}[{index}].gpus", entry.gpus,

@@ -50,7 +50,7 @@ from flightplan.tasks.loader import check_task, resolve_task
 from flightplan.units import Duration, parse_extension
 
 __all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split",
-           "ResultsVerifier", "read_calibration"]
+           "ResultsVerifier", "read_calibration", "calibrated_estimates"]
 
 ResultsVerifier = Callable[[Path], Mapping[str, Any]]
 """Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
@@ -146,9 +146,15 @@ def read_calibration(results: Path, *, verify: ResultsVerifier, spec: CampaignSp
     return calibration, predictions
 
 
-def _calibrated(spec: CampaignSpec, calibrate_from: Path | None,
-                verify: ResultsVerifier) -> tuple[Calibrated, Path | None]:
-    """Every estimate of ``spec``, from ``--from`` or ``[calibrate] from`` when given."""
+def calibrated_estimates(spec: CampaignSpec, calibrate_from: Path | None,
+                         verify: ResultsVerifier) -> tuple[Calibrated, Path | None]:
+    """Every estimate of ``spec``, from ``--from`` (``calibrate_from``) or ``[calibrate]
+    from`` when given, and the results directory they came from (None: all guesses).
+
+    Raises:
+        InputError: the results directory does not verify, or holds no calibration
+            (:func:`read_calibration`).
+    """
     if calibrate_from is not None:
         results, given = Path(calibrate_from).resolve(), str(calibrate_from)
     elif spec.calibrate is not None:
@@ -196,7 +202,7 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
                    metric=spec.campaign.metric)
     if spec.corpus is not None:
         check_columns(spec.corpus, spec.campaign_dir, source=spec.source)
-    calibrated, source = _calibrated(spec, calibrate_from, verify)
+    calibrated, source = calibrated_estimates(spec, calibrate_from, verify)
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
     uncertain, measured = uncertainties(result.schedule, calibrated.estimates)
     test, why = read_test_split(spec)
@@ -270,7 +276,7 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
     style = "green" if result.fits else "bold red"
     console.print(f"reserved {_hours(result.reserved_hours)} h of a "
                   f"{_hours(result.window_hours)} h window: [{style}]{verdict}[/{style}]")
-    if left:
+    if left and rental.started is not None:
         over = result.reserved_hours - left["hours_left"]
         style = "green" if left["fits_time_left"] else "bold red"
         text = (f"fits: {_hours(-over)} h to spare" if left["fits_time_left"]

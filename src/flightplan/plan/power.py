@@ -213,7 +213,8 @@ class PairedModel(Protocol):
         ...
 
 
-def verdict_probabilities(mean: float | np.ndarray, sd: float | np.ndarray, min_gain: float
+def verdict_probabilities(mean: float | np.ndarray, sd: float | np.ndarray,
+                          min_gain: float | np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(meets, does_not_meet, inconclusive)`` probabilities (module docstring).
 
@@ -274,7 +275,7 @@ class LabelModel:
         """The table at tilt ``lam``: (K,) probabilities, ``table · (1 + lam · s)``."""
         gold, ref, var = self.cells.T
         s = (var == gold).astype(np.float64) - (ref == gold)
-        return self.table * (1.0 + lam * s)
+        return np.asarray(self.table * (1.0 + lam * s), dtype=np.float64)
 
     def _confusions(self, weights: np.ndarray, column: int) -> np.ndarray:
         """(M, K) cell weights → (M, C, C) confusion matrices of the reference

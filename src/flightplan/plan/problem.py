@@ -61,6 +61,17 @@ class Slot:
     flight: int | None
     gpu_ids: tuple[int, ...] = ()
 
+    @property
+    def flight_index(self) -> int:
+        """The 0-based index of the flight the slot is on.
+
+        Raises:
+            ValueError: person-only work, on no flight.
+        """
+        if self.flight is None:
+            raise ValueError(f"{self.task.name!r} is placed on no flight")
+        return self.flight - 1
+
 
 class Problem:
     """Tasks with their graph facts: predecessors, each_flight ancestors, priorities."""

@@ -176,7 +176,7 @@ class _Solver:
         self.people = people
         self.deadline = time.monotonic() + budget_s
         self.per_solve_s = per_solve_s
-        self.cache: dict[tuple, Schedule] = {}
+        self.cache: dict[tuple[Any, ...], Schedule] = {}
 
     def __call__(self, tasks: list[Task], gpus_per_flight: int, flights: int,
                  dropped: tuple[str, ...] = ()) -> Schedule:

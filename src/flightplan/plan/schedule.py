@@ -146,11 +146,12 @@ class _Greedy:
 
         Returns (start, GPU indices, person index or None).
         """
+        lines = self.gpu[flight] if flight is not None else []   # the flight's GPUs
         while True:
             gpu_ids: list[int] = []
             if task.gpus:
                 fits = sorted((line.first_fit(t, task.seconds), k)
-                              for k, line in enumerate(self.gpu[flight]))
+                              for k, line in enumerate(lines))
                 if fits[task.gpus - 1][0] > t:
                     t = fits[task.gpus - 1][0]
                     continue
@@ -167,8 +168,9 @@ class _Greedy:
     def _commit(self, task: Task, flight: int | None, t: int) -> Slot:
         start, gpu_ids, person = self._earliest(task, flight, t)
         end = start + task.seconds
-        for k in gpu_ids:
-            self.gpu[flight][k].add(start, end)
+        if flight is not None:          # only a GPU task, placed on a flight, has GPU ids
+            for k in gpu_ids:
+                self.gpu[flight][k].add(start, end)
         if person is not None:
             self.person[person].add(start, end)
         slot = Slot(task, start, end, None if flight is None else flight + 1, tuple(gpu_ids))

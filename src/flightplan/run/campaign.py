@@ -1,4 +1,7 @@
-"""Carry out a campaign: data check, pilot, decision point, then the runs in tier order.
+"""Carry out a campaign: data check, pilot, decision point, then the runs.
+
+The runs start longest first (by the decision point's re-estimates) when all of them fit,
+one after another, in the time the rental has left; otherwise in tier order.
 
 Running it again continues where it stopped: finished and stopped runs are skipped, an
 interrupted run resumes from its checkpoints, a run whose configuration changed gets a
@@ -65,7 +68,7 @@ from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
 from flightplan.tasks.estimate import PilotRecord, control_steps, estimate_run_seconds
 from flightplan.tasks.loader import LoadedTask, check_metric_columns
-from flightplan.units import Duration
+from flightplan.units import Duration, time_unit
 
 __all__ = ["CampaignOutcome", "Observer", "run_campaign", "DATA_CHECK_STAGE", "PILOT_STAGE",
            "RUNNER_LOG"]
@@ -87,8 +90,8 @@ campaign folder); the error itself is one line."""
 class CampaignOutcome:
     """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``, ``"pilot"``
     or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
-    wall_s, stop, reason}``; ``data_check``, ``pilot`` and ``decision`` as far as the
-    campaign got."""
+    wall_s, stop, reason, resumed_from, goodput}`` (:meth:`RunRecorder.row`);
+    ``data_check``, ``pilot`` and ``decision`` as far as the campaign got."""
 
     campaign: str
     exit_code: int
@@ -118,8 +121,11 @@ class _Campaign:
     def __init__(self, spec: CampaignSpec, ledger: Ledger, *, catalog: Catalog,
                  tasks: dict[str, LoadedTask], decide: str | None, executor: Executor,
                  console: Console, board: ProgressBoard, quiet: bool,
-                 past_end: bool = False) -> None:
+                 past_end: bool = False,
+                 calibrated: Mapping[str, Duration] | None = None) -> None:
         self.spec, self.ledger, self.decide, self.catalog = spec, ledger, decide, catalog
+        # stage/run name → duration an earlier campaign measured ([calibrate] from)
+        self.calibrated = dict(calibrated or {})
         self.tasks = tasks                      # run name → its task, loaded once
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
@@ -130,7 +136,7 @@ class _Campaign:
             past_end=past_end, leave_before_s=float(spec.rental.checkpoint_before_end.seconds))
         self._flight_of: dict[str, str] = {}    # run id → "flight (h left)" it started on
         self._by_id: dict[str, PlannedRun] = {}
-        self._decisions: list[dict[str, Any]] = []
+        self._decisions: list[DecisionRow] = []
         self._running = RunActivity()           # what the interruption line names
 
     def say(self, text: str) -> None:
@@ -178,7 +184,8 @@ class _Campaign:
         source = Path(spec.source).resolve()
         ledger.ensure_campaign(name=spec.campaign.name, spec_path=source.name,
                                spec_sha256=hashlib.sha256(source.read_bytes()).hexdigest())
-        plan = plan_campaign(spec, catalog=self.catalog).to_json()
+        plan = plan_campaign(spec, catalog=self.catalog,
+                             durations=self.calibrated or None).to_json()
         original, written = ledger.freeze_original(plan)
         publish_plan(self.dir, original.plan)
         if written:
@@ -324,7 +331,9 @@ class _Campaign:
         if kept is not None:
             return kept
         durations, estimates = self._re_estimates(pilot, report)   # the hooks, before writes
-        plan_result = plan_campaign(self.spec, catalog=self.catalog, durations=durations)
+        # what the pilot and the finished stages measured wins over the earlier campaign's
+        plan_result = plan_campaign(self.spec, catalog=self.catalog,
+                                    durations={**self.calibrated, **durations})
         plan = plan_result.to_json()
         done = {r.name for r in self.ledger.runs() if r.status in ("finished", "stopped")}
         value = self._value_ranking(report, estimates, done)
@@ -457,9 +466,9 @@ class _Campaign:
     def runs(self, dropped: list[str]) -> None:
         """Execute every run not ended and not ``dropped`` (those are cut), through the
         executor, recording each start, end and interruption as it happens."""
-        jobs = self._jobs(dropped)
         self._by_id = {p.run_id: p for p in self.planned}
         self._decisions = self.ledger.decisions()        # the estimates the clock reads
+        jobs = self._longest_first(self._jobs(dropped))
         self.executor.run(jobs, on_start=self._started, on_done=self._ended,
                           on_progress=self._progress, on_interrupted=self._interrupted,
                           admit=self._admit,
@@ -483,6 +492,19 @@ class _Campaign:
             jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
         return jobs
 
+    def _longest_first(self, jobs: list[Job]) -> list[Job]:
+        """``jobs`` longest first by their re-estimate (:func:`run_needs_s`; equal ones in
+        tier order) when all of them, one after another, fit in the time the rental has
+        left on every flight (:meth:`RentalClock.least_left_s`): then no order leaves one
+        unstarted for lack of time, and starting the longest first ends them together
+        instead of leaving cores idle behind the last long run (longest processing time
+        first, Graham 1969). Otherwise in tier order, essential runs first."""
+        needs = {job.run_id: run_needs_s(self._by_id[job.run_id].run, self._decisions)
+                 for job in jobs}
+        if sum(needs.values()) > self.rental.least_left_s():
+            return jobs
+        return sorted(jobs, key=lambda job: -needs[job.run_id])
+
     def _admit(self, job: Job, flight: str) -> bool:
         """Whether ``job`` may start on ``flight`` now (:meth:`RentalClock.admit`)."""
         planned = self._by_id[job.run_id]
@@ -505,9 +527,12 @@ class _Campaign:
     def _ended(self, result: JobResult) -> None:
         self._running.ended(result.run_id)
         row = self.recorder.end(self._by_id[result.run_id], result)
+        goodput = row.get("goodput") or {}
         self.say(f"{row['name']} ({result.run_id}): {row['status']}"
                  + (f", {self.spec.campaign.metric} {row['metric']:.4f}"
                     if row.get("metric") is not None else "")
+                 + (f"; goodput {goodput['goodput']:.1%} of {_duration(goodput['wall_hours'])}"
+                    if goodput.get("goodput") is not None else "")
                  + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
                  + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                  + (f"; {row['reason']}" if row.get("reason") else ""))
@@ -575,10 +600,17 @@ class _Campaign:
         self._running.update(job.run_id, what, progress)
 
 
+def _duration(hours: float) -> str:
+    """``7.9 s``, ``12.5 min`` or ``3.2 h`` (:func:`flightplan.units.time_unit`)."""
+    unit, scale = time_unit(hours)
+    return f"{hours * scale:.1f} {unit}"
+
+
 def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
                  quiet: bool = False, restart: Sequence[str] = (),
-                 observer: Observer | None = None, past_end: bool = False) -> CampaignOutcome:
+                 observer: Observer | None = None, past_end: bool = False,
+                 calibrated: Mapping[str, Duration] | None = None) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -592,6 +624,10 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             the CLI attaches the live MLflow mirror, :mod:`flightplan.tracking.live`).
         past_end: start runs that cannot finish before their flight's package ends
             (``--past-end``); without it they stay pending (:mod:`flightplan.run.rental`).
+        calibrated: stage/run name → the duration an earlier campaign measured
+            (``[calibrate] from``, :func:`flightplan.plan.commands.calibrated_estimates`):
+            the frozen plan uses it, as ``flightplan plan`` did; the re-estimate after
+            the pilot replaces it where the pilot measured.
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
@@ -630,7 +666,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             ProgressBoard(console, enabled=console.is_terminal and not quiet) as board:
         campaign = _Campaign(spec, ledger, catalog=catalog, tasks=tasks, decide=decide,
                              executor=executor,
-                             console=console, board=board, quiet=quiet, past_end=past_end)
+                             console=console, board=board, quiet=quiet, past_end=past_end,
+                             calibrated=calibrated)
         try:
             return _carry_out(campaign, restart, joined)
         except TaskHookFailed as exc:

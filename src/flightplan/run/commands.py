@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from flightplan.errors import ArgumentError, SetupError
 
 if TYPE_CHECKING:
+    from flightplan.plan.commands import ResultsVerifier
     from flightplan.run.campaign import Observer
     from flightplan.run.executors.contract import Executor
+    from flightplan.run.ledger import Ledger
     from flightplan.spec import CampaignSpec
 
 
@@ -84,7 +86,8 @@ def make_executor(spec: "CampaignSpec", *, engine: str | None = None,
 def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
                 restart: Sequence[str] = (), observer: Observer | None = None,
                 executor: str | None = None, address: str | None = None,
-                past_end: bool = False, trusted_network: bool = False) -> int:
+                past_end: bool = False, trusted_network: bool = False,
+                verify: ResultsVerifier | None = None) -> int:
     """``flightplan run SPEC [--decide continue|cut|stop] [--restart NAME]...
     [--tracking-uri URI] [--executor local|ray] [--address HOST:PORT] [--trusted-network]
     [--past-end] [--json]``.
@@ -96,6 +99,10 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     ``--json``, one object ``{campaign, exit_code, status, stopped_by, message,
     data_check, pilot, decision, runs, statuses, wall_s}``. A campaign stop is also
     written to stderr as one line.
+
+    A campaign file with ``[calibrate] from`` freezes the plan ``flightplan plan`` shows:
+    its durations from that earlier campaign's results, which ``verify`` (the command
+    line's results verifier; ``run/`` may not import ``close/``) checks first.
 
     Returns:
         0 when the runs ended (a run stopped by its own rule included); 1 when the
@@ -113,6 +120,10 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     from flightplan.spec import load_spec
 
     spec = load_spec(spec_path)
+    calibrated = None
+    if spec.calibrate is not None and verify is not None:
+        from flightplan.plan.commands import calibrated_estimates
+        calibrated = calibrated_estimates(spec, None, verify)[0].durations
     console = Console()
     runner = make_executor(spec, engine=executor, address=address,
                            trusted_network=trusted_network)
@@ -123,7 +134,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
         try:
             outcome = run_campaign(spec, decide=decide, console=console, quiet=as_json,
                                    restart=restart, observer=observer, executor=runner,
-                                   past_end=past_end)
+                                   past_end=past_end, calibrated=calibrated)
         finally:
             runner.close()
     if as_json:
@@ -148,7 +159,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
     left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
     it authenticates and whether the network was stated trusted, or null; a pending
-    run that was not started because its flight's package ends first has that ``reason``).
+    run that was not started because its flight's package ends first has that ``reason``;
+    ``goodput`` per run and for the campaign: :func:`_add_goodput`).
 
     Raises:
         SpecError: the campaign file is missing or invalid.
@@ -162,6 +174,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     ledger = Ledger.open(spec.campaign_dir, create=False)
     with ledger:
         snapshot = ledger.snapshot()
+        _add_goodput(snapshot, spec, ledger)
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
     if holder is not None and holder.get("verb", "run") != "run":
@@ -178,7 +191,22 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     return 0
 
 
-def _add_rental(snapshot: dict, *, now: float) -> None:
+def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -> None:
+    """Add each run's ``goodput`` (its wall time by cause, :mod:`flightplan.goodput`; null
+    for a run that never ran) and the campaign's ``goodput``: ``{stages_hours, flights
+    (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``."""
+    from flightplan.goodput import ledger_goodput
+    from flightplan.plan.catalog import flight_gpus
+
+    goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
+    for run in snapshot["runs"]:
+        split = goodput.runs.get(run["run_id"])
+        run["goodput"] = None if split is None else split.to_json()
+    snapshot["goodput"] = {key: value for key, value in goodput.to_json().items()
+                           if key != "runs"}
+
+
+def _add_rental(snapshot: dict[str, Any], *, now: float) -> None:
     """Add ``flights`` (:meth:`FlightWindow.to_json`), ``cluster`` (the latest
     ``cluster_joined`` event's data, or null) and each waiting run's ``reason``."""
     from flightplan.ledger_rows import EventRow
@@ -194,7 +222,7 @@ def _add_rental(snapshot: dict, *, now: float) -> None:
             run["reason"] = waiting[run["run_id"]]
 
 
-def _print_status(snapshot: dict, *, metric: str) -> None:
+def _print_status(snapshot: dict[str, Any], *, metric: str) -> None:
     import time
 
     from rich.console import Console
@@ -226,12 +254,12 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
     if not text.strip():
         raise ArgumentError("the note is empty; say why the stage or run deviated")
     with Ledger.open_existing(spec.campaign_dir) as ledger:
-        known = [e.name for e in (*spec.stages, *spec.runs)] + \
+        known = [e.name for e in spec.items] + \
                 [r.run_id for r in ledger.runs()]
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else \
-                f"; known: {', '.join(sorted(set(e.name for e in (*spec.stages, *spec.runs))))}"
+                f"; known: {', '.join(sorted(set(e.name for e in spec.items)))}"
             raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
         note = ledger.add_note(name, text.strip())
     if as_json:

@@ -172,7 +172,7 @@ class Ledger:
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check``: ``"ok"`` when the file is consistent."""
-        return self._db.execute("PRAGMA integrity_check").fetchone()[0]
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     # ---------------------------------------------------------------- writes
     def ensure_campaign(self, *, name: str, spec_path: str, spec_sha256: str) -> None:
@@ -209,9 +209,10 @@ class Ledger:
             ValueError: there is no original plan yet (freeze it first).
         """
         with self._write() as tx:
-            last = tx.execute("SELECT MAX(version) FROM plan_versions").fetchone()[0]
-            if last is None:
+            found = tx.execute("SELECT MAX(version) FROM plan_versions").fetchone()[0]
+            if found is None:
                 raise ValueError("no original plan in the ledger; freeze the original first")
+            last = int(found)
             tx.execute("INSERT INTO plan_versions VALUES (?, 're-estimate', ?, ?, ?, ?)",
                        (last + 1, plan_sha256(plan), canonical_json(plan).decode("utf-8"),
                         time.time(), reason))
@@ -256,8 +257,8 @@ class Ledger:
                 tx.execute("UPDATE runs SET status = 'superseded', superseded_by = ? "
                            "WHERE run_id = ?", (run_id, old_id))
                 _insert_event(tx, "superseded", old_id, {"by": run_id}, None)
-            return tx.execute("SELECT status FROM runs WHERE run_id = ?",
-                              (run_id,)).fetchone()[0]
+            return str(tx.execute("SELECT status FROM runs WHERE run_id = ?",
+                                  (run_id,)).fetchone()[0])
 
     def set_run_status(self, run_id: str, status: str, *, event: str | None = None,
                        data: dict[str, Any] | None = None) -> None:

@@ -278,8 +278,9 @@ def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir
             name = f"signal {-result.exit_code}"
         return fail("crashed", f"the {what} process was killed by {name} (exit code "
                                f"{result.exit_code}); see {RunDir(run_dir).log}", **extra)
-    lines = [line.strip() for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines()
-             if line.strip()]
+    # flightplan's own errors read by their class name alone (TaskError: …)
+    lines = [line.strip().removeprefix("flightplan.errors.")
+             for line in RunDir(run_dir).log_tail(_TAIL_LINES).splitlines() if line.strip()]
     return fail("crashed", f"the {what} process crashed (exit code {result.exit_code}"
                            + (f": {lines[-1]}" if lines else "")
                            + f"); see {RunDir(run_dir).log}", **extra)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from flightplan.publish.manifest import read_manifest
 from flightplan.publish.results import RESULTS_DIRNAME, publish_run
 from flightplan.errors import CheckFailed, SpecError, VerificationFailed
+from flightplan.goodput import ledger_executions, run_goodput
 from flightplan.metrics import metric_value, read_predictions
 from flightplan.run.executors.contract import Interruption, JobResult
 from flightplan.run.ledger import Ledger
@@ -74,7 +75,7 @@ class RunRecorder:
             manifest = read_manifest(self.dir / RESULTS_DIRNAME)
         except VerificationFailed:
             return False
-        return (manifest.get("runs") or {}).get(run_id, {}).get("status") == status
+        return bool((manifest.get("runs") or {}).get(run_id, {}).get("status") == status)
 
     def settle(self, planned: "PlannedRun") -> str:
         """Bring the ledger and ``results/`` up to the run directory: a finished or stopped
@@ -152,7 +153,7 @@ class RunRecorder:
         else:
             status = "failed"
         stop = RunDir(planned.run_dir).read_json(RunDir.STOP) if status == "stopped" else None
-        data = {"exit_code": result.exit_code, "wall_s": result.wall_s}
+        data: dict[str, Any] = {"exit_code": result.exit_code, "wall_s": result.wall_s}
         if result.node is not None:
             data["node"] = result.node
         if status == "failed":
@@ -177,10 +178,20 @@ class RunRecorder:
                                    ended_at=info.at, data=data, event="interrupted",
                                    extra_events=self._events(planned))
 
+    def goodput(self, planned: "PlannedRun") -> dict[str, Any] | None:
+        """The run's wall time by cause over every execution the ledger recorded
+        (:meth:`flightplan.goodput.GoodputSplit.to_json`), or None before it ran."""
+        executions = ledger_executions(self.ledger.runs(), self.ledger.stage_times(),
+                                       self.ledger.events()).get(planned.run_id)
+        if not executions:
+            return None
+        return run_goodput(RunDir(planned.run_dir).rows_across_restarts(),
+                           [execution for execution, _ in executions]).to_json()
+
     def row(self, planned: "PlannedRun", *, exit_code: int | None = None) -> dict[str, Any]:
         """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason,
-        resumed_from}`` (``resumed_from``: the checkpoint its latest execution resumed
-        from, or None)."""
+        resumed_from, goodput}`` (``resumed_from``: the checkpoint its latest execution
+        resumed from, or None; ``goodput``: :meth:`goodput`)."""
         entry = self.ledger.run(planned.run_id)
         status = "pending" if entry is None else entry.status
         reason = ""
@@ -196,7 +207,8 @@ class RunRecorder:
                 "status": status, "metric": None if entry is None else entry.metric,
                 "wall_s": None if entry is None else entry.wall_s,
                 "stop": None if entry is None else entry.stop, "reason": reason,
-                "resumed_from": self._resumed_from(planned.run_id)}
+                "resumed_from": self._resumed_from(planned.run_id),
+                "goodput": self.goodput(planned)}
 
     def _resumed_from(self, run_id: str) -> str | None:
         """The checkpoint the run's latest execution restored (its ``checkpoint_verified``

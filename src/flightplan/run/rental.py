@@ -189,6 +189,19 @@ class RentalClock:
             "package_days": self.package_days, "source": source})
         return window
 
+    def least_left_s(self) -> float:
+        """Seconds the flight with the least time left has before its runs must leave it
+        (``leave_before_s`` before its package ends), over the flights recorded and one not
+        started yet (a whole package from now, or from ``[rental] started``); lost flights
+        are left out. Nothing is recorded. Infinite with ``past_end`` (runs start anyway)."""
+        if self.past_end:
+            return float("inf")
+        now = self.now()
+        fresh = (now if self.started is None else self.started) + self.package_s
+        ends = [w.ends_at for w in flight_windows(self.ledger.events()).values()
+                if w.lost_at is None] + [fresh]
+        return min(ends) - now - self.leave_before_s
+
     def admit(self, run_id: str, *, needs_s: float, flight: str) -> bool:
         """Whether run ``run_id`` (needing ``needs_s`` seconds) may start on ``flight`` now.
 

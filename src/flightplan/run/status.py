@@ -3,7 +3,10 @@ as plain lines that fit the terminal.
 
 The layout is made for an 80-column terminal and uses more width when it has it. Run
 ids are never cut (every other command and file names a run by its id): one line per
-run, grouped under its tier, with status, metric, wall time and start. A time of today
+run, grouped under its tier, with status, metric, wall time and start; then each run's
+goodput (the share of its wall time in productive steps, and the other causes, largest
+first) and, per flight, the slot-hours its package bought: productive, overheads and
+uncommitted (:mod:`flightplan.goodput`). A time of today
 shows without its date. A reason (a stop rule's message, a plan version's reason, a
 decision's reason, a note) goes at the end of its line when it fits there, else on the
 next line, indented, and cut with "…" at the width; ``--json`` keeps every text whole.
@@ -22,11 +25,13 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 
+from flightplan.goodput import LABELS, OVERHEADS
 from flightplan.run.decision import ValueRanking
 from flightplan.run.executors.contract import ClusterJoined
 from flightplan.run.progress import format_stop
+from flightplan.units import time_unit
 
-__all__ = ["status_lines", "run_lines", "clock", "cut"]
+__all__ = ["status_lines", "run_lines", "goodput_lines", "flight_hours_lines", "clock", "cut"]
 
 _TIERS = ("essential", "useful", "exploratory")
 _EVENTS_SHOWN = 12
@@ -130,6 +135,86 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
     return out
 
 
+def _split_text(parts_hours: dict[str, float], wall_hours: float) -> tuple[str, str]:
+    """``("7.9 s", "steps 2.5 s; start/load 3.1 s, output 1.5 s")``: the wall time and the
+    causes (steps first, then the overheads largest first, those that show as 0 left out),
+    in the unit that reads best for the wall time (:func:`flightplan.units.time_unit`)."""
+    unit, scale = time_unit(wall_hours)
+    shown = [(c, parts_hours.get(c, 0.0) * scale) for c in OVERHEADS]
+    shown = sorted((p for p in shown if round(p[1], 1) > 0), key=lambda p: -p[1])
+    steps = f"steps {parts_hours.get('steps', 0.0) * scale:.1f} {unit}"
+    return (f"{wall_hours * scale:.1f} {unit}",
+            steps + ("; " + ", ".join(f"{LABELS.get(c, c)} {v:.1f} {unit}" for c, v in shown)
+                     if shown else ""))
+
+
+def goodput_lines(runs: list[dict[str, Any]], *, width: int) -> list[str]:
+    """One line per run that ran: its full id, its goodput (the share of its wall time in
+    productive steps) and wall time, then its causes (steps, then the overheads largest
+    first) at the end of the line when they fit, else on the next line, cut.
+
+    Args:
+        runs: rows with ``run_id``, ``tier`` and ``goodput`` (``GoodputSplit.to_json()`` or
+            None); shown in tier order.
+        width: terminal columns.
+
+    Returns:
+        The lines under the title ``goodput``; [] when no run ran.
+    """
+    ran = sorted((r for r in runs if r.get("goodput") and r["goodput"]["wall_hours"] > 0),
+                 key=lambda r: _TIERS.index(r["tier"]) if r.get("tier") in _TIERS else 3)
+    if not ran:
+        return []
+    texts = [_split_text(r["goodput"]["parts_hours"], r["goodput"]["wall_hours"]) for r in ran]
+    rows = [["GOODPUT", "WALL"]] + [
+        ["-" if r["goodput"]["goodput"] is None else f"{r['goodput']['goodput']:.1%}", wall]
+        for r, (wall, _) in zip(ran, texts)]
+    rest = _table(rows, right={0, 1})
+    room = width - 2 - 2 - max(cell_len(line) for line in rest)
+    ids = ["RUN ID"] + [r["run_id"] for r in ran]
+    id_width = max([cell_len(i) for i in ids if cell_len(i) <= room] or [cell_len(ids[0])])
+    out = [cut("goodput (productive steps / wall time; the rest by cause, largest first)",
+               width),
+           cut(f"  {ids[0].ljust(id_width)}  {rest[0]}", width)]
+    for run_id, columns, (_, causes) in zip(ids[1:], rest[1:], texts):
+        out += _with_reason(f"  {run_id.ljust(id_width)}  {columns}", causes, width=width,
+                            indent=4)
+    return out
+
+
+def flight_hours_lines(flights: list[dict[str, Any]], *, width: int) -> list[str]:
+    """Per flight, the slot-hours its package bought (slots × package hours) and where they
+    went: productive steps, overheads, uncommitted (not a fault: the package is not an
+    obligation to fill every hour); then the overheads by cause, largest first, cut.
+
+    Args:
+        flights: ``FlightGoodput.to_json()`` objects.
+        width: terminal columns.
+
+    Returns:
+        The lines, title first; [] without a flight. Hours show with 2 places, or 4 when a
+        figure other than 0 is under 0.1 h (a tiny campaign).
+    """
+    if not flights:
+        return []
+    figures = [f[k] for f in flights for k in ("productive_hours", "overhead_hours")]
+    places = 4 if any(0 < abs(v) < 0.1 for v in figures) else 2
+    out = ["hours bought per flight (slot-hours)"]
+    for f in flights:
+        head = (f"  {f['flight']}  {f['slots']} slot{'s' if f['slots'] != 1 else ''} × "
+                f"{f['package_hours']:g} h = {f['bought_hours']:.2f} h")
+        out += _with_reason(head, f"steps {f['productive_hours']:.{places}f} h, overheads "
+                                  f"{f['overhead_hours']:.{places}f} h, uncommitted "
+                                  f"{f['uncommitted_hours']:.{places}f} h", width=width,
+                            indent=4)
+        shown = sorted(((c, v) for c, v in f["overheads_hours"].items()
+                        if round(v, places) > 0), key=lambda p: -p[1])
+        if shown:
+            out.append(cut("    overheads: " + ", ".join(
+                f"{LABELS.get(c, c)} {v:.{places}f} h" for c, v in shown), width))
+    return out
+
+
 def _flight_state(flight: dict[str, Any]) -> str:
     """``12.50 h left``, ``ended`` or ``lost``."""
     if flight.get("lost_at") is not None:
@@ -183,6 +268,8 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                                 indent=6)
     out += ["", *run_lines(snapshot.get("runs") or [], metric=metric, width=width, now=now)] \
         if snapshot.get("runs") else ["", "runs: none yet"]
+    goodput = goodput_lines(snapshot.get("runs") or [], width=width)
+    out += ["", *goodput] if goodput else []
     flights = snapshot.get("flights") or []
     if flights:
         out += ["", "flights (packages)"]
@@ -193,6 +280,9 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
         for f, line in zip(flights, _table(rows, right={1})):
             out += _with_reason(cut("  " + line, width), f.get("lost_reason") or "",
                                 width=width, indent=6)
+    bought = flight_hours_lines((snapshot.get("goodput") or {}).get("flights") or [],
+                                width=width)
+    out += ["", *bought] if bought else []
     decisions = snapshot.get("decisions") or []
     if decisions:
         out += ["", "decisions"]

@@ -8,6 +8,9 @@ from (``task_source.code_version`` in trial.json), and calls its ``train(trial)`
 ``train`` returns without calling ``trial.finish()``, the worker calls it. When the task's
 module imports torch, its intra-op threads are set to ``$FLIGHTPLAN_TORCH_THREADS``
 (default 1) before ``train``, so every task computes with the count its run records.
+Before it loads anything it writes a ``process_start`` row (:class:`flightplan.rows.ProcessStart`)
+stamped with the time the kernel created the process, which :mod:`flightplan.goodput` reads
+to tell the executor's start of the execution from the process's own start and load.
 
 Exit codes:
 
@@ -26,9 +29,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
+from pathlib import Path
 
 from flightplan.errors import InputError, TrialPreempted, TrialStopped
+from flightplan.rows import ProcessStart, encode_row
+from flightplan.rundir import RunDir
 from flightplan.trial.accelerator import torch_threads
 from flightplan.trial.leave import EXIT_PREEMPTED, install_leave_handlers
 
@@ -36,6 +43,32 @@ __all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRAS
            "EXIT_PREEMPTED"]
 
 EXIT_FINISHED, EXIT_STOPPED, EXIT_BAD_INPUT, EXIT_CRASHED = 0, 1, 2, 3
+
+
+def process_started_at() -> float | None:
+    """Unix seconds at which the kernel created this process (``/proc/self/stat``'s
+    ``starttime``, clock ticks since boot, against ``CLOCK_BOOTTIME`` now: within a tick,
+    10 ms); None where there is no ``/proc`` (not Linux)."""
+    try:
+        stat = Path("/proc/self/stat").read_text(encoding="ascii")
+        ticks = int(stat.rpartition(")")[2].split()[19])     # field 22, after "(comm)"
+        boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
+        now = time.time()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return now - (boot_now - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _log_process_start(run_dir: Path) -> None:
+    """Append the ``process_start`` row (one ``write(2)``, like the trial's rows)."""
+    started = process_started_at()
+    if started is None:
+        return
+    fd = os.open(run_dir / RunDir.MEASUREMENTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, encode_row(ProcessStart(0, started)))
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    _log_process_start(trial.run_dir)
     install_leave_handlers(trial)  # before the task loads: a request may come at any time
     os.environ[TRIAL_ENV] = os.path.abspath(args[0])
     from flightplan.tasks.loader import load_task

@@ -5,29 +5,47 @@ default of the task protocol's ``estimate_run`` hook, and a task's own model).
 The pilot is a short run of the control on the first examples of the corpus. Its
 figures (:class:`PilotFigures`, read by :func:`figures_from_rows`) are generic: load time,
 steady step time, one evaluation, checkpoint stall C, persist time D, restore time R,
-transfer time home X (0 when the pilot ran at home), output time, and the control's
-planned steps as the task reported them. Every re-estimate ends with the same formula
-(:func:`run_seconds`, seconds)::
+transfer time home X (0 when the pilot ran at home), output time, the control's planned
+steps as the task reported them, and what its process spent around them, read off the
+pilot's goodput split (:mod:`flightplan.goodput`): the executor's start to the process's
+(``waiting_s``), the process's start and imports outside the task's own load
+(``start_s``), the first step's extra time (``warmup_s``), the loop's time per step outside
+the step the task timed (``loop_s``), and finishing and exiting after the outputs
+(``exit_s``). Every re-estimate ends with the same formula (:func:`run_seconds`, seconds),
+whose parts are named by the causes goodput splits a run's wall time into, so the decision
+point's estimate and the run's observed split compare cause by cause::
 
-    train_s    = steps · step_s
-    saves      = 1 + floor(train_s / interval)      the runtime saves once early to measure
-                 C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
-                 (:mod:`flightplan.trial.interval`: Young 1974, Daly 2006; without M: L_tol − D − X − R, ≥ D)
-    total_s    = load_s + train_s + eval_s + saves · C + output_s
-    transfer_s = saves · X                          reported beside total_s, not in it: a
-                 checkpoint travels home while the loop trains on (only the last one, if
-                 any is under way when the run ends, holds the run's end back)
+    train_s      = steps · (step_s + loop_s)
+    saves        = 1 + floor(train_s / interval)   the runtime saves once early to measure
+                   C and D, then every ``interval`` = choose_interval(C, D, R, L_tol, M, X)
+                   (:mod:`flightplan.trial.interval`: Young 1974, Daly 2006; without M:
+                   L_tol − D − X − R, ≥ D)
+    n            = train_s / M                     interruptions expected (0 without M)
+    waiting      = (1 + n) · waiting_s             each process is started again
+    start_load   = (1 + n) · (start_s + warmup_s + load_s − data_s)
+    data         = (1 + n) · data_s                the part of load_s the model calls data
+    restore      = n · R
+    steps        = train_s
+    lost         = n · interval / 2                half an interval redone per interruption
+                                                   (Daly 2006)
+    checkpoint   = saves · C
+    evaluation   = eval_s
+    output       = output_s + exit_s
+    transfer     = X                               the last checkpoint home holds the end
+    total_s      = Σ of the parts
+    transfer_s   = saves · X                       every transfer, reported beside total_s:
+                                                   the others travel while the loop trains
 
 The generic model (:func:`estimate_run_seconds`) feeds it with::
 
     steps      = the run's ``steps`` from the campaign file, else the control's planned
                  steps from the pilot, scaled by n_train / n'_train (the pilot's share)
-    step_s, load_s, output_s as the pilot measured them
+    step_s, load_s as the pilot measured them (data_s = 0: all of it is start and load)
     eval_s     = evaluations · eval_s · n_test / n'_test
 
 with ``evaluations`` = :data:`ASSUMED_EVALUATIONS` (the pilot cannot see how often a run
 evaluates). A task with a finer cost model gives it as its ``estimate_run`` hook
-(:mod:`flightplan.tasks.protocol`) and computes only its own steps, step, load and
+(:mod:`flightplan.tasks.protocol`) and computes only its own steps, step, load, data and
 evaluation times from the same figures (the built-in text classifier's is
 :mod:`flightplan.tasks.textclf.cost_model`, which models encoder forward time by
 sequence length).
@@ -41,6 +59,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from flightplan.goodput import Execution, GoodputSplit, run_goodput
 from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
 from flightplan.transfer_time import TransferTally
 from flightplan.trial import choose_interval
@@ -79,6 +98,18 @@ class PilotFigures:
             the pilot ran at home.
         transfer_bytes_per_s: Σ bytes / Σ (fetch_s + commit_s) of those rows (bytes per
             second); None without a transfer.
+        waiting_s: from the executor starting the uninterrupted process to the process's
+            creation (goodput's ``waiting``).
+        start_s: from the process's creation to its first step, less ``load_s`` (the
+            interpreter and imports before the task's own loading; 0 when ``load_s`` was
+            read off the time stamps and so holds them).
+        warmup_s: the first step's logged ``step_s`` beyond a steady one (0 without).
+        loop_s: per step, the wall time between step rows (less checkpoint stalls) beyond
+            the logged ``step_s``: data loading, logging, bookkeeping (0 when ``step_s`` was
+            read off the time stamps).
+        exit_s: goodput's ``output`` less ``output_s``: finishing and the process exit.
+
+    The last five are 0 in figures recorded before they were measured.
     """
 
     n_train: int
@@ -97,6 +128,11 @@ class PilotFigures:
     planned_steps: int | None
     transfer_s: float = 0.0
     transfer_bytes_per_s: float | None = None
+    waiting_s: float = 0.0
+    start_s: float = 0.0
+    warmup_s: float = 0.0
+    loop_s: float = 0.0
+    exit_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """The figures as a JSON object (keys as the attribute names)."""
@@ -160,6 +196,8 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
     steps = [(row, gap) for row, gap in gaps if isinstance(row, Measurement) and row.is_step]
     require_figure("loss", [gap for _, gap in steps])
     logged_steps = [v for r, _ in steps if (v := r.number("step_s")) is not None]
+    split = run_goodput(rows, [Execution(started_at, ended_at, finished=True)]) \
+        if ended_at > started_at else GoodputSplit()
     times = [r.time for r, _ in steps]
     between = [b - a for a, b in zip(times, times[1:])]
     step_s = mean_or_zero(logged_steps[1:] or logged_steps) if logged_steps else \
@@ -176,6 +214,10 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
                 if isinstance(r, Restore) and r.restore_s is not None]
     planned = [int(v) for r in measured if (v := r.number("planned_steps")) is not None]
     transfers = TransferTally.from_rows([*rows, *resumed_rows])
+    output_s = float(sum(outputs)) if outputs else max(0.0, ended_at - last)
+    stated = sum(v * _covered(steps, i) for i, (r, _) in enumerate(steps)
+                 if (v := r.number("step_s")) is not None)
+    before = split.parts["start_load"] + split.parts["data"] + split.parts["restore"]
     return PilotFigures(
         n_train=n_train, n_test=n_test, pilot_n_train=pilot_n_train or 0,
         pilot_n_test=pilot_n_test or 0, setup_s=float(setup_s), load_s=float(load_s),
@@ -184,39 +226,67 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
                                                  [r.stall_s for r in saves])),
         persist_s=mean_or_zero([r.persist_s for r in saves]),
         restore_s=require_figure("restore_s", restores)[0],
-        output_s=float(sum(outputs)) if outputs else max(0.0, ended_at - last),
+        output_s=output_s,
         pilot_steps=len(steps), planned_steps=planned[-1] if planned else None,
-        transfer_s=transfers.transfer_s, transfer_bytes_per_s=transfers.bytes_per_s)
+        transfer_s=transfers.transfer_s, transfer_bytes_per_s=transfers.bytes_per_s,
+        waiting_s=split.parts["waiting"], start_s=max(0.0, before - float(load_s)),
+        warmup_s=max(0.0, logged_steps[0] - step_s) if logged_steps else 0.0,
+        loop_s=max(0.0, split.parts["steps"] - stated) / max(1, len(steps) - 1)
+        if logged_steps and split.wall_s > 0 else 0.0,
+        exit_s=max(0.0, split.parts["output"] - output_s))
+
+
+def _covered(steps: Sequence[tuple[Row, float]], index: int) -> int:
+    """Optimizer steps the ``index``-th step row covers: since the step row before it (a
+    library logs every few steps), 1 for the first."""
+    if index == 0:
+        return 1
+    return max(1, steps[index][0].step - steps[index - 1][0].step)
 
 
 def run_seconds(figures: PilotFigures, *, steps: int, step_s: float, load_s: float,
-                eval_s: float, tolerated_loss_s: float, mtbi_s: float | None = None
-                ) -> dict[str, float]:
+                eval_s: float, tolerated_loss_s: float, mtbi_s: float | None = None,
+                data_s: float = 0.0) -> dict[str, Any]:
     """The cost formula every re-estimate ends with (module docstring): a run of ``steps``
-    steps of ``step_s`` s, loading ``load_s`` s and evaluating ``eval_s`` s in all, with
-    the pilot's checkpoint costs C, D, R, X and output time.
+    steps of ``step_s`` s, loading ``load_s`` s (``data_s`` of it data preparation) and
+    evaluating ``eval_s`` s in all, with the pilot's checkpoint costs C, D, R, X, output
+    time and process overheads.
 
     Returns:
         ``{steps, step_s, train_s, eval_s, interval_s, checkpoints, checkpoint_s, load_s,
-        output_s, total_s, transfer_s}`` (seconds, counts); ``transfer_s`` is the run's
-        total transfer time home, not part of ``total_s``.
+        output_s, interruptions, parts, total_s, transfer_s}`` (seconds, counts): ``parts``
+        by goodput's causes (:data:`flightplan.goodput.CAUSES`), ``total_s`` their sum;
+        ``transfer_s`` is the run's total transfer time home, beside ``total_s`` (only the
+        last transfer, in ``parts["transfer"]``, holds the run's end).
     """
-    train_s = steps * step_s
+    train_s = steps * (step_s + figures.loop_s)
     interval = choose_interval(save_stall_s=figures.save_stall_s, persist_s=figures.persist_s,
                                restore_s=figures.restore_s, tolerated_loss_s=tolerated_loss_s,
                                mtbi_s=mtbi_s, transfer_s=figures.transfer_s).interval_s
     checkpoints = 1 + (math.floor(train_s / interval) if interval > 0 else 0)
     checkpoint_s = checkpoints * figures.save_stall_s
-    total = load_s + train_s + eval_s + checkpoint_s + figures.output_s
+    interruptions = train_s / mtbi_s if mtbi_s else 0.0
+    processes = 1.0 + interruptions
+    parts = {"waiting": processes * figures.waiting_s,
+             "start_load": processes * (figures.start_s + figures.warmup_s + load_s - data_s),
+             "data": processes * data_s,
+             "restore": interruptions * figures.restore_s,
+             "steps": train_s,
+             "lost": interruptions * interval / 2,
+             "checkpoint": checkpoint_s,
+             "evaluation": eval_s,
+             "output": figures.output_s + figures.exit_s,
+             "transfer": figures.transfer_s}
     return {"steps": steps, "step_s": step_s, "train_s": train_s, "eval_s": eval_s,
             "interval_s": interval, "checkpoints": checkpoints, "checkpoint_s": checkpoint_s,
-            "load_s": load_s, "output_s": figures.output_s, "total_s": total,
+            "load_s": load_s, "output_s": figures.output_s, "interruptions": interruptions,
+            "parts": parts, "total_s": sum(parts.values()),
             "transfer_s": checkpoints * figures.transfer_s}
 
 
 def estimate_run_seconds(figures: PilotFigures, *, steps: int, tolerated_loss_s: float,
                          mtbi_s: float | None = None,
-                         evaluations: int = ASSUMED_EVALUATIONS) -> dict[str, float]:
+                         evaluations: int = ASSUMED_EVALUATIONS) -> dict[str, Any]:
     """Re-estimate one run of ``steps`` steps from the pilot by the generic model
     (module docstring): :func:`run_seconds` with the pilot's step and load times and
     ``evaluations`` of the pilot's evaluation scaled to the whole test split.

@@ -55,7 +55,8 @@ from flightplan.metrics import parse_metric
 from flightplan.tasks.protocol import CALLS, HOOKS, PREDICTION_COLUMNS, REQUIRED, hook_signature
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
-           "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns"]
+           "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns",
+           "lacks_reload"]
 
 
 
@@ -248,12 +249,17 @@ def _import(source: TaskSource, campaign_dir: Path) -> ModuleType:
     with _on_path(campaign_dir):
         if source.kind == "module":
             return importlib.import_module(source.module_name)
-        path = source.root / source.files[0]  # type: ignore[operator]
+        if source.root is None:
+            raise TaskError(f"task {source.ref!r}: a file task without its folder")
+        path = source.root / source.files[0]
         spec = importlib.util.spec_from_file_location(source.module_name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        if spec is None or spec.loader is None:
+            raise TaskError(f"task {source.ref!r}: {path} cannot be imported as Python; "
+                            f"name a .py file")
+        module = importlib.util.module_from_spec(spec)
         sys.modules[source.module_name] = module
         try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
+            spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[source.module_name]
             raise
@@ -312,7 +318,7 @@ class LoadedTask:
 
     def estimate_run(self, pilot: Any, data_check: Mapping[str, Any],
                      params: Mapping[str, Any], *, tolerated_loss_s: float,
-                     mtbi_s: float | None) -> dict[str, float] | None:
+                     mtbi_s: float | None) -> dict[str, Any] | None:
         """One run's re-estimate ``{total_s, ...}`` by the task's cost model (None without
         the hook: the generic estimate of :mod:`flightplan.tasks.estimate` applies)."""
         if not self._has("estimate_run"):
@@ -422,6 +428,24 @@ def _missing(ref: str, name: str, *, field: str, source: str | None) -> TaskErro
                      value=ref)
 
 
+def lacks_reload(ref: str, campaign_dir: Path | str) -> bool:
+    """Whether a file or one-file module task visibly defines no ``reload_predictions``
+    (read, not run): ``close`` then cannot reload its artifacts and accepts none of its
+    products. False where that cannot be told without running it (built-in tasks,
+    packages, ``from x import *``, a task not found).
+    """
+    if str(ref).strip() in BUILTIN_TASKS:
+        return False
+    try:
+        found = resolve_task(ref, campaign_dir)
+    except TaskError:
+        return False
+    if found.root is None or "__init__.py" in found.files:
+        return False
+    names = _top_level_names(found.root / found.files[0])
+    return names is not None and "*" not in names and "reload_predictions" not in names
+
+
 def _top_level_names(path: Path) -> set[str] | None:
     """Names a Python file binds at its top level (functions, classes, imports,
     assignments), or None when it cannot be parsed."""
@@ -527,7 +551,16 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
     found = resolve_task(ref, campaign_dir, field=field, source=source)
     if found.root is None or (found.kind == "module" and "__init__.py" in found.files):
         return
-    names = _top_level_names(found.root / found.files[0])
+    path = found.root / found.files[0]
+    try:
+        ast.parse(path.read_bytes(), filename=str(path))
+    except SyntaxError as exc:
+        raise TaskError(f"task {ref!r} cannot be imported: {path.name}, line {exc.lineno}: "
+                        f"{type(exc).__name__}: {exc.msg}; fix the file", file=source,
+                        field=field, value=ref) from None
+    except (OSError, ValueError):
+        return                                  # importing it at `run` will say why
+    names = _top_level_names(path)
     if names is None or "*" in names:
         return
     for name in REQUIRED:

@@ -64,6 +64,10 @@ __all__ = [
 ]
 
 RUN_ID_TAG = "flightplan.run_id"
+
+#: what a flightplan run id may hold (``slug-hex``, :func:`flightplan.ids.run_id`): it is
+#: written into an MLflow search filter, which binds no parameters
+_RUN_ID_CHARS = re.compile(r"[a-z0-9][a-z0-9-]*")
 # the plain measurement keys of a row: not metrics
 # event rows whose numbers keep their own names (the task's evaluation metrics)
 _PLAIN_EVENTS = ("evaluation",)
@@ -105,7 +109,7 @@ class MlflowRun:
 
     mlflow_run_id: str
     flightplan_run_id: str
-    sent: Counter = field(default_factory=Counter)   # identities of points in the store
+    sent: Counter[Any] = field(default_factory=Counter)   # identities of points in the store
     params: dict[str, str] = field(default_factory=dict)
 
 
@@ -255,8 +259,18 @@ class MlflowStore:
     def run(self, experiment_id: str, flightplan_run_id: str, *, name: str, start_ms: int,
             tags: Mapping[str, str]) -> MlflowRun:
         """The MLflow run tagged ``flightplan.run_id = flightplan_run_id`` (created when
-        missing, RUNNING, started at ``start_ms``), with the points and params it holds."""
+        missing, RUNNING, started at ``start_ms``), with the points and params it holds.
+
+        Raises:
+            TrackingFailed: the store fails, or ``flightplan_run_id`` is not a run id
+                (lower-case letters, digits and hyphens): it goes into a search filter.
+        """
         from mlflow.entities import RunTag
+
+        if not _RUN_ID_CHARS.fullmatch(flightplan_run_id):
+            raise TrackingFailed(f"MLflow at {self.uri}: {flightplan_run_id!r} is not a flightplan "
+                                 f"run id (lower-case letters, digits and hyphens); nothing sent "
+                                 f"for it", uri=self.uri)
 
         try:
             found = self.client.search_runs(

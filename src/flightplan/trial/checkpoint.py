@@ -85,7 +85,7 @@ def capture_rng() -> dict[str, Any]:
     rng: dict[str, Any] = {
         "python": {"version": version, "mt": torch.tensor(mt, dtype=torch.int64),
                    "gauss_next": gauss_next},
-        "numpy": {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)),
+        "numpy": {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
                   "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
         "torch_cpu": torch.get_rng_state(),
     }
@@ -238,6 +238,7 @@ def apply_state(name: str, obj: Any, files: CheckpointFiles) -> None:
     Raises:
         CheckpointError: the checkpoint has no state for it, or the object refuses it.
     """
+    saved: Any
     if name == "model":
         saved = files.model
     elif name == "optimizer":

@@ -60,7 +60,8 @@ def verify_checkpoint(directory: Path | str, *, timeout_s: float = 600.0) -> dic
     try:
         child = subprocess.run([sys.executable, "-m", "flightplan.trial.checkpoint_check",
                                 str(directory)], capture_output=True, text=True, timeout=timeout_s)
-        return json.loads(child.stdout)
+        report: dict[str, Any] = json.loads(child.stdout)
+        return report
     except subprocess.TimeoutExpired:
         message = f"the verifying process ran past {timeout_s:.0f} s"
     except json.JSONDecodeError:

@@ -42,7 +42,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, BinaryIO, Callable, Mapping, cast
 
 import torch
 
@@ -202,7 +202,7 @@ def _write_torch(path: Path, value: Any) -> _HashingFile:
     """``torch.save(value)`` into ``path``, hashing as it writes; left open for ``sync_close``."""
     out = _HashingFile(path)
     try:
-        torch.save(value, out)
+        torch.save(value, cast(BinaryIO, out))      # a file object: it has write()
     except BaseException:
         os.close(out.fd)
         raise

@@ -174,9 +174,10 @@ class CheckpointSchedule:
         self._persists.append(persist_s)
         save_s = sum(self._stalls) / len(self._stalls)
         persist = sum(self._persists) / len(self._persists)
-        measured = self._restore_s is not None
+        restore = self._restore_s
+        measured = restore is not None
         self.choice = choose_interval(save_stall_s=save_s, persist_s=persist,
-                                      restore_s=self._restore_s if measured else persist,
+                                      restore_s=restore if restore is not None else persist,
                                       tolerated_loss_s=self.tolerated_loss_s, mtbi_s=self.mtbi_s,
                                       restore_measured=measured, transfer_s=transfer_s)
         new = self.choice.interval_s

@@ -176,9 +176,18 @@ def test_no_variant_meets_the_threshold_is_stated():
                     "reason": "stopped"}]
     result = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
                       comparisons=comparisons)
-    assert result["answer"] == "no"
-    assert result["verdict"] == ("No variant meets the threshold of +0.05 macro_f1. Not compared "
-                                 "(no usable predictions): len256.")
+    # len256 could not be compared: it might have met, so the answer is not "no"
+    assert result["answer"] == "inconclusive"
+    assert result["verdict"] == ("Inconclusive: no variant compared meets the threshold of "
+                                 "+0.05 macro_f1. Not compared (no usable predictions): len256.")
+    alone = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                     comparisons=comparisons[1:])
+    assert alone["answer"] == "inconclusive"
+    assert alone["verdict"] == ("Inconclusive: no variant could be compared, so none meets the "
+                                "threshold of +0.05 macro_f1. Not compared (no usable "
+                                "predictions): len256.")
+    assert conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                    comparisons=comparisons[:1])["answer"] == "no"
 
 
 def test_a_verdict_reads_one_way_when_lower_is_better_and_gives_an_unsure_gain():

@@ -194,7 +194,9 @@ def test_report_renders_in_headless_chromium(closed, tmp_path):
     dom = done.stdout
     assert '<div class="verdict no" id="verdict"><strong>Verdict:</strong> No variant meets ' \
            "the threshold of +0.05 macro_f1." in dom
-    assert dom.count('src="data:image/png;base64,iVBORw0KGgo') == 1 + 1 + 2  # gantt, loss, 2 matrices
+    # gantt, goodput (one stacked bar per run), loss, 2 matrices
+    assert dom.count('src="data:image/png;base64,iVBORw0KGgo') == 1 + 1 + 1 + 2
+    assert '<img alt="each run\'s wall time by cause"' in dom
     assert "Rental per accepted product: 23.57 USD." in dom
     import base64
     import io

@@ -141,3 +141,48 @@ def test_a_campaign_at_home_has_no_transfer_section(tmp_path):
                                              "planned_hours": None, "observed_hours": 0.0,
                                              "deviation_hours": None}
     assert "Checkpoint transfer" not in plan_vs_execution_markdown(record)
+
+
+def test_goodput_beside_the_re_estimate_by_cause_and_each_flights_hours(tmp_path):
+    from flightplan.goodput import CAUSES, CampaignGoodput, FlightGoodput, GoodputSplit
+
+    _, ledger = make_campaign(tmp_path, publish=False)
+    ledger.decision_rows[0]["figures"] = {"estimates": {"control": {"total_s": 20.0, "parts": {
+        "start_load": 5.0, "steps": 10.0, "evaluation": 2.0, "output": 3.0}}}}
+
+    def split(**seconds: float) -> GoodputSplit:
+        return GoodputSplit({c: seconds.get(c, 0.0) for c in CAUSES})
+    # control: 30 s, 12 of them steps (40 %); variant: 16 s, 8 of them steps (50 %), 2 lost
+    runs = {"control-0000000000": split(waiting=1.0, start_load=9.0, steps=12.0,
+                                        evaluation=3.0, output=5.0),
+            "variant-0000000001": split(start_load=4.0, steps=8.0, lost=2.0, output=2.0)}
+    # one 3-day flight, one slot: 20 s of steps, 38 s of overheads (12 s of them stages)
+    flight = FlightGoodput("local", 1, 72.0, 20.0, {
+        "waiting": 1.0, "start_load": 13.0, "lost": 2.0, "evaluation": 3.0, "output": 7.0,
+        "stages": 12.0}, tuple(runs))
+    record = plan_vs_execution(ledger, goodput=CampaignGoodput(runs, {"data-check": 12.0},
+                                                               (flight,)))
+    goodput = record["goodput"]
+    control, variant = goodput["runs"]
+    assert (control["name"], control["observed"]["goodput"], variant["observed"]["goodput"]) \
+        == ("control", 0.4, 0.5)
+    assert control["planned_parts_hours"] == {c: round(s / 3600, 6) for c, s in {
+        "waiting": 0, "start_load": 5, "data": 0, "restore": 0, "steps": 10, "lost": 0,
+        "checkpoint": 0, "evaluation": 2, "output": 3, "transfer": 0}.items()}
+    assert control["planned_hours"] == round(20 / 3600, 6)
+    # the re-estimate has no figure for the variant
+    assert variant["planned_parts_hours"] is None and variant["planned_hours"] is None
+    assert goodput["flights"] == [flight.to_json()]
+    assert goodput["totals"]["wall_hours"] == round(46 / 3600, 6)
+    markdown = plan_vs_execution_markdown(record)
+    assert "| control | finished | 30.0 | 40.0% | 1.0 | 9.0 | 0.0 | 0.0 | 12.0 | 0.0 | 0.0 | " \
+        "3.0 | 5.0 | 0.0 |" in markdown
+    assert "| ↳ re-estimate |  | 20.0 | 50.0% | 0.0 | 5.0 | 0.0 | 0.0 | 10.0 | 0.0 | 0.0 | " \
+        "2.0 | 3.0 | 0.0 |" in markdown
+    assert "| variant | finished | 16.0 | 50.0% | 0.0 | 4.0 | 0.0 | 0.0 | 8.0 | 2.0 | 0.0 | " \
+        "0.0 | 2.0 | 0.0 |" in markdown
+    # 72 h bought; 20 s = 0.0056 h of steps, 38 s = 0.0106 h of overheads, largest first;
+    # 259200 − 58 s = 71.9839 h uncommitted
+    assert "Flight `local`: 1 slot(s) × 72 h = 72.00 h bought; steps 0.0056 h, overheads " \
+        "0.0106 h (start/load 0.0036 h, stages 0.0033 h, output 0.0019 h, evaluation " \
+        "0.0008 h, lost 0.0006 h, waiting 0.0003 h), uncommitted 71.9839 h" in markdown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from close_fixture import make_campaign
 
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.durable import write_json_atomic
-from flightplan.close.verify import verify_results
+from flightplan.close.verify import reproduce_run, reproduce_runs, verify_results
 
 CONTROL = "control-0000000000"
 VARIANT = "variant-0000000001"
@@ -197,3 +198,46 @@ def test_prediction_mismatch(copy):
 def test_no_manifest(copy):
     (copy / "MANIFEST.json").unlink()
     assert checks(copy) == [("missing_file", "MANIFEST.json")]
+
+
+def test_reloads_side_by_side_report_each_run_as_one_at_a_time(copy):
+    (copy / f"artifacts/{CONTROL}/model.json").write_text("{not json")
+    rel = f"predictions/{VARIANT}.csv"
+    lines = (copy / rel).read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace("t1,neu,neu,", "t1,neu,pos,", 1)
+    (copy / rel).write_text("".join(lines))
+    update_manifest(copy, written=[f"artifacts/{CONTROL}/model.json", rel])
+    finished: list[int] = []
+    both = reproduce_runs(copy, [VARIANT, CONTROL], limit=5, trust_code=True,
+                          on_done=finished.append)
+    assert list(both) == [VARIANT, CONTROL] and finished == [1, 2]
+    one_at_a_time = {run_id: reproduce_run(copy, run_id, limit=5, trust_code=True)
+                     for run_id in (VARIANT, CONTROL)}
+    assert both == one_at_a_time
+    assert [(status, [f.check for f in found]) for status, found in both.values()] == [
+        ("failed", ["prediction_mismatch"]), ("failed", ["reload"])]
+
+
+def test_an_interrupted_caller_leaves_no_reload_running(copy, tmp_path, monkeypatch):
+    import signal
+    import threading
+    import time
+
+    wait = tmp_path / "reloads"
+    wait.mkdir()
+    monkeypatch.setenv("CLOSEFAKE_RELOAD_WAIT", str(wait))   # each reload sleeps 20 s
+
+    def interrupt_once_started() -> None:
+        for _ in range(600):
+            if list(wait.glob("*.started")):
+                break
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)    # a Ctrl-C: KeyboardInterrupt in the main thread
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        reproduce_runs(copy, [CONTROL, VARIANT], limit=5, trust_code=True)
+    started = list(wait.glob("*.started"))
+    assert started and not list(wait.glob("*.ended"))      # killed, not waited for
+    for marker in started:                 # and reaped: no such process any more
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(marker.stem), 0)

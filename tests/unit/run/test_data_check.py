@@ -167,9 +167,11 @@ def test_textclf_hook_counts_lengths_and_truncation_by_hand(small):
     assert report["lengths"]["mean"] == pytest.approx(28 / 7)
     assert report["lengths"]["percentiles"]["50"] == 4.0
     assert report["lengths"]["percentiles"]["90"] == pytest.approx(5.4)   # 5 + 0.4 · (6 − 5)
+    # kept at 4: 2 3 3 4 4 4 4 = 24 tokens; at 5: 2 3 3 4 5 5 5 = 27
     assert report["truncation"] == [
-        {"max_length": 4, "truncated": 3, "total": 7, "fraction": 3 / 7, "runs": ["control"]},
-        {"max_length": 5, "truncated": 1, "total": 7, "fraction": 1 / 7,
+        {"max_length": 4, "truncated": 3, "total": 7, "fraction": 3 / 7, "kept_mean": 24 / 7,
+         "runs": ["control"]},
+        {"max_length": 5, "truncated": 1, "total": 7, "fraction": 1 / 7, "kept_mean": 27 / 7,
          "runs": ["long", "also-long"]}]
     assert report["summary"] == "43% of inputs cut at 4 tokens, 14% of inputs cut at 5 tokens"
 
@@ -203,8 +205,10 @@ def test_a_tampered_file_that_no_longer_reads_still_reports_every_hash(small):
 
 def test_truncation_summary_edges():
     assert truncation_summary([128, 129, 3], 128) == {"max_length": 128, "truncated": 1,
-                                                      "total": 3, "fraction": 1 / 3}
+                                                      "total": 3, "fraction": 1 / 3,
+                                                      "kept_mean": (128 + 128 + 3) / 3}
     assert truncation_summary([], 128)["fraction"] == 0.0
+    assert truncation_summary([], 128)["kept_mean"] == 0.0
 
 
 def test_drug_review_corpus():
@@ -221,3 +225,6 @@ def test_drug_review_corpus():
     assert by_length[128]["total"] == 979
     assert by_length[128]["truncated"] == 400      # nearly half are longer than 128 tokens
     assert by_length[256]["truncated"] == 3
+    # what a forward pass computes per review when it computes only real tokens
+    assert by_length[128]["kept_mean"] == 92076 / 979        # 94.1 of 128
+    assert by_length[256]["kept_mean"] == 107074 / 979       # 109.4 of 256

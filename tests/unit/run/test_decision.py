@@ -30,9 +30,27 @@ def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_tota
     est = estimate_run_seconds(remote, steps=100, tolerated_loss_s=20)
     # L − D − X − R = 20 − 1 − 5 − 2 = 12 s; saves 1 + floor(50 / 12) = 5 → 1.0 s of stalls
     assert est["interval_s"] == 12.0 and est["checkpoints"] == 5
-    assert est["total_s"] == pytest.approx(10 + 50 + 20 + 1.0 + 3)
-    # 5 transfers of 5 s, beside the training loop: not in total_s
+    # the last of the 5 transfers (5 s) holds the run's end: in the total
+    assert est["total_s"] == pytest.approx(10 + 50 + 20 + 1.0 + 3 + 5)
+    # 5 transfers of 5 s in all, the others beside the training loop
     assert est["transfer_s"] == 25.0
+
+
+def test_the_re_estimate_includes_every_overhead_the_pilot_measured_by_cause():
+    measured = PilotFigures(**{**FIGURES.to_json(), "waiting_s": 0.5, "start_s": 2.0,
+                               "warmup_s": 0.4, "loop_s": 0.1, "exit_s": 0.25})
+    est = estimate_run_seconds(measured, steps=100, tolerated_loss_s=20, mtbi_s=600)
+    # steps 100 · (0.5 + 0.1) = 60 s; Young √(2 · 0.2 · 600) = 15.49 s, under L − D − R = 17
+    interval = (2 * 0.2 * 600) ** 0.5
+    assert est["train_s"] == pytest.approx(60.0) and est["interval_s"] == pytest.approx(interval)
+    # 60 / 600 = 0.1 interruptions: 1.1 processes start, wait and load; 0.1 restores and
+    # 0.1 half-intervals redone; saves 1 + floor(60 / 15.49) = 4
+    assert est["checkpoints"] == 4 and est["interruptions"] == pytest.approx(0.1)
+    assert est["parts"] == pytest.approx({
+        "waiting": 1.1 * 0.5, "start_load": 1.1 * (2.0 + 0.4 + 10.0), "data": 0.0,
+        "restore": 0.1 * 2.0, "steps": 60.0, "lost": 0.1 * interval / 2,
+        "checkpoint": 4 * 0.2, "evaluation": 20.0, "output": 3.0 + 0.25, "transfer": 0.0})
+    assert est["total_s"] == pytest.approx(sum(est["parts"].values()))
 
 
 def test_figures_recorded_before_the_transfer_figures_still_load():

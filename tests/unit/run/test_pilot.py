@@ -68,6 +68,39 @@ def test_generic_figures_by_hand_from_time_stamps():
     assert (figures.n_train, figures.n_test, figures.setup_s) == (240, 80, 0.5)
 
 
+PROCESS = [  # the executor started the pilot at 100 s; its process was created at 100.5 s
+    {"step": 0, "event": "process_start", "time": 100.5},
+    {"step": 0, "event": "restore", "time": 101.5},
+    {"step": 0, "load_s": 2.0, "planned_steps": 30, "time": 104.0},
+    {"step": 0, "loss": 1.25, "step_s": 0.6, "time": 105.0},
+    {"step": 1, "loss": 1.0, "step_s": 0.5, "time": 106.0},
+    {"step": 2, "event": "checkpoint", "name": "step-000002", "stall_s": 0.2,
+     "persist_s": 0.3, "time": 106.1},
+    {"step": 2, "loss": 0.75, "step_s": 0.5, "time": 107.2},
+    {"step": 3, "loss": 0.5, "step_s": 0.5, "time": 108.2},
+    {"step": 3, "event": "evaluation", "macro_f1": 0.5, "eval_s": 0.8, "time": 109.0},
+    {"step": 3, "output_s": 1.0, "time": 110.5},
+    {"step": 4, "event": "finished", "time": 111.0},
+]
+
+
+def test_the_process_figures_come_from_the_pilots_goodput_split():
+    figures = figures_from_rows(_typed(PROCESS), _typed(RESUMED), **SPLITS, pilot_n_train=48,
+                                pilot_n_test=8, started_at=100.0, ended_at=112.0)
+    # waiting: executor start → process creation
+    assert figures.waiting_s == pytest.approx(0.5)
+    # before the first step began: 100.5 → 104 and the 0.4 s of step 0's gap beyond its
+    # 0.6 s, less the task's own load_s (2 s): 1.9 s of interpreter and imports
+    assert figures.load_s == 2.0 and figures.start_s == pytest.approx(1.9)
+    # steady step 0.5 s; the first took 0.6 s: 0.1 s of warm-up
+    assert figures.step_s == pytest.approx(0.5) and figures.warmup_s == pytest.approx(0.1)
+    # step gaps less the stall: 0.6 + 1 + 1 + 1 = 3.6 s against 2.1 s logged, over the 3
+    # steady steps: 0.5 s per step outside the step the task timed
+    assert figures.loop_s == pytest.approx(0.5)
+    # output 1.5 + 0.5 + 1 s (the output row's gap, finish, exit) less the logged 1 s
+    assert figures.output_s == 1.0 and figures.exit_s == pytest.approx(2.0)
+
+
 def test_logged_figures_win_over_time_stamps():
     figures = figures_from_rows(_typed(ROWS), _typed(RESUMED), **SPLITS, pilot_n_train=48,
                                 pilot_n_test=8, started_at=0.0, ended_at=0.0)

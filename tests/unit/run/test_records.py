@@ -92,6 +92,13 @@ def test_the_execution_a_killed_runner_left_counts_until_its_last_write(tmp_path
     assert ledger.run("lr-aaaa").wall_s == 17.0
     assert [(t.started_at, t.ended_at) for t in ledger.stage_times()] == [
         (2_000_000.0, 2_000_012.0), (2_000_100.0, 2_000_105.0)]
+    # the summary row's goodput covers both executions: 12 s to its one step row (no load
+    # row, no step_s: the whole gap is the step), then 5 s without a row of a process that
+    # finished: its end
+    goodput = recorder.row(planned)["goodput"]
+    assert goodput["wall_hours"] == round(17 / 3600, 6)
+    assert {c: h for c, h in goodput["parts_hours"].items() if h} == {
+        "steps": round(12 / 3600, 6), "output": round(5 / 3600, 6)}
     ledger.close()
 
 

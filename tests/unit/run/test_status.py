@@ -213,3 +213,62 @@ def test_one_long_run_id_at_80_columns_leaves_the_header_and_the_other_runs_whol
         " exploratory",
         "  control-nan-0123456789  stopped          -       3.1  2026-11-30 23:59",
         "    non_finite_loss at step 3: loss is nan at step 3; the run stopped before it…"]
+
+
+def _split(**seconds: float) -> dict:
+    from flightplan.goodput import CAUSES, GoodputSplit
+
+    return GoodputSplit({c: float(seconds.get(c, 0.0)) for c in CAUSES}).to_json()
+
+
+def _with_goodput() -> dict:
+    """SNAPSHOT with each run's wall time by cause (adding up to its WALL) and one flight."""
+    from flightplan.goodput import FlightGoodput
+
+    runs = [dict(r) for r in SNAPSHOT["runs"]]
+    runs[0]["goodput"] = _split(waiting=0.166, start_load=2.5, steps=3.1, evaluation=1.2,
+                                output=0.9)                       # 7.866 s
+    runs[1]["goodput"] = _split(start_load=1.5, steps=1.04, lost=0.6)          # 3.14 s
+    runs[2]["goodput"] = _split(start_load=6.0, steps=6.0)                     # 12.0 s
+    runs[3]["goodput"] = None                                                  # never ran
+    # 2 slots of a 3-day package; the runs' slot-seconds: 10.14 productive, 12.866 of
+    # overheads, and 14 s of stages
+    flight = FlightGoodput("local", 2, 72.0, 10.14, {
+        "waiting": 0.166, "start_load": 10.0, "lost": 0.6, "evaluation": 1.2, "output": 0.9,
+        "stages": 14.0}, ("control-2c7856a97f",)).to_json()
+    return dict(SNAPSHOT, runs=runs, goodput={"flights": [flight]})
+
+
+def test_goodput_per_run_and_hours_bought_per_flight_at_80_and_120_columns():
+    # control: 3.1 / 7.866 = 39.4 %; len128: 6 / 12 = 50.0 %; nan: 1.04 / 3.14 = 33.1 %;
+    # the flight: 10.14 s = 0.0028 h of steps, 26.866 s = 0.0075 h of overheads, 144 h
+    # bought (2 × 72), 143.9897 h uncommitted; waiting (0.166 s = 0.00005 h) shows as 0
+    narrow = status_lines(_with_goodput(), metric="macro_f1", width=80, now=NOW)
+    start = narrow.index("goodput (productive steps / wall time; the rest by cause, "
+                         "largest first)")
+    assert narrow[start + 1:start + 8] == [
+        "  RUN ID                     GOODPUT    WALL",
+        "  control-2c7856a97f           39.4%   7.9 s",
+        "    steps 3.1 s; start/load 2.5 s, evaluation 1.2 s, output 0.9 s, waiting 0.2 s",
+        "  lora-r4-len128-abcdef0123    50.0%  12.0 s  steps 6.0 s; start/load 6.0 s",
+        "  control-nan-0123456789       33.1%   3.1 s",
+        "    steps 1.0 s; start/load 1.5 s, lost 0.6 s",
+        ""]
+    start = narrow.index("hours bought per flight (slot-hours)")
+    assert narrow[start + 1:start + 4] == [
+        "  local  2 slots × 72 h = 144.00 h",
+        "    steps 0.0028 h, overheads 0.0075 h, uncommitted 143.9897 h",
+        "    overheads: stages 0.0039 h, start/load 0.0028 h, evaluation 0.0003 h, outpu…"]
+    wide = status_lines(_with_goodput(), metric="macro_f1", width=120, now=NOW)
+    start = wide.index("hours bought per flight (slot-hours)")
+    assert wide[start + 1:start + 3] == [
+        "  local  2 slots × 72 h = 144.00 h  steps 0.0028 h, overheads 0.0075 h, uncommitted "
+        "143.9897 h",
+        "    overheads: stages 0.0039 h, start/load 0.0028 h, evaluation 0.0003 h, output "
+        "0.0003 h, lost 0.0002 h"]
+    assert "  control-nan-0123456789       33.1%   3.1 s  steps 1.0 s; start/load 1.5 s, " \
+        "lost 0.6 s" in wide
+    for width in (40, 60, 80, 100):
+        for line in status_lines(_with_goodput(), metric="macro_f1", width=width, now=NOW):
+            ids = [r["run_id"] for r in SNAPSHOT["runs"] if line.startswith(f"  {r['run_id']}")]
+            assert cell_len(line) <= width or ids, line

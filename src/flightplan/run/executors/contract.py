@@ -75,7 +75,10 @@ class Job:
 @dataclass(frozen=True)
 class JobResult:
     """How one execution ended: the process's exit code, its unix start/end times and,
-    for a remote executor, the node it ran on (None on this machine)."""
+    for a remote executor, the node it ran on (None on this machine). ``started_at`` is taken
+    before the worker process exists (Ray: when the flight is asked to start it, before the
+    checkpoint to resume from is sent there), so the worker's ``process_start`` row falls
+    inside the execution (:mod:`flightplan.goodput`: ``waiting``)."""
 
     run_id: str
     run_dir: Path

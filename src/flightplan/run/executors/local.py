@@ -105,7 +105,7 @@ class LocalExecutor(Executor):
         return GpuLimit(self._gpus, f"this machine (CUDA_VISIBLE_DEVICES="
                                     f"{','.join(self._visible())})")
 
-    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen:
+    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen[bytes]:
         env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
                    PYTHONUNBUFFERED="1")
         if self._gpus:
@@ -171,8 +171,9 @@ class LocalExecutor(Executor):
                     if on_start:
                         on_start(job)
                     deadline = leave_by(job, LOCAL_FLIGHT) if leave_by else None
+                    started = time.time()       # before the process exists (goodput: waiting)
                     running.append(_Process(
-                        job, self._start(job, devices), time.time(),
+                        job, self._start(job, devices), started,
                         MeasurementTail(job.run_dir), devices,
                         None if deadline is None else LeaveWatch(deadline, job.run_dir,
                                                                  poll_s=self._poll_s)))
@@ -206,7 +207,7 @@ class _Process:
     start, its measurement tail, the GPUs it holds and its leave watch (or None)."""
 
     job: Job
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     started_at: float
     tail: MeasurementTail
     devices: list[int]

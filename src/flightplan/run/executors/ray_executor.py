@@ -125,7 +125,7 @@ class _Execution:
     rewinds: list[Rewind] = field(default_factory=list)   # for the next poll
     streaming: bool = False       # checkpoint data waits on the flight: ask at once
     where: dict[str, Any] = field(default_factory=dict)
-    started_at: float = 0.0
+    started_at: float = 0.0       # when start() was asked: the execution begins
     last_poll: float = 0.0
     saved_any: bool = False       # a row recording a save came home from this execution
     tail: MeasurementTail | None = None
@@ -210,7 +210,8 @@ def _needs_text(needs: dict[str, float]) -> str:
 
 
 def _trial(job: Job) -> dict[str, Any]:
-    return json.loads(job.trial_json.read_text(encoding="utf-8"))
+    trial: dict[str, Any] = json.loads(job.trial_json.read_text(encoding="utf-8"))
+    return trial
 
 
 class RayExecutor(Executor):
@@ -533,6 +534,9 @@ class RayExecutor(Executor):
             ray.kill(ex.actor)
             loop.again(ex)
             return
+        # the execution starts now, on this flight: the checkpoint sent there and the
+        # worker launched are its first seconds (goodput: waiting)
+        ex.started_at = time.time()
         ex.phase, ex.ref = Phase.STARTING, ex.actor.start.remote(*ex.start_args)
         deadline = loop.calls.leave_by(ex.job, ex.node) if loop.calls.leave_by else None
         if deadline is not None:
@@ -541,7 +545,7 @@ class RayExecutor(Executor):
     def _started(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
         """STARTING → RUNNING: the worker runs on the flight."""
         ex.phase, ex.where = Phase.RUNNING, dict(where, ip=_node_address(where))
-        ex.started_at, ex.tail = time.time(), MeasurementTail(ex.job.run_dir)
+        ex.tail = MeasurementTail(ex.job.run_dir)
         append_durable(ex.job.run_dir / "log.txt",
                        f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
                        f"on node {ex.node}, host {where['host']}, scratch "

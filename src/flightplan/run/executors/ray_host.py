@@ -87,7 +87,7 @@ class RunHost:
         self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
         self.env = dict(env)
         self.worker = list(worker) if worker else None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
         self._chunk_bytes = chunk_bytes
         self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS, chunk_bytes=chunk_bytes)

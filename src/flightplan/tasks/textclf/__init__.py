@@ -29,10 +29,14 @@ from flightplan.tasks.textclf.cost_model import pilot_examples
 __all__ = ["CODE_VERSION", "PREDICTION_COLUMNS", "train", "reload_predictions", "base_revision", "data_check",
            "load_artifact", "estimate_run", "pilot_examples"]
 
-CODE_VERSION = "2"
+CODE_VERSION = "3"
 """Bump when a change alters what a run computes (a new version gives new run ids).
 2: evaluation in batches of equal token length (probabilities move in the last float32
-bits), runs on the GPU the executor gives them, ``precision`` param."""
+bits), runs on the GPU the executor gives them, ``precision`` param.
+3: the encoder's linear layers compute the real tokens of a padded batch only; evaluation
+and the control's embedding passes in length-sorted batches cut where padding would cost
+more than a call (probabilities move in the last float32 bits). Training steps keep the
+padded batch and its dropout masks."""
 
 PREDICTION_COLUMNS = ("example_id", "gold", "predicted", "n_tokens", "truncated", "prob_*")
 """The columns of its predictions.csv (:mod:`flightplan.tasks.protocol`): ``prob_<label>``
@@ -81,7 +85,7 @@ def load_artifact(artifact_dir: Path) -> Any:
 
 
 def estimate_run(pilot: Any, data_check: Mapping[str, Any], params: Mapping[str, Any], *,
-                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, float]:
+                 tolerated_loss_s: float, mtbi_s: float | None = None) -> dict[str, Any]:
     """One run's re-estimate by textclf's cost model (:mod:`.cost_model`)."""
     from flightplan.tasks.textclf.cost_model import estimate_run as estimate
 

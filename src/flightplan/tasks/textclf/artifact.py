@@ -110,8 +110,8 @@ class Predictor:
         return encode_split(self.tokenizer, examples, self.labels, self.max_length)
 
     def predict_probabilities(self, split: EncodedSplit) -> torch.Tensor:
-        """Class probabilities (N, C), in batches of equal token length (bitwise
-        reproducible; within 1e-5 of one at a time)."""
+        """Class probabilities (N, C), in the length-sorted batches of training's
+        evaluation (bitwise reproducible; within 1e-5 of one at a time)."""
         return predict_probabilities(self.model, split)
 
     def predict(self, texts: Sequence[str]) -> list[str]:

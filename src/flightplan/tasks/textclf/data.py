@@ -10,7 +10,8 @@ The data-check hook (:func:`data_check`, the task protocol's ``data_check``) add
 - ``lengths``: untruncated token lengths (special tokens counted) of train + test after
   the limits: ``count``, ``mean``, ``max``, ``percentiles`` 50/90/95/99;
 - ``truncation``: for every ``max_length`` a run uses, how many of those inputs the
-  tokenizer would cut (``truncated``, ``total``, ``fraction``) and which ``runs`` use it;
+  tokenizer would cut (``truncated``, ``total``, ``fraction``), the mean tokens an input
+  keeps (``kept_mean``) and which ``runs`` use it;
 - ``empty_texts``: ``{train, test}`` ids whose cleaned text is empty (a quoted empty
   review is not blank in the file, so the generic ``empty_inputs`` misses it).
 
@@ -76,11 +77,15 @@ def token_lengths(tokenizer: Any, texts: Sequence[str]) -> list[int]:
 
 
 def truncation_summary(lengths: Sequence[int], max_length: int) -> dict[str, Any]:
-    """``{max_length, truncated, total, fraction}``: inputs longer than ``max_length``
-    tokens are cut; ``fraction = truncated / total`` (0.0 when there are no inputs)."""
+    """``{max_length, truncated, total, fraction, kept_mean}``: inputs longer than
+    ``max_length`` tokens are cut; ``fraction = truncated / total``; ``kept_mean`` the
+    mean tokens an input keeps, ``Σ min(n, max_length) / total`` (what a forward pass
+    computes per input when it computes only real tokens). Both 0.0 without inputs."""
     cut = sum(1 for n in lengths if n > max_length)
+    kept = sum(min(n, max_length) for n in lengths)
     return {"max_length": max_length, "truncated": cut, "total": len(lengths),
-            "fraction": cut / len(lengths) if lengths else 0.0}
+            "fraction": cut / len(lengths) if lengths else 0.0,
+            "kept_mean": kept / len(lengths) if lengths else 0.0}
 
 
 def _percentile(sorted_values: list[int], q: float) -> float:

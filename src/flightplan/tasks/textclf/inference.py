@@ -1,13 +1,15 @@
 """Tokenised splits, per-example prediction, the predictions file and the metrics.
 
-Predictions are computed in batches of inputs of *equal* token length (at most
-:data:`EVAL_BATCH` each), in eval mode: no padding enters, so no attention mask changes
-what a text sees and its probabilities depend on the text and the weights alone. The
-batches are a pure function of the split (lengths ascending, then example order), so a
-reload in a fresh process reproduces the run's file bit for bit on the same machine with
-the same thread count. Against one example at a time (``batch=1``) the results promise
-agreement within 1e-5 (``tests/unit/tasks/test_textclf.py`` checks it); on this CPU
-(MiniLM, 150 reviews at 128 tokens, one thread) they were even bitwise equal.
+Forward-only passes (evaluation, the control's embedding passes) take the split sorted
+by length, cut by :func:`length_batches` into batches of at most :data:`EVAL_BATCH`
+where padding would cost more than another forward call, each padded to its longest
+input. The attention mask keeps the padding out of every real token's attention and out
+of the mean pooling, and the encoder's linear layers compute the real tokens only
+(:class:`~flightplan.tasks.textclf.model.RealTokenLinears`). The batches are a pure
+function of the inputs' lengths, so a reload in a fresh process reproduces the run's
+file bit for bit on the same machine with the same thread count. Against one example at
+a time (``batch=1``: no padding) the results promise agreement within 1e-5
+(``tests/unit/tasks/test_textclf.py`` checks it).
 
 Usage::
 
@@ -22,23 +24,32 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
 
 from flightplan.durable import write_atomic
 from flightplan.corpus import Example
 from flightplan.tasks.textclf.data import clean_text
 
-__all__ = ["EncodedSplit", "encode_split", "collate", "example_embeddings",
+__all__ = ["EncodedSplit", "encode_split", "collate", "pooled", "example_embeddings",
            "predict_probabilities", "prediction_rows", "write_predictions",
-           "classification_metrics", "PREDICTION_COLUMNS", "EVAL_BATCH", "length_batches"]
+           "classification_metrics", "PREDICTION_COLUMNS", "EVAL_BATCH", "CALL_TOKENS",
+           "length_batches"]
 
 PREDICTION_COLUMNS: tuple[str, ...] = ("example_id", "gold", "predicted", "n_tokens", "truncated")
-EVAL_BATCH = 64            # inputs per no-grad prediction batch (all of one token length)
+EVAL_BATCH = 32
+"""Inputs per forward-only batch at most (evaluation, embedding passes). On this CPU,
+MiniLM, 379 reviews at max_length 128: 32 took 0.94–0.95 of the CPU time of 64 (whose
+activations outgrow the cache), equal at 256."""
+CALL_TOKENS = 24
+"""The price of one more forward call, in tokens (:func:`length_batches`). A call reads
+every weight of the encoder whatever its batch: on this 2-core CPU (MiniLM, one thread)
+the forward pass of one token took 11 ms and each further token about 0.5–0.8 ms, so a
+call costs about as much as 15–25 tokens; larger prices give fewer, more padded calls."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,8 @@ def encode_split(tokenizer: Any, examples: Sequence[Example], labels: Sequence[s
         cut = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
     else:
         full, cut = [], []
-    return EncodedSplit(ids=[e.id for e in examples], gold=[index.get(e.label, -1) for e in examples],
+    gold = [-1 if e.label is None else index.get(e.label, -1) for e in examples]
+    return EncodedSplit(ids=[e.id for e in examples], gold=gold,
                         input_ids=[list(ids) for ids in cut], n_tokens=[len(ids) for ids in full],
                         max_length=max_length, pad_id=int(tokenizer.pad_token_id or 0))
 
@@ -87,46 +99,83 @@ def encode_split(tokenizer: Any, examples: Sequence[Example], labels: Sequence[s
 def collate(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad token id lists to the longest: ``(input_ids (B, T) int64, attention_mask (B, T))``."""
     width = max(len(r) for r in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
+    input_ids = torch.tensor([[*r, *[pad_id] * (width - len(r))] for r in rows], dtype=torch.long)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], dtype=torch.long)
     return input_ids, mask
 
 
-def length_batches(input_ids: Sequence[Sequence[int]], batch: int) -> list[list[int]]:
-    """Indices grouped by token length (ascending), each group cut into pieces of at
-    most ``batch`` in example order: every piece holds inputs of one length.
+def pooled(model: Any, split: EncodedSplit, indices: Sequence[int],
+           device: torch.device) -> torch.Tensor:
+    """The model's pooled embeddings (b, H) of ``split``'s examples ``indices`` in one
+    forward call on ``device``, padded to the longest of them; the attention mask keeps
+    padding out of every real token's attention and out of the mean, so a text's result
+    does not depend on its padding beyond float rounding. Grad mode as the caller's."""
+    input_ids, mask = collate([split.input_ids[i] for i in indices], split.pad_id)  # (b, T)
+    pooled: torch.Tensor = model.embed(input_ids.to(device), mask.to(device))
+    return pooled
 
-    >>> length_batches([[1, 2], [3], [4, 5], [6, 7]], 2)
-    [[1], [0, 2], [3]]
+
+def length_batches(lengths: Sequence[int], max_batch: int, *,
+                   call_tokens: int = CALL_TOKENS) -> list[list[int]]:
+    """Indices cut into batches that compute the fewest tokens, counting each forward call.
+
+    The indices are sorted by ``(length, index)`` and cut into consecutive pieces of at
+    most ``max_batch`` that minimise ``Σ (len(piece) · longest(piece) + call_tokens)``:
+    the tokens computed when every piece is padded to its longest input, plus a fixed
+    price per forward call (:data:`CALL_TOKENS`). Solved exactly by dynamic programming
+    over the sorted order (O(n · max_batch)); of equal costs the longer last piece wins,
+    so the result is a function of the lengths alone. ``call_tokens=0`` gives pieces of
+    equal length (no padding at all).
+
+    >>> length_batches([2, 1, 2, 2, 3], 2, call_tokens=0)     # lengths 1 | 2 | 2 2 | 3
+    [[1], [0], [2, 3], [4]]
+    >>> length_batches([2, 1, 2, 2, 3], 5, call_tokens=2)     # 4 · 2 + 2, then 3 + 2
+    [[1, 0, 2, 3], [4]]
+    >>> length_batches([2, 1, 2, 2, 3], 5, call_tokens=5)     # 5 · 3 + 5 < 4 · 2 + 5 + 3 + 5
+    [[1, 0, 2, 3, 4]]
+
+    Raises:
+        ValueError: ``max_batch`` below 1.
     """
-    if batch < 1:
-        raise ValueError(f"batch {batch}: give a positive number of inputs")
-    by_length: dict[int, list[int]] = {}
-    for i, ids in enumerate(input_ids):
-        by_length.setdefault(len(ids), []).append(i)
-    return [group[start:start + batch] for length in sorted(by_length)
-            for group in [by_length[length]] for start in range(0, len(group), batch)]
+    if max_batch < 1:
+        raise ValueError(f"batch {max_batch}: give a positive number of inputs")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    cost = [0] * (len(order) + 1)           # cost[j]: the cheapest cut of order[:j]
+    start = [0] * (len(order) + 1)          # start[j]: where the last piece of that cut begins
+    for end in range(1, len(order) + 1):
+        width = lengths[order[end - 1]]     # the longest of any piece ending here
+        options = range(max(0, end - max_batch), end)
+        start[end] = min(options, key=lambda s: (cost[s] + (end - s) * width, s))
+        cost[end] = cost[start[end]] + (end - start[end]) * width + call_tokens
+    pieces: list[list[int]] = []
+    end = len(order)
+    while end:
+        pieces.append(order[start[end]:end])
+        end = start[end]
+    return pieces[::-1]
 
 
-@torch.no_grad()
-def example_embeddings(model: Any, split: EncodedSplit, *, batch: int = EVAL_BATCH) -> torch.Tensor:
-    """Pooled embeddings (N, H) float32 on the CPU, in batches of equal token length
-    (:func:`length_batches`; ``batch=1`` is one example at a time), computed on the
-    model's device. No padding: the attention mask is all ones."""
+def example_embeddings(model: Any, split: EncodedSplit, *, batch: int = EVAL_BATCH,
+                       on_batch: Callable[[list[int], float], None] | None = None
+                       ) -> torch.Tensor:
+    """Pooled embeddings (N, H) float32 on the CPU, forward only (``torch.inference_mode``;
+    the model's train/eval mode is left as it is), computed on the model's device in
+    :func:`length_batches` of at most ``batch`` inputs (``batch=1``: one example at a
+    time). ``on_batch(indices, seconds)`` is called after each batch with its examples
+    and its wall time."""
     hidden = model.head.in_features
     out = torch.empty((len(split), hidden), dtype=torch.float32)
     dev = next(model.parameters()).device
-    for chunk in length_batches(split.input_ids, batch):
-        input_ids = torch.tensor([split.input_ids[i] for i in chunk], dtype=torch.long,
-                                 device=dev)                                 # (b, T)
-        out[chunk] = model.embed(input_ids, torch.ones_like(input_ids)).float().cpu()
+    with torch.inference_mode():
+        for piece in length_batches([len(ids) for ids in split.input_ids], batch):
+            began = time.perf_counter()
+            out[piece] = pooled(model, split, piece, dev).float().cpu()
+            if on_batch is not None:
+                on_batch(piece, time.perf_counter() - began)
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def predict_probabilities(model: Any, split: EncodedSplit,
                           embeddings: torch.Tensor | None = None, *,
                           batch: int = EVAL_BATCH) -> torch.Tensor:
@@ -184,6 +233,10 @@ def classification_metrics(gold: Sequence[int], predicted: Sequence[int],
     ``f1_score(average="macro")`` with scikit-learn's default labels (those gold or
     predicted at least once; a gold of -1, no label, is a class of its own), the value
     close computes from ``predictions.csv``."""
+    # imported here: a reload, which computes no metric, does without scikit-learn's
+    # import (about 1.2 s of CPU per process on this machine)
+    from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
+
     indices = list(range(len(labels)))
     if not gold:
         return {"accuracy": 0.0, "macro_f1": 0.0, "per_class": {}, "labels": list(labels), "n_test": 0}

@@ -3,34 +3,38 @@
 1. Read the corpus (hashes checked again), tokenise train and test, ask the trial to
    apply ``max_truncated_fraction`` to the essential inputs (train + test).
 2. Build the classifier from ``params.seed``. Control (no adapter): the frozen encoder's
-   embeddings of the training set are computed once (no grad, length-sorted batches)
-   and only the head trains on them; the checkpoint still holds everything a resume
-   needs (head, optimizer, scheduler, loader position, RNGs) because the embeddings are
-   a pure function of corpus and base weights. LoRA: the adapters and head train
-   through the encoder, batches padded to their longest input.
+   embeddings of the training set are computed once (forward only, length-sorted
+   batches) and only the head trains on them; the checkpoint still holds everything a
+   resume needs (head, optimizer, scheduler, loader position, RNGs) because the
+   embeddings are a pure function of corpus and base weights. LoRA: the adapters and
+   head train through the encoder, each batch padded to its longest input, the
+   encoder's linear layers computing its real tokens only (:class:`TrainStep`).
    Everything runs on the run's device (:func:`flightplan.trial.accelerator.device`: the GPU the
    executor gave the run, else the CPU), deterministic on CUDA too; ``params.precision``
    puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
-   ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``. Every step logs ``loss``,
-   ``step_s`` (forward + backward + optimizer, seconds), ``seq_len`` (padded tokens per
-   input), ``tokens`` (batch × seq_len) and ``lr``; the trial may checkpoint after it.
-4. At the end of every epoch: the test set in batches of equal token length (no
-   padding; bitwise reproducible, see :mod:`.inference`), logged with ``eval_s``
-   through ``trial.evaluate``.
+   ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``.
+   Every step logs ``loss``, ``step_s`` (forward + backward + optimizer, seconds),
+   ``seq_len`` (the batch's longest input), ``tokens`` (the real tokens it holds) and
+   ``lr``; the trial may checkpoint after it.
+4. At the end of every epoch: the test set, forward only, in length-sorted batches
+   (bitwise reproducible, see :mod:`.inference`), logged with ``eval_s`` through
+   ``trial.evaluate``.
 5. At the end (or at ``trial.max_steps``, the pilot's cap): ``predictions.csv``,
    ``metrics.json``, ``artifact/``, then ``trial.finish()``.
 
 Measurement rows besides the steps (``docs/internals.md`` lists them): ``encode_s`` per
 embedding batch of the control (with ``seq_len``, ``tokens``); ``load_s`` (corpus,
-tokenizer, model and, for the control, both embedding passes) with ``planned_steps``;
-``output_s``.
+tokenizer, model and, for the control, both embedding passes) with ``data_s`` (the part of
+it spent reading the corpus, loading the tokenizer and tokenizing both splits: goodput's
+data preparation) and ``planned_steps``; ``output_s``.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +47,15 @@ from flightplan.trial import autocast, device, grad_scaler, set_deterministic
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
 from flightplan.tasks.textclf.data import read_corpus
-from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics, collate,
-                                                encode_split, example_embeddings,
+from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics,
+                                                encode_split, example_embeddings, pooled,
                                                 predict_probabilities, prediction_rows,
                                                 write_predictions)
 from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
                                             build_classifier, load_tokenizer, torch_threads)
 
-__all__ = ["train", "lr_factor", "ENCODE_BATCH"]
-
-ENCODE_BATCH = 32          # inputs per no-grad batch when the control embeds the train set
+__all__ = ["train", "lr_factor", "optimizer_and_schedule", "TrainStep"]
 
 
 def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
@@ -71,6 +73,22 @@ def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
     return max(0.0, 1.0 - progress)
 
 
+def optimizer_and_schedule(model: TextClassifier, params: TaskParams, total: int
+                           ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over the trained tensors (the head at ``params.lr``, adapters at
+    ``adapter.lr`` or ``lr``; ``weight_decay``) and its step-wise schedule of
+    :func:`lr_factor` over ``total`` optimizer steps."""
+    adapter = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
+    groups = [{"params": list(model.head.parameters()), "lr": params.lr}]
+    if adapter:
+        groups.append({"params": adapter, "lr": params.adapter.lr or params.lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=params.weight_decay)
+    warmup = int(params.warmup_fraction * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
+    return optimizer, scheduler
+
+
 def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
     corpus = {k: v for k, v in dict(trial.corpus).items() if k != "root"}
     return (CorpusSection.model_validate(corpus),
@@ -78,24 +96,70 @@ def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
             Path(trial.campaign_dir))
 
 
-@torch.no_grad()
 def _train_embeddings(trial: Any, step: int, model: TextClassifier,
                       split: EncodedSplit) -> torch.Tensor:
-    """Pooled embeddings (N, H) of the training set in length-sorted no-grad batches
-    (fixed order, so every process computes the same tensor), on the model's device;
-    logs ``encode_s`` rows."""
+    """Pooled embeddings (N, H) of the training set, forward only, in the length-sorted
+    batches of :func:`example_embeddings` (fixed, so every process computes the same
+    tensor), on the model's device; logs ``encode_s`` rows."""
     model.eval()
+
+    def logged(indices: list[int], seconds: float) -> None:
+        lengths = [len(split.input_ids[i]) for i in indices]
+        trial.log(step, encode_s=seconds, seq_len=max(lengths), tokens=sum(lengths),
+                  batch_size=len(indices))
     dev = next(model.parameters()).device
-    order = sorted(range(len(split)), key=lambda i: (len(split.input_ids[i]), i))
-    out = torch.empty((len(split), model.head.in_features), device=dev)
-    for start in range(0, len(order), ENCODE_BATCH):
-        chunk = order[start:start + ENCODE_BATCH]
-        began = time.perf_counter()
-        input_ids, mask = collate([split.input_ids[i] for i in chunk], split.pad_id)
-        out[chunk] = model.embed(input_ids.to(dev), mask.to(dev))
-        trial.log(step, encode_s=time.perf_counter() - began, seq_len=int(input_ids.shape[1]),
-                  tokens=int(input_ids.numel()), batch_size=len(chunk))
-    return out
+    return example_embeddings(model, split, on_batch=logged).to(dev)
+
+
+@dataclass(frozen=True)
+class TrainStep:
+    """One optimizer step of textclf on a batch of training examples, as the loop runs it
+    (``bench/peer_step.py`` times this very object against a bare PEFT step).
+
+    Trained encoder: the batch padded to its longest input, as a standard collator pads
+    it, in one forward pass whose linear layers compute the real tokens only
+    (:class:`~flightplan.tasks.textclf.model.RealTokenLinears`: dropout draws the masks of
+    the padded batch, so the numerics are those of the padded batch); then the loss, one
+    backward pass. Control (``embeddings`` given, (N, H) on the model's device): the head
+    reads the precomputed rows. Then AdamW (through the scaler, which passes through
+    unless fp16) and the scheduler.
+
+    ``__call__(rows, nan=False) -> (loss, seq_len, tokens)``: the loss as a 0-d tensor (the
+    caller reads it), the length the batch is padded to and the real tokens it holds
+    (control: ``max_length`` and ``max_length`` × batch, as if padded to it). ``nan``
+    multiplies the loss by NaN before the backward pass (``inject_nan_at_step``).
+    """
+
+    model: TextClassifier
+    split: EncodedSplit
+    gold: torch.Tensor                          # (N,) int64 on the model's device
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: Any
+    precision: str
+    embeddings: torch.Tensor | None = None      # control: (N, H) on the model's device
+    loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+
+    def __call__(self, rows: list[int], *, nan: bool = False) -> tuple[torch.Tensor, int, int]:
+        dev = self.gold.device
+        with autocast(self.precision, dev):
+            if self.embeddings is not None:
+                seq_len = self.split.max_length
+                tokens = seq_len * len(rows)
+                logits = self.model.classify(self.embeddings[rows])          # (B, C)
+            else:
+                lengths = [len(self.split.input_ids[i]) for i in rows]
+                seq_len, tokens = max(lengths), sum(lengths)
+                logits = self.model.classify(pooled(self.model, self.split, rows, dev))
+        loss = self.loss_fn(logits.float(), self.gold[rows])
+        if nan:
+            loss = loss * float("nan")
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)            # optimizer.step() unless fp16
+        self.scaler.update()
+        self.scheduler.step()
+        return loss.detach(), seq_len, tokens
 
 
 def _evaluate(trial: Any, model: TextClassifier, step: int, test: EncodedSplit, labels: list[str],
@@ -135,11 +199,13 @@ def train(trial: Any, *, code_version: str) -> None:
                         "a CPU", field="params.precision", value=params.precision)
     set_deterministic(dev)
     corpus_section, base_section, campaign_dir = _sections(trial)
+    data_began = time.perf_counter()
     corpus = read_corpus(corpus_section, campaign_dir)
     labels = corpus.labels
     tokenizer = load_tokenizer(base_section)
     train_split = encode_split(tokenizer, corpus.train, labels, params.max_length)
     test_split = encode_split(tokenizer, corpus.test, labels, params.max_length)
+    data_s = time.perf_counter() - data_began
     n_inputs = len(train_split) + len(test_split)
     trial.check_truncation((sum(train_split.truncated) + sum(test_split.truncated)) / max(1, n_inputs))
 
@@ -149,14 +215,7 @@ def train(trial: Any, *, code_version: str) -> None:
     total = params.epochs * steps_per_epoch
     last = total if trial.max_steps is None else min(total, int(trial.max_steps))
     trial.planned_steps = total
-    adapter = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith("head.")]
-    groups = [{"params": list(model.head.parameters()), "lr": params.lr}]
-    if adapter:
-        groups.append({"params": adapter, "lr": params.adapter.lr or params.lr})
-    optimizer = torch.optim.AdamW(groups, weight_decay=params.weight_decay)
-    warmup = int(params.warmup_fraction * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, total, warmup, params.schedule))
+    optimizer, scheduler = optimizer_and_schedule(model, params, total)
     # The sampler owns its generator: with ``shuffle=True`` the loader would share one with
     # the sampler and draw a worker seed from it per epoch, and a loader restored mid-epoch
     # then shuffles the following epochs differently (torchdata 0.11).
@@ -175,34 +234,20 @@ def train(trial: Any, *, code_version: str) -> None:
     if params.is_control:
         train_embeddings = _train_embeddings(trial, step, model, train_split)  # (N, H)
         test_embeddings = example_embeddings(model, test_split)                 # (N, H)
-    trial.log(step, load_s=time.perf_counter() - began, planned_steps=total,
+    trial.log(step, load_s=time.perf_counter() - began, data_s=data_s, planned_steps=total,
               steps_per_epoch=steps_per_epoch)
-    loss_fn = nn.CrossEntropyLoss()
+    train_step = TrainStep(model, train_split, gold, optimizer, scheduler, scaler,
+                           params.precision, train_embeddings)
     probs = metrics = None
     model.train()
     while step < last:
         for batch in loader:                                              # (B,) int64
             t0 = time.perf_counter()
-            with autocast(params.precision, dev):
-                if train_embeddings is not None:
-                    seq_len = params.max_length
-                    logits = model.classify(train_embeddings[batch.to(dev)])    # (B, C)
-                else:
-                    input_ids, mask = collate([train_split.input_ids[i] for i in batch.tolist()],
-                                              train_split.pad_id)              # (B, T)
-                    seq_len = int(input_ids.shape[1])
-                    logits = model(input_ids.to(dev), mask.to(dev))            # (B, C)
-            loss = loss_fn(logits.float(), gold[batch.to(dev)])
-            if params.inject_nan_at_step == step:
-                loss = loss * float("nan")
             lr = optimizer.param_groups[0]["lr"]                          # the head's
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)                       # optimizer.step() unless fp16
-            scaler.update()
-            scheduler.step()
+            loss, seq_len, tokens = train_step(batch.tolist(),
+                                               nan=params.inject_nan_at_step == step)
             trial.log(step, loss=loss.item(), step_s=time.perf_counter() - t0, seq_len=seq_len,
-                      tokens=seq_len * len(batch), batch_size=len(batch), lr=lr)
+                      tokens=tokens, batch_size=len(batch), lr=lr)
             trial.maybe_checkpoint(step, epoch=step // steps_per_epoch)
             step += 1
             if step % steps_per_epoch == 0 or step == last:

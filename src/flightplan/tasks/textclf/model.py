@@ -18,9 +18,10 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -30,7 +31,10 @@ from flightplan.errors import SpecError
 from flightplan.trial.accelerator import THREADS_ENV, TORCH_THREADS, torch_threads
 from flightplan.spec import BaseModelSection
 
-__all__ = ["AdapterParams", "TaskParams", "TextClassifier", "TrainableParameters",
+if TYPE_CHECKING:
+    from transformers import BertModel
+
+__all__ = ["AdapterParams", "TaskParams", "TextClassifier", "RealTokenLinears", "TrainableParameters",
            "model_dir", "load_tokenizer", "build_classifier", "base_revision",
            "TORCH_THREADS", "THREADS_ENV", "torch_threads"]
 
@@ -162,12 +166,12 @@ def model_dir(section: BaseModelSection) -> Path:
 
 
 @lru_cache(maxsize=4)
-def _tokenizer_at(folder: str):
+def _tokenizer_at(folder: str) -> Any:
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(folder)
 
 
-def load_tokenizer(section: BaseModelSection):
+def load_tokenizer(section: BaseModelSection) -> Any:
     """The package's (fast) tokenizer, also for ``random_init`` encoders. Call it with
     ``truncation=False`` to measure lengths: its files truncate at 128 silently."""
     return _tokenizer_at(str(model_dir(section)))
@@ -188,7 +192,7 @@ def _random_shape(section: BaseModelSection, vocab_size: int) -> dict[str, int]:
             "intermediate_size": section.intermediate_size, "vocab_size": vocab_size}
 
 
-def _build_encoder(section: BaseModelSection, init_seed: int) -> nn.Module:
+def _build_encoder(section: BaseModelSection, init_seed: int) -> BertModel:
     """A BertModel without pooler: the package's weights, or a random one of the
     section's shape initialised from ``init_seed`` (the global RNG is left untouched)."""
     import transformers
@@ -198,7 +202,7 @@ def _build_encoder(section: BaseModelSection, init_seed: int) -> nn.Module:
     if not section.random_init:
         return BertModel.from_pretrained(str(folder), add_pooling_layer=False)
     shape = _random_shape(section, len(load_tokenizer(section)))
-    config = BertConfig(max_position_embeddings=512, **shape)
+    config = BertConfig(max_position_embeddings=512, **dict[str, Any](shape))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
         return BertModel(config, add_pooling_layer=False)
@@ -228,10 +232,73 @@ def base_revision(section: BaseModelSection, *, init_seed: int = 0) -> dict[str,
     return revision
 
 
+class RealTokenLinears:
+    """Runs the encoder's large linear layers on the real tokens of a padded batch only.
+
+    In a batch padded to ``T`` tokens with attention mask ``M`` (B, T), the linear layers
+    (24·H² FLOPs per token and layer against 4·T·H for attention: 95 % for MiniLM at
+    T = 128) would compute all ``B · T`` rows, padding included. While :meth:`real_tokens` is active,
+    every ``nn.Linear`` of the encoder but the LoRA adapters' own (rank × width: cheap)
+    takes the ``R = Σ M`` real rows of its input, (B, T, in) → (R, in), and returns its
+    output scattered back to (B, T, out) with zero rows at the padding. Query, key and
+    value share one gathered input; the feed-forward block's first linear
+    (``intermediate.dense``) passes its (R, 4H) rows through the activation to the second,
+    which only scatters. Everything else — embeddings, attention under its mask, every
+    dropout, the layer norms — sees the padded batch as it is, so dropout draws the same
+    masks from the same RNG as without packing, and a real token's values equal the
+    padded computation's up to float rounding (a linear computes each row alone; only the
+    kernel's blocking may change with the row count: the drug-review runs' 228 losses
+    stayed within 2.4e-6 of version 2's). Padded rows carry other values than before, which
+    the attention mask and the mean pooling never read.
+    """
+
+    def __init__(self, encoder: nn.Module) -> None:
+        self._rows: torch.Tensor | None = None          # (R,) flat indices of real tokens
+        self._shape: tuple[int, int] = (0, 0)            # (B, T)
+        self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
+        for name, module in encoder.named_modules():
+            if isinstance(module, nn.Linear) and ".lora_" not in name:
+                module.register_forward_pre_hook(self._gather)
+                if not name.endswith("intermediate.dense"):
+                    module.register_forward_hook(self._scatter)
+
+    @contextmanager
+    def real_tokens(self, attention_mask: torch.Tensor) -> Iterator[None]:
+        """Pack the linears for one forward pass of a batch with ``attention_mask`` (B, T);
+        a mask without padding leaves them as they are."""
+        if bool(attention_mask.all()):
+            yield
+            return
+        self._rows = attention_mask.reshape(-1).nonzero().squeeze(1)
+        self._shape = (int(attention_mask.shape[0]), int(attention_mask.shape[1]))
+        try:
+            yield
+        finally:
+            self._rows = self._gathered = None
+
+    def _gather(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        x = args[0]
+        if self._rows is None or x.dim() == 2:          # off, or rows already (FFN's 2nd)
+            return None
+        if self._gathered is None or self._gathered[0] is not x:
+            self._gathered = (x, x.reshape(-1, x.shape[-1]).index_select(0, self._rows))
+        return (self._gathered[1], *args[1:])
+
+    def _scatter(self, module: nn.Module, args: tuple[Any, ...], out: torch.Tensor
+                 ) -> torch.Tensor | None:
+        if self._rows is None:
+            return None
+        batch, width = self._shape
+        full = out.new_zeros(batch * width, out.shape[-1]).index_copy(0, self._rows, out)
+        return full.view(batch, width, -1)
+
+
 class TextClassifier(nn.Module):
     """Encoder → mean pooling over real tokens → dropout → linear head.
 
-    ``forward(input_ids (B, T), attention_mask (B, T)) -> logits (B, C)``.
+    ``forward(input_ids (B, T), attention_mask (B, T)) -> logits (B, C)``. The encoder is a
+    ``BertModel`` (with peft LoRA layers for a variant); in a padded batch its linear
+    layers compute the real tokens only (:class:`RealTokenLinears`).
     """
 
     def __init__(self, encoder: nn.Module, hidden_size: int, n_labels: int, dropout: float,
@@ -243,6 +310,7 @@ class TextClassifier(nn.Module):
         self.head = nn.Linear(hidden_size, n_labels)
         if frozen_encoder:
             self.encoder.requires_grad_(False)
+        self.linears = RealTokenLinears(encoder)
 
     def train(self, mode: bool = True) -> "TextClassifier":
         """Train mode for head (and adapters); a frozen encoder always stays in eval."""
@@ -253,13 +321,17 @@ class TextClassifier(nn.Module):
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Mean of the last hidden states over unmasked tokens: (B, T) → (B, H)."""
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        with self.linears.real_tokens(attention_mask):
+            hidden = self.encoder(input_ids=input_ids,
+                                  attention_mask=attention_mask).last_hidden_state  # (B, T, H)
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)              # (B, T, 1)
-        return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B, H)
+        pooled: torch.Tensor = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return pooled  # (B, H)
 
     def classify(self, pooled: torch.Tensor) -> torch.Tensor:
         """Head on pooled embeddings: (B, H) → logits (B, C)."""
-        return self.head(self.dropout(pooled))
+        logits: torch.Tensor = self.head(self.dropout(pooled))
+        return logits
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.classify(self.embed(input_ids, attention_mask))
@@ -296,8 +368,9 @@ def build_classifier(section: BaseModelSection, params: TaskParams, n_labels: in
     if params.is_control:
         return TextClassifier(encoder, hidden, n_labels, params.dropout, frozen_encoder=True)
     from peft import LoraConfig, get_peft_model
-    config = LoraConfig(r=params.adapter.rank, lora_alpha=params.adapter.alpha,
+    config = LoraConfig(r=params.adapter.rank,
+                        lora_alpha=params.adapter.alpha,  # type: ignore[arg-type]  # PEFT annotates int; it divides by r
                         target_modules=list(params.adapter.target_modules),
                         lora_dropout=params.adapter.dropout, bias="none")
-    encoder = get_peft_model(encoder, config)
-    return TextClassifier(encoder, hidden, n_labels, params.dropout, frozen_encoder=False)
+    adapted = get_peft_model(encoder, config)
+    return TextClassifier(adapted, hidden, n_labels, params.dropout, frozen_encoder=False)

@@ -24,12 +24,13 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from flightplan.rows import ForcedCheckpoint
+from flightplan.rows import ForcedCheckpoint, ProcessStart
 from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, GpuLimit, Job,
                                                check_gpus)
 from flightplan.run.executors.leave_watch import LeaveBy
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.rundir import RunDir
+from processes import alive  # tests/fixtures, put on the path by conftest.py
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 FAKE_WORKER = FIXTURES / "fake_worker.py"
@@ -83,7 +84,7 @@ def _rows(job: Job) -> list[dict[str, Any]]:
 
 
 def test_a_run_starts_and_finishes(make: Make, tmp_path: Path) -> None:
-    job = _job(tmp_path, "a-1", steps=3)
+    job = _job(tmp_path, "a-1", steps=3, process_start=True)
     events: list[tuple[str, str]] = []
     progress: list[tuple[int, int | None, float | None]] = []
     [result] = make().run([job], on_start=lambda j: events.append(("start", j.run_id)),
@@ -94,7 +95,12 @@ def test_a_run_starts_and_finishes(make: Make, tmp_path: Path) -> None:
     assert (result.run_id, result.exit_code) == ("a-1", 0) and result.wall_s >= 0
     assert progress[-1] == (3, 3, 1 / 3)             # every row is home by the end
     assert RunDir(job.run_dir).status() == "finished"
-    assert [r.step for r in _rows(job)] == [0, 0, 1, 2]
+    rows = _rows(job)
+    assert [r.step for r in rows] == [0, 0, 0, 1, 2]
+    # the execution began before its process did (the kernel's start time is floored to a
+    # clock tick, 10 ms): the process's start is inside the execution, before its first row
+    assert isinstance(rows[0], ProcessStart)
+    assert result.started_at - 0.01 <= rows[0].time <= rows[1].time <= result.ended_at
     log = RunDir(job.run_dir).log.read_text()
     assert "flightplan worker started" in log and "fake worker a-1 on" in log
     assert "to stderr" in log
@@ -126,15 +132,6 @@ else:
 print("starting", flush=True)
 executor.run([Job("slow-1", Path(run_dir))])
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
 
 
 def _wait(what: str, ready: Callable[[], Any]) -> Any:
@@ -171,10 +168,10 @@ def test_a_killed_runner_leaves_no_worker_behind(kind: str, make: Make,
             return int(found[0].split()[-1]) if found else None
 
         pid = _wait("the worker's pid in log.txt", worker_pid)
-        assert _alive(pid)
+        assert alive(pid)
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
-        _wait(f"worker {pid} to die with its runner", lambda: not _alive(pid))
+        _wait(f"worker {pid} to die with its runner", lambda: not alive(pid))
     finally:
         runner.kill()
         runner.wait()

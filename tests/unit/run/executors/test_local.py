@@ -14,6 +14,7 @@ from pathlib import Path
 from flightplan.trial.accelerator import cpu_slots
 from flightplan.run.executors.contract import Job, MeasurementTail
 from flightplan.run.executors.local import LocalExecutor
+from processes import alive  # tests/fixtures, put on the path by conftest.py
 
 FAKE_WORKER = Path(__file__).resolve().parents[3] / "fixtures" / "fake_worker.py"
 
@@ -73,7 +74,7 @@ def test_measurement_tail_reads_only_complete_new_rows(tmp_path):
 _RUNNER = """
 import sys
 from pathlib import Path
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = [sys.argv[2], sys.argv[3]]
 from test_local import _fake_argv
 from flightplan.run.executors.contract import Job
 from flightplan.run.executors.local import LocalExecutor
@@ -83,19 +84,11 @@ LocalExecutor(slots=1, argv=_fake_argv, poll_s=0.05).run([job])
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
-
-
 def test_worker_dies_when_the_runner_is_killed(tmp_path):
     job = _job(tmp_path, "slow-1", steps=1, sleep_s=120)
     runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(job.run_dir),
-                               str(Path(__file__).parent)], stdout=subprocess.PIPE, text=True)
+                               str(Path(__file__).parent), str(Path(__file__).parents[3] / "fixtures")],
+                              stdout=subprocess.PIPE, text=True)
     assert runner.stdout.readline().strip() == "starting"
     pid_file = job.run_dir / "pid.txt"
     for _ in range(1200):      # up to 60 s: the runner imports torch, slow on a loaded machine
@@ -103,14 +96,14 @@ def test_worker_dies_when_the_runner_is_killed(tmp_path):
             break
         time.sleep(0.05)
     worker_pid = int(pid_file.read_text())
-    assert _alive(worker_pid)
+    assert alive(worker_pid)
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait()
     for _ in range(200):
-        if not _alive(worker_pid):
+        if not alive(worker_pid):
             break
         time.sleep(0.05)
-    assert not _alive(worker_pid)
+    assert not alive(worker_pid)
 
 
 def test_cpu_slots_divide_the_cores_by_the_threads_per_run():

@@ -19,6 +19,7 @@ from flightplan.run.executors.contract import Job
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.executors.ray_host import RunHost
 from flightplan.run.executors.tether import EXIT_ORPHANED, tethered
+from processes import alive  # tests/fixtures, put on the path by conftest.py
 
 TETHER = "flightplan.run.executors.tether"
 
@@ -72,40 +73,35 @@ def test_a_worker_whose_runner_is_gone_does_not_start(tmp_path: Path):
 _PARENT = """
 import subprocess, sys, time
 from flightplan.run.executors.tether import tethered
-child = subprocess.Popen(tethered([sys.executable, "-c", "import time; time.sleep(300)"]))
+ready = sys.argv[1]
+child = subprocess.Popen(tethered([sys.executable, "-c",
+                                   f"import time; open({ready!r}, 'w'); time.sleep(300)"]))
 print(child.pid, flush=True)
 time.sleep(300)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "State:\tZ" in status.read_text())
-
-
-def test_a_tethered_worker_ignores_sigint_and_dies_with_its_parent():
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE,
-                              text=True)
+def test_a_tethered_worker_ignores_sigint_and_dies_with_its_parent(tmp_path: Path):
+    ready = tmp_path / "ready"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(ready)],
+                              stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
-        for _ in range(600):           # until the tether has become the sleeping command
-            if TETHER.encode() not in Path(f"/proc/{child}/cmdline").read_bytes():
+        for _ in range(1200):          # until the tether has become the sleeping command
+            if ready.exists():
                 break
             time.sleep(0.05)
+        assert ready.exists()
         os.kill(child, signal.SIGINT)
         time.sleep(0.2)
-        assert _alive(child)
+        assert alive(child)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         for _ in range(200):
-            if not _alive(child):
+            if not alive(child):
                 break
             time.sleep(0.05)
-        assert not _alive(child)
+        assert not alive(child)
     finally:
         parent.kill()
         parent.wait()

@@ -7,12 +7,17 @@ truncated when ``n_tokens > max_length`` (artifact.json).
 
 A task of the protocol (``train`` and the ``reload_predictions`` hook), self-contained so that a test
 can also copy this file beside a campaign as a file task.
+
+With ``$CLOSEFAKE_RELOAD_WAIT`` = a folder, a reload writes ``<pid>.started`` there, sleeps
+20 s, then writes ``<pid>.ended`` (a reload still running when its caller stops).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import time
 from pathlib import Path
 
 LABELS = ["neg", "neu", "pos"]
@@ -68,6 +73,11 @@ def train(trial) -> None:
 
 def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir=None, limit=None) -> int:
     """The protocol's reload hook: re-create the predictions from ``artifact_dir``."""
+    wait = os.environ.get("CLOSEFAKE_RELOAD_WAIT")
+    if wait:
+        (Path(wait) / f"{os.getpid()}.started").write_text("")
+        time.sleep(20)
+        (Path(wait) / f"{os.getpid()}.ended").write_text("")
     model = load_artifact(artifact_dir)
     table = rows(model["shift"], model["max_length"], limit)
     write_csv(Path(out), table)
