@@ -142,11 +142,7 @@ def publish_data_check(campaign_dir: Path, data_check: dict[str, Any]) -> Path:
     Returns:
         The path of ``data_check.json``.
     """
-    results = results_dir_of(campaign_dir)
-    path = results / "data_check.json"
-    write_json_atomic(path, portable(data_check, campaign_dir))
-    update_manifest(results, written=["data_check.json"])
-    return path
+    return _publish_portable(campaign_dir, "data_check.json", data_check)
 
 
 def publish_flights(campaign_dir: Path, flights: list[dict[str, Any]]) -> Path:
@@ -161,10 +157,16 @@ def publish_flights(campaign_dir: Path, flights: list[dict[str, Any]]) -> Path:
     Returns:
         The path of ``flights.json``.
     """
+    return _publish_portable(campaign_dir, "flights.json", flights)
+
+
+def _publish_portable(campaign_dir: Path, name: str, data: Any) -> Path:
+    """Write ``data`` (machine paths removed: :func:`portable`) to ``results/<name>``
+    atomically and list it in the manifest; its path."""
     results = results_dir_of(campaign_dir)
-    path = results / "flights.json"
-    write_json_atomic(path, portable(flights, campaign_dir))
-    update_manifest(results, written=["flights.json"])
+    path = results / name
+    write_json_atomic(path, portable(data, campaign_dir))
+    update_manifest(results, written=[name])
     return path
 
 
