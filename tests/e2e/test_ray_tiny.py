@@ -330,8 +330,8 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     assert verified.returncode == 0, verified.stderr[-3000:] + verified.stdout[-3000:]
     # the flight is lost in the ledger, in text status and in results/
     with Ledger.open(ray_dir, create=False) as ledger:
-        joined = [e["data"] for e in ledger.events(kind="cluster_joined")]
-        gone = [e["data"] for e in ledger.events(kind="flight_lost")]
+        joined = [e.data for e in ledger.events(kind="cluster_joined")]
+        gone = [e.data for e in ledger.events(kind="flight_lost")]
     assert len(joined) == 2 and all(j["token"] and j["loopback"] and not j["trusted_network"]
                                     for j in joined)
     assert [g["flight"] for g in gone] == [data["node"]]
@@ -343,8 +343,10 @@ def test_a_lost_flight_resumes_elsewhere_from_the_checkpoint_that_came_home(camp
     assert status.returncode == 0, status.stderr
     assert f"ray cluster {joined[-1]['address']}: token authentication, loopback only" \
         in status.stdout
-    [line] = [x for x in status.stdout.splitlines() if x.strip().startswith(data["node"])]
+    # its line under "flights (packages)", then its hours bought under goodput's section
+    line, bought = [x for x in status.stdout.splitlines() if x.strip().startswith(data["node"])]
     assert line.split()[2] == "lost" and "h left" not in line
+    assert "slot" in bought or "×" in bought
 
 
 def test_a_killed_driver_run_again_loses_and_duplicates_nothing(campaigns):
