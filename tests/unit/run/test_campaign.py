@@ -7,6 +7,7 @@ done.json or stop.json, metrics); the data check, planning, ledger and results a
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import shutil
@@ -143,6 +144,19 @@ def _spec(folder: Path, *, lr_len128: str = "1e-2") -> Path:
     return folder / "campaign.toml"
 
 
+def _spec_with_package_started(tmp_path: Path, started: dt.datetime, *, run: str,
+                               epochs: int) -> Path:
+    """:func:`_spec` with its package bought at ``started`` and the run named ``run``
+    trained for ``epochs`` epochs."""
+    path = _spec(tmp_path)
+    text = path.read_text(encoding="utf-8").replace(
+        "package_days = 3", f'package_days = 3\nstarted = "{started.isoformat()}"')
+    last = text.rindex(f'name = "{run}"')
+    path.write_text(text[:last] + text[last:].replace("epochs = 2", f"epochs = {epochs}", 1),
+                    encoding="utf-8")
+    return path
+
+
 def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     fake = FakeExecutor()
     spec = load_spec(_spec(tmp_path))
@@ -235,8 +249,6 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
 
 def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
                                                                          monkeypatch):
-    import datetime as dt
-
     from flightplan.run.commands import status_command
     from flightplan.run.status import status_lines
 
@@ -247,12 +259,7 @@ def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_pat
     # 640)) = 41953 s = 11.65 h of training alone (plus an evaluation per epoch); the
     # other runs need under a minute.
     started = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=71)
-    path = _spec(tmp_path)
-    text = path.read_text(encoding="utf-8").replace(
-        "package_days = 3", f'package_days = 3\nstarted = "{started.isoformat()}"')
-    last = text.index('name = "lora-r4-len128"')
-    path.write_text(text[:last] + text[last:].replace("epochs = 2", "epochs = 2000", 1),
-                    encoding="utf-8")
+    path = _spec_with_package_started(tmp_path, started, run="lora-r4-len128", epochs=2000)
     fake = FakeExecutor()
     outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
     rows = {r["name"]: r for r in outcome.runs}
@@ -770,19 +777,12 @@ def test_runs_start_longest_first_when_all_fit_in_the_time_left(tmp_path):
 
 
 def test_runs_start_in_tier_order_when_they_do_not_all_fit(tmp_path):
-    import datetime as dt
-
     # 200 s of the package are left once the runs must leave it (15 min before its end);
     # wild's 400 epochs (about 160 s) fit alone, but not after the others one after
     # another: the runs start in tier order
     started_at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=71, minutes=45,
                                                                 seconds=-200)
-    path = _spec(tmp_path)
-    text = path.read_text(encoding="utf-8").replace(
-        "package_days = 3", f'package_days = 3\nstarted = "{started_at.isoformat()}"')
-    last = text.rindex('name = "wild"')
-    path.write_text(text[:last] + text[last:].replace("epochs = 2", "epochs = 400", 1),
-                    encoding="utf-8")
+    path = _spec_with_package_started(tmp_path, started_at, run="wild", epochs=400)
     fake = FakeExecutor()
     outcome = run_campaign(load_spec(path), executor=fake, quiet=True)
     ids = {r["name"]: r["run_id"] for r in outcome.runs}
