@@ -53,7 +53,7 @@ from flightplan.findings import Finding
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
            "CheckpointFiles", "FileRecord", "write_checkpoint", "read_manifest",
            "load_checkpoint", "tensor_digests",
-           "step_dir_name", "check_files", "replace_dir", "DELETING"]
+           "step_dir_name", "check_files", "replace_dir", "commit_checkpoint", "DELETING"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -350,13 +350,30 @@ def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
         out.write(json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"))
         out.sync_close()
         fsync_dir(tmp)
-        if before_commit is not None:
-            before_commit(final)
-        replace_dir(final, tmp)  # the same step saved again after a resume: same run, same state
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    commit_checkpoint(final, tmp, before_commit)
     return final, sum(r.size for r in files.values())
+
+
+def commit_checkpoint(final: Path, tmp: Path,
+                      before_commit: Callable[[Path], None] | None) -> None:
+    """Put the finished, fsync'd folder ``tmp`` in place as ``final``: ``before_commit(final)``
+    first (the trial's ``checkpoint_saving`` row, durable before the rename), then
+    :func:`replace_dir` (the same step saved again after a resume: same run, same state).
+
+    Raises:
+        whatever ``before_commit`` or the renames raise; ``tmp`` is removed first, and
+        earlier checkpoints are untouched.
+    """
+    try:
+        if before_commit is not None:
+            before_commit(final)
+        replace_dir(final, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 _Writer = tuple[str, Callable[[], _HashingFile], str, Mapping[str, Any]]

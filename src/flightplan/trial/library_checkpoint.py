@@ -32,7 +32,7 @@ from flightplan.durable import fsync_dir, hash_file, write_atomic
 from flightplan.errors import CheckpointError
 from flightplan.findings import Finding
 from flightplan.trial.checkpoint_io import (FORMAT, MANIFEST, BadCheckpoint, CheckpointFiles,
-                                            check_files, read_manifest, replace_dir,
+                                            check_files, commit_checkpoint, read_manifest,
                                             step_dir_name)
 
 __all__ = ["commit_library_checkpoint", "load_library_checkpoint", "missing_files"]
@@ -91,13 +91,7 @@ def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
     shutil.rmtree(tmp, ignore_errors=True)
     os.rename(source, tmp)
     fsync_dir(parent)
-    try:
-        if before_commit is not None:
-            before_commit(final)
-        replace_dir(final, tmp)  # the same step saved again after a resume: same run, same state
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    commit_checkpoint(final, tmp, before_commit)
     return final, sum(int(record["size"]) for record in files.values())
 
 
