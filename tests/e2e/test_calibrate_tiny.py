@@ -12,27 +12,23 @@ naming the finding.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_run import run_cli
 from flightplan.metrics import read_predictions
 from flightplan.plan.power import comparison_power, model_from_predictions
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=1200)
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=1200)
 
 
 @pytest.fixture(scope="module")

@@ -22,21 +22,19 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import ENV, FLIGHTPLAN, run_cli
 from flightplan.campaign_lock import lock_holder
 from flightplan.run.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 HANG_S = 600
 """A campaign that takes longer has hung (a safety net, not a speed check)."""
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], capture_output=True, text=True, env=ENV,
-                          timeout=HANG_S, cwd=cwd)
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=HANG_S)
 
 
 def _paced_campaign(folder: Path, *, sleep_s: float) -> Path:

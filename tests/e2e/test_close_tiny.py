@@ -19,20 +19,20 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import ENV as BASE_ENV
+from cli_run import run_cli
 from flightplan.publish.manifest import update_manifest
 from flightplan.close.verify import prediction_differences
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+ENV = dict(BASE_ENV,
            PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=1200)
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=1200, env=ENV)
 
 
 @pytest.fixture(scope="module")

@@ -6,26 +6,23 @@ its loss as ``train_loss``; the pilot's resume check still compares every resume
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_run import run_cli
+
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 HANG_S = 900
 """A step that takes longer has hung (a safety net, not a speed check)."""
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], capture_output=True, text=True, env=ENV,
-                          timeout=HANG_S, cwd=cwd)
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=HANG_S)
 
 
 @pytest.fixture(scope="module")

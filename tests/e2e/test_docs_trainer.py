@@ -5,26 +5,23 @@ runs, taken plan → run → close → verify --trust-code through the real CLI.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cli_run import run_cli
 from docs_examples import docs_files
 
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 HANG_S = 900
 """A step that takes longer has hung (a safety net, not a speed check)."""
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], capture_output=True, text=True, env=ENV,
-                          timeout=HANG_S, cwd=cwd)
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=HANG_S)
 
 
 def test_the_docs_trainer_task_runs_plan_to_verify(tmp_path: Path) -> None:

@@ -10,19 +10,16 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from sklearn import metrics as sk
 
+from cli_run import run_cli
 from flightplan.run.ledger import Ledger
 
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 HANG_S = 600
 """A campaign that takes longer has hung (a safety net, not a speed check)."""
 
@@ -162,9 +159,8 @@ def _split(rng: random.Random, name: str, labels: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], capture_output=True, text=True, env=ENV,
-                          timeout=HANG_S, cwd=cwd)
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=HANG_S)
 
 
 def _sklearn(metric: str, gold: list[str], predicted: list[str], rows: list[dict]) -> float:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_run import ENV, FLIGHTPLAN, run_cli
 from docs_examples import docs_files
 from flightplan.run.planned import plan_runs
 from flightplan.run.ledger import Ledger
@@ -24,17 +25,14 @@ from flightplan.rundir import RunDir
 from flightplan.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 HANG_S = 900
 """A campaign that takes longer has hung (a safety net, not a speed check)."""
 
 pytestmark = pytest.mark.slow
 
 
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(FLIGHTPLAN), *args], capture_output=True, text=True, env=ENV,
-                          timeout=HANG_S, cwd=cwd)
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, cwd=cwd, hang_s=HANG_S)
 
 
 @pytest.fixture(scope="module")
