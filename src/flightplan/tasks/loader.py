@@ -450,8 +450,11 @@ def _top_level_names(path: Path) -> set[str] | None:
     """Names a Python file binds at its top level (functions, classes, imports,
     assignments), or None when it cannot be parsed."""
     tree = _parse(path)
-    if tree is None:
-        return None
+    return None if tree is None else _bound_names(tree)
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    """Names a parsed module binds at its top level (:func:`_top_level_names`)."""
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -553,15 +556,15 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
         return
     path = found.root / found.files[0]
     try:
-        ast.parse(path.read_bytes(), filename=str(path))
+        tree = ast.parse(path.read_bytes(), filename=str(path))
     except SyntaxError as exc:
         raise TaskError(f"task {ref!r} cannot be imported: {path.name}, line {exc.lineno}: "
                         f"{type(exc).__name__}: {exc.msg}; fix the file", file=source,
                         field=field, value=ref) from None
     except (OSError, ValueError):
         return                                  # importing it at `run` will say why
-    names = _top_level_names(path)
-    if names is None or "*" in names:
+    names = _bound_names(tree)
+    if "*" in names:
         return
     for name in REQUIRED:
         if name not in names:
