@@ -298,10 +298,15 @@ class UnknownEvent(Row):
         return dict(self.values)
 
 
-def records_a_save(row: Row) -> bool:
-    """Whether ``row`` shows that its run saved a checkpoint: a ``checkpoint_saving`` row
-    (durable before the checkpoint is in place) or a ``checkpoint`` row (after it; the only
-    record of a save in rows written by older versions)."""
+def records_a_save(row: Row, *, on_flight: bool = False) -> bool:
+    """Whether ``row`` shows that its run has a checkpoint at home to resume from, or had
+    one: a ``checkpoint_saving`` row (durable before the checkpoint is in place) or a
+    ``checkpoint`` row (after it; the only record of a save in rows written by older
+    versions). With ``on_flight`` (the run executes on a flight away from home, Ray) only
+    a ``checkpoint_transfer`` row counts: a checkpoint saved on the flight that never came
+    home went with the flight, and the run can only start again from step 0."""
+    if on_flight:
+        return isinstance(row, CheckpointTransfer)
     return isinstance(row, (CheckpointSaving, CheckpointSaved))
 
 

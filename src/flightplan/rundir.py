@@ -189,11 +189,13 @@ class RunDir:
                          if p.name.rpartition("-")[2].isdigit() else 0)
         return [row for folder in earlier for row in RunDir(folder).rows()] + self.rows()
 
-    def saved_checkpoint(self) -> bool:
-        """Whether the measurements show a checkpoint this run saved (a ``checkpoint_saving``
-        row, durable before the checkpoint was renamed into place, or a ``checkpoint`` row:
-        :func:`flightplan.rows.records_a_save`), whatever is left in ``checkpoints/``."""
-        return any(records_a_save(row) for row in self.rows())
+    def saved_checkpoint(self, *, on_flight: bool = False) -> bool:
+        """Whether the measurements show a checkpoint this run saved at home (a
+        ``checkpoint_saving`` row, durable before the checkpoint was renamed into place, or
+        a ``checkpoint`` row; ``on_flight``: a ``checkpoint_transfer`` row, committed home
+        from a flight: :func:`flightplan.rows.records_a_save`), whatever is left in
+        ``checkpoints/``."""
+        return any(records_a_save(row, on_flight=on_flight) for row in self.rows())
 
     def has_checkpoint(self) -> bool:
         """Whether ``checkpoints/`` holds a finished ``step-*`` folder (not a ``.tmp``)."""

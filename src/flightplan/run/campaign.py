@@ -552,22 +552,27 @@ class _Campaign:
                  f"steps; {info.steps_lost} steps ({info.lost_s:.0f} s) lost; "
                  + (f"resumes from {info.checkpoint}" if info.checkpoint else
                     "restarts from step 0" if info.resumes else
-                    "no checkpoint came home: stops with no_usable_resume"))
+                    "a checkpoint came home and has gone since: stops with "
+                    "no_usable_resume"))
 
     def _saved_before(self, planned: PlannedRun) -> bool:
-        """Whether this run id saved a checkpoint since it was last (re)started: a
-        ``checkpoint_saved`` event in the ledger, or a row of its measurements that records a
-        save (:meth:`RunDir.saved_checkpoint`: ``checkpoint_saving``, durable before the
-        checkpoint is in place, or ``checkpoint``). Such a run is started with ``resume =
-        true``, so that, if every checkpoint has gone, the trial stops with
-        ``no_usable_resume`` instead of training from scratch (``--restart NAME`` starts it
-        over on purpose)."""
+        """Whether this run id has had a checkpoint at home since it was last (re)started:
+        a ``checkpoint_saved`` event in the ledger, or a row of its measurements that
+        records a save (:meth:`RunDir.saved_checkpoint`: ``checkpoint_saving``, durable
+        before the checkpoint is in place, or ``checkpoint``); on an executor whose runs
+        save on a flight (``saves_on_flight``), a ``checkpoint_transferred`` event or a
+        ``checkpoint_transfer`` row: a checkpoint that never came home went with its
+        flight. Such a run is started with ``resume = true``, so that, if every checkpoint
+        has gone, the trial stops with ``no_usable_resume`` instead of training from
+        scratch (``--restart NAME`` starts it over on purpose)."""
+        on_flight = self.executor.saves_on_flight
         events = self.ledger.events(planned.run_id)
         restarts = [i for i, e in enumerate(events) if e.kind == "restarted"]
         since = events[restarts[-1] + 1:] if restarts else events
-        if any(e.kind == "checkpoint_saved" for e in since):
+        kind = "checkpoint_transferred" if on_flight else "checkpoint_saved"
+        if any(e.kind == kind for e in since):
             return True
-        return RunDir(planned.run_dir).saved_checkpoint()
+        return RunDir(planned.run_dir).saved_checkpoint(on_flight=on_flight)
 
     def restart(self, names: list[str]) -> None:
         """Start the runs called ``names`` over on purpose: each run directory is moved

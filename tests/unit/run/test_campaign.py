@@ -791,3 +791,80 @@ def test_runs_start_in_tier_order_when_they_do_not_all_fit(tmp_path):
     assert sum(estimates.values()) > 200 > max(estimates.values())
     assert [name for run_id in fake.started for name in ids if ids[name] == run_id] == [
         "control", "lora-r4", "lora-r4-len128", "wild"]
+
+
+class DriverKilledMidTransfer(FakeExecutor):
+    """A flight executor whose driver dies while the control's first checkpoint streams
+    home: the rows recording the save came home, the checkpoint is still ``step-000001.tmp``
+    there; no run ends (a killed driver reports nothing)."""
+
+    saves_on_flight = True
+
+    def run(self, jobs, *, on_start=None, **callbacks):
+        jobs = list(jobs)
+        if any(job.run_id.startswith("pilot-") for job in jobs):
+            return super().run(jobs, on_start=on_start, **callbacks)
+        for job in jobs:
+            trial = json.loads(job.trial_json.read_text())
+            if trial["name"] != "control":
+                continue
+            on_start(job)
+            rows = [{"step": 0, "loss": 1.0},
+                    {"step": 1, "event": "checkpoint_saving", "name": "step-000001"},
+                    {"step": 1, "event": "checkpoint", "name": "step-000001",
+                     "stall_s": 0.01, "persist_s": 0.05}]
+            with open(job.run_dir / "measurements.jsonl", "a") as out:
+                out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
+            partial = job.run_dir / "checkpoints" / "step-000001.tmp"
+            partial.mkdir(parents=True)
+            (partial / "model.safetensors").write_bytes(b"half")
+        return []
+
+
+class ResumeSeen(FakeExecutor):
+    """:class:`FakeExecutor` that notes each run's ``resume`` as its worker would read it."""
+
+    def __init__(self, *, on_flight: bool) -> None:
+        super().__init__()
+        self.saves_on_flight = on_flight
+        self.resume: dict[str, bool] = {}
+
+    def run(self, jobs, **callbacks):
+        jobs = list(jobs)
+        for job in jobs:
+            trial = json.loads(job.trial_json.read_text())
+            self.resume[trial["name"]] = trial["resume"]
+        return super().run(jobs, **callbacks)
+
+
+@pytest.mark.parametrize("on_flight", [True, False])
+def test_a_save_on_a_flight_counts_for_resume_only_once_its_checkpoint_came_home(tmp_path,
+                                                                                 on_flight):
+    """The driver died while the control's first checkpoint streamed home. On a flight,
+    that checkpoint went with the flight: the next ``run`` starts the control again from
+    step 0 and it finishes. A save at home (local executor) whose checkpoint is gone must
+    not silently start over: ``resume`` stays set (the trial's ``no_usable_resume``)."""
+    spec = _spec(tmp_path)
+    run_campaign(load_spec(spec), executor=DriverKilledMidTransfer(), quiet=True)
+    again = ResumeSeen(on_flight=on_flight)
+    outcome = run_campaign(load_spec(spec), executor=again, quiet=True)
+    assert again.resume["control"] is (not on_flight)
+    control = next(r for r in outcome.runs if r["name"] == "control")
+    assert control["status"] == "finished"
+    if on_flight:
+        assert control["resumed_from"] is None
+
+
+def test_a_checkpoint_that_came_home_and_went_still_demands_a_resume_on_a_flight(tmp_path):
+    """Home had the checkpoint (a ``checkpoint_transfer`` row) and it has gone since: the
+    run is not started over silently, on a flight as at home."""
+    spec = _spec(tmp_path)
+    run_campaign(load_spec(spec), executor=DriverKilledMidTransfer(), quiet=True)
+    run_dir = next(p.parent for p in (tmp_path / "runs").glob("*/checkpoints/step-000001.tmp"))
+    run_dir = run_dir.parent
+    with open(run_dir / "measurements.jsonl", "a") as out:
+        out.write(json.dumps({"step": 1, "time": time.time(), "event": "checkpoint_transfer",
+                              "name": "step-000001", "bytes": 4}) + "\n")
+    again = ResumeSeen(on_flight=True)
+    run_campaign(load_spec(spec), executor=again, quiet=True)
+    assert again.resume["control"] is True

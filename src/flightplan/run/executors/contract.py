@@ -105,7 +105,8 @@ class Interruption:
         steps_lost: steps done after that checkpoint (redone on resume).
         lost_s: seconds of work lost: since the checkpoint's save (or the start).
         resumes: True when the executor starts it again (from ``checkpoint``, or from 0
-            when it never saved one); False when it saved some but none came home.
+            when none of its checkpoints came home); False when some came home and have
+            all gone from home since.
         cause: ``"flight_lost"`` (the machine went away), ``"package_end"`` (the run left
             its flight before the package's end, :mod:`flightplan.run.executors.leave_watch`) or
             ``"preempted"`` (it left when something else sent SIGUSR1: SLURM, a spot notice).
@@ -184,14 +185,16 @@ def lost_execution(job: Job, *, node: str, reason: str, started_at: float,
 
     The work lost is everything after the newest checkpoint home: ``steps_lost`` = steps
     logged home − that checkpoint's steps, ``lost_s`` = now − max(its commit time, the
-    execution's start). ``resume`` is set when a checkpoint is home or the execution saved
-    one (then the run stops by ``no_usable_resume`` rather than restarting from scratch:
-    ``resumes`` is False); a run that never saved starts again from step 0.
+    execution's start). ``resume`` is set when a checkpoint is home, or one came home
+    from the run and has gone since (then the run stops by ``no_usable_resume`` rather
+    than restarting from scratch: ``resumes`` is False); a run none of whose checkpoints
+    came home starts again from step 0: what it saved on the flight went with the flight.
 
     Args:
         job: the run.   node: where it ran.   reason: one line (the error seen, or why it
-        left).   started_at: unix start of the execution.   saved_any: a row recording a
-        save (:func:`flightplan.rows.records_a_save`) came home from it.   now: unix time of the end (default: now).
+        left).   started_at: unix start of the execution.   saved_any: a checkpoint of
+        the run was committed home (:func:`flightplan.rows.records_a_save` with
+        ``on_flight``).   now: unix time of the end (default: now).
         cause: ``"flight_lost"``, ``"package_end"`` or ``"preempted"`` (:class:`Interruption`).
     """
     now = time.time() if now is None else now
@@ -302,7 +305,13 @@ class ClusterJoined:
 
 class Executor(ABC):
     """Carries out runs. ``run`` blocks until every job ended; callbacks run in the
-    caller's thread, so they may write the ledger."""
+    caller's thread, so they may write the ledger.
+
+    ``saves_on_flight``: runs save their checkpoints away from home (on a flight) and
+    stream them home; a save then counts for resume only once its checkpoint was
+    committed home (:func:`flightplan.rows.records_a_save`)."""
+
+    saves_on_flight: bool = False
 
     @abstractmethod
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,

@@ -29,9 +29,12 @@ trial's interval policy (:mod:`flightplan.transfer_time`).
 When a flight goes away (its node dies: the actor call raises), the run's execution is
 reported through ``on_interrupted`` (:class:`~flightplan.run.executors.contract.Interruption`: node,
 steps done, the checkpoint home, steps and seconds lost) and the run is queued again at
-the front, with ``resume`` set when a checkpoint came home or any was saved: a run whose
-checkpoints are all lost is then stopped by its own ``no_usable_resume`` rule instead of
-restarting silently from scratch.
+the front, with ``resume`` set when a checkpoint of it came home: a run whose checkpoints
+came home and have all gone since is then stopped by its own ``no_usable_resume`` rule
+instead of restarting silently from scratch, while one none of whose checkpoints came home
+starts again from step 0 (what it saved on the flight went with the flight). The class
+says so (``saves_on_flight``), so that the runner counts a save for resume only once its
+checkpoint is home (:func:`flightplan.rows.records_a_save`).
 
 Before a run's worker starts, the runner is asked (``admit``) whether it may start on the
 flight its actor was placed on (:mod:`flightplan.run.rental`: can it finish before that
@@ -78,8 +81,7 @@ from flightplan.run.executors.ray_host import Delta, RunHost
 from flightplan.run.executors.stream import (DEPTH, CheckpointReceiver, Outcome, Rewind,
                                              checkpoint_name)
 from flightplan.run.executors.transfer import commit_outputs, latest_checkpoint
-from flightplan.rows import (CheckpointTransfer, CheckpointTransferFailed, Row, encode_row,
-                             parse_rows, records_a_save)
+from flightplan.rows import CheckpointTransfer, CheckpointTransferFailed, Row, encode_row
 from flightplan.transfer_time import TransferTally
 
 __all__ = ["FLIGHT_RESOURCE", "EXIT_NO_FLIGHT", "EXIT_HOST_ERROR", "RayExecutor"]
@@ -127,7 +129,6 @@ class _Execution:
     where: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0       # when start() was asked: the execution begins
     last_poll: float = 0.0
-    saved_any: bool = False       # a row recording a save came home from this execution
     tail: MeasurementTail | None = None
     watch: LeaveWatch | None = None   # when to ask it to leave before the package ends
 
@@ -240,6 +241,8 @@ class RayExecutor(Executor):
             network is not stated trusted, or it has neither GPUs nor the ``flight``
             resource.
     """
+
+    saves_on_flight = True
 
     def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
                  env: dict[str, str] | None = None, scratch: str | None = None,
@@ -358,9 +361,6 @@ class RayExecutor(Executor):
         run_dir = ex.job.run_dir
         append_durable(run_dir / RunDir.MEASUREMENTS, delta.measurements)
         append_durable(run_dir / RunDir.LOG, delta.log)
-        if b'"checkpoint' in delta.measurements:
-            ex.saved_any = ex.saved_any or any(records_a_save(row)
-                                               for row in parse_rows(delta.measurements)[0])
         ex.streaming = delta.pending or bool(delta.chunks)
         fetched = time.time()
         for chunk in delta.chunks:
@@ -419,7 +419,7 @@ class RayExecutor(Executor):
         """Record a lost execution at home and prepare the job to resume."""
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
         info = lost_execution(ex.job, node=ex.node, reason=reason, started_at=ex.started_at,
-                              saved_any=ex.saved_any)
+                              saved_any=RunDir(ex.job.run_dir).saved_checkpoint(on_flight=True))
         try:
             ray.kill(ex.actor)
         except RayError:

@@ -94,14 +94,14 @@ def test_a_lost_execution_resumes_from_the_newest_checkpoint_home(tmp_path):
 
 
 def test_checkpoints_lost_everywhere_never_restart_from_scratch(tmp_path):
-    # saved on the flight, none came home: resume without a checkpoint → no_usable_resume
+    # a checkpoint came home and has gone since: resume without one → no_usable_resume
     job = _lost_run(tmp_path, home=[], logged_steps=3)
     info = lost_execution(job, node="n", reason="r", started_at=1000.0, saved_any=True,
                           now=1030.0)
     assert (info.checkpoint, info.steps_lost, info.lost_s, info.resumes) == (None, 3, 30.0,
                                                                              False)
     assert json.loads(job.trial_json.read_text())["resume"] is True
-    # never saved: starting again from step 0 loses nothing that could have been kept
+    # none came home (what was saved on the flight went with it): start again from step 0
     job = _lost_run(tmp_path / "b", home=[], logged_steps=0)
     info = lost_execution(job, node="n", reason="r", started_at=1000.0, saved_any=False,
                           now=1004.0)
