@@ -64,6 +64,7 @@ def test_close_verifies_and_accepts_every_run(closed):
     conclusion = json.loads((folder / "results" / "conclusion.json").read_text())
     assert [c["variant"] for c in conclusion["comparisons"]] == ["lora-r4", "lora-r4-len128"]
     assert conclusion["answer"] in ("yes", "no", "inconclusive")
+    assert (outcome["answer"], outcome["verdict"]) == (conclusion["answer"], conclusion["verdict"])
     if conclusion["answer"] == "no":
         assert conclusion["verdict"].startswith("No variant meets the threshold of +0.05 macro_f1.")
     if conclusion["answer"] == "inconclusive":

@@ -309,6 +309,11 @@ def _print_findings(findings: list[dict[str, str]]) -> None:
 def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) -> int:
     """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
+    Prints the campaign's answer (``yes``/``no``/``inconclusive``) and verdict, the
+    accepted runs, the budget and the verification; ``--json``: one object with keys
+    ``answer``, ``verdict``, ``verified``, ``findings``, ``results_dir``, ``accepted`` and
+    ``budget`` (money as decimal strings).
+
     ``open_ledger(campaign_dir)`` opens the campaign's ledger for reading (the command
     line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). Close
     holds the campaign lock (:mod:`flightplan.campaign_lock`) while it reads the ledger
@@ -329,14 +334,17 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
             outcome = close_campaign(spec, ledger)
     finally:
         ledger.close()
+    conclusion = outcome["conclusion"]
     if as_json:
-        print(json.dumps({k: outcome[k] for k in ("verified", "findings", "results_dir",
-                                                  "accepted", "budget")}))
+        print(json.dumps({**{k: conclusion[k] for k in ("answer", "verdict")},
+                          **{k: outcome[k] for k in ("verified", "findings", "results_dir",
+                                                     "accepted", "budget")}}))
     else:
         budget = outcome["budget"]
         per = budget["rental_per_accepted"]
         print(f"results: {outcome['results_dir']}")
-        print(f"verdict: {outcome['conclusion']['verdict']}")
+        print(f"answer: {conclusion['answer']}")
+        print(f"verdict: {conclusion['verdict']}")
         print(f"accepted: {', '.join(outcome['accepted']) or 'none'}")
         print(f"budget: committed {budget['committed_total']} {budget['currency']}, other "
               f"{budget['external_total']}, per accepted product "
