@@ -11,4 +11,4 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 .venv/bin/ruff check src tests bench examples
 .venv/bin/mypy
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q --durations=25 "$@"

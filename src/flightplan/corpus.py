@@ -51,7 +51,7 @@ from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import CorpusSection
 
 __all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "load_split", "corpus_files",
-           "verify_hashes", "check_columns", "corpus_root", "format_of", "FORMATS", "SPLITS"]
+           "verify_hashes", "check_corpus", "corpus_root", "format_of", "FORMATS", "SPLITS"]
 
 SPLITS: tuple[str, ...] = ("train", "test")
 FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
@@ -408,12 +408,14 @@ def load_split(section: CorpusSection, campaign_dir: Path | str, split: str
     return examples[:limit], f"{source}: {name}"
 
 
-def check_columns(section: CorpusSection, campaign_dir: Path | str, *,
-                  source: str | None = None) -> None:
-    """Check, reading only the files and writing nothing, that the train and the test file
-    (the files whose names hold ``train`` and ``test``) have every column ``[corpus]``
-    declares (``flightplan plan`` calls it). Files that cannot be read yet (the package not
-    installed, the folder or a file not there) are left to the data check of ``run``.
+def check_corpus(section: CorpusSection, campaign_dir: Path | str, *,
+                 source: str | None = None) -> None:
+    """Check, reading only the files and writing nothing, that every file ``[corpus]``
+    names has the sha256 frozen there and that the train and the test file (the files
+    whose names hold ``train`` and ``test``) have every column it declares (``flightplan
+    plan`` calls it, so that a corpus the data check of ``run`` would refuse is found
+    before the rental). Files that cannot be read yet (the package not installed, the
+    folder or a file not there) are left to the data check of ``run``.
 
     Args:
         section: the spec's ``[corpus]``.   campaign_dir: where ``path`` is relative to.
@@ -421,25 +423,34 @@ def check_columns(section: CorpusSection, campaign_dir: Path | str, *,
 
     Raises:
         SpecError: the names do not give one train and one test file (``corpus.sha256``),
-            a format cannot be told, or a declared column is missing from a file (names the
-            file and the column).
+            a file's bytes differ from its frozen hash (``corpus.sha256``: names each file
+            with both hashes), a format cannot be told, or a declared column is missing
+            from a file (names the file and the column).
     """
-    if not section.has_columns:
-        return
     try:
-        found, splits, _ = _read(section, campaign_dir)
+        found, splits, where = _read(section, campaign_dir)
     except SpecError as exc:
         if exc.field == "corpus.sha256":
             raise SpecError(exc.reason, file=source, field=exc.field, value=exc.value) from None
         return          # the package or the folder is not there yet
     except CorpusMismatch:
         return          # a file is not there yet
+    faults = [_mismatch(name, actual, section.sha256[name])
+              for name, (data, _) in sorted(found.items())
+              if (actual := hashlib.sha256(data).hexdigest()) != section.sha256[name]]
+    if faults:
+        raise SpecError(f"corpus files differ from the hashes frozen here ({where}): "
+                        + "; ".join(faults) + "; restore the original files, or freeze "
+                        "the new hashes in [corpus] sha256 if the change is intended",
+                        file=source, field="corpus.sha256", value=sorted(section.sha256))
+    if not section.has_columns:
+        return
     for name, (data, _) in sorted(found.items()):
         if splits[name]:
             try:
                 columns, _ = _records(data, name, format_of(name, section))
             except CorpusMismatch:
-                continue    # unreadable: the data check names it with its hash
+                continue    # unreadable: the data check names it
             _check_header(name, columns, section, file=source)
 
 

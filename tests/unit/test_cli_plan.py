@@ -6,6 +6,7 @@ The cases edit the illustration campaign's text (line numbers in its comments).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -342,3 +343,25 @@ def test_plan_finds_a_corpus_column_the_files_lack_before_writing_anything(tmp_p
     assert result.exit_code == 2 and "digits_test.csv has no column 'digit'" in result.stderr
     spec.write_text(text, encoding="utf-8")
     assert _invoke(["plan", str(spec)]).exit_code == 0
+
+
+def test_plan_finds_a_corpus_file_that_differs_from_its_frozen_hash(tmp_path: Path) -> None:
+    """The digits campaign with one row of its test file changed: one line naming the
+    campaign file, ``corpus.sha256``, the file and both hashes, exit 2, nothing written
+    (``run``'s data check would stop the campaign with ``corpus_mismatch``)."""
+    shutil.copytree(ROOT / "examples" / "digits", tmp_path / "digits")
+    spec = tmp_path / "digits" / "campaign.toml"
+    test_file = next((tmp_path / "digits").rglob("digits_test.csv"))
+    frozen = hashlib.sha256(test_file.read_bytes()).hexdigest()
+    assert frozen in spec.read_text(encoding="utf-8")
+    test_file.write_bytes(test_file.read_bytes() + b"\n")
+    changed = hashlib.sha256(test_file.read_bytes()).hexdigest()
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _invoke(["plan", str(spec)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {spec}: corpus.sha256: corpus "
+                                                   f"files differ from the hashes frozen here")
+    assert (f"digits_test.csv: sha256 {changed} but the campaign file froze {frozen}"
+            in lines[0])
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -33,7 +33,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from flightplan.corpus import load_split
-from flightplan.corpus import check_columns
+from flightplan.corpus import check_corpus
 from flightplan.durable import write_atomic
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, InputError, SpecError
 from flightplan.metrics import Predictions, read_predictions
@@ -193,15 +193,16 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
             that cannot be written, or ``--power-plot`` when no comparison's power is known.
         ArgumentError or SpecError: the results directory to plan from does not verify or
             holds no calibration (:func:`read_calibration`).
-        SpecError: a ``[corpus]`` column missing from the train or test file's header
-            (:func:`flightplan.corpus.check_columns`).
+        SpecError: a corpus file whose bytes differ from its hash in ``[corpus]``, or a
+            ``[corpus]`` column missing from the train or test file's header
+            (:func:`flightplan.corpus.check_corpus`).
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
         check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source,
                    metric=spec.campaign.metric)
     if spec.corpus is not None:
-        check_columns(spec.corpus, spec.campaign_dir, source=spec.source)
+        check_corpus(spec.corpus, spec.campaign_dir, source=spec.source)
     calibrated, source = calibrated_estimates(spec, calibrate_from, verify)
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
     uncertain, measured = uncertainties(result.schedule, calibrated.estimates)
