@@ -424,9 +424,19 @@ def _assumptions(comparison: ComparisonPower) -> str:
 
 def _warning(c: ComparisonPower) -> str:
     """The warning text: what cannot be confirmed, the numbers, and the fixes."""
+    source = str(c.inputs.get("disagreement_source", ""))
+    if c.inputs.get("disagreement") == 0:
+        return (f"{c.variant} − {c.reference}: the runs measured ({source}) predicted the "
+                f"same on all {c.inputs.get('examples', c.n_test)} test examples they share "
+                f"(disagreement 0). A variant that never disagrees with its reference cannot "
+                f"differ from it on {c.metric or 'the metric'}, so no test size confirms any "
+                f"gain: this comparison can only end without meeting the threshold. Fixes: a "
+                f"bolder variant (its settings, as measured, change no prediction); or cut it "
+                f"and spend its hours on the other comparisons.")
+    assumed = source.startswith(("default", "campaign file"))
     expected = c.scenario("expected gain")
-    detectable = ("no gain the assumed disagreement allows" if c.minimum_detectable_gain is None
-                  else f"{c.minimum_detectable_gain:+.3f}")
+    detectable = (f"no gain the {'assumed' if assumed else 'measured'} disagreement allows"
+                  if c.minimum_detectable_gain is None else f"{c.minimum_detectable_gain:+.3f}")
     text = (f"{c.variant} − {c.reference}: a gain of at least {c.min_gain:+g} {c.metric} cannot "
             f"be confirmed reliably with {c.n_test} test examples. If {c.variant} truly gains "
             f"{c.expected_gain:+.3g} (the expected gain; {c.expected_gain_source}), the "

@@ -312,3 +312,26 @@ def test_the_power_plot_is_a_png():
     assert "two balanced classes assumed" in power.comparisons[0].notes[0]
     with pytest.raises(ValueError, match="no comparison"):
         P.power_png(P.CampaignPower(None, ()))
+
+
+def test_a_measured_disagreement_of_zero_says_no_gain_can_be_confirmed_and_why():
+    """Two runs that predicted the same on every test example: the warning names the
+    measurement and the disagreement 0 instead of percentages and a test size."""
+    from flightplan.plan.commands import _warning
+
+    gold = np.r_[np.zeros(60), np.ones(40)].astype(int)
+    predicted = gold.copy()
+    predicted[:15] = 1
+    model = P.model_from_predictions("accuracy", _labels(gold, predicted),
+                                     _labels(gold, predicted.copy()), goal="max",
+                                     source="results of tiny")
+    power = dataclasses.replace(_power(model, 100, min_gain=0.05, expected_gain=0.1),
+                                metric="accuracy")
+    assert power.minimum_detectable_gain is None
+    assert _warning(power) == (
+        "v − r: the runs measured (results of tiny) predicted the same on all 100 test "
+        "examples they share (disagreement 0). A variant that never disagrees with its "
+        "reference cannot differ from it on accuracy, so no test size confirms any gain: "
+        "this comparison can only end without meeting the threshold. Fixes: a bolder variant "
+        "(its settings, as measured, change no prediction); or cut it and spend its hours on "
+        "the other comparisons.")
