@@ -48,6 +48,7 @@ from flightplan.plan.frozen_rental import check_rental_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
 from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
+from flightplan.plan.calibration import Calibrated
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
                                      rank_variants, replan_from_options, with_value_cuts)
@@ -122,10 +123,12 @@ class _Campaign:
                  tasks: dict[str, LoadedTask], decide: str | None, executor: Executor,
                  console: Console, board: ProgressBoard, quiet: bool,
                  past_end: bool = False,
-                 calibrated: Mapping[str, Duration] | None = None) -> None:
+                 calibrated: Calibrated | None = None) -> None:
         self.spec, self.ledger, self.decide, self.catalog = spec, ledger, decide, catalog
-        # stage/run name → duration an earlier campaign measured ([calibrate] from)
-        self.calibrated = dict(calibrated or {})
+        # stage/run name → duration an earlier campaign measured ([calibrate] from), and
+        # variant name → the model of paired outcomes it measured for that comparison
+        self.calibrated = dict(calibrated.durations) if calibrated else {}
+        self.measured_models = dict(calibrated.models) if calibrated else {}
         self.tasks = tasks                      # run name → its task, loaded once
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
@@ -381,6 +384,7 @@ class _Campaign:
                                 if r.reference is not None and r.name not in done],
             gpu_hours=gpu_hours, test=test, reference=reference,
             reference_source=f"pilot of {self.spec.control.name}",
+            measured=self.measured_models,
             why_unknown="the data check counted no test examples (the task reads the "
                         "corpus itself)")
 
@@ -615,7 +619,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                  executor: Executor | None = None, console: Console | None = None,
                  quiet: bool = False, restart: Sequence[str] = (),
                  observer: Observer | None = None, past_end: bool = False,
-                 calibrated: Mapping[str, Duration] | None = None) -> CampaignOutcome:
+                 calibrated: Calibrated | None = None) -> CampaignOutcome:
     """Carry out the campaign (see the module docstring) under its lock.
 
     Args:
@@ -629,10 +633,12 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             the CLI attaches the live MLflow mirror, :mod:`flightplan.tracking.live`).
         past_end: start runs that cannot finish before their flight's package ends
             (``--past-end``); without it they stay pending (:mod:`flightplan.run.rental`).
-        calibrated: stage/run name → the duration an earlier campaign measured
-            (``[calibrate] from``, :func:`flightplan.plan.commands.calibrated_estimates`):
-            the frozen plan uses it, as ``flightplan plan`` did; the re-estimate after
-            the pilot replaces it where the pilot measured.
+        calibrated: what an earlier campaign measured (``[calibrate] from``,
+            :func:`flightplan.plan.commands.calibrated_estimates`): the frozen plan uses
+            its durations, as ``flightplan plan`` did (the re-estimate after the pilot
+            replaces them where the pilot measured), and the decision point's ranking its
+            measured disagreement or difference spread per comparison
+            (:func:`flightplan.run.decision.rank_variants`).
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is

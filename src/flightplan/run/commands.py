@@ -123,7 +123,7 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     calibrated = None
     if spec.calibrate is not None and verify is not None:
         from flightplan.plan.commands import calibrated_estimates
-        calibrated = calibrated_estimates(spec, None, verify)[0].durations
+        calibrated = calibrated_estimates(spec, None, verify)[0]
     console = Console()
     runner = make_executor(spec, engine=executor, address=address,
                            trusted_network=trusted_network)

@@ -13,9 +13,10 @@ full campaign (:func:`choose`, a :class:`Choice`).
 Beside the window, the decision point asks which result would change the campaign's
 answer (:func:`rank_variants`, from :mod:`flightplan.plan.power`): the power of every
 comparison not yet made is computed again from the pilot's own predictions (the control's
-confusion matrix, the other run made from the campaign's disagreement) on the whole test
-split, and those variants are ranked by decision value (the probability that their result
-changes the choice) per GPU-hour of their re-estimated duration. A variant whose result
+confusion matrix, the other run made from the campaign's disagreement, or the one an
+earlier campaign measured with ``[calibrate] from``) on the whole test split, and those
+variants are ranked by decision value (the probability that their result changes the
+choice) per GPU-hour of their re-estimated duration. A variant whose result
 cannot change the answer (it cannot reach a conclusive verdict, or every outcome leads to
 the same choice) is proposed for cut with that reason, beside the window's reasons
 (:func:`with_value_cuts`): an optional one is cut while some variant can change the answer
@@ -287,7 +288,8 @@ def _hours_line(plan: dict[str, Any], verdict: str) -> str:
 
 def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapping[str, float],
                   test: TestSplit | None, reference: Predictions | None,
-                  reference_source: str, why_unknown: str = "") -> ValueRanking:
+                  reference_source: str, why_unknown: str = "",
+                  measured: Mapping[str, PairedModel] | None = None) -> ValueRanking:
     """Rank the variants not yet run by decision value per GPU-hour (module docstring).
 
     Args:
@@ -298,28 +300,47 @@ def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapp
         reference: the pilot's predictions (the control's), the model's reference; None
             when there are none (then the campaign file's figures serve, as in ``plan``).
         reference_source: where they came from, reported (``"pilot of control-…"``).
+        measured: variant name → the model an earlier campaign measured for its
+            comparison (``[calibrate] from``: :attr:`flightplan.plan.calibration.Calibrated.models`).
+            A label metric takes its measured disagreement, with the pilot's predictions
+            as the reference; a column metric takes the measured model as it is (the
+            spread of its per-example differences). Comparisons without one take the
+            campaign file's figures.
 
     Returns:
         The ranking; a variant whose power cannot be computed is in ``not_computed``.
     """
     section = spec.campaign
-    models: dict[str, PairedModel] | None = None
+    measured = dict(measured or {})
+    models: dict[str, PairedModel] = {}
     notes: list[str] = []
-    if reference is not None and parse_metric(section.metric).kind == "labels":
+    variants = [run.name for run in spec.runs if run.reference is not None]
+    if parse_metric(section.metric).kind != "labels" or reference is None:
+        models = {name: measured[name] for name in variants if name in measured}
+    else:
         given = section.expected_disagreement
+        file_d = DEFAULT_DISAGREEMENT if given is None else given
+        file_source = ("default; set [campaign] expected_disagreement" if given is None
+                       else "campaign file ([campaign] expected_disagreement)")
+        by_source: dict[tuple[float, str], PairedModel] = {}
         try:
-            model = model_from_reference(
-                section.metric, reference, goal=section.goal,
-                disagreement=DEFAULT_DISAGREEMENT if given is None else given,
-                disagreement_source="default; set [campaign] expected_disagreement"
-                if given is None else "campaign file ([campaign] expected_disagreement)",
-                source=reference_source)
+            for name in variants:
+                inputs = measured[name].inputs if name in measured else {}
+                if inputs.get("disagreement") == 0:
+                    models[name] = measured[name]     # measured: they never disagreed
+                    continue
+                d, d_source = ((float(inputs["disagreement"]), str(inputs["source"]))
+                               if "disagreement" in inputs else (file_d, file_source))
+                if (d, d_source) not in by_source:
+                    by_source[(d, d_source)] = model_from_reference(
+                        section.metric, reference, goal=section.goal, disagreement=d,
+                        disagreement_source=d_source, source=reference_source)
+                models[name] = by_source[(d, d_source)]
         except (CheckFailed, ValueError) as exc:
+            models = {}
             notes.append(f"the pilot's predictions give no model ({exc}); the campaign "
                          f"file's figures serve")
-        else:
-            models = {run.name: model for run in spec.runs if run.reference is not None}
-    power = campaign_power(spec, test, why_unknown=why_unknown, models=models)
+    power = campaign_power(spec, test, why_unknown=why_unknown, models=models or None)
     waiting = set(pending)
     comparisons = {c.variant: c for c in power.comparisons if c.variant in waiting}
     ranked = rank_by_value(comparisons, {name: gpu_hours[name] for name in comparisons})

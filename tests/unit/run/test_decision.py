@@ -201,3 +201,50 @@ def test_a_test_set_too_small_for_any_comparison_is_not_answerable():
     assert small.model["reference_accuracy"] == 0.75 and small.model["examples"] == 8
     # cheaper first: the same value per fewer GPU-hours
     assert [r.variant for r in large.ranked] == ["lora-r4", "lora-r4-len128"]
+
+
+def test_the_decision_point_takes_the_disagreement_an_earlier_campaign_measured():
+    """``[calibrate] from``: a comparison the earlier campaign measured keeps the pilot as
+    its reference with the measured disagreement (3 of 8 examples: 0.375, not the default
+    0.25; its source named);
+    one measured never to disagree cannot change the answer and is proposed for cut."""
+    from pathlib import Path
+
+    from flightplan.metrics import Predictions
+    from flightplan.plan.power import TestSplit, model_from_predictions
+    from flightplan.run.decision import rank_variants
+    from flightplan.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[3] / "examples" / "tiny" / "campaign.toml")
+
+    def predictions(pairs: list[str]) -> Predictions:
+        return Predictions.from_rows([{"example_id": str(i), "gold": g, "predicted": p}
+                                      for i, (g, p) in enumerate(pairs)],
+                                     ["example_id", "gold", "predicted"])
+
+    pilot = predictions(["aa", "bb", "ab", "ba", "aa", "bb", "aa", "bb"])
+    earlier = predictions(["aa", "bb", "ab", "ba", "aa", "bb", "aa", "bb"])
+    other = predictions(["ab", "bb", "aa", "bb", "aa", "bb", "aa", "bb"])   # differs on 3
+    metric, goal = spec.campaign.metric, spec.campaign.goal
+    measured = {"lora-r4": model_from_predictions(metric, earlier, other, goal=goal,
+                                                  source="results of tiny-earlier")}
+    hours = {"lora-r4": 0.01, "lora-r4-len128": 0.02}
+
+    def ranking(models):
+        return rank_variants(spec, pending=list(hours), gpu_hours=hours,
+                             test=TestSplit(379, None, "by hand"), reference=pilot,
+                             reference_source="pilot of control", measured=models)
+
+    value = ranking(measured)
+    assert (value.model["disagreement"], value.model["disagreement_source"]) == (
+        0.375, "results of tiny-earlier")
+    assert value.model["reference_accuracy"] == 0.75          # the pilot's, as before
+    unmeasured = ranking({})
+    assert unmeasured.model["disagreement_source"].startswith("default")
+    by_variant = {r.variant: r.decision_value for r in value.ranked}
+    assert by_variant["lora-r4"] != {r.variant: r.decision_value
+                                     for r in unmeasured.ranked}["lora-r4"]
+    same = {"lora-r4": model_from_predictions(metric, earlier, earlier, goal=goal,
+                                              source="results of tiny-earlier")}
+    never = {r.variant: r for r in ranking(same).ranked}["lora-r4"]
+    assert never.cut and never.decision_value == 0.0
