@@ -33,12 +33,12 @@ import pytest
 from pty_terminal import Terminal
 
 mlflow = pytest.importorskip("mlflow", reason="Requires: the mlflow extra")
+from cli_run import ENV as BASE_ENV  # noqa: E402
+from cli_run import FLIGHTPLAN  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-           MLFLOW_DISABLE_TELEMETRY="true",
+ENV = dict(BASE_ENV, MLFLOW_DISABLE_TELEMETRY="true",
            PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
 pytestmark = pytest.mark.slow

@@ -41,8 +41,9 @@ from flightplan.spec import load_spec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from ray_cluster import descendants, exposed_listeners, kill_node, loopback_cluster
 
+from cli_run import FLIGHTPLAN
+
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 HANG_S = 600
 """A campaign that takes longer than this has hung (a safety net, not a speed check)."""
 

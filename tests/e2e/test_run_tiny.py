@@ -15,12 +15,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from cli_run import ENV, FLIGHTPLAN
 
 from flightplan.campaign_lock import lock_holder
 from flightplan.rows import Evaluation, Measurement, Restore
@@ -28,7 +29,6 @@ from flightplan.run.ledger import Ledger
 from flightplan.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 NAN_RUN = """
 [[run]]
 name = "control-nan"
@@ -39,7 +39,6 @@ inject_nan_at_step = 3 }
 duration = "15s"
 after = ["pilot"]
 """
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 pytestmark = pytest.mark.slow
 

@@ -11,20 +11,18 @@ while it reloads artifacts, then run to the end in a pipe.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_run import ENV, FLIGHTPLAN
 from pty_terminal import Terminal
 
 from flightplan.run.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
-FLIGHTPLAN = str(Path(sys.executable).parent / "flightplan")
-ENV = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 HANG_S = 900
 """A command that takes longer has hung (a safety net, not a speed check)."""
 NAN_RUN = """
@@ -80,12 +78,12 @@ def campaign(tmp_path_factory):
     """The campaign interrupted once by Ctrl-C in a pty, then run again in a pipe."""
     folder = tmp_path_factory.mktemp("terminal")
     _campaign(folder)
-    term = Terminal([FLIGHTPLAN, "run", "campaign.toml"], cwd=folder, env=ENV, columns=80)
+    term = Terminal([str(FLIGHTPLAN), "run", "campaign.toml"], cwd=folder, env=ENV, columns=80)
     trained = term.wait_for(lambda: _checkpoints_saved(list((folder / "runs").glob("*"))) >= 1,
                             timeout=HANG_S)
     term.type_ctrl_c()
     code = term.wait(timeout=120)
-    again = subprocess.run([FLIGHTPLAN, "run", "campaign.toml"], cwd=folder, env=ENV,
+    again = subprocess.run([str(FLIGHTPLAN), "run", "campaign.toml"], cwd=folder, env=ENV,
                            capture_output=True, text=True, timeout=HANG_S)
     return {"folder": folder, "trained": trained, "interrupted": term, "code": code,
             "again": again}
@@ -129,7 +127,7 @@ def test_ctrl_c_prints_the_resume_line_exits_130_and_running_again_is_bitwise_id
 @pytest.mark.parametrize("columns", [80, 120])
 def test_status_shows_every_run_id_in_full_within_the_width(campaign, columns):
     folder = campaign["folder"]
-    term = Terminal([FLIGHTPLAN, "status"], cwd=folder, env=ENV, columns=columns)
+    term = Terminal([str(FLIGHTPLAN), "status"], cwd=folder, env=ENV, columns=columns)
     assert term.wait(timeout=HANG_S) == 0, term.text
     lines = [line for line in term.lines() if line]
     assert max(len(line) for line in lines) <= columns
@@ -148,7 +146,7 @@ def test_close_shows_progress_on_a_terminal_stops_on_ctrl_c_and_is_quiet_in_a_pi
     """close in a pty: its steps with their counts, then Ctrl-C while it reloads the
     artifacts; the same close in a pipe afterwards: no progress, and it verifies."""
     folder = campaign["folder"]
-    term = Terminal([FLIGHTPLAN, "close", "campaign.toml"], cwd=folder, env=ENV, columns=80)
+    term = Terminal([str(FLIGHTPLAN), "close", "campaign.toml"], cwd=folder, env=ENV, columns=80)
     reloading = re.compile(r"reloading each artifact in a fresh process .* [0-9]/3 ")
     assert term.wait_for(lambda: any(reloading.search(line) for line in term.lines()),
                          timeout=HANG_S), term.text[-3000:]
@@ -164,7 +162,7 @@ def test_close_shows_progress_on_a_terminal_stops_on_ctrl_c_and_is_quiet_in_a_pi
         r"far is kept; run `flightplan close campaign.toml` again to complete and verify "
         r"results/", stopped[0]), stopped
 
-    piped = subprocess.run([FLIGHTPLAN, "close", "campaign.toml"], cwd=folder, env=ENV,
+    piped = subprocess.run([str(FLIGHTPLAN), "close", "campaign.toml"], cwd=folder, env=ENV,
                            capture_output=True, text=True, timeout=HANG_S)
     assert piped.returncode == 0, piped.stdout + piped.stderr
     assert piped.stderr == "" and "\x1b[" not in piped.stdout
