@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from flightplan.durable import fsync_dir
 from flightplan.errors import ArgumentError, TrackingFailed
 from flightplan.rows import Row, UnknownEvent, as_number
 
@@ -208,6 +209,43 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
         yield items[start:start + size]
 
 
+def create_sqlite_store(tracking_uri: str) -> None:
+    """Create the SQLite store of ``tracking_uri`` (``sqlite:///PATH``) whole or not at all,
+    when PATH does not exist yet or is empty; any other URI or an existing store is left
+    as it is.
+
+    MLflow creates its tables through a chain of migrations, each its own transaction, so
+    a process killed among them leaves a database that MLflow cannot open again ("table
+    _alembic_tmp_experiments already exists"; found by ``bench/faults.py``'s ``export``
+    kind). Here MLflow creates the tables (and its ``Default`` experiment, with the artifact
+    root it would give it) in ``.PATH.creating`` beside PATH, which is then fsync'd and
+    renamed into place; a leftover from a killed attempt is removed first.
+
+    Raises:
+        Exception: whatever MLflow or the file system raises (the caller names the store).
+    """
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    path = Path(tracking_uri[len("sqlite:///"):])
+    if path.exists() and path.stat().st_size > 0:
+        return
+    from mlflow.store.tracking import DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.creating")
+    for leftover in (staging, staging.with_name(f"{staging.name}-journal")):
+        leftover.unlink(missing_ok=True)
+    # MLflow leaves the store constructor unannotated
+    store = SqlAlchemyStore(f"sqlite:///{staging}",  # type: ignore[no-untyped-call]
+                            DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH)
+    store.engine.dispose()
+    with open(staging, "rb+") as created:
+        os.fsync(created.fileno())
+    os.replace(staging, path)
+    fsync_dir(path.parent)
+
+
 class MlflowStore:
     """One MLflow tracking store, written through ``MlflowClient``.
 
@@ -229,7 +267,8 @@ class MlflowStore:
         for name, value in HTTP_SETTINGS.items():
             os.environ.setdefault(name, value)
         self.uri = tracking_uri
-        try:   # the client opens the store: a SQLite one is created (folder, tables) here
+        try:   # the client opens the store (a new SQLite one is created whole first)
+            create_sqlite_store(tracking_uri)
             self.client = MlflowClient(tracking_uri=tracking_uri)
         except Exception as exc:
             raise self._fail("opening the store", exc) from exc
