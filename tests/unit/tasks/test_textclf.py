@@ -278,11 +278,12 @@ def test_length_batches_are_the_cheapest_cut_of_the_sorted_inputs():
         assert _cost(pieces, lengths, call_tokens) == _cheapest_cut(lengths, max_batch, call_tokens)
 
 
-def test_a_training_step_computes_the_padded_batch_with_the_same_dropout_masks():
-    """The step pads the batch to its longest input and its linear layers compute the real
-    tokens only; with dropout on, loss and gradients equal those of the whole padded
-    batch computed by the encoder as it is (same RNG state: the same dropout masks), and
-    the padding does not leak into a text's result (each text alone, in eval mode)."""
+def test_a_training_step_computes_each_text_as_the_encoder_does_under_its_mask():
+    """The step pads the batch to its longest input and computes the real tokens only:
+    with every dropout at 0 (train mode), loss and gradients equal those of the whole
+    padded batch through the transformers encoder under its attention mask; in eval mode
+    they equal each text alone; with dropout on, the same RNG state gives the same bits
+    and dropout acts (another loss)."""
     params = TaskParams.from_params(dict(LORA, max_length=128))   # few reviews are cut
     base = BaseModelSection.model_validate(BASE)
     corpus = load_corpus(CorpusSection.model_validate(CORPUS), Path("."))
@@ -296,13 +297,15 @@ def test_a_training_step_computes_the_padded_batch_with_the_same_dropout_masks()
     step = TrainStep(model, split, gold, optimizer, torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: 1.0), grad_scaler("fp32", torch.device("cpu")), "fp32")
     trained = [p for p in model.parameters() if p.requires_grad]
-    torch.manual_seed(7)
-    loss, seq_len, tokens = step(rows)
-    assert (seq_len, tokens) == (max(lengths), sum(lengths))
-    packed = [p.grad.clone() for p in trained]
+
+    def stepped(seed: int) -> tuple[float, list[torch.Tensor]]:
+        torch.manual_seed(seed)
+        loss, seq_len, tokens = step(rows)
+        assert (seq_len, tokens) == (max(lengths), sum(lengths))
+        return loss.item(), [p.grad.clone() for p in trained]
 
     def unpacked(groups: list[list[int]]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The padded batches through the encoder itself, no linear packed."""
+        """The padded batches through the transformers encoder itself, under the mask."""
         model.zero_grad(set_to_none=True)
         embedded = []
         for group in groups:
@@ -320,10 +323,18 @@ def test_a_training_step_computes_the_padded_batch_with_the_same_dropout_masks()
         return all((x - y).abs().max().item() <= tolerance * max(1.0, y.abs().max().item())
                    for x, y in zip(a, b))
 
-    torch.manual_seed(7)
+    with_dropout, grads = stepped(7)
+    again, grads_again = stepped(7)
+    assert again == with_dropout and all(torch.equal(x, y) for x, y in zip(grads, grads_again))
+    dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert any(m.p > 0 for m in dropouts)
+    for m in dropouts:
+        m.p = 0.0
+    without, packed = stepped(7)
+    assert without != with_dropout
     reference_loss, reference_grads = unpacked([rows])
-    assert abs(loss.item() - reference_loss.item()) <= 1e-6 and close(packed, reference_grads, 1e-6)
-    model.eval()                                               # no dropout: each text alone
+    assert abs(without - reference_loss.item()) <= 1e-6 and close(packed, reference_grads, 1e-5)
+    model.eval()                                               # each text alone
     model.zero_grad(set_to_none=True)
     torch.nn.functional.cross_entropy(model(*collate([split.input_ids[i] for i in rows],
                                                      split.pad_id)), gold[rows]).backward()

@@ -29,14 +29,17 @@ from flightplan.tasks.textclf.cost_model import pilot_examples
 __all__ = ["CODE_VERSION", "PREDICTION_COLUMNS", "train", "reload_predictions", "base_revision", "data_check",
            "load_artifact", "estimate_run", "pilot_examples"]
 
-CODE_VERSION = "3"
+CODE_VERSION = "4"
 """Bump when a change alters what a run computes (a new version gives new run ids).
 2: evaluation in batches of equal token length (probabilities move in the last float32
 bits), runs on the GPU the executor gives them, ``precision`` param.
 3: the encoder's linear layers compute the real tokens of a padded batch only; evaluation
 and the control's embedding passes in length-sorted batches cut where padding would cost
 more than a call (probabilities move in the last float32 bits). Training steps keep the
-padded batch and its dropout masks."""
+padded batch and its dropout masks.
+4: the whole encoder computes the real tokens only, attention within each example
+(:mod:`.packed`); dropout draws masks for the real positions only, so training takes
+another random stream than version 3's."""
 
 PREDICTION_COLUMNS = ("example_id", "gold", "predicted", "n_tokens", "truncated", "prob_*")
 """The columns of its predictions.csv (:mod:`flightplan.tasks.protocol`): ``prob_<label>``

@@ -52,9 +52,9 @@ model adds what only textclf logs: the encoder's forward time on length-sorted b
 
 ``setup_s`` (reading, hashing and tokenising the corpus, loading the tokenizer) is the
 data check's wall time: the same work a run does before it builds its model.
-``B · kept(L)`` counts the tokens a step computes, since textclf's linear layers compute
-the real tokens of a padded batch only (:class:`~flightplan.tasks.textclf.model.RealTokenLinears`);
-the attention over the padding is left out. ``L0`` is the control's
+``B · kept(L)`` counts the tokens a step computes, since textclf computes the real
+tokens of a padded batch only (:class:`~flightplan.tasks.textclf.packed.RealTokenEncoder`);
+attention's share, quadratic in each text's length, is left out. ``L0`` is the control's
 max_length; ``mean_len`` the corpus's mean untruncated length (data check).
 
 """

@@ -4,8 +4,8 @@ Forward-only passes (evaluation, the control's embedding passes) take the split 
 by length, cut by :func:`length_batches` into batches of at most :data:`EVAL_BATCH`
 where padding would cost more than another forward call, each padded to its longest
 input. The attention mask keeps the padding out of every real token's attention and out
-of the mean pooling, and the encoder's linear layers compute the real tokens only
-(:class:`~flightplan.tasks.textclf.model.RealTokenLinears`). The batches are a pure
+of the mean pooling, and the encoder computes the real tokens only
+(:class:`~flightplan.tasks.textclf.packed.RealTokenEncoder`). The batches are a pure
 function of the inputs' lengths, so a reload in a fresh process reproduces the run's
 file bit for bit on the same machine with the same thread count. Against one example at
 a time (``batch=1``: no padding) the results promise agreement within 1e-5

@@ -117,11 +117,11 @@ class TrainStep:
     (``bench/peer_step.py`` times this very object against a bare PEFT step).
 
     Trained encoder: the batch padded to its longest input, as a standard collator pads
-    it, in one forward pass whose linear layers compute the real tokens only
-    (:class:`~flightplan.tasks.textclf.model.RealTokenLinears`: dropout draws the masks of
-    the padded batch, so the numerics are those of the padded batch); then the loss, one
-    backward pass. Control (``embeddings`` given, (N, H) on the model's device): the head
-    reads the precomputed rows. Then AdamW (through the scaler, which passes through
+    it, in one forward pass that computes the real tokens only, attention within each
+    text (:class:`~flightplan.tasks.textclf.packed.RealTokenEncoder`: dropout draws masks
+    for the real positions only); then the loss, one backward pass. Control
+    (``embeddings`` given, (N, H) on the model's device): the head reads the precomputed
+    rows. Then AdamW (through the scaler, which passes through
     unless fp16) and the scheduler.
 
     ``__call__(rows, nan=False) -> (loss, seq_len, tokens)``: the loss as a 0-d tensor (the

@@ -18,23 +18,23 @@ import hashlib
 import importlib
 import importlib.metadata
 import os
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from flightplan.errors import SpecError
+from flightplan.tasks.textclf.packed import RealTokenEncoder
 from flightplan.trial.accelerator import THREADS_ENV, TORCH_THREADS, torch_threads
 from flightplan.spec import BaseModelSection
 
 if TYPE_CHECKING:
     from transformers import BertModel
 
-__all__ = ["AdapterParams", "TaskParams", "TextClassifier", "RealTokenLinears", "TrainableParameters",
+__all__ = ["AdapterParams", "TaskParams", "TextClassifier", "TrainableParameters",
            "model_dir", "load_tokenizer", "build_classifier", "base_revision",
            "TORCH_THREADS", "THREADS_ENV", "torch_threads"]
 
@@ -232,73 +232,15 @@ def base_revision(section: BaseModelSection, *, init_seed: int = 0) -> dict[str,
     return revision
 
 
-class RealTokenLinears:
-    """Runs the encoder's large linear layers on the real tokens of a padded batch only.
-
-    In a batch padded to ``T`` tokens with attention mask ``M`` (B, T), the linear layers
-    (24·H² FLOPs per token and layer against 4·T·H for attention: 95 % for MiniLM at
-    T = 128) would compute all ``B · T`` rows, padding included. While :meth:`real_tokens` is active,
-    every ``nn.Linear`` of the encoder but the LoRA adapters' own (rank × width: cheap)
-    takes the ``R = Σ M`` real rows of its input, (B, T, in) → (R, in), and returns its
-    output scattered back to (B, T, out) with zero rows at the padding. Query, key and
-    value share one gathered input; the feed-forward block's first linear
-    (``intermediate.dense``) passes its (R, 4H) rows through the activation to the second,
-    which only scatters. Everything else — embeddings, attention under its mask, every
-    dropout, the layer norms — sees the padded batch as it is, so dropout draws the same
-    masks from the same RNG as without packing, and a real token's values equal the
-    padded computation's up to float rounding (a linear computes each row alone; only the
-    kernel's blocking may change with the row count: the drug-review runs' 228 losses
-    stayed within 2.4e-6 of version 2's). Padded rows carry other values than before, which
-    the attention mask and the mean pooling never read.
-    """
-
-    def __init__(self, encoder: nn.Module) -> None:
-        self._rows: torch.Tensor | None = None          # (R,) flat indices of real tokens
-        self._shape: tuple[int, int] = (0, 0)            # (B, T)
-        self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
-        for name, module in encoder.named_modules():
-            if isinstance(module, nn.Linear) and ".lora_" not in name:
-                module.register_forward_pre_hook(self._gather)
-                if not name.endswith("intermediate.dense"):
-                    module.register_forward_hook(self._scatter)
-
-    @contextmanager
-    def real_tokens(self, attention_mask: torch.Tensor) -> Iterator[None]:
-        """Pack the linears for one forward pass of a batch with ``attention_mask`` (B, T);
-        a mask without padding leaves them as they are."""
-        if bool(attention_mask.all()):
-            yield
-            return
-        self._rows = attention_mask.reshape(-1).nonzero().squeeze(1)
-        self._shape = (int(attention_mask.shape[0]), int(attention_mask.shape[1]))
-        try:
-            yield
-        finally:
-            self._rows = self._gathered = None
-
-    def _gather(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        x = args[0]
-        if self._rows is None or x.dim() == 2:          # off, or rows already (FFN's 2nd)
-            return None
-        if self._gathered is None or self._gathered[0] is not x:
-            self._gathered = (x, x.reshape(-1, x.shape[-1]).index_select(0, self._rows))
-        return (self._gathered[1], *args[1:])
-
-    def _scatter(self, module: nn.Module, args: tuple[Any, ...], out: torch.Tensor
-                 ) -> torch.Tensor | None:
-        if self._rows is None:
-            return None
-        batch, width = self._shape
-        full = out.new_zeros(batch * width, out.shape[-1]).index_copy(0, self._rows, out)
-        return full.view(batch, width, -1)
-
-
 class TextClassifier(nn.Module):
     """Encoder → mean pooling over real tokens → dropout → linear head.
 
     ``forward(input_ids (B, T), attention_mask (B, T)) -> logits (B, C)``. The encoder is a
-    ``BertModel`` (with peft LoRA layers for a variant); in a padded batch its linear
-    layers compute the real tokens only (:class:`RealTokenLinears`).
+    ``BertModel`` (with peft LoRA layers for a variant); it runs on the real tokens of a
+    padded batch only (:class:`~flightplan.tasks.textclf.packed.RealTokenEncoder`).
+
+    Raises:
+        TaskError: the encoder is not a BERT that :class:`RealTokenEncoder` computes.
     """
 
     def __init__(self, encoder: nn.Module, hidden_size: int, n_labels: int, dropout: float,
@@ -310,7 +252,9 @@ class TextClassifier(nn.Module):
         self.head = nn.Linear(hidden_size, n_labels)
         if frozen_encoder:
             self.encoder.requires_grad_(False)
-        self.linears = RealTokenLinears(encoder)
+        unwrap: Any = getattr(encoder, "get_base_model", None)    # a peft model's BertModel
+        bert: nn.Module = unwrap() if callable(unwrap) else encoder
+        self.real_tokens = RealTokenEncoder(bert)
 
     def train(self, mode: bool = True) -> "TextClassifier":
         """Train mode for head (and adapters); a frozen encoder always stays in eval."""
@@ -321,12 +265,7 @@ class TextClassifier(nn.Module):
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Mean of the last hidden states over unmasked tokens: (B, T) → (B, H)."""
-        with self.linears.real_tokens(attention_mask):
-            hidden = self.encoder(input_ids=input_ids,
-                                  attention_mask=attention_mask).last_hidden_state  # (B, T, H)
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)              # (B, T, 1)
-        pooled: torch.Tensor = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-        return pooled  # (B, H)
+        return self.real_tokens.pooled(input_ids, attention_mask)
 
     def classify(self, pooled: torch.Tensor) -> torch.Tensor:
         """Head on pooled embeddings: (B, H) → logits (B, C)."""
