@@ -46,11 +46,17 @@ from .cli_harness import child_env
 if TYPE_CHECKING:
     from .flight_faults import Flights
 
-__all__ = ["SHIM_DIR", "CrashPoint", "Attempt", "CampaignCrashReport", "crash_campaign",
+__all__ = ["SHIM_DIR", "shim_path", "CrashPoint", "Attempt", "CampaignCrashReport", "crash_campaign",
            "count_calls", "draw_points", "run_with_crash", "fingerprint", "store_fingerprint",
            "ledger_findings", "event_order_ok", "WATCHED"]
 
 SHIM_DIR = Path(__file__).resolve().with_name("faultshim")
+
+
+def shim_path(pythonpath: str | None) -> str:
+    """A ``PYTHONPATH`` that loads the fault shim (its ``sitecustomize``) first, then
+    ``pythonpath`` (may be empty or None)."""
+    return os.pathsep.join(p for p in (str(SHIM_DIR), pythonpath) if p)
 # substrings that count-mode tallies separately: checkpoint files, the results directory,
 # the folders where the Trainer and Lightning write their own saves, MLflow's artifacts
 WATCHED = ("checkpoints", "results", "staging", "mlartifacts")
@@ -113,7 +119,7 @@ def fault_config(point: CrashPoint, marker: Path) -> dict:
 def _env(point: CrashPoint | None, marker: Path | None, count_file: Path | None) -> dict[str, str]:
     env = child_env()
     env.pop("FLIGHTPLAN_FAULT_FILE", None)   # a flight node's, not this process's
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SHIM_DIR), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = shim_path(env.get("PYTHONPATH"))
     if count_file is not None:
         env["FLIGHTPLAN_FAULT_COUNT"] = str(count_file)
         env["FLIGHTPLAN_FAULT_CONTAINS"] = ",".join(WATCHED)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .cli_harness import ROOT
-from .crash_harness import SHIM_DIR, CrashPoint
+from .crash_harness import CrashPoint, shim_path
 
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from ray_cluster import kill_node, loopback_cluster, node_of  # noqa: E402
@@ -81,8 +81,8 @@ class Flights:
         with tempfile.TemporaryDirectory(prefix="flightplan-flights-") as scratch:
             fault_file = Path(scratch) / "fault.json"
             fault_file.write_text("null")
-            path = os.pathsep.join(p for p in (str(SHIM_DIR), os.environ.get("PYTHONPATH")) if p)
-            env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": path,
+            env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "PYTHONPATH": shim_path(os.environ.get("PYTHONPATH")),
                    "FLIGHTPLAN_FAULT_FILE": str(fault_file)}
             with loopback_cluster(flights=count, env=env) as (cluster, nodes, _):
                 yield cls(cluster, nodes, fault_file)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from .cli_harness import FLIGHTPLAN
-from .crash_harness import SHIM_DIR, CrashPoint, count_calls, crash_campaign, fingerprint
+from .crash_harness import CrashPoint, count_calls, shim_path, crash_campaign, fingerprint
 from .small_campaigns import docs_task, docs_trainer, small_lightning
 
 # opens two files for writing under staging/ (open, os.open), one for reading; two INSERTs
@@ -60,8 +60,8 @@ def test_a_process_reads_its_fault_from_the_file_a_flight_node_names(tmp_path: P
     fault = tmp_path / "fault.json"
     fault.write_text(json.dumps({"role": "runner", "point": "open", "nth": 2, "after": False,
                                  "contains": "staging", "group": False, "marker": str(marker)}))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(SHIM_DIR), os.environ.get("PYTHONPATH")) if p), FLIGHTPLAN_FAULT_FILE=str(fault))
+    env = dict(os.environ, PYTHONPATH=shim_path(os.environ.get("PYTHONPATH")),
+               FLIGHTPLAN_FAULT_FILE=str(fault))
     env.pop("FLIGHTPLAN_FAULT", None)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=60)

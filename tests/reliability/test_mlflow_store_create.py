@@ -11,7 +11,6 @@ then give the store an uninterrupted creation gives, and leave nothing beside it
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 
 pytest.importorskip("mlflow")
 
-from reliability.crash_harness import SHIM_DIR  # noqa: E402
+from reliability.crash_harness import shim_path  # noqa: E402
 from reliability.cli_harness import child_env  # noqa: E402
 
 CREATE = ("import sys; from flightplan.tracking.store import MlflowStore; "
@@ -39,8 +38,7 @@ def _experiments(store: Path, folder: Path) -> list[tuple[str, str, str]]:
 
 def _python(code: str, store: Path, *, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     environment = child_env(MLFLOW_DISABLE_TELEMETRY="true", **env)
-    environment["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(SHIM_DIR), environment.get("PYTHONPATH", "")) if p)
+    environment["PYTHONPATH"] = shim_path(environment.get("PYTHONPATH"))
     return subprocess.run([sys.executable, "-c", code, str(store)], cwd=cwd, env=environment,
                           capture_output=True, text=True, timeout=300)
 
