@@ -103,6 +103,14 @@ class Row:
         if not ok:
             self.failures.append(what)
 
+    def absorb(self, other: "Row") -> None:
+        """Add ``other``'s counts, failures, seconds and kinds to this row's."""
+        self.tried += other.tried
+        self.handled += other.handled
+        self.failures += other.failures
+        self.seconds += other.seconds
+        self.kinds.update(other.kinds)
+
 
 # --- bad campaign files ------------------------------------------------------------------
 
@@ -533,11 +541,7 @@ def bench_crash_points(args, work: Path, log) -> list[Row]:
         done += [future.result() for future in pending]
     for own in done:
         for name, row in own.items():
-            rows[name].tried += row.tried
-            rows[name].handled += row.handled
-            rows[name].failures += row.failures
-            rows[name].seconds += row.seconds
-            rows[name].kinds.update(row.kinds)
+            rows[name].absorb(row)
     tried, handled = sum(r.tried for r in rows.values()), sum(r.handled for r in rows.values())
     log(f"  crash points: {handled} / {tried} bitwise identical, verify passed (seed {args.seed}, "
         f"{args.crash_points} asked)")
