@@ -132,7 +132,7 @@ PING_S = 5.0
 RECONNECTS = 2
 """Tries to make a dropped connection again before the flight falls back to Ray's polls."""
 
-_WAIT_S = 0.05
+_WAIT_S = 0.1
 """How often a flight with nothing to send looks for a new checkpoint (seconds; Ray's
 polls come every 0.2 s)."""
 
@@ -198,7 +198,7 @@ def _read_into(sock: socket.socket, view: memoryview) -> None:
         n = sock.recv_into(view[got:])
         if n == 0:
             raise ChannelError(f"the peer closed the connection ({got} of {view.nbytes} "
-                               f"bytes of a frame read)")
+                               f"bytes it was due to send read)")
         got += n
 
 
