@@ -12,17 +12,19 @@ and two nodes of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.p
 2. **transfer**: a checkpoint of ``--mib`` MiB (two random tensor files and a manifest)
    committed on a flight by a stand-in worker, streamed home by the Ray executor
    (:mod:`flightplan.run.executors.stream`: chunks, hashes on both sides, fsync, rename at
-   home); its throughput is its bytes over its ``stream_s`` (the ``checkpoint_transfer``
-   row: from asking for its first chunk to durable at home), against ``shutil.copytree``
-   of the same folder plus an fsync of every file. Best of ``--rounds`` each; their ratio.
-   Beside it, the peak resident memory above idle of the flight's host (the ``RunHost``
-   actor process) and of home (this process), each reset to its idle size first
+   home) over its direct connection (:mod:`flightplan.run.executors.channel`); its
+   throughput is its bytes over its ``stream_s`` (the ``checkpoint_transfer`` row: from
+   its first chunk coming to durable at home), against ``shutil.copytree`` of the same
+   folder plus an fsync of every file. Best of ``--rounds`` each; their ratio. Beside it,
+   the same checkpoint with Ray's polls (the fallback, ``RayExecutor(direct=False)``), and
+   the peak resident memory above idle of the flight's host (the ``RunHost`` actor
+   process) and of home (this process), each reset to its idle size first
    (``/proc/<pid>/clear_refs``), against the target of four chunk sizes.
 
 Usage::
 
     .venv/bin/python bench/distributed.py [--mib 1024] [--rounds 3] [--skip-campaign]
-        [--free-ms MS]
+        [--free-ms MS] [--skip-polls]
 """
 
 from __future__ import annotations
@@ -141,10 +143,17 @@ def _reset_peak(pid: int | str) -> int:
     return _status(pid, "VmRSS")
 
 
+def _cpu_s(pid: int | str) -> float:
+    """CPU seconds (user + system) a process has used (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Peak(threading.Thread):
     """The peak resident size above idle of one process while a transfer runs: in all
     (``VmHWM``, reset to the idle size first) and of its private pages (``RssAnon +
-    RssFile``, read every 10 ms). ``pid`` None: find the flight's host (the process titled
+    RssFile``, read every 10 ms), and the CPU seconds it has used, with the time of each
+    reading (:meth:`cpu_between`). ``pid`` None: find the flight's host (the process titled
     ``ray::RunHost``) and measure it once it is up and idle."""
 
     seen: set[int] = set()
@@ -153,7 +162,14 @@ class Peak(threading.Thread):
     def __init__(self, pid: int | str | None) -> None:
         super().__init__(daemon=True)
         self.pid, self.total, self.private = pid, 0, 0
+        self.cpu: list[tuple[float, float]] = []         # (unix time, CPU seconds)
         self.stop = threading.Event()
+
+    def cpu_between(self, start: float, end: float) -> float:
+        """CPU seconds used between unix times ``start`` and ``end`` (the readings nearest
+        inside them, 10 ms apart)."""
+        inside = [cpu for at, cpu in self.cpu if start <= at <= end]
+        return inside[-1] - inside[0] if inside else float("nan")
 
     def _find(self) -> int | None:
         for entry in os.listdir("/proc"):
@@ -179,6 +195,7 @@ class Peak(threading.Thread):
             while not self.stop.is_set():
                 self.total = max(self.total, _status(self.pid, "VmHWM") - idle)
                 self.private = max(self.private, _memory(self.pid)[0] - private_idle)
+                self.cpu.append((time.time(), _cpu_s(self.pid)))
                 time.sleep(0.01)
         except (OSError, KeyError):
             return                                   # it ended: its last peak was read
@@ -240,42 +257,63 @@ def _makespan(cluster, work: Path) -> None:
           f"(ray / local)", flush=True)
 
 
-def _streamed(cluster, tmp: Path, work: Path, *, mib: int, rounds: int) -> None:
-    """A ``mib`` MiB checkpoint streamed home ``rounds`` times against copy + fsync, with
-    the peak memory of both sides."""
+def _streamed(cluster, tmp: Path, work: Path, *, mib: int, rounds: int, polls: bool) -> None:
+    """A ``mib`` MiB checkpoint streamed home ``rounds`` times over the direct connection
+    (and, unless not ``polls``, with Ray's polls) against copy + fsync, with the peak memory
+    of both sides on the direct connection."""
     from flightplan.run.executors.ray_executor import RayExecutor
     from flightplan.run.executors.stream import CHUNK_BYTES, DEPTH
 
     stand_in = work / "stand_in.py"
     stand_in.write_text(STAND_IN)
-    executor = RayExecutor(address=cluster.address, scratch=str(tmp / "scratch"),
-                           worker=[sys.executable, str(stand_in)])
-    executor.connect()
+    executors = {direct: RayExecutor(address=cluster.address, scratch=str(tmp / "scratch"),
+                                     worker=[sys.executable, str(stand_in)], direct=direct)
+                 for direct in ((True, False) if polls else (True,))}
+    executors[True].connect()
     warm = work / "warm" / "step-000001"
     _checkpoint(warm, 16)
-    _transfer(executor, work, warm, 0)               # every code path imported
+    for executor in executors.values():
+        _transfer(executor, work, warm, 0)           # every code path imported
     source = work / "flight" / "step-000001"
     size = _checkpoint(source, mib)
-    best_stream = best_copy = float("inf")
+    best = {direct: float("inf") for direct in executors}
+    best_copy = copy_cpu = float("inf")
     peaks = {"host": [0, 0], "home": [0, 0]}
+    cpu = {"host": float("inf"), "home": float("inf")}
     for round_ in range(1, rounds + 1):
-        row, host, home = _transfer(executor, work, source, round_)
-        assert row["bytes"] == size and row["resent_bytes"] == 0
-        best_stream = min(best_stream, row["stream_s"])
-        for name, peak in (("host", host), ("home", home)):
-            peaks[name] = [max(peaks[name][0], peak.private), max(peaks[name][1], peak.total)]
-        started = time.perf_counter()
+        for direct, executor in executors.items():
+            row, host, home = _transfer(executor, work, source, round_)
+            assert row["bytes"] == size and row["resent_bytes"] == 0
+            best[direct] = min(best[direct], row["stream_s"])
+            for name, peak in (("host", host), ("home", home)):
+                if direct:
+                    peaks[name] = [max(peaks[name][0], peak.private),
+                                   max(peaks[name][1], peak.total)]
+                    cpu[name] = min(cpu[name], peak.cpu_between(
+                        row["time"] - row["stream_s"], row["time"]))
+        started, cpu_started = time.perf_counter(), time.process_time()
         _copy_fsync(source, work / f"copy-{round_}")
         best_copy = min(best_copy, time.perf_counter() - started)
+        copy_cpu = min(copy_cpu, time.process_time() - cpu_started)
         shutil.rmtree(work / f"copy-{round_}")
     alone = _ray_alone(size)
-    executor.close()
+    executors[True].close()
     mb, chunks = size / 1e6, 4 * CHUNK_BYTES
-    print(f"transfer  {mb:.0f} MB checkpoint streamed home in {CHUNK_BYTES // MIB} MiB chunks, "
-          f"{DEPTH} in flight: {mb / best_stream:.0f} MB/s (Ray's transport alone, one "
-          f"object: {mb / alone:.0f} MB/s); local copy + fsync {mb / best_copy:.0f} MB/s -> "
-          f"{best_copy / best_stream:.2f} (target >= 0.5)", flush=True)
-    print(f"memory    peak resident above idle, private / with Ray's object store: flight "
+    by_polls = (f"; with Ray's polls, {DEPTH} in flight: {mb / best[False]:.0f} MB/s"
+                if False in best else "")
+    print(f"transfer  {mb:.0f} MB checkpoint streamed home in {CHUNK_BYTES // MIB} MiB chunks "
+          f"over the direct connection: {mb / best[True]:.0f} MB/s{by_polls} (Ray's "
+          f"transport alone, one object: {mb / alone:.0f} MB/s); local copy + fsync "
+          f"{mb / best_copy:.0f} MB/s -> {best_copy / best[True]:.2f} (target >= 0.5)",
+          flush=True)
+    gb = size / 1e9
+    print(f"cpu       seconds per GB while it streamed over the direct connection (least of "
+          f"the rounds): flight "
+          f"host {cpu['host'] / gb:.2f}, home {cpu['home'] / gb:.2f} (the two sides share this "
+          f"machine's {os.cpu_count()} cores); local copy + fsync {copy_cpu / gb:.2f}",
+          flush=True)
+    print(f"memory    peak resident above idle on the direct connection, private / in all "
+          f"(Ray's object store included): flight "
           f"host {peaks['host'][0] / MIB:.0f} / {peaks['host'][1] / MIB:.0f} MiB, home "
           f"{peaks['home'][0] / MIB:.0f} / {peaks['home'][1] / MIB:.0f} MiB -> "
           f"{max(peaks['host'][0], peaks['home'][0]) / chunks:.2f} / "
@@ -288,6 +326,8 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=1024, help="checkpoint size (MiB)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-campaign", action="store_true", help="transfer only")
+    parser.add_argument("--skip-polls", action="store_true",
+                        help="not the same checkpoint with Ray's polls")
     parser.add_argument("--free-ms", type=int, default=None,
                         help="Ray's free_objects_period_milliseconds on every node (Ray's "
                              "default: 1000)")
@@ -301,7 +341,8 @@ def main() -> None:
         with loopback_cluster(flights=2, env=env) as (cluster, _, tmp):
             if not args.skip_campaign:
                 _makespan(cluster, work)
-            _streamed(cluster, tmp, work, mib=args.mib, rounds=args.rounds)
+            _streamed(cluster, tmp, work, mib=args.mib, rounds=args.rounds,
+                      polls=not args.skip_polls)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -13,7 +13,8 @@
     ├── TrialPreempted               exit 75: a run left its flight with a durable checkpoint
     └── CheckFailed                  exit 1: a check ran and found faults
         ├── CheckpointError          a checkpoint is missing, corrupt or refused
-        │   └── TransferError        a file sent between machines arrived with another hash
+        │   ├── TransferError        a file sent between machines arrived with another hash
+    │   └── ChannelError         the direct connection for checkpoints failed (Ray carries them)
         ├── UnsafeFileError          a file that would run code or leave its directory
         ├── CorpusMismatch           a corpus file does not match the hash frozen in the spec
         ├── RunDirectoryDamaged      a run directory lacks or garbles a file the runner wrote
@@ -44,6 +45,7 @@ __all__ = [
     "CheckFailed",
     "CheckpointError",
     "TransferError",
+    "ChannelError",
     "UnsafeFileError",
     "CorpusMismatch",
     "RunDirectoryDamaged",
@@ -152,6 +154,12 @@ class CheckpointError(CheckFailed):
 class TransferError(CheckpointError):
     """A file sent between the campaign's machine and a flight does not match its sha256
     (or the manifest that lists it); nothing of the transfer was committed."""
+
+
+class ChannelError(CheckpointError):
+    """The direct connection that brings checkpoints home from a flight could not be made,
+    failed its authentication, broke its framing or went silent
+    (:mod:`flightplan.run.executors.channel`); the transfer goes on over Ray's polls."""
 
 
 class UnsafeFileError(CheckFailed):

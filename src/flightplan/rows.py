@@ -229,8 +229,9 @@ class CheckpointTransfer(Row):
     """Checkpoint ``name`` came home from flight ``node`` (written at home by the Ray
     executor): ``bytes``; ``wait_s`` on the flight from durable to its last chunk cut,
     ``fetch_s`` and ``commit_s`` at home, ``stream_s`` from asking for its first chunk to
-    durable at home (None in rows from before streaming), ``resent_bytes`` sent again after
-    a failed check (seconds, bytes; :mod:`flightplan.transfer_time`)."""
+    durable at home (None in rows from before streaming), ``resent_bytes`` the flight sent
+    more than once (a failed check, a dropped connection) (seconds, bytes;
+    :mod:`flightplan.transfer_time`)."""
 
     EVENT = "checkpoint_transfer"
     name: str = ""

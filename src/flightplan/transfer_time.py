@@ -3,15 +3,18 @@ policy's transfer term, the pilot's transfer figures and the re-estimate's trans
 
 On a remote flight a checkpoint protects work only once it is durable at home. The Ray
 executor streams each checkpoint home in chunks as the flight writes it
-(:mod:`flightplan.run.executors.stream`) and writes a ``checkpoint_transfer`` row (seconds,
-bytes) once it is durable at home::
+(:mod:`flightplan.run.executors.stream`, over :mod:`flightplan.run.executors.channel`)
+and writes a ``checkpoint_transfer`` row (seconds, bytes) once it is durable at home::
 
     wait_s    on the flight: from the checkpoint being durable there (its manifest written)
-              to its last chunk being cut (what was still to send then, and the poll delay)
+              to its last chunk being cut (what was still to send then, and the poll delay;
+              over the direct connection: to its being handed to the socket)
     fetch_s   at home: from asking for the poll that brought the last chunk to having it
+              (over the direct connection: from its frame's header coming to its data in)
     commit_s  at home: the manifest checks, fsync, rename
-    stream_s  at home: from asking for its first chunk to durable at home: how long its
-              bytes took to move (rows written before streaming have none: fetch + commit)
+    stream_s  at home: from asking for its first chunk (its first frame coming) to durable
+              at home: how long its bytes took to move (rows written before streaming have
+              none: fetch + commit)
 
 Over a set of transfers (:class:`TransferTally`)::
 

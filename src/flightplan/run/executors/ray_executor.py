@@ -12,11 +12,15 @@ One execution, seen from home::
 
     trial.json + latest verified checkpoint ──▶ RunHost.start (scratch folder on the flight,
                                                   python -m flightplan.run.worker)
-    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes, the next chunk of the
-                   (rewinds)        newest checkpoint not yet home (as it is written), and,
-                                     once every committed checkpoint is home, the exit code
-                                     and every output; while checkpoint data waits, polls go
-                                     at once, DEPTH in flight (run/executors/stream.py)
+    every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes and, once every
+                                     committed checkpoint is home, the exit code and every
+                                     output
+    all the while: the newest checkpoint not yet home, in chunks as it is written, over a
+                   direct connection from the flight to home (run/executors/channel.py:
+                   home listens, the flight proves the execution's secret, sent with
+                   start); when it cannot be made, with the polls instead (home's rewinds
+                   with the next poll; while checkpoint data waits, polls go at once, DEPTH
+                   in flight), said once in log.txt and on stderr
     home: rows appended; chunks written and hash-checked as they come, the checkpoint
           committed at its manifest, with a ``checkpoint_transfer`` row {name, bytes,
           wait_s, fetch_s, commit_s, stream_s, resent_bytes, node}; outputs committed
@@ -59,6 +63,8 @@ import enum
 import json
 import logging
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +77,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from flightplan.durable import append_durable
 from flightplan.rundir import RunDir
 from flightplan.errors import ArgumentError, TransferError
+from flightplan.run.executors.channel import HomeEnd, Landed
 from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, ClusterJoined, Executor,
                                                Interruption, Job, JobResult, MeasurementTail,
                                                RunProgress, left_execution, lost_execution)
@@ -78,8 +85,8 @@ from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import EXIT_PREEMPTED
 from flightplan.run.executors.ray_head import check_head, join_settings
 from flightplan.run.executors.ray_host import Delta, RunHost
-from flightplan.run.executors.stream import (DEPTH, CheckpointReceiver, Outcome, Rewind,
-                                             checkpoint_name)
+from flightplan.run.executors.stream import (CHUNK_BYTES, DEPTH, CheckpointReceiver, Chunk,
+                                             Outcome, Rewind, checkpoint_name)
 from flightplan.run.executors.transfer import commit_outputs, latest_checkpoint
 from flightplan.rows import CheckpointTransfer, CheckpointTransferFailed, Row, encode_row
 from flightplan.transfer_time import TransferTally
@@ -131,11 +138,22 @@ class _Execution:
     last_poll: float = 0.0
     tail: MeasurementTail | None = None
     watch: LeaveWatch | None = None   # when to ask it to leave before the package ends
+    home: HomeEnd | None = None       # the direct connection's listener, while it runs
+    lock: threading.Lock = field(default_factory=threading.Lock)   # around receiver.take
 
     @property
     def node(self) -> str:
         """``<node id[:12]> (<ip>)``."""
         return f"{str(self.where.get('node_id', '?'))[:12]} ({self.where.get('ip', '?')})"
+
+    def take(self, chunk: Chunk, asked_at: float) -> Outcome:
+        """Write a chunk that came with a poll (a refused name or path: refused)."""
+        with self.lock:
+            try:
+                return self.receiver.take(chunk, asked_at=asked_at)
+            except TransferError as exc:
+                self.receiver.abandon()
+                return Outcome(refused=str(exc))
 
 
 @dataclass
@@ -190,6 +208,11 @@ def _step_of(name: str) -> int:
         return 0
 
 
+def _home_address() -> str:
+    """The address Ray uses for this process's node: where home listens for flights."""
+    return str(ray.util.get_node_ip_address())
+
+
 def _node_address(where: dict[str, Any]) -> str:
     """The address the node joined the cluster with (what Ray binds), from the GCS."""
     return next((n["NodeManagerAddress"] for n in ray.nodes()
@@ -234,6 +257,8 @@ class RayExecutor(Executor):
 
         trusted_network: join a head without token authentication that the network can
             reach (the user stated that only their machines can reach it).
+        direct: bring checkpoints home over a direct connection from each flight
+            (:mod:`flightplan.run.executors.channel`); False: with the polls only.
 
     Raises:
         ArgumentError: (at :meth:`connect` or ``run``) no cluster answers at ``address``,
@@ -247,7 +272,7 @@ class RayExecutor(Executor):
     def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
                  env: dict[str, str] | None = None, scratch: str | None = None,
                  no_flight_s: float = 120.0, worker: list[str] | None = None,
-                 trusted_network: bool = False) -> None:
+                 trusted_network: bool = False, direct: bool = True) -> None:
         self.address = address
         self.worker = list(worker) if worker else None
         self.poll_s = poll_s
@@ -255,6 +280,8 @@ class RayExecutor(Executor):
         self.scratch = scratch
         self.no_flight_s = no_flight_s
         self.trusted_network = trusted_network
+        self.direct = direct
+        self._noticed: set[str] = set()      # flights whose fallback to the polls was said
         self._connected = False
         self._joined: ClusterJoined | None = None
         self._settings = contextlib.ExitStack()
@@ -361,30 +388,64 @@ class RayExecutor(Executor):
         run_dir = ex.job.run_dir
         append_durable(run_dir / RunDir.MEASUREMENTS, delta.measurements)
         append_durable(run_dir / RunDir.LOG, delta.log)
+        if delta.notice is not None:
+            self._notice(ex, delta.notice)
+        self._land(ex)
         ex.streaming = delta.pending or bool(delta.chunks)
         fetched = time.time()
         for chunk in delta.chunks:
-            try:
-                outcome = ex.receiver.take(chunk, asked_at=asked_at)
-            except TransferError as exc:
-                ex.receiver.abandon()
-                outcome = Outcome(refused=str(exc))
+            outcome = ex.take(chunk, asked_at)
             if outcome.rewind is not None:
                 ex.rewinds.append(outcome.rewind)
-            if outcome.refused is not None:
-                _row(run_dir, CheckpointTransferFailed(
-                    _step_of(chunk.name), time.time(), name=chunk.name[:80],
-                    error=outcome.refused, node=ex.node))
-            done = outcome.committed
-            if done is None:
-                continue
-            now = time.time()
-            stream_s, trip = now - done.first_asked_at, done.waited_s + now - asked_at
-            _row(run_dir, CheckpointTransfer(
-                checkpoint_name(done.name), now, name=done.name, bytes=done.bytes,
-                wait_s=done.waited_s, fetch_s=fetched - asked_at, commit_s=now - fetched,
-                stream_s=stream_s, resent_bytes=done.resent_bytes, node=ex.node))
-            self._transfers.add(done.bytes, stream_s, done.waited_s, trip_s=trip)
+            self._landed(ex, Landed(outcome, chunk.name, asked_at, fetched, time.time()))
+
+    def _land(self, ex: _Execution) -> None:
+        """The rows of what came home over the direct connection since the last call."""
+        if ex.home is not None:
+            for landed in ex.home.landed():
+                self._landed(ex, landed)
+
+    def _landed(self, ex: _Execution, landed: Landed) -> None:
+        """The row of a checkpoint refused (``checkpoint_transfer_failed``) or committed
+        (``checkpoint_transfer``, and the running transfer figure)."""
+        outcome, run_dir = landed.outcome, ex.job.run_dir
+        if outcome.refused is not None:
+            _row(run_dir, CheckpointTransferFailed(
+                _step_of(landed.name), landed.done_at, name=landed.name[:80],
+                error=outcome.refused, node=ex.node))
+        done = outcome.committed
+        if done is None:
+            return
+        now, asked_at = landed.done_at, landed.asked_at
+        stream_s, trip = now - done.first_asked_at, done.waited_s + now - asked_at
+        _row(run_dir, CheckpointTransfer(
+            checkpoint_name(done.name), now, name=done.name, bytes=done.bytes,
+            wait_s=done.waited_s, fetch_s=landed.fetched_at - asked_at,
+            commit_s=now - landed.fetched_at, stream_s=stream_s,
+            resent_bytes=done.resent_bytes, node=ex.node))
+        self._transfers.add(done.bytes, stream_s, done.waited_s, trip_s=trip)
+
+    def _notice(self, ex: _Execution, why: str) -> None:
+        """Say why checkpoints come with the polls: in the run's log, and once per flight
+        on stderr."""
+        line = f"checkpoints come home with Ray's polls instead of the direct connection: {why}"
+        append_durable(ex.job.run_dir / RunDir.LOG, f"--- flightplan: {line} ---\n".encode())
+        flight = str(ex.where.get("node_id", "?"))
+        if flight not in self._noticed:
+            self._noticed.add(flight)
+            print(f"flightplan: flight {ex.node}: {line}", file=sys.stderr)
+
+    def _hang_up(self, ex: _Execution) -> None:
+        """Close the execution's listener (and its connection); the rows of what came home
+        over it last."""
+        if ex.home is not None:
+            ex.home.close()
+            self._land(ex)
+            if ex.home.refused:
+                append_durable(ex.job.run_dir / RunDir.LOG, "".join(
+                    f"--- flightplan: dropped a direct connection from {why} ---\n"
+                    for why in ex.home.refused).encode())
+            ex.home = None
 
     def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
         assert delta.exit_code is not None
@@ -405,26 +466,26 @@ class RayExecutor(Executor):
         self._release(ex)
         return info
 
-    @staticmethod
-    def _release(ex: _Execution) -> None:
+    def _release(self, ex: _Execution) -> None:
         """End an execution whose worker ended: its scratch folder removed (everything it
-        made is home), then its actor."""
+        made is home), then its actor and its listener."""
         try:
             ray.get(ex.actor.close.remote(), timeout=30)
         except RayError:
             pass
         ray.kill(ex.actor)
+        self._hang_up(ex)
 
     def _lost(self, ex: _Execution, exc: Exception) -> Interruption:
         """Record a lost execution at home and prepare the job to resume."""
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        info = lost_execution(ex.job, node=ex.node, reason=reason, started_at=ex.started_at,
-                              saved_any=RunDir(ex.job.run_dir).saved_checkpoint(on_flight=True))
         try:
             ray.kill(ex.actor)
         except RayError:
             pass
-        return info
+        self._hang_up(ex)
+        return lost_execution(ex.job, node=ex.node, reason=reason, started_at=ex.started_at,
+                              saved_any=RunDir(ex.job.run_dir).saved_checkpoint(on_flight=True))
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,
@@ -443,6 +504,7 @@ class RayExecutor(Executor):
                 now = time.time()
                 for ex in loop.active:
                     if ex.phase is Phase.RUNNING:
+                        self._land(ex)
                         self._ask(ex, now)
                 awaited = {ref: ex for ex in loop.active if (ref := _awaited(ex)) is not None}
                 if not awaited:
@@ -459,6 +521,8 @@ class RayExecutor(Executor):
                     ray.kill(ex.actor)
                 except RayError:
                     pass
+                if ex.home is not None:
+                    ex.home.close()
         return loop.results
 
     def _place(self, loop: _Loop) -> None:
@@ -514,6 +578,7 @@ class RayExecutor(Executor):
                 loop.again(ex, self._lost(ex, exc))
             else:
                 ray.kill(ex.actor)
+                self._hang_up(ex)
                 loop.again(ex)
             return
         if ex.phase is Phase.PLACING:
@@ -537,7 +602,18 @@ class RayExecutor(Executor):
         # the execution starts now, on this flight: the checkpoint sent there and the
         # worker launched are its first seconds (goodput: waiting)
         ex.started_at = time.time()
-        ex.phase, ex.ref = Phase.STARTING, ex.actor.start.remote(*ex.start_args)
+        offer = None
+        if self.direct:
+            try:
+                ex.home = HomeEnd(ex.receiver, ex.lock, host=_home_address(),
+                                  chunk_bytes=CHUNK_BYTES)
+                offer = ex.home.offer
+            except OSError as exc:
+                append_durable(ex.job.run_dir / RunDir.LOG,
+                               f"--- flightplan: checkpoints come home with Ray's polls: "
+                               f"cannot listen at {_home_address()} ({exc}) ---\n".encode())
+        ex.phase = Phase.STARTING
+        ex.ref = ex.actor.start.remote(*ex.start_args, offer)
         deadline = loop.calls.leave_by(ex.job, ex.node) if loop.calls.leave_by else None
         if deadline is not None:
             ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
@@ -579,6 +655,7 @@ class RayExecutor(Executor):
             ray.kill(ex.actor)
         except RayError:
             pass
+        self._hang_up(ex)
         now = time.time()
         return JobResult(ex.job.run_id, ex.job.run_dir, EXIT_HOST_ERROR, ex.started_at or now,
                          now, node=ex.node)

@@ -1,13 +1,16 @@
 """The flight's side of one execution on Ray: :class:`RunHost`, a Ray actor that runs the
 worker in a scratch folder on the flight and hands home, at each poll, what is new.
 
-Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json`` and, when resuming, its
-newest verified checkpoint (:meth:`RunHost.start`), then polls: each :class:`Delta` holds
-the new measurement rows and log bytes, the next chunks of the newest checkpoint not yet
-home (at most one chunk's worth, cut as the trial writes it:
-:class:`~flightplan.run.executors.stream.CheckpointSender`), and, once the worker ended
-and every committed checkpoint is home, its exit code and its outputs. A poll carries home's
-:class:`~flightplan.run.executors.stream.Rewind` s (chunks to send again). Home's running
+Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json``, when resuming its
+newest verified checkpoint, and where to send checkpoints (:meth:`RunHost.start`), then
+polls: each :class:`Delta` holds the new measurement rows and log bytes and, once the
+worker ended and every committed checkpoint is home, its exit code and its outputs. The
+checkpoints (cut as the trial writes them:
+:class:`~flightplan.run.executors.stream.CheckpointSender`) go home over a direct
+connection (:class:`~flightplan.run.executors.channel.FlightEnd`); when it cannot be made,
+the polls carry them instead (at most one chunk's worth each, home's
+:class:`~flightplan.run.executors.stream.Rewind` s with the next poll) and the next
+:class:`Delta` says why once. Home's running
 transfer figure comes back with each poll and is written to ``<scratch>/transfer.json`` for
 the trial's interval policy (:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes
 home's request to leave the flight to the worker
@@ -23,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -33,6 +37,7 @@ import ray
 
 from flightplan.durable import write_json_atomic
 from flightplan.rundir import RunDir
+from flightplan.run.executors.channel import FlightEnd, Offer
 from flightplan.run.executors.contract import worker_argv
 from flightplan.run.executors.tether import tethered
 from flightplan.run.executors.stream import CHUNK_BYTES, Chunk, CheckpointSender, Rewind
@@ -51,12 +56,16 @@ class Delta:
     Attributes:
         measurements: new complete rows of ``measurements.jsonl`` (bytes, newline-ended).
         log: new bytes of the worker's stdout/stderr.
-        chunks: the next pieces of the newest checkpoint not yet home (at most one
-            chunk's worth of data; numpy arrays, which Ray hands home without a copy).
+        chunks: the next pieces of the newest checkpoint not yet home, when the polls
+            carry them (at most one chunk's worth of data; numpy arrays, which Ray hands
+            home without a copy); none while the direct connection does.
         exit_code: the worker's exit code once it ended and every committed checkpoint
             was sent, else None (reported once with the outputs; None again after that).
         outputs: with the exit code, the run's outputs (:data:`~flightplan.run.executors.transfer.OUTPUTS`).
-        pending: more checkpoint data waits on the flight (home asks again at once).
+        pending: more checkpoint data waits on the flight for the polls (home asks again
+            at once).
+        notice: once, why the checkpoints come with the polls instead of over the direct
+            connection (None: they do not, or it was said).
     """
 
     measurements: bytes
@@ -65,6 +74,7 @@ class Delta:
     exit_code: int | None
     outputs: list[Blob]
     pending: bool = False
+    notice: str | None = None
 
 
 class RunHost:
@@ -77,7 +87,8 @@ class RunHost:
         env: extra environment variables for the worker.
         worker: the command before the ``trial.json`` path (None: ``python -m
             flightplan.run.worker`` with this node's Python).
-        chunk_bytes: checkpoint data per poll (:data:`~flightplan.run.executors.stream.CHUNK_BYTES`).
+        chunk_bytes: checkpoint data per poll (:data:`~flightplan.run.executors.stream.CHUNK_BYTES`;
+            over the direct connection, the offer's).
     """
 
     def __init__(self, run_id: str, scratch: str | None, env: dict[str, str],
@@ -93,6 +104,9 @@ class RunHost:
         self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS, chunk_bytes=chunk_bytes)
         self._ended = False                 # the exit code went home
         self._transfer: dict[str, Any] | None = None
+        self._lock = threading.Lock()       # the sender's: the polls and the link's thread
+        self.link: FlightEnd | None = None
+        self._noticed = False
 
     def where(self) -> dict[str, Any]:
         """``{node_id, host, scratch, pid}`` of this actor."""
@@ -100,9 +114,12 @@ class RunHost:
                 "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
 
     def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None,
-              transfer: dict[str, Any] | None = None) -> dict[str, Any]:
+              transfer: dict[str, Any] | None = None,
+              channel: Offer | None = None) -> dict[str, Any]:
         """Write ``trial.json``, the sent checkpoint (hash-checked) and the transfer
-        figure (:meth:`_note_transfer`), start the worker.
+        figure (:meth:`_note_transfer`), start sending checkpoints home over ``channel``
+        (home's listener and the execution's secret; None: with the polls), start the
+        worker.
 
         Returns:
             :meth:`where`.
@@ -111,11 +128,17 @@ class RunHost:
             TransferError: the checkpoint arrived damaged.
         """
         (self.dir / "trial.json").write_bytes(trial)
+        sent = []
         if checkpoint is not None:
             name, blobs = checkpoint
             commit_checkpoint(self.dir / RunDir.CHECKPOINTS, name, blobs)
-            self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS,
-                                           chunk_bytes=self._chunk_bytes, sent=[name])
+            sent = [name]
+        self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS,
+                                       chunk_bytes=channel.chunk_bytes if channel
+                                       else self._chunk_bytes, sent=sent,
+                                       buffers=2 if channel else 1)
+        if channel is not None:
+            self.link = FlightEnd(self.sender, channel, self._lock)
         self._note_transfer(transfer)
         trial_json = self.dir / "trial.json"
         env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
@@ -156,20 +179,39 @@ class RunHost:
         """
         assert self.proc is not None, "start() before poll()"
         self._note_transfer(transfer)
-        for rewind in rewinds:
-            self.sender.rewind(rewind)
         code = self.proc.poll()  # read first: everything written before the exit is below
         rows = self._read_new("measurements.jsonl", whole_lines=True)
         log = self._read_new("log.txt", whole_lines=False)
         ended = code is not None
         # after the rows: a saved row's checkpoint is on disk
-        chunks = [Chunk(c.name, c.path, c.offset, numpy.frombuffer(c.data, dtype=numpy.uint8),
-                        c.digest, c.waited_s) for c in self.sender.next(ended=ended)]
-        pending = self.sender.pending(ended=ended)
-        if ended and not chunks and not pending and not self._ended:
+        chunks, pending, home = self._checkpoints(ended, rewinds)
+        notice = None
+        if self.link is not None and self.link.failed is not None and not self._noticed:
+            notice, self._noticed = self.link.failed, True
+        if ended and home and not self._ended:
             self._ended = True
-            return Delta(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS))
-        return Delta(rows, log, chunks, None, [], pending)
+            return Delta(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS), notice=notice)
+        return Delta(rows, log, chunks, None, [], pending, notice)
+
+    def _checkpoints(self, ended: bool, rewinds: Sequence[Rewind]
+                     ) -> tuple[list[Chunk], bool, bool]:
+        """``(chunks for this poll, more wait for the polls, every committed checkpoint is
+        home)``: nothing for the polls while the direct connection carries them (home is
+        then told what it made of each), else the sender's next chunks (numpy arrays, which
+        Ray hands home without a copy), after home's ``rewinds``."""
+        link = self.link
+        with self._lock:
+            if link is not None and link.failed is None:
+                if ended:
+                    link.end()
+                return [], False, link.settled()
+            for rewind in rewinds:
+                self.sender.rewind(rewind)
+            chunks = [Chunk(c.name, c.path, c.offset,
+                            numpy.frombuffer(c.data, dtype=numpy.uint8), c.digest, c.waited_s,
+                            c.resent_bytes) for c in self.sender.next(ended=ended)]
+            pending = self.sender.pending(ended=ended)
+        return chunks, pending, not chunks and not pending
 
     def leave(self, signum: int) -> None:
         """Send ``signum`` to the worker while it runs: the request to checkpoint and leave
@@ -178,5 +220,8 @@ class RunHost:
             self.proc.send_signal(signum)
 
     def close(self) -> None:
-        """Remove the scratch folder (everything it made is home)."""
+        """Drop the direct connection, remove the scratch folder (everything it made is
+        home)."""
+        if self.link is not None:
+            self.link.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -6,7 +6,8 @@ the flight, a :class:`CheckpointSender` cuts the newest checkpoint of the run's
 it reads; at home, a :class:`CheckpointReceiver` writes each chunk where it belongs in
 ``checkpoints/step-NNNNNN.tmp/``, hashing as it writes. Neither side reads a byte twice,
 and each holds only the chunk in hand: memory is bounded by the chunk size, whatever the
-checkpoint's size (the executor keeps at most :data:`DEPTH` chunks in flight).
+checkpoint's size (the executor keeps at most :data:`DEPTH` chunks in flight; over the
+direct connection of :mod:`flightplan.run.executors.channel`, each side holds two).
 
 ::
 
@@ -28,8 +29,9 @@ checkpoint's size (the executor keeps at most :data:`DEPTH` chunks in flight).
 - **A chunk that fails its check is sent again.** Each chunk carries the sha256 of its
   file from byte 0 to the chunk's end, taken on the flight as the bytes were read; home
   takes the same running hash as it writes. A mismatch undoes that chunk (the file is cut
-  back, the hash restored) and home asks for it again (:class:`Rewind`); only that chunk
-  travels again.
+  back, the hash restored) and home asks for it again (:class:`Rewind`); the file travels
+  again from that chunk on, never from its start (what the flight had sent after it, out
+  of turn at home, comes again behind it).
 - **A checkpoint that fails its check is sent again.** When the manifest arrives, every
   file must have exactly the size and sha256 the manifest lists (the trial's own hash,
   taken while it wrote); a file that does not (rewritten after it was sent) is sent again
@@ -39,7 +41,12 @@ checkpoint's size (the executor keeps at most :data:`DEPTH` chunks in flight).
 - **An interrupted transfer resumes.** Home keeps every byte that passed its check;
   whatever stopped the stream (a chunk that failed, chunks that arrived out of turn, a
   checkpoint still being written), the next chunk it accepts is the one at its own offset
-  in each file, so a transfer goes on from there instead of starting over.
+  in each file, so a transfer goes on from there instead of starting over. A direct
+  connection that dropped tells the flight home's offsets when it is made again
+  (:meth:`CheckpointSender.resume`).
+- **What went twice is counted.** The flight counts every byte it sends again (a rewind
+  or a resume behind what it had sent) and the manifest chunk carries the count to home
+  (``resent_bytes`` of :class:`Committed`).
 
 Usage::
 
@@ -49,6 +56,7 @@ Usage::
         outcome = receiver.take(chunk, asked_at=t)
         if outcome.rewind: sender.rewind(outcome.rewind)       # (sent with the next poll)
         if outcome.committed: ...                              # step-N is home, durable
+    sender.resume(*receiver.offsets())     # a connection dropped: go on from home's bytes
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from flightplan.durable import fsync_dir
 from flightplan.errors import TransferError
@@ -79,6 +87,10 @@ chunks three deep moved as fast as any size tried from 2 to 32 MiB
 DEPTH = 3
 """Chunks asked for before the first of them is home (the executor's polls in flight while
 a checkpoint streams): the flight reads and hashes the next while home writes this one."""
+
+_DROP_BEHIND = 2 * CHUNK_BYTES
+"""Bytes behind the newest chunk of a file that home asks the page cache to drop again
+(by then written back, so they can go)."""
 
 _SNAPSHOTS = 2 * DEPTH + 2
 """Hash states the sender keeps per file (one per chunk boundary, the newest): a rewind to
@@ -127,6 +139,8 @@ class Chunk:
         waited_s: for the manifest chunk, seconds from the checkpoint being durable on the
             flight (its manifest written) to this chunk being cut (the flight's clock);
             0.0 for the others.
+        resent_bytes: for the manifest chunk, bytes of the checkpoint's files that the
+            flight sent more than once so far (rewinds, resumes); 0 for the others.
     """
 
     name: str
@@ -135,6 +149,7 @@ class Chunk:
     data: Any
     digest: str
     waited_s: float = 0.0
+    resent_bytes: int = 0
 
     @property
     def size(self) -> int:
@@ -192,25 +207,31 @@ class CheckpointSender:
         folder: the run's ``checkpoints/`` folder on the flight.
         chunk_bytes: the most data bytes :meth:`next` returns.
         sent: checkpoint names home already has (e.g. the one it sent to start from).
+        buffers: buffers of ``chunk_bytes`` the sender reads into in turn.
 
     Attributes:
         peak_chunk_bytes: the most data bytes one :meth:`next` returned (by construction
             at most ``chunk_bytes``: what the sender holds at once).
+        buffers: as given (at least 1).
 
-    The chunks of one :meth:`next` are views of one buffer of ``chunk_bytes`` that the
-    sender reads into again at the next call (no allocation per chunk): hand them on (Ray
-    copies a method's result into its object store when it returns) before calling again.
+    The data chunks of one :meth:`next` are views of one buffer of ``chunk_bytes``, read
+    into again ``buffers`` calls that returned data later (no allocation per chunk): hand
+    them on before then (Ray copies a method's result into its object store when it
+    returns; the direct connection sends one buffer while the next is read).
     """
 
     def __init__(self, folder: Path, *, chunk_bytes: int = CHUNK_BYTES,
-                 sent: Iterable[str] = ()) -> None:
+                 sent: Iterable[str] = (), buffers: int = 1) -> None:
         self.folder = Path(folder)
         self.chunk_bytes = chunk_bytes
         self.peak_chunk_bytes = 0
         self._done: set[str] = set(sent)
         self._name: str | None = None
         self._files: dict[str, _Cursor] = {}
-        self._buffer: bytearray | None = None       # allocated at the first chunk
+        self._buffers: list[bytearray] = []         # allocated as they are first needed
+        self.buffers = max(1, buffers)
+        self._turn = 0
+        self._again = ("", 0)                       # (checkpoint, bytes it sent twice)
 
     @property
     def streaming(self) -> str | None:
@@ -220,7 +241,8 @@ class CheckpointSender:
     def rewind(self, to: Rewind) -> None:
         """Send ``to.path`` of ``to.name`` again from ``to.offset`` (the manifest after it),
         as long as that checkpoint is still on the flight; a checkpoint already sent whole
-        is opened again with only that file to send."""
+        is opened again with only that file to send. What was sent of the file past
+        ``to.offset`` counts as sent again."""
         committed = self.folder / to.name
         where = committed if committed.is_dir() else self.folder / f"{to.name}.tmp"
         if not where.is_dir() or (to.name != self._name and where != committed):
@@ -235,8 +257,28 @@ class CheckpointSender:
                 old = self._files.get(to.path, _Cursor())
                 self._files[to.path] = _Cursor.at(where / _relative(to.path), to.offset,
                                                   old.marks)
+                self._count_again(to.name, old.offset - to.offset)
         except (OSError, ValueError, KeyError, TypeError, TransferError):
             self._name, self._files = None, {}         # gone meanwhile: the newest is sent
+
+    def resume(self, name: str | None, have: Mapping[str, int]) -> None:
+        """Home has ``have`` (path → bytes) of checkpoint ``name`` and nothing of any other
+        checkpoint on its way (None: none): send each file of the one on its way again from
+        what home has (what was on its way when a connection dropped never came)."""
+        streaming = self._name
+        for path, cursor in sorted(self._files.items()):
+            home = max(0, int(have.get(path, 0))) if name == streaming else 0
+            if streaming is not None and self._name == streaming and cursor.offset > home:
+                self.rewind(Rewind(streaming, path, home))
+
+    def offsets(self) -> dict[str, int]:
+        """Bytes sent so far of each file of the checkpoint on its way (path → bytes)."""
+        return {path: cursor.offset for path, cursor in self._files.items()}
+
+    def _count_again(self, name: str, nbytes: int) -> None:
+        """Count ``nbytes`` (when positive) of checkpoint ``name`` as sent again."""
+        if nbytes > 0:
+            self._again = (name, (self._again[1] if self._again[0] == name else 0) + nbytes)
 
     def _target(self, *, ended: bool) -> tuple[str, Path, bool] | None:
         """The checkpoint to stream: the newest committed one not home, or one being
@@ -295,14 +337,15 @@ class CheckpointSender:
             sizes = {p.relative_to(where).as_posix(): p.stat().st_size
                      for p in sorted(where.rglob("*")) if p.is_file() and p.name != MANIFEST}
         chunks, used = [], 0
+        if len(self._buffers) <= self._turn:
+            self._buffers.append(bytearray(self.chunk_bytes))
+        buffer = self._buffers[self._turn]
         for path, size in sorted(sizes.items()):
             cursor = self._files.setdefault(path, _Cursor())
             if used >= self.chunk_bytes or cursor.offset >= size:
                 continue
-            if self._buffer is None:
-                self._buffer = bytearray(self.chunk_bytes)
             want = min(size - cursor.offset, self.chunk_bytes - used)
-            view = memoryview(self._buffer)[used:used + want]
+            view = memoryview(buffer)[used:used + want]
             with open(where / _relative(path), "rb") as handle:
                 handle.seek(cursor.offset)
                 got = handle.readinto(view)
@@ -314,11 +357,14 @@ class CheckpointSender:
             chunks.append(Chunk(name, path, cursor.offset, data, cursor.sha.hexdigest()))
             cursor.offset += got
             used += got
+        if chunks:
+            self._turn = (self._turn + 1) % self.buffers
         if listed is not None and not chunks and all(
                 self._files.get(p, _Cursor()).offset >= s for p, s in listed.items()):
             waited = max(0.0, time.time() - (where / MANIFEST).stat().st_mtime)
+            again = self._again[1] if self._again[0] == name else 0
             chunks.append(Chunk(name, MANIFEST, 0, manifest,
-                                hashlib.sha256(manifest).hexdigest(), waited))
+                                hashlib.sha256(manifest).hexdigest(), waited, again))
             self._done.add(name)
             self._name, self._files = None, {}
         return chunks
@@ -328,7 +374,9 @@ class CheckpointSender:
 class Committed:
     """A checkpoint made durable at home: ``name``, its files' ``bytes``, the flight's
     ``waited_s`` (its manifest chunk's), unix ``first_asked_at`` (the poll that brought its
-    first chunk was asked for), ``resent_bytes`` (chunks sent again after a failed check)."""
+    first chunk was asked for, or its frame came), ``resent_bytes`` (bytes the flight sent
+    more than once: chunks and files that failed their check and what followed them, what
+    a dropped connection lost; its manifest chunk's count)."""
 
     name: str
     bytes: int
@@ -349,11 +397,13 @@ class Outcome:
 
 @dataclass
 class _Sink:
-    """One file being written at home: its descriptor, the next offset, the running hash."""
+    """One file being written at home: its descriptor, the next offset, the running hash,
+    and how much of it the page cache was told to drop."""
 
     fd: int
     offset: int = 0
     sha: Any = field(default_factory=hashlib.sha256)
+    dropped: int = 0
 
 
 class CheckpointReceiver:
@@ -376,12 +426,16 @@ class CheckpointReceiver:
         self._name: str | None = None
         self._files: dict[str, _Sink] = {}
         self._first_asked_at = 0.0
-        self._resent = 0
 
     @property
     def receiving(self) -> str | None:
         """The checkpoint being received (None: none)."""
         return self._name
+
+    def offsets(self) -> tuple[str | None, dict[str, int]]:
+        """``(checkpoint being received or None, path → bytes home has of it that passed
+        their check)``: where the flight goes on from (:meth:`CheckpointSender.resume`)."""
+        return self._name, {path: sink.offset for path, sink in self._files.items()}
 
     def _staging(self) -> Path:
         assert self._name is not None
@@ -393,7 +447,7 @@ class CheckpointReceiver:
             os.close(sink.fd)
         if self._name is not None:
             shutil.rmtree(self._staging(), ignore_errors=True)
-        self._name, self._files, self._resent = None, {}, 0
+        self._name, self._files = None, {}
 
     def _begin(self, name: str, asked_at: float) -> None:
         self.abandon()
@@ -435,11 +489,17 @@ class CheckpointReceiver:
         if sink.sha.hexdigest() != chunk.digest:
             sink.sha = before                              # undo it, ask for it again
             os.ftruncate(sink.fd, chunk.offset)
-            self._resent += data.nbytes
             return Outcome(rewind=Rewind(chunk.name, path, chunk.offset))
-        # start writing it back now (the final fsync then waits for little) and keep the
-        # page cache from holding the whole checkpoint
+        # start writing it back now (the final fsync then waits for little), and drop from
+        # the page cache what was written back since (pages still dirty cannot go): the
+        # cache never holds the whole checkpoint, and the next writes reuse freed pages
+        # instead of making the kernel reclaim others (measured here: a third less CPU)
         os.posix_fadvise(sink.fd, chunk.offset, data.nbytes, os.POSIX_FADV_DONTNEED)
+        behind = chunk.offset - _DROP_BEHIND
+        if behind > sink.dropped:
+            os.posix_fadvise(sink.fd, sink.dropped, behind - sink.dropped,
+                             os.POSIX_FADV_DONTNEED)
+            sink.dropped = behind
         sink.offset += data.nbytes
         return Outcome()
 
@@ -474,7 +534,6 @@ class CheckpointReceiver:
                 return Outcome(rewind=Rewind(chunk.name, path, sink.offset if sink else 0))
             if sink.offset != sizes[path] or sink.sha.hexdigest() != listed[path].get("sha256"):
                 os.ftruncate(sink.fd, 0)           # changed after it was sent: all again
-                self._resent += sink.offset
                 sink.offset, sink.sha = 0, hashlib.sha256()
                 return Outcome(rewind=Rewind(chunk.name, path, 0))
         return Outcome(committed=self._commit(chunk, data, sizes))
@@ -504,8 +563,8 @@ class CheckpointReceiver:
         staging.rename(self.parent / chunk.name)
         fsync_dir(self.parent)
         committed = Committed(chunk.name, sum(sizes.values()), chunk.waited_s,
-                              self._first_asked_at, self._resent)
-        self._name, self._resent = None, 0
+                              self._first_asked_at, chunk.resent_bytes)
+        self._name = None
         if self.keep_last is not None:
             prune(self.parent, self.keep_last)
         return committed

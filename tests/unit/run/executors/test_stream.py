@@ -12,25 +12,11 @@ import pytest
 
 from flightplan.errors import TransferError
 from flightplan.run.executors.stream import (Chunk, CheckpointReceiver, CheckpointSender,
-                                             Rewind, checkpoint_name)
+                                             Outcome, Rewind, checkpoint_name)
+from checkpoint_files import home_files as _home_files   # tests/fixtures (conftest)
+from checkpoint_files import write_checkpoint as _write
 
 CHUNK = 4096
-
-
-def _write(folder: Path, files: dict[str, bytes], *, commit: bool = True) -> Path:
-    """A checkpoint as the trial writes one: files in ``.tmp``, the manifest, one rename."""
-    tmp = folder.with_name(folder.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-    if commit:
-        (tmp / "manifest.json").write_text(json.dumps({
-            "format": "flightplan-checkpoint/1", "tensors": {},
-            "files": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
-                      for n, d in files.items()}}))
-        tmp.rename(folder)
-    return folder if commit else tmp
 
 
 def _pump(sender: CheckpointSender, receiver: CheckpointReceiver, *, ended: bool = False,
@@ -57,11 +43,6 @@ def _pump(sender: CheckpointSender, receiver: CheckpointReceiver, *, ended: bool
                 seen["refused"].append(outcome.refused)
     seen["sent"] = sent
     return seen
-
-
-def _home_files(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
 
 
 def test_a_checkpoint_travels_in_chunks_no_larger_than_the_bound(tmp_path: Path) -> None:
@@ -212,3 +193,32 @@ def test_names_and_paths_from_a_flight_are_checked(tmp_path: Path) -> None:
                                f"not list ({sorted(manifest['files'])})"]
     assert not (tmp_path / "home" / "step-000001").exists()
     assert not (tmp_path / "home" / "step-000001.tmp").exists()
+
+
+def test_a_connection_that_dropped_goes_on_from_homes_offsets(tmp_path: Path) -> None:
+    files = {"model.bin": os.urandom(10 * CHUNK), "opt.bin": os.urandom(3 * CHUNK)}
+    _write(tmp_path / "flight" / "step-000005", files)
+    sender = CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home")
+    # four chunks came home; the next three were on their way when the connection dropped
+    for _ in range(4):
+        [chunk] = sender.next()
+        assert receiver.take(chunk, asked_at=1.0) == Outcome()
+    lost = [c for _ in range(3) for c in sender.next()]
+    assert [(c.path, c.offset) for c in lost] == [("model.bin", o * CHUNK) for o in (4, 5, 6)]
+    assert receiver.offsets() == ("step-000005", {"model.bin": 4 * CHUNK})
+    sender.resume(*receiver.offsets())
+    seen = _pump(sender, receiver)
+    [done] = seen["committed"]
+    assert _home_files(tmp_path / "home" / "step-000005") == files
+    assert [(c.path, c.offset) for c in seen["sent"][:3]] == [
+        ("model.bin", o * CHUNK) for o in (4, 5, 6)]
+    assert done.resent_bytes == 3 * CHUNK
+    # a home that had nothing of it: every file from its start, what was sent counted
+    _write(tmp_path / "flight" / "step-000009", files)
+    first = sender.next()
+    assert [(c.name, c.offset) for c in first] == [("step-000009", 0)]
+    sender.resume(None, {})
+    seen = _pump(sender, receiver)
+    assert seen["sent"][0].offset == 0 and seen["committed"][0].resent_bytes == CHUNK
+    assert sender.offsets() == {}

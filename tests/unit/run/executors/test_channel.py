@@ -1,0 +1,479 @@
+"""Checkpoints home over the direct connection (run/executors/channel.py): home's and the
+flight's ends on 127.0.0.1 in this process, real sockets between them (through a relay
+that damages or cuts what the flight sends, where a case needs it); the flight's host
+falling back to Ray's polls; then both paths through a real loopback Ray cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from flightplan.run.executors.channel import HEADER, MAGIC, FlightEnd, HomeEnd, Landed, Offer
+from flightplan.run.executors.stream import CheckpointReceiver, CheckpointSender, Chunk
+from checkpoint_files import home_files, write_checkpoint   # tests/fixtures (conftest)
+
+CHUNK = 64 << 10
+WAIT_S = 60
+"""Longer than any case takes on a loaded machine: a safety net, not a speed check."""
+
+HANDSHAKE = 64
+"""Bytes the flight sends in the handshake (its nonce and its proof)."""
+
+
+class Recorded(CheckpointSender):
+    """The flight's sender, noting every data chunk it cuts: ``(path, offset, size)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cut: list[tuple[str, int, int]] = []
+
+    def next(self, *, ended: bool = False) -> list[Chunk]:
+        chunks = super().next(ended=ended)
+        self.cut += [(c.path, c.offset, c.size) for c in chunks if c.path != "manifest.json"]
+        return chunks
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 to ``target``. On its first connection only, it flips byte
+    ``flip`` of what the flight sends, or forwards ``cut`` bytes of it and then closes both
+    sides; later connections pass unchanged. ``sent`` records what the flight sent on the
+    first connection."""
+
+    def __init__(self, target: tuple[str, int], *, flip: int | None = None,
+                 cut: int | None = None) -> None:
+        self.target, self.flip, self.cut = target, flip, cut
+        self.sent = bytearray()
+        self.connections = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            first = self.connections == 0
+            self.connections += 1
+            for args in ((client, upstream, first), (upstream, client, False)):
+                thread = threading.Thread(target=self._pipe, args=args, daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, damage: bool) -> None:
+        passed = 0
+        try:
+            while data := source.recv(1 << 16):
+                if damage:
+                    data = bytearray(data)
+                    if self.flip is not None and passed <= self.flip < passed + len(data):
+                        data[self.flip - passed] ^= 0xFF
+                    if self.cut is not None and passed + len(data) >= self.cut:
+                        data = data[:self.cut - passed]
+                        self.sent += data
+                        sink.sendall(data)
+                        break
+                    self.sent += data
+                passed += len(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+
+def _frame_bytes(name: str, path: str, size: int) -> int:
+    return HEADER.size + len(name.encode()) + len(path.encode()) + size
+
+
+def _dropped(sock: socket.socket) -> bool:
+    """Whether the peer closed ``sock`` without a word (a reset, when it left our bytes
+    unread)."""
+    try:
+        return sock.recv(1 << 16) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _landed(home: HomeEnd, count: int = 1) -> list[Landed]:
+    found: list[Landed] = []
+    deadline = time.monotonic() + WAIT_S
+    while len(found) < count:
+        assert time.monotonic() < deadline, f"nothing landed in {WAIT_S} s: {home.refused}"
+        found += home.landed()
+        time.sleep(0.01)
+    return found
+
+
+def _settled(link: FlightEnd) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        with link.lock:
+            if link.settled():
+                return
+        assert time.monotonic() < deadline, "the flight never heard that all was home"
+        time.sleep(0.01)
+
+
+def _listeners() -> set[str]:
+    """``IP:PORT`` of every TCP socket this process listens on (psutil, as ``ss -ltnp``)."""
+    return {f"{c.laddr.ip}:{c.laddr.port}" for c in psutil.Process().net_connections("inet")
+            if c.status == psutil.CONN_LISTEN}
+
+
+def _listening(port: int) -> list[str]:
+    """The addresses this process listens on at ``port``."""
+    return sorted(a for a in _listeners() if a.endswith(f":{port}"))
+
+
+def _ends(tmp_path: Path, *, via: Relay | None = None, secret: bytes | None = None,
+          on_failure: Any = None) -> tuple[HomeEnd, FlightEnd, Recorded]:
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home", keep_last=2), threading.Lock(),
+                   host="127.0.0.1", chunk_bytes=CHUNK)
+    offer = home.offer
+    if via is not None:
+        offer = dataclasses.replace(offer, port=via.port)
+    if secret is not None:
+        offer = dataclasses.replace(offer, secret=secret)
+    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
+    return home, FlightEnd(sender, offer, threading.Lock(), on_failure=on_failure), sender
+
+
+def test_a_checkpoint_comes_home_over_the_connection_bit_for_bit(tmp_path: Path) -> None:
+    files = {"model.safetensors": os.urandom(40 * CHUNK + 17), "optimizer.pt": os.urandom(999),
+             "extra/state.json": b"{}", "empty.bin": b""}
+    write_checkpoint(tmp_path / "flight" / "step-000008", files)
+    home, link, sender = _ends(tmp_path)
+    try:
+        # home listens on the address it was given and on no other, at a port of its own
+        assert _listening(home.offer.port) == [f"127.0.0.1:{home.offer.port}"]
+        assert "secret" not in repr(home.offer) and len(home.offer.secret) == 32
+        [landed] = _landed(home)
+        _settled(link)
+    finally:
+        link.close()
+        home.close()
+    done = landed.outcome.committed
+    assert done is not None and link.failed is None and home.refused == []
+    assert (done.name, done.bytes, done.resent_bytes) == ("step-000008",
+                                                          40 * CHUNK + 17 + 999 + 2, 0)
+    assert home_files(tmp_path / "home" / "step-000008") == files
+    assert (tmp_path / "home" / "step-000008" / "manifest.json").read_bytes() == \
+        (tmp_path / "flight" / "step-000008" / "manifest.json").read_bytes()
+    assert landed.asked_at <= landed.fetched_at <= landed.done_at
+    assert done.first_asked_at <= landed.asked_at
+    # every byte went once, in chunks no larger than the bound; each side's buffers are two
+    assert sum(size for _, _, size in sender.cut) == done.bytes
+    assert sender.peak_chunk_bytes <= CHUNK and home.receiver.peak_chunk_bytes <= CHUNK
+    # the listener went with close()
+    assert not home.listening and _listening(home.offer.port) == []
+
+
+def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written(
+        tmp_path: Path) -> None:
+    write_checkpoint(tmp_path / "flight" / "step-000003", {"model.bin": os.urandom(5 * CHUNK)})
+    failures: list[str] = []
+    home, link, _ = _ends(tmp_path, secret=os.urandom(32), on_failure=failures.append)
+    address = ("127.0.0.1", home.offer.port)
+    try:
+        # a stranger: garbage for a proof, then a chunk's frame as if it had passed
+        with socket.create_connection(address, timeout=5) as stranger:
+            hello = stranger.recv(len(MAGIC) + 32)
+            assert hello.startswith(MAGIC)
+            stranger.sendall(os.urandom(HANDSHAKE) + HEADER.pack(
+                1, 11, 9, 0, 4, 0, 0.0, bytes(32)) + b"step-000009model.bin" + b"data")
+            assert _dropped(stranger)                          # no answer
+        deadline = time.monotonic() + WAIT_S
+        while link.failed is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert home.landed() == []
+    finally:
+        link.close()
+        home.close()
+    # the flight with another secret fell back, once, saying why
+    assert failures == [link.failed] == [
+        f"home at 127.0.0.1:{home.offer.port}: home refused this flight's proof of the "
+        f"secret"]
+    assert [r.split(": ", 1)[1] for r in home.refused] == ["its proof of the secret is wrong"] * 2
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_recorded_exchange_cannot_be_replayed(tmp_path: Path) -> None:
+    files = {"model.bin": os.urandom(3 * CHUNK)}
+    write_checkpoint(tmp_path / "flight" / "step-000002", files)
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK)
+    relay = Relay(("127.0.0.1", home.offer.port))
+    link = FlightEnd(CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2),
+                     dataclasses.replace(home.offer, port=relay.port), threading.Lock())
+    try:
+        [landed] = _landed(home)
+        _settled(link)
+        link.close()
+        assert landed.outcome.committed is not None
+        (tmp_path / "home" / "step-000002" / "manifest.json").unlink()
+        (tmp_path / "home" / "step-000002").rename(tmp_path / "elsewhere")
+        # the whole honest exchange, sent again to home on a new connection
+        with socket.create_connection(("127.0.0.1", home.offer.port), timeout=5) as replay:
+            replay.recv(len(MAGIC) + 32)
+            replay.sendall(bytes(relay.sent))
+            assert _dropped(replay)
+        time.sleep(0.2)
+        assert home.landed() == []
+    finally:
+        relay.close()
+        link.close()
+        home.close()
+    assert home.refused[-1].endswith(": its proof of the secret is wrong")
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == []
+
+
+def test_a_dropped_connection_resumes_from_homes_offset(tmp_path: Path) -> None:
+    data = os.urandom(40 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000006", {"model.bin": data})
+    frame = _frame_bytes("step-000006", "model.bin", CHUNK)
+    cut = HANDSHAKE + 12 * frame + frame // 2          # in the middle of the 13th chunk
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK)
+    relay = Relay(("127.0.0.1", home.offer.port), cut=cut)
+    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
+    link = FlightEnd(sender, dataclasses.replace(home.offer, port=relay.port),
+                     threading.Lock())
+    try:
+        [landed] = _landed(home)
+        _settled(link)
+    finally:
+        link.close()
+        relay.close()
+        home.close()
+    done = landed.outcome.committed
+    assert done is not None and link.failed is None and relay.connections == 2
+    assert (tmp_path / "home" / "step-000006" / "model.bin").read_bytes() == data
+    # home had the first twelve chunks: the flight went on from there, not from the start
+    offsets = [offset for _, offset, _ in sender.cut]
+    assert [offsets.count(i * CHUNK) for i in range(12)] == [1] * 12
+    again = sorted({o for o in offsets if offsets.count(o) == 2})
+    assert again[0] == 12 * CHUNK and set(offsets) == {i * CHUNK for i in range(40)}
+    # and resent_bytes is what went twice
+    assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) \
+        == len(again) * CHUNK
+    assert any("peer closed" in r for r in home.refused)
+
+
+def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> None:
+    data = os.urandom(20 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    frame = _frame_bytes("step-000002", "model.bin", CHUNK)
+    flip = HANDSHAKE + 3 * frame + HEADER.size + len("step-000002model.bin") + 100
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK)
+    relay = Relay(("127.0.0.1", home.offer.port), flip=flip)
+    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
+    link = FlightEnd(sender, dataclasses.replace(home.offer, port=relay.port),
+                     threading.Lock())
+    try:
+        [landed] = _landed(home)
+        _settled(link)
+    finally:
+        link.close()
+        relay.close()
+        home.close()
+    done = landed.outcome.committed
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
+    offsets = [offset for _, offset, _ in sender.cut]
+    assert [offsets.count(i * CHUNK) for i in range(4)] == [1, 1, 1, 2]
+    # the damaged chunk and what followed it on the way went again, counted
+    assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) >= CHUNK
+
+
+def test_a_frame_that_breaks_the_bounds_drops_the_connection_before_a_byte_is_read(
+        tmp_path: Path) -> None:
+    data = os.urandom(6 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000004", {"model.bin": data})
+    # the first frame's data length (4 bytes at 12 in the header), 65536, made
+    # 0xFF010000 on the way: 4 GiB claimed
+    flip = HANDSHAKE + 12
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK)
+    relay = Relay(("127.0.0.1", home.offer.port), flip=flip)
+    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
+    link = FlightEnd(sender, dataclasses.replace(home.offer, port=relay.port),
+                     threading.Lock())
+    try:
+        [landed] = _landed(home)
+        _settled(link)
+    finally:
+        link.close()
+        relay.close()
+        home.close()
+    assert home.refused[0].endswith(
+        f"a frame header that is not a chunk's (kind 1, name 11 B, path 9 B, data "
+        f"{0xFF << 24 | CHUNK} B of at most {CHUNK})")
+    # nothing of it was written: the next connection started home's file at byte 0
+    assert relay.connections == 2 and landed.outcome.committed is not None
+    assert (tmp_path / "home" / "step-000004" / "model.bin").read_bytes() == data
+
+
+def test_a_flight_that_cannot_reach_home_falls_back_once(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]                  # nothing listens there any more
+    (tmp_path / "flight").mkdir()
+    failures: list[str] = []
+    link = FlightEnd(CheckpointSender(tmp_path / "flight", buffers=2),
+                     Offer("127.0.0.1", port, os.urandom(32)), threading.Lock(),
+                     on_failure=failures.append)
+    link._thread.join(WAIT_S)
+    link.close()
+    assert failures == [link.failed] == [f"home at 127.0.0.1:{port} refused the connection"]
+
+
+STAND_IN = """
+import os, random, sys
+from pathlib import Path
+sys.path.insert(0, {fixtures!r})
+from checkpoint_files import write_checkpoint
+trial = Path(sys.argv[1])
+rng = random.Random(7)
+files = {{"model.safetensors": rng.randbytes({model}), "optimizer.pt": rng.randbytes(1000)}}
+write_checkpoint(trial.parent / "checkpoints" / "step-000001", files)
+(trial.parent / "done.json").write_text("{{}}")
+"""
+"""The worker on the flight: commits one checkpoint of known bytes and ends."""
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+
+
+def _stand_in(tmp_path: Path, model: int) -> tuple[list[str], dict[str, bytes]]:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN.format(fixtures=str(FIXTURES), model=model))
+    rng = random.Random(7)
+    return [sys.executable, str(script)], {"model.safetensors": rng.randbytes(model),
+                                           "optimizer.pt": rng.randbytes(1000)}
+
+
+def test_the_host_falls_back_to_the_polls_and_says_why_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RunHost without Ray (its one call into Ray, where(), answered here): home's listener
+    is gone, so its polls carry the chunks."""
+    from flightplan.run.executors.ray_host import RunHost
+
+    monkeypatch.setattr(RunHost, "where", lambda self: {"scratch": str(self.dir)})
+    worker, files = _stand_in(tmp_path, 3 * CHUNK + 5)
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    host = RunHost("r-1", str(tmp_path / "scratch"), {}, worker=worker)
+    host.start(b"{}", None, None, Offer("127.0.0.1", port, os.urandom(32), CHUNK))
+    receiver = CheckpointReceiver(tmp_path / "home")
+    deltas = [host.poll()]
+    deadline = time.monotonic() + WAIT_S
+    while deltas[-1].exit_code is None:
+        assert time.monotonic() < deadline
+        for chunk in deltas[-1].chunks:
+            assert receiver.take(chunk, asked_at=time.time()).rewind is None
+        deltas.append(host.poll())
+    host.close()
+    notices = [d.notice for d in deltas if d.notice is not None]
+    assert notices == [f"home at 127.0.0.1:{port} refused the connection"]
+    assert deltas[-1].exit_code == 0
+    assert home_files(tmp_path / "home" / "step-000001") == files
+    assert max(c.size for d in deltas for c in d.chunks) <= CHUNK
+
+
+# -- through a real Ray cluster -----------------------------------------------------------
+def _ray_run(cluster: Any, tmp_path: Path, worker: list[str]) -> tuple[Any, Path, list[str]]:
+    from flightplan.run.executors.contract import Job
+    from flightplan.run.executors.ray_executor import RayExecutor
+
+    made, _, tmp = cluster
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "trial.json").write_text(json.dumps({"run_id": "r-1", "params": {}}))
+    listening: list[str] = []
+
+    def started(_: Any) -> None:       # while it runs: what this process listens on
+        listening.extend(_listeners())
+
+    executor = RayExecutor(address=made.address, scratch=str(tmp / "scratch"), poll_s=0.05,
+                           worker=worker)
+    [result] = executor.run([Job("r-1", run_dir)], on_start=started)
+    return result, run_dir, listening
+
+
+def test_a_checkpoint_comes_home_from_a_ray_flight_over_the_connection(
+        cluster: Any, tmp_path: Path) -> None:
+    from flightplan.run.executors.stream import CHUNK_BYTES
+
+    before = _listeners()
+    worker, files = _stand_in(tmp_path, 2 * CHUNK_BYTES + 12345)
+    result, run_dir, listening = _ray_run(cluster, tmp_path, worker)
+    assert result.exit_code == 0
+    assert home_files(run_dir / "checkpoints" / "step-000001") == files
+    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
+             if '"checkpoint_transfer"' in line]
+    assert sorted(row) == sorted(["event", "step", "time", "name", "bytes", "wait_s",
+                                  "fetch_s", "commit_s", "stream_s", "resent_bytes", "node"])
+    assert (row["name"], row["bytes"], row["resent_bytes"]) == (
+        "step-000001", 2 * CHUNK_BYTES + 12345 + 1000, 0)
+    assert row["stream_s"] > 0 and row["fetch_s"] >= 0 and row["commit_s"] >= 0
+    log = (run_dir / "log.txt").read_text()
+    assert "Ray's polls" not in log and "dropped a direct connection" not in log
+    # while it ran home listened at one more address, on loopback; not after
+    [added] = set(listening) - before
+    assert added.startswith("127.0.0.1:") and _listeners() == before
+
+
+def test_a_flight_refused_by_home_brings_the_checkpoint_with_the_polls(
+        cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from flightplan.run.executors import ray_executor
+
+    class Forgetful(HomeEnd):
+        """Home handing the flight a secret that is not its own: the flight's proof fails."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.offer = dataclasses.replace(self.offer, secret=os.urandom(32))
+
+    monkeypatch.setattr(ray_executor, "HomeEnd", Forgetful)
+    worker, files = _stand_in(tmp_path, 3 * (1 << 20))
+    result, run_dir, _ = _ray_run(cluster, tmp_path, worker)
+    assert result.exit_code == 0
+    assert home_files(run_dir / "checkpoints" / "step-000001") == files
+    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
+             if '"checkpoint_transfer"' in line]
+    assert (row["bytes"], row["resent_bytes"]) == (3 * (1 << 20) + 1000, 0)
+    lines = (run_dir / "log.txt").read_text().splitlines()
+    [notice] = [line for line in lines if "Ray's polls" in line]
+    assert notice.startswith("--- flightplan: checkpoints come home with Ray's polls instead "
+                             "of the direct connection: home at 127.0.0.1:")
+    assert notice.endswith(": home refused this flight's proof of the secret ---")
+    [dropped] = [line for line in lines if "dropped a direct connection" in line]
+    assert dropped.endswith(": its proof of the secret is wrong ---")
+    err = capsys.readouterr().err
+    assert err.count("checkpoints come home with Ray's polls") == 1
