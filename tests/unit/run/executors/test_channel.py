@@ -253,25 +253,33 @@ def test_a_recorded_exchange_cannot_be_replayed(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == []
 
 
-def test_a_dropped_connection_resumes_from_homes_offset(tmp_path: Path) -> None:
-    data = os.urandom(40 * CHUNK)
-    write_checkpoint(tmp_path / "flight" / "step-000006", {"model.bin": data})
-    frame = _frame_bytes("step-000006", "model.bin", CHUNK)
-    cut = HANDSHAKE + 12 * frame + frame // 2          # in the middle of the 13th chunk
+def _through_relay(tmp_path: Path, **relay: int
+                   ) -> tuple[Any, Recorded, Relay, HomeEnd, FlightEnd]:
+    """The checkpoint under ``tmp_path/flight`` sent home through a :class:`Relay` that
+    cuts or damages the stream as ``relay`` says; returns (the committed outcome or None,
+    the sender, the relay, home, the flight's end), all closed."""
     home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
                    chunk_bytes=CHUNK)
-    relay = Relay(("127.0.0.1", home.offer.port), cut=cut)
+    through = Relay(("127.0.0.1", home.offer.port), **relay)
     sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
-    link = FlightEnd(sender, dataclasses.replace(home.offer, port=relay.port),
+    link = FlightEnd(sender, dataclasses.replace(home.offer, port=through.port),
                      threading.Lock())
     try:
         [landed] = _landed(home)
         _settled(link)
     finally:
         link.close()
-        relay.close()
+        through.close()
         home.close()
-    done = landed.outcome.committed
+    return landed.outcome.committed, sender, through, home, link
+
+
+def test_a_dropped_connection_resumes_from_homes_offset(tmp_path: Path) -> None:
+    data = os.urandom(40 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000006", {"model.bin": data})
+    frame = _frame_bytes("step-000006", "model.bin", CHUNK)
+    cut = HANDSHAKE + 12 * frame + frame // 2          # in the middle of the 13th chunk
+    done, sender, relay, home, link = _through_relay(tmp_path, cut=cut)
     assert done is not None and link.failed is None and relay.connections == 2
     assert (tmp_path / "home" / "step-000006" / "model.bin").read_bytes() == data
     # home had the first twelve chunks: the flight went on from there, not from the start
@@ -290,20 +298,7 @@ def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> 
     write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
     frame = _frame_bytes("step-000002", "model.bin", CHUNK)
     flip = HANDSHAKE + 3 * frame + HEADER.size + len("step-000002model.bin") + 100
-    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
-                   chunk_bytes=CHUNK)
-    relay = Relay(("127.0.0.1", home.offer.port), flip=flip)
-    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
-    link = FlightEnd(sender, dataclasses.replace(home.offer, port=relay.port),
-                     threading.Lock())
-    try:
-        [landed] = _landed(home)
-        _settled(link)
-    finally:
-        link.close()
-        relay.close()
-        home.close()
-    done = landed.outcome.committed
+    done, sender, relay, home, _ = _through_relay(tmp_path, flip=flip)
     assert done is not None and relay.connections == 1 and home.refused == []
     assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
     offsets = [offset for _, offset, _ in sender.cut]
@@ -318,25 +313,12 @@ def test_a_frame_that_breaks_the_bounds_drops_the_connection_before_a_byte_is_re
     write_checkpoint(tmp_path / "flight" / "step-000004", {"model.bin": data})
     # the first frame's data length (4 bytes at 12 in the header), 65536, made
     # 0xFF010000 on the way: 4 GiB claimed
-    flip = HANDSHAKE + 12
-    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
-                   chunk_bytes=CHUNK)
-    relay = Relay(("127.0.0.1", home.offer.port), flip=flip)
-    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
-    link = FlightEnd(sender, dataclasses.replace(home.offer, port=relay.port),
-                     threading.Lock())
-    try:
-        [landed] = _landed(home)
-        _settled(link)
-    finally:
-        link.close()
-        relay.close()
-        home.close()
+    done, _, relay, home, _ = _through_relay(tmp_path, flip=HANDSHAKE + 12)
     assert home.refused[0].endswith(
         f"a frame header that is not a chunk's (kind 1, name 11 B, path 9 B, data "
         f"{0xFF << 24 | CHUNK} B of at most {CHUNK})")
     # nothing of it was written: the next connection started home's file at byte 0
-    assert relay.connections == 2 and landed.outcome.committed is not None
+    assert relay.connections == 2 and done is not None
     assert (tmp_path / "home" / "step-000004" / "model.bin").read_bytes() == data
 
 
