@@ -14,7 +14,7 @@
     └── CheckFailed                  exit 1: a check ran and found faults
         ├── CheckpointError          a checkpoint is missing, corrupt or refused
         │   ├── TransferError        a file sent between machines arrived with another hash
-    │   └── ChannelError         the direct connection for checkpoints failed (Ray carries them)
+        │   └── ChannelError         the direct connection for checkpoints failed (Ray carries them)
         ├── UnsafeFileError          a file that would run code or leave its directory
         ├── CorpusMismatch           a corpus file does not match the hash frozen in the spec
         ├── RunDirectoryDamaged      a run directory lacks or garbles a file the runner wrote
