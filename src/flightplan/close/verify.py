@@ -76,6 +76,7 @@ __all__ = [
     "PROB_TOLERANCE",
     "RELOAD_STATUSES",
     "prediction_differences",
+    "reloads_at_once",
     "reproduce_run",
     "reproduce_runs",
     "run_task",
@@ -516,14 +517,34 @@ def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code:
     return "reproduced", []
 
 
+def reloads_at_once(reloads: int, threads: int, cores: int | None = None) -> int:
+    """How many of ``reloads`` reloads run at once, each with ``threads`` torch threads
+    (``cores``: this machine's, unless given): single-threaded reloads one more than the
+    :func:`~flightplan.trial.accelerator.cpu_slots`, others the slots; at most
+    ``reloads``, at least 1.
+
+    A reload is a short forward-only pass. With only as many at once as the slots, reloads
+    go in rounds and the last round leaves cores idle (3 reloads on 2 cores: two rounds,
+    the second on one core); one more single-threaded process lets the cores share the
+    work instead (the 3 end together after 1.5 reloads' time rather than 2). Each process
+    still computes alone with its own thread count, so its bits are those of a reload on an
+    idle machine; with more threads per process the extra one would leave OpenMP threads
+    spinning on shared cores (:data:`~flightplan.trial.accelerator.TORCH_THREADS`), so
+    there is none. One process more than the runs held at once keeps memory near what the
+    run phase needed (a reload holds no optimizer state or gradients).
+    """
+    slots = cpu_slots(threads, cores)
+    return max(1, min(reloads, slots + 1 if threads == 1 else slots))
+
+
 def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None = DEFAULT_SAMPLE,
                    trust_code: bool = False, campaign_dir: Path | None = None,
                    on_done: Callable[[int], None] | None = None
                    ) -> dict[str, tuple[str, list[Finding]]]:
-    """:func:`reproduce_run` for each of ``run_ids``, each in its own fresh process, as
-    many at once as runs compute side by side here (:func:`cpu_slots` of the runs' thread
-    count, each reload started with that count: ``$FLIGHTPLAN_TORCH_THREADS`` and
-    ``OMP_NUM_THREADS`` unless set), so no core idles while reloads remain.
+    """:func:`reproduce_run` for each of ``run_ids``, each in its own fresh process, each
+    started with the runs' thread count (``$FLIGHTPLAN_TORCH_THREADS`` and
+    ``OMP_NUM_THREADS`` unless set), :func:`reloads_at_once` of them at once, so no core
+    idles while reloads remain.
 
     Args:
         results_dir, limit, trust_code, campaign_dir: as :func:`reproduce_run`.
@@ -537,7 +558,7 @@ def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None =
         run id → :func:`reproduce_run`'s ``(status, findings)``, in the order of ``run_ids``.
     """
     found: dict[str, tuple[str, list[Finding]]] = {}
-    slots = max(1, min(len(run_ids), cpu_slots(torch_threads())))
+    slots = reloads_at_once(len(run_ids), torch_threads())
     reloads = _Reloads()
     with ThreadPoolExecutor(max_workers=slots) as pool:
         try:

@@ -12,7 +12,8 @@ from close_fixture import make_campaign
 
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.durable import write_json_atomic
-from flightplan.close.verify import reproduce_run, reproduce_runs, verify_results
+from flightplan.close.verify import (reloads_at_once, reproduce_run, reproduce_runs,
+                                    verify_results)
 
 CONTROL = "control-0000000000"
 VARIANT = "variant-0000000001"
@@ -198,6 +199,17 @@ def test_prediction_mismatch(copy):
 def test_no_manifest(copy):
     (copy / "MANIFEST.json").unlink()
     assert checks(copy) == [("missing_file", "MANIFEST.json")]
+
+
+def test_single_threaded_reloads_run_one_more_than_the_cores_so_none_runs_alone():
+    assert reloads_at_once(3, threads=1, cores=2) == 3     # the main job: 3 reloads, 2 cores
+    assert reloads_at_once(5, threads=1, cores=2) == 3
+    assert reloads_at_once(2, threads=1, cores=2) == 2     # never more than there are
+    assert reloads_at_once(1, threads=1, cores=8) == 1
+    assert reloads_at_once(9, threads=1, cores=8) == 9
+    assert reloads_at_once(5, threads=2, cores=4) == 2     # threaded: the slots, no extra
+    assert reloads_at_once(3, threads=4, cores=2) == 1     # one slot at least
+    assert reloads_at_once(0, threads=1, cores=2) == 1
 
 
 def test_reloads_side_by_side_report_each_run_as_one_at_a_time(copy):
