@@ -13,6 +13,9 @@ Who writes what (docs/internals.md, "Run directory")::
     log.txt             the executor        the worker's stdout and stderr
     transfer.json       the Ray executor    on a flight only: how long a checkpoint takes
                                             to come home (transfer_time.py)
+    no-checkpoint       the runner          a resumed pilot's only: the checkpoint it
+                                            awaits will not come (the first process ended
+                                            without one)
 
 Every reader of these files goes through :class:`RunDir`; measurement rows are read by
 :meth:`RunDir.read_rows` as typed rows (:mod:`flightplan.rows`, which owns their schema),
@@ -69,6 +72,7 @@ class RunDir:
     ARTIFACT = "artifact"
     LOG = "log.txt"
     TRANSFER = "transfer.json"
+    NO_CHECKPOINT = "no-checkpoint"
     """In a flight's scratch folder only (never committed home): the Ray executor's
     latest checkpoint transfer figure, read by the trial when a save completes."""
 
@@ -143,6 +147,11 @@ class RunDir:
     def log(self) -> Path:
         """``log.txt``."""
         return self.path / self.LOG
+
+    @property
+    def no_checkpoint(self) -> Path:
+        """``no-checkpoint`` (a resumed pilot's: the checkpoint it awaits will not come)."""
+        return self.path / self.NO_CHECKPOINT
 
     def status(self) -> str | None:
         """``"stopped"`` (stop.json), ``"finished"`` (done.json) or None."""

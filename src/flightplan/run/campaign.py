@@ -269,7 +269,8 @@ class _Campaign:
                 trial_document(self.spec, control, resume=False), self.dir, report,
                 task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
                 on_progress=self._progress), control_id=control.run_id)
-            self._running.ended(pilot_id(control.run_id))
+            for key in (pilot_id(control.run_id), _resumed(pilot_id(control.run_id))):
+                self._running.ended(key)         # both pilot processes
             self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
                                      ended_at=result.ended_at, event="pilot",
                                      data=result.to_json())
@@ -600,13 +601,19 @@ class _Campaign:
     def _bar(self, job: Job) -> None:
         flight = self._flight_of.get(job.run_id)
         self.board.add(str(job.run_dir), (job.run_id if job.run_dir.name != "resume"
-                                          else f"{job.run_id} (resumed)")
+                                          else _resumed(job.run_id))
                        + (f" on {flight}" if flight else ""))
 
     def _progress(self, job: Job, progress: Any) -> None:
         self.board.update(str(job.run_dir), progress)
-        what = f"run {job.run_id}" + (" (resumed)" if job.run_dir.name == "resume" else "")
-        self._running.update(job.run_id, what, progress)
+        resumed = job.run_dir.name == "resume"      # the resumed pilot, beside the first
+        self._running.update(_resumed(job.run_id) if resumed else job.run_id,
+                             f"run {_resumed(job.run_id) if resumed else job.run_id}", progress)
+
+
+def _resumed(run_id: str) -> str:
+    """How the resumed pilot process of ``run_id`` is named while it runs."""
+    return f"{run_id} (resumed)"
 
 
 def _duration(hours: float) -> str:

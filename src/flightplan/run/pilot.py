@@ -14,7 +14,11 @@ pilot measures rates, and the decision point scales them to the whole corpus):
    earliest checkpoint of (1) (``resume = true``) and runs to the same cap. It measures
    the restore time R, and every loss it logs must equal, bit for bit, the loss (1)
    logged at the same step. If not — or if nothing could be compared — the campaign
-   stops with the rule ``no_usable_resume``.
+   stops with the rule ``no_usable_resume``. Where runs save at home (the local
+   executor) it starts beside (1) as soon as a slot is free, its imports, data and model
+   made while (1) trains, and waits in ``restore()`` for the copy, placed as soon as (1)
+   committed the checkpoint (``await_checkpoint`` in its trial.json); on a flight it
+   starts once (1) ended and its checkpoint came home.
 
 A failure names its real cause (:attr:`PilotResult.cause`): ``crashed`` or ``stopped`` (a
 pilot process exited 3 or was stopped by a rule; its log and stop.json say why),
@@ -217,16 +221,25 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
         return PilotResult(False, message, cause, started_at=started, ended_at=time.time(),
                            **extra)
 
-    first = _one(executor, Job(run_id, pilot_dir), on_start, on_progress)
+    first_job, resume_job = Job(run_id, pilot_dir), Job(run_id, resume_dir)
+    second: JobResult | None = None
+    if executor.saves_on_flight:  # a flight's checkpoint is at home only once it came home
+        first = _one(executor, first_job, on_start, on_progress)
+        early = _earliest_checkpoint(pilot_dir) if first.exit_code == 0 else None
+    else:
+        write_json_atomic(RunDir(resume_dir).trial_json,
+                          dict(trial, resume=True, await_checkpoint=True))
+        first, second, early = _side_by_side(executor, first_job, resume_job, on_start,
+                                             on_progress)
     if first.exit_code != 0:
         return _process_failed(fail, first, pilot_dir, "pilot")
-    early = _earliest_checkpoint(pilot_dir)
     if early is None:
         return fail("no_checkpoint", f"the pilot saved no checkpoint in "
                                      f"{pilot_dir / 'checkpoints'}; no usable resume")
-    shutil.copytree(early, resume_dir / "checkpoints" / early.name)
-    write_json_atomic(RunDir(resume_dir).trial_json, dict(trial, resume=True))
-    second = _one(executor, Job(run_id, resume_dir), on_start, on_progress)
+    if second is None:
+        _place(early, resume_dir)
+        write_json_atomic(RunDir(resume_dir).trial_json, dict(trial, resume=True))
+        second = _one(executor, resume_job, on_start, on_progress)
     resumed_from = str(early.relative_to(campaign_dir))
     if second.exit_code != 0:
         return _process_failed(fail, second, resume_dir, "resumed pilot",
@@ -289,3 +302,62 @@ def _process_failed(fail: Callable[..., PilotResult], result: JobResult, run_dir
 def _one(executor: Executor, job: Job, on_start: Callable[[Job], None] | None,
          on_progress: Callable[[Job, RunProgress], None] | None) -> JobResult:
     return executor.run([job], on_start=on_start, on_progress=on_progress)[0]
+
+
+def _place(early: Path, resume_dir: Path) -> None:
+    """Copy the committed checkpoint ``early`` into ``resume_dir/checkpoints/`` under its own
+    name, whole or not at all (copied beside it, then renamed into place).
+
+    Raises:
+        OSError: the copy failed (nothing is left in ``checkpoints/``).
+    """
+    staged = resume_dir / f"{early.name}.placing"
+    if staged.exists():
+        shutil.rmtree(staged)
+    shutil.copytree(early, staged)
+    RunDir(resume_dir).checkpoints.mkdir(exist_ok=True)
+    staged.rename(RunDir(resume_dir).checkpoints / early.name)
+
+
+def _side_by_side(executor: Executor, first_job: Job, resume_job: Job,
+                  on_start: Callable[[Job], None] | None,
+                  on_progress: Callable[[Job, RunProgress], None] | None
+                  ) -> tuple[JobResult, JobResult, Path | None]:
+    """Both pilot processes in one ``executor.run`` (where runs save at home): the resumed
+    one starts beside the first when a slot is free and waits in ``restore()`` (its
+    trial.json says ``await_checkpoint``) while its imports, data and model are already
+    done. The first's earliest committed checkpoint is copied to it as soon as a poll sees
+    one; when the first ends without one, ``RunDir.NO_CHECKPOINT`` tells the waiting
+    process that none will come (it then goes on as a resume without a checkpoint).
+
+    Returns:
+        ``(first's result, resumed one's result, the checkpoint placed or None)``.
+    """
+    pilot_dir, resume_dir = first_job.run_dir, resume_job.run_dir
+    placed: list[Path] = []
+
+    def place() -> None:
+        early = None if placed else _earliest_checkpoint(pilot_dir)
+        if early is None:
+            return
+        try:
+            _place(early, resume_dir)
+        except OSError:          # removed by keep_last while copied: the next poll retries
+            return
+        placed.append(early)
+
+    def progress(job: Job, seen: RunProgress) -> None:
+        if job.run_dir == pilot_dir:
+            place()
+        if on_progress:
+            on_progress(job, seen)
+
+    def done(result: JobResult) -> None:
+        if result.run_dir == pilot_dir:
+            place()
+            if not placed:
+                RunDir(resume_dir).no_checkpoint.write_bytes(b"")
+
+    ended = {r.run_dir: r for r in executor.run([first_job, resume_job], on_start=on_start,
+                                                on_progress=progress, on_done=done)}
+    return ended[pilot_dir], ended[resume_dir], (placed[0] if placed else None)

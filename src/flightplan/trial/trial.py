@@ -61,9 +61,12 @@ from flightplan.rows import (CheckpointFailed, CheckpointRejected, CheckpointSav
 from flightplan.rundir import RunDir
 from flightplan.spec import CheckpointPolicy, StopRules
 
-__all__ = ["Trial"]
+__all__ = ["Trial", "AWAIT_POLL_S"]
 
 _COMPONENTS = ("model", "optimizer", "scheduler", "scaler", "loader")
+
+AWAIT_POLL_S = 0.05
+"""How often (seconds) a process told to ``await_checkpoint`` looks for it."""
 
 
 def _item(value: Any) -> Any:
@@ -236,6 +239,7 @@ class Trial:
         """
         if self._parts.model is None:
             raise TypeError("register(model=...) before restore()")
+        self._await_checkpoint()
         start = time.monotonic()
         files, path, rejected = self._select(load_checkpoint)
         if files is None or path is None:
@@ -262,6 +266,18 @@ class Trial:
                             restore_s=restore_s, rejected=tuple(r.name for r in rejected),
                             not_yet_registered=tuple(sorted(self._pending))))
         return self._steps_done
+
+    def _await_checkpoint(self) -> None:
+        """With ``await_checkpoint`` in trial.json (a resumed pilot started beside the first
+        process, :mod:`flightplan.run.pilot`): wait, polling every :data:`AWAIT_POLL_S`
+        seconds, until the runner has placed a committed checkpoint in ``checkpoints/`` or
+        written ``no-checkpoint`` (none will come; the restore then finds none). Without it,
+        returns at once. The wait is not part of the measured restore time."""
+        if not self.config.await_checkpoint:
+            return
+        run = RunDir(self.run_dir)
+        while not run.has_checkpoint() and not run.no_checkpoint.exists():
+            time.sleep(AWAIT_POLL_S)
 
     def _select(self, load: Callable[[Path], CheckpointFiles]
                 ) -> tuple[CheckpointFiles | None, Path | None, list[Rejection]]:
@@ -504,6 +520,7 @@ class Trial:
                 ``require_resume`` on) the newest valid checkpoint lacks a required file,
                 e.g. one saved with the Trainer's ``save_only_model=True``.
         """
+        self._await_checkpoint()
         start = time.monotonic()
         files, path, rejected = self._select(load_library_checkpoint)
         if files is None or path is None:

@@ -39,6 +39,7 @@ class TrialFile(BaseModel):
     base_model: dict[str, Any] | None = None
     campaign_dir: str | None = None
     resume: bool = False
+    await_checkpoint: bool = False
     config_hash: str | None = None
     code_version: str | None = None
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from flightplan.run.executors.contract import Executor, JobResult
-from flightplan.rows import parse_row
+from flightplan.run.executors.local import LocalExecutor
+from flightplan.rows import CheckpointSaved, Measurement, Restore, parse_row
+from flightplan.rundir import RunDir
 from flightplan.run.data_check import DataCheckReport, SplitReport
 from flightplan.run.pilot import compare_losses, pilot_id, run_pilot
 from flightplan.tasks.estimate import figures_from_rows
 from flightplan.tasks.loader import load_task
 
+PILOT_WORKER = Path(__file__).with_name("pilot_worker.py")
 TEXTCLF = load_task("textclf", ".")  # its pilot_examples hook: steps × batch_size (16)
 
 DATA_CHECK = DataCheckReport("ok", 0.5, splits={"train": SplitReport(240), "test": SplitReport(80)},
@@ -171,6 +175,8 @@ class FakeWorkers(Executor):
                     (job.run_dir / "checkpoints" / "step-000001" / "manifest.json").write_text("{}")
                     (job.run_dir / "checkpoints" / "step-000003").mkdir(parents=True)
                     (job.run_dir / "checkpoints" / "step-000003" / "manifest.json").write_text("{}")
+            elif (job.run_dir / "no-checkpoint").exists():   # told none will come
+                assert trial["await_checkpoint"] and not (job.run_dir / "checkpoints").exists()
             else:
                 assert sorted(p.name for p in (job.run_dir / "checkpoints").iterdir()) == \
                     ["step-000001"]
@@ -186,6 +192,8 @@ class FakeWorkers(Executor):
             now = time.time()
             results.append(JobResult(job.run_id, job.run_dir, self.exit_code if self.crash else 0,
                                      now, now))
+            if on_done:
+                on_done(results[-1])
         return results
 
 
@@ -280,3 +288,41 @@ def test_a_pilot_killed_by_a_signal_is_named_so_without_its_logs_last_line(tmp_p
     assert result.cause == "crashed"
     assert result.message.startswith("the pilot process was killed by SIGKILL (exit code -9); see ")
     assert "/opt/venv" not in result.message
+
+
+def _script_executor(monkeypatch, mode: str) -> LocalExecutor:
+    """A real LocalExecutor with two slots whose workers run ``pilot_worker.py``."""
+    monkeypatch.setenv("PILOT_WORKER_MODE", mode)
+    return LocalExecutor(slots=2, poll_s=0.05,
+                         argv=lambda trial_json: [sys.executable, str(PILOT_WORKER),
+                                                  str(trial_json)])
+
+
+def test_the_resumed_pilot_starts_beside_the_first_and_waits_for_its_early_checkpoint(
+        tmp_path, monkeypatch):
+    result = run_pilot(dict(CONTROL, task="local"), tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=_script_executor(monkeypatch, "slow_start"), steps=6)
+    assert result.ok, result.message
+    assert result.compared_steps == [1, 2, 3, 4, 5] and result.mismatches == []
+    folder = tmp_path / "runs" / pilot_id(CONTROL["run_id"])
+    first, resumed = RunDir(folder).rows(), RunDir(folder / "resume").rows()
+    ready = next(r.number("ready") for r in resumed
+                 if isinstance(r, Measurement) and r.number("ready"))
+    saved = next(r.time for r in first if isinstance(r, CheckpointSaved))
+    restored = next(r for r in resumed if isinstance(r, Restore))
+    # the resumed process had its model ready before the first saved (1.5 s of slow start),
+    # waited, and then restored the copy of that early checkpoint
+    assert ready < saved - 1.0 and restored.source == "step-000001"
+    assert restored.restore_s < 1.0          # the wait is not counted as restore time
+    assert not (folder / "resume" / "no-checkpoint").exists()
+    assert sorted(p.name for p in (folder / "resume").iterdir() if p.is_dir()) == ["checkpoints"]
+
+
+def test_a_first_pilot_that_dies_before_its_checkpoint_releases_the_waiting_one(
+        tmp_path, monkeypatch):
+    result = run_pilot(dict(CONTROL, task="local"), tmp_path, DATA_CHECK, task=TEXTCLF,
+                       executor=_script_executor(monkeypatch, "crash"), steps=6)
+    assert result.cause == "crashed" and "crashed (exit code 1" in result.message
+    resume = tmp_path / "runs" / pilot_id(CONTROL["run_id"]) / "resume"
+    assert (resume / "no-checkpoint").exists()          # told none will come, and so ended
+    assert not (resume / "checkpoints").exists()

@@ -96,19 +96,21 @@ def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
             Path(trial.campaign_dir))
 
 
-def _train_embeddings(trial: Any, step: int, model: TextClassifier,
-                      split: EncodedSplit) -> torch.Tensor:
+def _train_embeddings(model: TextClassifier, split: EncodedSplit
+                      ) -> tuple[torch.Tensor, list[dict[str, Any]]]:
     """Pooled embeddings (N, H) of the training set, forward only, in the length-sorted
     batches of :func:`example_embeddings` (fixed, so every process computes the same
-    tensor), on the model's device; logs ``encode_s`` rows."""
+    tensor), on the model's device; and one ``encode_s`` row per batch (seconds, with
+    ``seq_len``, ``tokens`` and ``batch_size``) for the caller to log."""
     model.eval()
+    rows: list[dict[str, Any]] = []
 
-    def logged(indices: list[int], seconds: float) -> None:
+    def timed(indices: list[int], seconds: float) -> None:
         lengths = [len(split.input_ids[i]) for i in indices]
-        trial.log(step, encode_s=seconds, seq_len=max(lengths), tokens=sum(lengths),
-                  batch_size=len(indices))
+        rows.append({"encode_s": seconds, "seq_len": max(lengths), "tokens": sum(lengths),
+                     "batch_size": len(indices)})
     dev = next(model.parameters()).device
-    return example_embeddings(model, split, on_batch=logged).to(dev)
+    return example_embeddings(model, split, on_batch=timed).to(dev), rows
 
 
 @dataclass(frozen=True)
@@ -227,13 +229,19 @@ def train(trial: Any, *, code_version: str) -> None:
     scaler = grad_scaler(params.precision, dev)      # enabled for fp16 only
     trial.register(model=TrainableParameters(model), optimizer=optimizer, scheduler=scheduler,
                    loader=loader, scaler=scaler if scaler.is_enabled() else None)
+    # The control's embeddings are a pure function of corpus and base weights (no RNG is
+    # drawn), so they come before restore(): a resumed pilot that waits there for its
+    # checkpoint (trial.json ``await_checkpoint``) has them ready when it arrives.
+    train_embeddings = test_embeddings = None
+    encoded: list[dict[str, Any]] = []
+    if params.is_control:
+        train_embeddings, encoded = _train_embeddings(model, train_split)      # (N, H)
+        test_embeddings = example_embeddings(model, test_split)                 # (N, H)
     step = trial.restore()
+    for row in encoded:
+        trial.log(step, **row)
 
     gold = torch.tensor(train_split.gold, dtype=torch.long, device=dev)   # (N,)
-    train_embeddings = test_embeddings = None
-    if params.is_control:
-        train_embeddings = _train_embeddings(trial, step, model, train_split)  # (N, H)
-        test_embeddings = example_embeddings(model, test_split)                 # (N, H)
     trial.log(step, load_s=time.perf_counter() - began, data_s=data_s, planned_steps=total,
               steps_per_epoch=steps_per_epoch)
     train_step = TrainStep(model, train_split, gold, optimizer, scheduler, scaler,
