@@ -47,6 +47,7 @@ from flightplan.errors import TaskError
 __all__ = ["RealTokenEncoder"]
 
 _LAYER_PARTS = ("attention.self.query", "attention.self.key", "attention.self.value",
+                "attention.self.scaling",
                 "attention.self.dropout", "attention.output.dense",
                 "attention.output.dropout", "attention.output.LayerNorm",
                 "intermediate.dense", "output.dense", "output.dropout", "output.LayerNorm")
@@ -100,9 +101,9 @@ class RealTokenEncoder:
             (B, H) in the activations' dtype; an example without real tokens pools to 0.
         """
         batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])
-        real = attention_mask.reshape(-1) != 0
-        rows = real.nonzero().squeeze(1)                                  # (R,) flat indices
-        lengths = attention_mask.ne(0).sum(dim=1)                         # (B,)
+        real = attention_mask != 0                                        # (B, T)
+        rows = real.reshape(-1).nonzero().squeeze(1)                      # (R,) flat indices
+        lengths = real.sum(dim=1)                                         # (B,)
         hidden = self._embed(input_ids.reshape(-1).index_select(0, rows), rows % width)
         spans = _equal_length_runs(lengths.tolist())
         for layer in self.layers:
@@ -140,7 +141,7 @@ class RealTokenEncoder:
         query, key, value = (self_attention.query(x), self_attention.key(x),
                              self_attention.value(x))
         heads, size = self.heads, x.shape[1] // self.heads
-        scale = size ** -0.5
+        scale = float(self_attention.scaling)         # BERT's own: head size ** -0.5
         dropout = float(self_attention.dropout.p) if self_attention.training else 0.0
         pieces = []
         for first, count, length in spans:
