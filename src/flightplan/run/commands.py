@@ -160,7 +160,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
     it authenticates and whether the network was stated trusted, or null; a pending
     run that was not started because its flight's package ends first has that ``reason``;
-    ``goodput`` per run and for the campaign: :func:`_add_goodput`).
+    ``goodput`` per run and for the campaign: :func:`_add_goodput`; ``progress`` of each
+    running or interrupted run: :func:`_add_progress`).
 
     Raises:
         SpecError: the campaign file is missing or invalid.
@@ -184,6 +185,7 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         for run in snapshot["runs"]:
             if run["status"] == "running":
                 run["status"] = "interrupted"
+    _add_progress(snapshot, spec.campaign_dir, now=time.time())
     if as_json:
         print(json.dumps(snapshot, indent=2, default=str))
         return 0
@@ -204,6 +206,23 @@ def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -
         run["goodput"] = None if split is None else split.to_json()
     snapshot["goodput"] = {key: value for key, value in goodput.to_json().items()
                            if key != "runs"}
+
+
+def _add_progress(snapshot: dict[str, Any], campaign_dir: Path, *, now: float) -> None:
+    """Add ``progress`` ``{steps_done, planned_steps}`` (planned: None until the run's task
+    says) to each run that is ``running`` or ``interrupted``, read from its measurement
+    rows, and give a running run the wall time since it first started (the ledger holds a
+    run's wall time only once it ended)."""
+    from flightplan.run.executors.contract import MeasurementTail
+    from flightplan.rundir import RunDir
+
+    for run in snapshot["runs"]:
+        if run["status"] not in ("running", "interrupted"):
+            continue
+        seen = MeasurementTail(RunDir.of(campaign_dir, run["run_id"]).path).read()
+        run["progress"] = {"steps_done": seen.completed, "planned_steps": seen.total}
+        if run["status"] == "running" and run.get("started_at"):
+            run["wall_s"] = max(0.0, now - float(run["started_at"]))
 
 
 def _add_rental(snapshot: dict[str, Any], *, now: float) -> None:

@@ -88,6 +88,16 @@ def _run_reason(run: dict[str, Any]) -> str:
     return run.get("reason") or ""
 
 
+def _status_cell(run: dict[str, Any]) -> str:
+    """``finished``, or for a run in progress ``running 5/76`` (steps done / planned;
+    ``running 5`` before the task says how many)."""
+    progress = run.get("progress")
+    if not progress:
+        return str(run["status"])
+    planned = progress.get("planned_steps")
+    return f"{run['status']} {progress['steps_done']}" + (f"/{planned}" if planned else "")
+
+
 def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float,
               title: str = "runs") -> list[str]:
     """One line per run under its tier: full id, status, metric, wall time and (when the
@@ -98,14 +108,14 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
 
     Args:
         runs: ``{run_id, tier, status, metric, wall_s, stop, [started_at, superseded_by,
-            reason]}`` per run (the ledger's rows, or ``flightplan run``'s summary rows).
+            reason, progress]}`` per run (the ledger's rows, or ``flightplan run``'s summary rows).
         metric: the campaign's decision metric (column header).
         width: terminal columns. now: unix seconds (times of today show without date).
         title: the first line.
     """
     started = any("started_at" in r for r in runs)
     header = ["RUN ID", "STATUS", metric.upper(), "WALL (s)"] + (["STARTED"] if started else [])
-    rows = [header] + [[r["run_id"], r["status"],
+    rows = [header] + [[r["run_id"], _status_cell(r),
                         "-" if r.get("metric") is None else f"{r['metric']:.4f}",
                         f"{r.get('wall_s') or 0:.1f}"]
                        + ([clock(r.get("started_at"), now=now)] if started else [])

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import re
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 
@@ -868,3 +869,39 @@ def test_a_checkpoint_that_came_home_and_went_still_demands_a_resume_on_a_flight
     again = ResumeSeen(on_flight=True)
     run_campaign(load_spec(spec), executor=again, quiet=True)
     assert again.resume["control"] is True
+
+
+def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_path, capsys):
+    from flightplan.campaign_lock import CampaignLock
+    from flightplan.run.commands import status_command
+
+    path = _spec(tmp_path)
+    outcome = run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    run_id = {r["name"]: r["run_id"] for r in outcome.runs}["wild"]
+    began = time.time() - 30.0
+    with Ledger.open(tmp_path, create=False) as ledger:
+        ledger.record_run_start(run_id, resumed=False, at=began)   # a start with no end
+    with sqlite3.connect(tmp_path / ".flightplan" / "ledger.sqlite") as db:   # 30 s ago
+        db.execute("UPDATE runs SET started_at = ? WHERE run_id = ?", (began, run_id))
+    rows = [{"step": 0, "time": began, "planned_steps": 8}] + [
+        {"step": s, "time": began + s, "loss": 1.0, "step_s": 0.5} for s in range(5)]
+    (tmp_path / "runs" / run_id / "measurements.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows))
+
+    def shown() -> dict:
+        assert status_command(path, as_json=True) == 0
+        return next(r for r in json.loads(capsys.readouterr().out)["runs"]
+                    if r["run_id"] == run_id)
+    # no runner holds the campaign: the run was interrupted after 5 of its 8 steps
+    run = shown()
+    assert run["status"] == "interrupted"
+    assert run["progress"] == {"steps_done": 5, "planned_steps": 8}
+    assert status_command(path, as_json=False) == 0
+    assert re.search(rf"{run_id}\s+interrupted 5/8\s", capsys.readouterr().out)
+    # while a runner holds it, the run is running, its wall time counted since it started
+    with CampaignLock(tmp_path, verb="run"):
+        run = shown()
+        now = time.time()
+    assert run["status"] == "running" and run["progress"] == {"steps_done": 5,
+                                                               "planned_steps": 8}
+    assert run["started_at"] == began and now - 5.0 < began + run["wall_s"] <= now
