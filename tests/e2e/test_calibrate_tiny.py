@@ -32,14 +32,10 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def closed(tmp_path_factory):
-    """The tiny campaign, run and closed: (campaign dir, plan --json from the file, plan
-    --json from its results)."""
-    folder = tmp_path_factory.mktemp("tiny-calibrate")
-    shutil.copy(REPO / "examples" / "tiny" / "campaign.toml", folder / "campaign.toml")
-    for args in (("run", "campaign.toml"), ("close", "campaign.toml")):
-        done = _cli(*args, cwd=folder)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+def closed(closed_tiny):
+    """The tiny campaign, run and closed (the session's shared, read-only one): (campaign
+    dir, plan --json from the file, plan --json from its results)."""
+    folder = closed_tiny.folder
     plans = []
     for extra in ((), ("--from", "results")):
         done = _cli("plan", "campaign.toml", "--json", *extra, cwd=folder)

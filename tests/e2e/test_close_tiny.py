@@ -1,8 +1,9 @@
 """`flightplan close` and `flightplan verify` on the tiny campaign, through the real CLI.
 
-The tiny campaign runs once (`flightplan run`), is closed, and its results directory must
-verify; the README's reload command, run from the results directory in a fresh process,
-must re-create the stored predictions (same labels, probabilities within 1e-5); a tampered copy (one stored
+The tiny campaign runs once (`flightplan run`) and is closed (the session's shared campaign,
+`closed_tiny` in conftest.py); its results directory must verify; the README's reload
+command, run from the results directory of a copy in a fresh process, must re-create the
+stored predictions (same labels, probabilities within 1e-5); a tampered copy (one stored
 prediction changed, the manifest updated to match) must fail verify with
 `prediction_mismatch`, and one whose adapter lost its base revision with `base_revision`.
 """
@@ -24,7 +25,6 @@ from cli_run import run_cli
 from flightplan.publish.manifest import update_manifest
 from flightplan.close.verify import prediction_differences
 
-REPO = Path(__file__).resolve().parents[2]
 ENV = dict(BASE_ENV,
            PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
@@ -35,20 +35,8 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run_cli(*args, cwd=cwd, hang_s=1200, env=ENV)
 
 
-@pytest.fixture(scope="module")
-def closed(tmp_path_factory):
-    """The tiny campaign, run and closed: (campaign dir, close --json object)."""
-    folder = tmp_path_factory.mktemp("tiny-close")
-    shutil.copy(REPO / "examples" / "tiny" / "campaign.toml", folder / "campaign.toml")
-    ran = _cli("run", "campaign.toml", cwd=folder)
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    done = _cli("close", "campaign.toml", "--json", cwd=folder)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return folder, json.loads(done.stdout)
-
-
-def test_close_verifies_and_accepts_every_run(closed):
-    folder, outcome = closed
+def test_close_verifies_and_accepts_every_run(closed_tiny):
+    folder, outcome = closed_tiny.folder, closed_tiny.closed
     assert outcome["verified"] is True and outcome["findings"] == []
     assert Path(outcome["results_dir"]) == folder / "results"
     manifest = json.loads((folder / "results" / "MANIFEST.json").read_text())
@@ -80,8 +68,8 @@ def test_close_verifies_and_accepts_every_run(closed):
         "reload": {run_id: "reproduced" for run_id in manifest["expected_run_ids"]}}
 
 
-def test_readme_reload_command_reproduces_the_predictions(closed):
-    folder, _ = closed
+def test_readme_reload_command_reproduces_the_predictions(closed_tiny, tmp_path):
+    folder = closed_tiny.copy(tmp_path / "tiny")       # the command writes beside results/
     results = folder / "results"
     commands = [line for line in (results / "README.md").read_text().splitlines()
                 if line.startswith("python -P -m flightplan.tasks.reload textclf ")]
@@ -94,8 +82,8 @@ def test_readme_reload_command_reproduces_the_predictions(closed):
                                   folder / f"reproduced-{run_id}.csv") == (80, [])
 
 
-def test_tampered_copies_fail_verify(closed, tmp_path):
-    folder, outcome = closed
+def test_tampered_copies_fail_verify(closed_tiny, tmp_path):
+    folder, outcome = closed_tiny.folder, closed_tiny.closed
     copy = tmp_path / "copy" / "results"
     shutil.copytree(folder / "results", copy)
     run_id = sorted(outcome["accepted"])[0]
@@ -119,11 +107,11 @@ def test_tampered_copies_fail_verify(closed, tmp_path):
     assert ("reload", f"artifacts/{lora}") in checks  # the task refuses an unknown base
 
 
-def test_goodput_parts_add_up_to_each_runs_wall_time(closed):
+def test_goodput_parts_add_up_to_each_runs_wall_time(closed_tiny):
     """Every run's wall time by cause, in `status --json` and in plan_vs_execution.json,
     adds up to the wall time the ledger counted within 1 %; the flight's slot-hours add up
     to what its package bought; the text status shows both at 80 columns."""
-    folder, _ = closed
+    folder = closed_tiny.folder
     status = _cli("status", "campaign.toml", "--json", cwd=folder)
     assert status.returncode == 0, status.stderr
     snapshot = json.loads(status.stdout)
