@@ -27,11 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class ClosedTiny:
     """The tiny campaign, run and closed: ``folder`` (campaign.toml, .flightplan/, runs/,
-    results/), the ``run --json`` object ``ran`` and the ``close --json`` object
-    ``closed``. Read-only: copy it (:meth:`copy`) before writing."""
+    results/) and the ``close --json`` object ``closed``. Read-only: copy it
+    (:meth:`copy`) before writing."""
 
     folder: Path
-    ran: dict[str, Any]
     closed: dict[str, Any]
 
     def copy(self, to: Path) -> Path:
@@ -58,6 +57,7 @@ def closed_tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClosedTiny
         done = run_cli(verb, "campaign.toml", "--json", cwd=folder, hang_s=1200)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         outputs.append(json.loads(done.stdout))
+    assert outputs[0]["status"] == "completed", outputs[0]
     before = _digests(folder)
-    yield ClosedTiny(folder, *outputs)
+    yield ClosedTiny(folder, outputs[1])
     assert _digests(folder) == before, "a test wrote into the shared closed tiny campaign"
