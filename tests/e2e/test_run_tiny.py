@@ -153,6 +153,13 @@ def _loss_rows(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if '"loss"' in line)
 
 
+def _mid_run(path: Path) -> bool:
+    """At least 3 steps logged and the early checkpoint durable (its ``checkpoint`` row):
+    a kill from here on must end in a resume, however slowly the background save went."""
+    return _loss_rows(path) >= 3 and path.is_file() and any(
+        '"event": "checkpoint"' in line for line in path.read_text().splitlines())
+
+
 def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(reference,
                                                                                 tmp_path):
     ref_folder, _, _ = reference
@@ -175,11 +182,11 @@ def test_killed_runner_resumes_to_identical_results_and_a_second_runner_refuses(
                     target = _ids(folder).get("lora-r4")
                 except sqlite3.Error:
                     target = None
-            if target and _loss_rows(folder / "runs" / target / "measurements.jsonl") >= 3:
+            if target and _mid_run(folder / "runs" / target / "measurements.jsonl"):
                 break
             assert runner.poll() is None, "the runner ended before it could be killed"
             time.sleep(0.1)
-        assert target and _loss_rows(folder / "runs" / target / "measurements.jsonl") >= 3
+        assert target and _mid_run(folder / "runs" / target / "measurements.jsonl")
     finally:
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait()
