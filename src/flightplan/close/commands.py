@@ -154,7 +154,10 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
             artifacts the acceptance step did not already reload in full.
 
     Returns:
-        ``{verified, findings, results_dir, accepted (run ids), budget, conclusion}``.
+        ``{verified, findings, results_dir, accepted (run ids), budget, conclusion,
+        unfinished}``; ``unfinished``: ``{run_id, name, status}`` of each run that did not
+        run to its end, ``interrupted`` (its runner was stopped: close holds the lock, so
+        none is running) or ``pending`` (never started).
 
     Raises:
         ArgumentError: the campaign has no frozen plan yet (it never ran).
@@ -200,8 +203,11 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                          "metric_value": v.metric_value} for v in verdicts})
     report = verify_results(results, sample=sample, reproduced={
         v.run_id: v.reload_findings for v in verdicts if v.reload_findings is not None})
+    unfinished = [{"run_id": r.run_id, "name": r.name,
+                   "status": "interrupted" if r.status == "running" else r.status}
+                  for r in runs if r.status in ("running", "pending")]
     return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
-                     "conclusion": conclusion}
+                     "conclusion": conclusion, "unfinished": unfinished}
 
 
 def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
@@ -338,10 +344,12 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     if as_json:
         print(json.dumps({**{k: conclusion[k] for k in ("answer", "verdict")},
                           **{k: outcome[k] for k in ("verified", "findings", "results_dir",
-                                                     "accepted", "budget")}}))
+                                                     "accepted", "budget", "unfinished")}}))
     else:
         budget = outcome["budget"]
         per = budget["rental_per_accepted"]
+        if outcome["unfinished"]:
+            print(_unfinished_line(outcome["unfinished"], spec_path))
         print(f"results: {outcome['results_dir']}")
         print(f"answer: {conclusion['answer']}")
         print(f"verdict: {conclusion['verdict']}")
@@ -353,6 +361,16 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
               f"NOT verified: {len(outcome['findings'])} finding(s)")
         _print_findings(outcome["findings"])
     return 0 if outcome["verified"] else 1
+
+
+def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path) -> str:
+    """``not finished: lora-r8 (interrupted), len256 (not started); …`` with the command
+    that goes on with them: the answer below is only what the finished runs can give."""
+    runs = ", ".join(f"{u['name']} ({'not started' if u['status'] == 'pending' else u['status']})"
+                     for u in unfinished)
+    return (f"not finished: {runs}; the answer below is only what the finished runs give. "
+            f"{shlex.join(['flightplan', 'run', str(spec_path)])} goes on with them; close "
+            f"again once they have ended")
 
 
 def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:

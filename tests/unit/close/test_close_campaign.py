@@ -248,3 +248,20 @@ def test_close_on_a_per_example_metric(tmp_path):
         f"mean:abs_error (its per-example numeric columns: n_tokens, truncated); the task must "
         f"write it, or fix campaign.metric"]
     assert outcome["conclusion"]["comparisons"][0]["verdict"] == "not_available"
+
+
+def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys):
+    from flightplan.close.commands import close_command
+
+    spec, ledger = make_campaign(tmp_path, publish=False)
+    variant = next(r for r in ledger.run_rows if r["run_id"] == VARIANT)
+    variant.update(status="running", ended_at=None)      # its runner was stopped
+    close_command(spec.source, as_json=False, open_ledger=lambda _: ledger)
+    out = capsys.readouterr().out
+    assert out.startswith(f"not finished: variant (interrupted); the answer below is only "
+                          f"what the finished runs give. flightplan run {spec.source} goes "
+                          f"on with them; close again once they have ended\nresults: ")
+    variant.update(status="pending", started_at=None)
+    close_command(spec.source, as_json=True, open_ledger=lambda _: ledger)
+    assert json.loads(capsys.readouterr().out)["unfinished"] == [
+        {"run_id": VARIANT, "name": "variant", "status": "pending"}]
