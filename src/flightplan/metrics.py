@@ -121,6 +121,15 @@ def parse_metric(name: str) -> Metric:
                     field="campaign.metric", value=name)
 
 
+def metric_range(metric: Metric) -> tuple[float, float] | None:
+    """The values ``metric`` can take, ``(low, high)``: ``(-1, 1)`` for
+    ``matthews_corrcoef`` and ``cohen_kappa`` (scikit-learn's documented ranges), ``(0, 1)``
+    for every other classification metric; None for a column's mean (any number)."""
+    if metric.kind == "column":
+        return None
+    return (-1.0, 1.0) if metric.name in ("matthews_corrcoef", "cohen_kappa") else (0.0, 1.0)
+
+
 def check_goal(metric: Metric, goal: str) -> None:
     """Refuse a goal against a classification metric's direction.
 

@@ -137,6 +137,29 @@ class CampaignSection(_Strict):
                 raise ValueError(exc.reason) from None
         return value
 
+    @field_validator("min_gain", "accept_at_least")
+    @classmethod
+    def _within_the_metrics_range(cls, value: float | None, info: ValidationInfo
+                                  ) -> float | None:
+        from flightplan.metrics import metric_range, parse_metric
+
+        if value is None or "metric" not in info.data:  # the metric itself was refused
+            return value
+        metric = info.data["metric"]
+        span = metric_range(parse_metric(metric))
+        if span is None:
+            return value
+        low, high = span
+        if info.field_name == "accept_at_least" and not low <= value <= high:
+            raise ValueError(f"{value:g} is outside the values {metric} takes ({low:g} to "
+                             f"{high:g}), so no product could ever be accepted; give a value "
+                             f"in that range, or leave accept_at_least out")
+        if info.field_name == "min_gain" and value >= high - low:
+            raise ValueError(f"{value:g} is at least the whole range of {metric} ({low:g} to "
+                             f"{high:g}), so no variant could ever meet it; give a gain in "
+                             f"{metric}'s units, e.g. 0.05 for five points")
+        return value
+
     @model_validator(mode="after")
     def _assumption_fits_metric(self) -> "CampaignSection":
         from flightplan.metrics import parse_metric

@@ -69,6 +69,11 @@ CASES = [
     (("run", 0, "expected_gain"), 0.1,
      r"run\[0\]\.expected_gain: run 'control' has no reference, so no gain to expect"),
     (("run", 1, "expected_gain"), -0.1, r"run\[1\]\.expected_gain: -0\.1: input should be greater than or equal to 0"),
+    (("campaign", "accept_at_least"), 1.8,
+     r"campaign\.accept_at_least: 1\.8 is outside the values macro_f1 takes \(0 to 1\), so no "
+     r"product could ever be accepted"),
+    (("campaign", "min_gain"), 1, r"campaign\.min_gain: 1 is at least the whole range of "
+     r"macro_f1 \(0 to 1\), so no variant could ever meet it"),
 ]
 
 
@@ -86,6 +91,15 @@ def test_a_misspelt_required_key_is_named_not_reported_missing() -> None:
         parse_spec(doc)
     assert str(caught.value) == ("campaign.toml: rental.pakage_days: unknown key 'pakage_days'; "
                                  "did you mean 'package_days'?")
+
+
+def test_thresholds_may_use_the_whole_range_of_their_metric() -> None:
+    doc = copy.deepcopy(BASE)
+    doc["campaign"] |= {"metric": "matthews_corrcoef", "accept_at_least": -0.5, "min_gain": 1.5}
+    assert parse_spec(doc).campaign.accept_at_least == -0.5          # MCC takes -1 to 1
+    doc["campaign"] |= {"metric": "mean:abs_error", "goal": "min", "accept_at_least": 40.0,
+                        "min_gain": 3.0}
+    assert parse_spec(doc).campaign.min_gain == 3.0                   # a column: any number
 
 
 def test_planning_assumptions_load_and_fit_their_metric() -> None:
