@@ -72,11 +72,18 @@ def lint_variants(spec: CampaignSpec) -> list[LintWarning]:
             continue
         changed = factor_changes(run, runs[run.reference])
         if len(changed) > 1:
+            mine, theirs = _factors(run), _factors(runs[run.reference])
+            values = "; ".join(f"{k}: {theirs.get(k, 'not set')} → {mine.get(k, 'not set')}"
+                               for k in changed)
+            unset = [k for k in changed if k not in mine or k not in theirs]
             warnings.append(LintWarning(
                 "several-changes", run.name,
                 f"{run.name} differs from its reference {run.reference} in {len(changed)} factors "
-                f"({', '.join(changed)}), so a difference in results cannot be attributed to one; "
-                f"split it into variants that change one factor each"))
+                f"({values}), so a difference in results cannot be "
+                f"attributed to one; split it into variants that change one factor each"
+                + (f" (a param set in only one of the two counts as a change: if "
+                   f"{', '.join(unset)} not set means the task's default, set "
+                   f"{'it' if len(unset) == 1 else 'them'} in both)" if unset else "")))
     seen: dict[tuple[tuple[str, str], ...], str] = {}
     for run in spec.runs:
         key = tuple(sorted(_factors(run).items()))

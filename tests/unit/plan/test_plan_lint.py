@@ -32,8 +32,20 @@ def test_two_changes_against_the_reference(make_spec) -> None:
                            _run("lora-len256", "control", max_length=256, lr=1e-3, adapter=LORA)])
     [warning] = lint_variants(spec)
     assert (warning.code, warning.subject) == ("several-changes", "lora-len256")
-    assert warning.message.startswith("lora-len256 differs from its reference control in 2 factors "
-                                      "(adapter, max_length)")
+    assert warning.message == (
+        'lora-len256 differs from its reference control in 2 factors (adapter: not set → '
+        '{"alpha":16,"kind":"lora","rank":8}; max_length: 128 → 256), so a '
+        'difference in results cannot be attributed to one; split it into variants that change '
+        'one factor each (a param set in only one of the two counts as a change: if adapter not '
+        "set means the task's default, set it in both)")
+
+
+def test_a_param_left_to_the_tasks_default_is_named_as_not_set(make_spec) -> None:
+    spec = make_spec(runs=[_run("control", hidden=32), _run("lr-0.01", "control", lr=0.01)])
+    [warning] = lint_variants(spec)
+    assert "in 2 factors (hidden: 32 → not set; lr: not set → 0.01)" in warning.message
+    assert warning.message.endswith("if hidden, lr not set means the task's default, set them "
+                                    "in both)")
 
 
 def test_identical_runs(make_spec) -> None:
