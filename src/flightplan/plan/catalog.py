@@ -230,7 +230,13 @@ def catalog_for_spec(spec: CampaignSpec) -> Catalog:
     """
     catalog = builtin_catalog()
     path = spec.rental_catalog_path()
-    return catalog.merged(load_catalog(path)) if path is not None else catalog
+    if path is None:
+        return catalog
+    if not path.is_file():
+        raise CatalogError(f"no such file (rental.catalog = {spec.rental.catalog!r} in "
+                           f"{spec.source}, relative to the campaign file); correct the path or "
+                           f"remove rental.catalog to use the built-in offers", file=str(path))
+    return catalog.merged(load_catalog(path))
 
 
 def flight_gpus(spec: CampaignSpec) -> int:

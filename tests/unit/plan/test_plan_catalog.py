@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from flightplan.errors import CatalogError, SpecError
-from flightplan.plan.catalog import builtin_catalog, check_spec_against_catalog, load_catalog
+from flightplan.plan.catalog import (builtin_catalog, catalog_for_spec, check_spec_against_catalog,
+                                     load_catalog)
 from flightplan.units import Money
 
 B200_FILE = """
@@ -88,6 +89,18 @@ def test_bad_user_catalog_is_one_line_naming_the_field(tmp_path: Path, text: str
 def test_missing_catalog_file(tmp_path: Path) -> None:
     with pytest.raises(CatalogError, match="no such file"):
         load_catalog(tmp_path / "nope.toml")
+
+
+def test_a_missing_catalog_named_by_the_campaign_names_rental_catalog(make_spec, tmp_path) -> None:
+    spec = make_spec(runs=[{"name": "control", "tier": "essential", "duration": "1h"}],
+                     catalog="")
+    (tmp_path / "offers.toml").unlink()
+    with pytest.raises(CatalogError) as caught:
+        catalog_for_spec(spec)
+    assert str(caught.value) == (
+        f"{tmp_path / 'offers.toml'}: no such file (rental.catalog = 'offers.toml' in "
+        f"{tmp_path / 'campaign.toml'}, relative to the campaign file); correct the path or "
+        f"remove rental.catalog to use the built-in offers")
 
 
 def test_spec_checks_against_the_catalog(make_spec) -> None:
