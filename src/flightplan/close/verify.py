@@ -27,6 +27,9 @@ task_source          a run's file or module task has no source kept in ``tasks/`
 reload               an artifact fails to load in a fresh process (its task has no
                      ``reload_predictions`` hook, refuses it, or its kept source fails its checks)
 prediction_mismatch  predictions re-created in a fresh process differ from the stored ones
+inconsistent         a figure the directory states is not what its own predictions give: a
+                     run's ``metric_value`` in the manifest, a comparison, the answer or
+                     verdict of ``conclusion.json`` (:mod:`flightplan.close.consistency`)
 ==================== ==========================================================================
 
 **Trust.** A results directory may come from someone else, so verify never runs code that
@@ -61,6 +64,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flightplan.activity import doing
+from flightplan.close.consistency import CHECK as CONSISTENCY, consistency_findings
 from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
@@ -85,7 +89,7 @@ __all__ = [
 
 CHECKS = ("checksum", "missing_file", "unlisted_file", "empty_file", "temp_path",
           "absolute_path", "missing_run", "base_revision", "path_traversal", "task_source",
-          "reload", "prediction_mismatch")
+          "reload", "prediction_mismatch", CONSISTENCY)
 RELOAD_STATUSES = ("reproduced", "failed", "not_run")
 """What became of one artifact's reload: predictions re-created and equal; a ``reload`` or
 ``prediction_mismatch`` (or ``task_source``) finding; not run (untrusted code, no finding)."""
@@ -621,6 +625,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
             findings += _scan_text(results, rel, temp, absolute)
     findings += _check_runs(results, manifest, present)
     findings += _task_findings(results, manifest)
+    findings += consistency_findings(results, manifest)
     statuses: dict[str, str] = {}
     if reload:
         artifacts = sorted({p.split("/")[1] for p in present

@@ -1,0 +1,149 @@
+"""The figures a results directory states, computed again from its own predictions.
+
+The checksums of ``flightplan verify`` prove that every file is the one ``close`` wrote and
+listed, and the reloads that every artifact still makes its predictions. This module proves
+that the figures agree with those predictions, so that an edited figure is found even when
+its manifest entry was rewritten to match:
+
+1. each run's ``metric_value`` in ``MANIFEST.json`` is the campaign metric
+   (:func:`flightplan.metrics.metric_value`, rounded to 6 places as close writes it) of
+   ``predictions/<run_id>.csv``;
+2. each comparison in ``conclusion.json`` that was made is
+   :func:`~flightplan.close.conclusion.compare_runs` on the two runs' predictions with the
+   conclusion's own ``metric``, ``goal`` and ``min_gain`` (the paired bootstrap's fixed
+   seed makes it repeat exactly);
+3. ``answer`` and ``verdict`` are :func:`~flightplan.close.conclusion.conclude`'s on those
+   comparisons.
+
+Each disagreement is an ``inconsistent`` finding that names the file, the figure, the value
+the file states and the value its predictions give. A predictions file that is missing or
+unreadable is left to the file checks (``missing_file``, ``checksum``).
+
+Usage::
+
+    findings = consistency_findings(results_dir, read_manifest(results_dir))
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from flightplan.close.conclusion import compare_runs, conclude
+from flightplan.errors import CheckFailed, SpecError
+from flightplan.findings import Finding
+from flightplan.metrics import Predictions, metric_value, read_predictions
+
+__all__ = ["CHECK", "consistency_findings"]
+
+CHECK = "inconsistent"
+"""The name of the check in verify's findings."""
+
+_CONCLUSION = "conclusion.json"
+_MANIFEST = "MANIFEST.json"
+
+
+def consistency_findings(results: Path, manifest: Mapping[str, Any]) -> list[Finding]:
+    """Every figure of ``MANIFEST.json`` and ``conclusion.json`` that its predictions do not
+    give (module docstring); ``[]`` when they all agree.
+
+    Args:
+        results: the results directory.
+        manifest: its ``MANIFEST.json``, parsed.
+    """
+    predictions = _Predictions(results)
+    findings = _metric_values(manifest, predictions)
+    path = results / _CONCLUSION
+    try:
+        conclusion = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return findings          # a missing or broken conclusion is the file checks' finding
+    if isinstance(conclusion, dict):
+        findings += _conclusion(conclusion, predictions)
+    return findings
+
+
+class _Predictions:
+    """``predictions/<run_id>.csv`` of the results directory, each read once (None when
+    missing or unreadable)."""
+
+    def __init__(self, results: Path) -> None:
+        self.results = results
+        self._read: dict[str, Predictions | None] = {}
+
+    def __call__(self, run_id: Any) -> Predictions | None:
+        if not isinstance(run_id, str) or "/" in run_id or run_id.startswith("."):
+            return None
+        if run_id not in self._read:
+            try:
+                self._read[run_id] = read_predictions(self.results / "predictions" /
+                                                      f"{run_id}.csv")
+            except CheckFailed:
+                self._read[run_id] = None
+        return self._read[run_id]
+
+
+def _metric_values(manifest: Mapping[str, Any], predictions: _Predictions) -> list[Finding]:
+    metric, runs = manifest.get("metric"), manifest.get("runs")
+    if not isinstance(metric, str) or not isinstance(runs, dict):
+        return []
+    findings = []
+    for run_id, run in sorted(runs.items()):
+        stated = run.get("metric_value") if isinstance(run, dict) else None
+        made = predictions(run_id)
+        if not isinstance(stated, (int, float)) or made is None:
+            continue
+        try:
+            value = round(metric_value(metric, made), 6)
+        except (CheckFailed, SpecError) as exc:
+            findings.append(Finding(CHECK, _MANIFEST, f"runs.{run_id}.metric_value: states "
+                                    f"{stated}, but predictions/{run_id}.csv cannot give "
+                                    f"{metric}: {exc}"))
+            continue
+        if value != stated:
+            findings.append(Finding(CHECK, _MANIFEST, f"runs.{run_id}.metric_value: states "
+                                    f"{stated}, but predictions/{run_id}.csv give {metric} "
+                                    f"{value}"))
+    return findings
+
+
+def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[Finding]:
+    try:
+        metric, goal = str(conclusion["metric"]), str(conclusion["goal"])
+        min_gain, stated = float(conclusion["min_gain"]), list(conclusion["comparisons"])
+    except (KeyError, TypeError, ValueError):
+        return [Finding(CHECK, _CONCLUSION, "lacks metric, goal, min_gain or comparisons, so "
+                                            "its answer cannot be computed again")]
+    findings, recomputed = [], []
+    for i, entry in enumerate(stated):
+        if not isinstance(entry, dict) or entry.get("verdict") == "not_available":
+            recomputed.append(entry)
+            continue
+        sides = predictions(entry.get("reference_run_id")), predictions(entry.get("variant_run_id"))
+        if sides[0] is None or sides[1] is None:
+            recomputed.append(entry)
+            continue
+        try:
+            fresh = compare_runs(sides[0], sides[1], metric=metric, goal=goal, min_gain=min_gain)
+        except (CheckFailed, SpecError) as exc:
+            findings.append(Finding(CHECK, _CONCLUSION, f"comparisons[{i}]: the predictions "
+                                    f"cannot give it again: {exc}"))
+            recomputed.append(entry)
+            continue
+        differ = [key for key in sorted(fresh) if entry.get(key) != fresh[key]]
+        if differ:
+            findings.append(Finding(CHECK, _CONCLUSION, f"comparisons[{i}] "
+                                    f"({entry.get('variant')} vs {entry.get('reference')}): "
+                                    + "; ".join(f"{key} states {entry.get(key)!r}, the "
+                                                f"predictions give {fresh[key]!r}"
+                                                for key in differ)))
+        recomputed.append({**entry, **fresh})
+    answer = conclude(question=str(conclusion.get("question", "")), metric=metric, goal=goal,
+                      min_gain=min_gain, comparisons=recomputed)
+    for key in ("answer", "verdict"):
+        if conclusion.get(key) != answer[key]:
+            findings.append(Finding(CHECK, _CONCLUSION, f"{key} states "
+                                    f"{conclusion.get(key)!r}, but its comparisons give "
+                                    f"{answer[key]!r}"))
+    return findings
