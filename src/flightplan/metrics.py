@@ -271,6 +271,8 @@ def confusion(gold: np.ndarray, predicted: np.ndarray, n_labels: int) -> np.ndar
     C = ``n_labels``, rows gold, columns predicted."""
     k = n_labels
     gold, predicted = np.asarray(gold), np.asarray(predicted)
+    if gold.shape[-1] == 0:                          # no examples: every count is 0
+        return np.zeros((*gold.shape[:-1], k, k), dtype=np.int64)
     flat = (gold * k + predicted).reshape(-1, gold.shape[-1])
     offsets = np.arange(flat.shape[0])[:, None] * (k * k)
     counts = np.bincount((flat + offsets).ravel(), minlength=flat.shape[0] * k * k)

@@ -259,3 +259,10 @@ def test_error_analysis_without_labels_lists_the_worst_examples(tmp_path):
     best_first = error_analysis(read_predictions(path), metric="mean:abs_error", goal="max",
                                 texts={}, top=1)
     assert best_first["worst"]["examples"][0]["example_id"] == "e4"
+
+
+def test_a_classification_metric_of_no_rows_is_zero(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("example_id,gold,predicted\n")
+    for name in ("accuracy", "macro_f1", "balanced_accuracy", "cohen_kappa"):
+        assert metric_value(name, read_predictions(path)) == 0.0
