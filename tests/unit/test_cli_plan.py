@@ -365,3 +365,35 @@ def test_plan_finds_a_corpus_file_that_differs_from_its_frozen_hash(tmp_path: Pa
     assert (f"digits_test.csv: sha256 {changed} but the campaign file froze {frozen}"
             in lines[0])
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("missing", ["folder", "file"])
+def test_plan_warns_where_the_corpus_folder_or_a_file_is_not_there_yet(tmp_path: Path,
+                                                                       missing: str) -> None:
+    """The digits campaign without its data folder, or without its test file: plan exits
+    0 (run checks the files), with a warning line of its own in the text and a
+    ``corpus-missing`` entry in the JSON ``warnings``; nothing is written."""
+    shutil.copytree(ROOT / "examples" / "digits", tmp_path / "digits")
+    spec = tmp_path / "digits" / "campaign.toml"
+    data = (tmp_path / "digits" / "data").resolve()
+    if missing == "folder":
+        shutil.rmtree(data)
+        expected = (f"corpus.path: {data} is not a folder; give the folder that holds the "
+                    f"corpus files, relative to the campaign file (flightplan run refuses to "
+                    f"start until it is there)")
+    else:
+        (data / "digits_test.csv").unlink()
+        expected = (f"corpus file(s) ['digits_test.csv'] not found in folder {data}; restore "
+                    f"them or fix corpus.sha256 (flightplan run's data check stops the "
+                    f"campaign until they are there)")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _invoke(["plan", str(spec), "--json"])
+    assert result.exit_code == 0, result.stderr
+    warnings = json.loads(result.stdout)["warnings"]
+    assert {"code": "corpus-missing", "subject": "corpus", "message": expected} in warnings
+    text = _invoke(["plan", str(spec)])
+    assert text.exit_code == 0, text.stderr
+    # the first thing printed (wrapped at 120 columns)
+    assert " ".join(text.stdout.split()).startswith(
+        f"warning: corpus not there yet: {expected} digits: ")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

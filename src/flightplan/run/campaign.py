@@ -37,6 +37,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 from rich.console import Console
 
 from flightplan import activity
+from flightplan.corpus import check_corpus_source
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
@@ -645,7 +646,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
             not a run (both before anything is written).
-        SpecError: the campaign has no ``[corpus]``; a task's declared prediction columns
+        SpecError: the campaign has no ``[corpus]``, or its folder or package is not there
+            (:func:`flightplan.corpus.check_corpus_source`); a task's declared prediction columns
             cannot give the metric; the decision rule changed after a run started.
         LockHeld: another ``flightplan run`` (or a ``flightplan close``) holds the campaign.
         SpecError, CatalogError: the campaign does not plan, or a run asks for more GPUs
@@ -667,6 +669,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         raise SpecError("the campaign has no [corpus], so it has nothing to train on; add "
                         "[corpus] with package or path and sha256 (plan works without it)",
                         file=spec.source, field="corpus")
+    check_corpus_source(spec.corpus, spec.campaign_dir, source=spec.source)
     # a campaign that does not plan, or whose tasks cannot be loaded, is refused before
     # anything is written
     catalog = catalog_for_spec(spec)           # read once for the whole command
