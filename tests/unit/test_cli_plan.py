@@ -397,3 +397,22 @@ def test_plan_warns_where_the_corpus_folder_or_a_file_is_not_there_yet(tmp_path:
     assert " ".join(text.stdout.split()).startswith(
         f"warning: corpus not there yet: {expected} digits: ")
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_plan_from_a_folder_and_another_calibrate_from_is_refused(tmp_path: Path) -> None:
+    """``--from X`` while the file says ``[calibrate] from = "Y"``: exit 2, one line naming
+    both folders and the fix, before either is read (neither exists here)."""
+    spec = _write(tmp_path, ILLUSTRATION + '\n[calibrate]\nfrom = "../first/results"\n')
+    result = _invoke(["plan", str(spec), "--from", str(tmp_path / "other")])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: --from {tmp_path / 'other'}: {spec} has [calibrate] from = "
+        f"'../first/results' ({(tmp_path.parent / 'first' / 'results').resolve()}), another "
+        f"folder, and flightplan run freezes the plan from that one; drop --from to plan "
+        f"from it, or drop [calibrate] from (or set it to this folder) to plan from "
+        f"{(tmp_path / 'other').resolve()}\n")
+    # the same folder, named otherwise: it goes on to read it (and finds nothing there)
+    same = tmp_path / "x" / ".." / ".." / "first" / "results"
+    result = _invoke(["plan", str(spec), "--from", str(same)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: --from {same}: is not a directory")

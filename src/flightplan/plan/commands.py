@@ -157,11 +157,21 @@ def calibrated_estimates(spec: CampaignSpec, calibrate_from: Path | None,
     from`` when given, and the results directory they came from (None: all guesses).
 
     Raises:
+        ArgumentError: ``--from`` names another folder than ``[calibrate] from`` (``run``
+            freezes the plan from the file's; the same folder twice is accepted).
         InputError: the results directory does not verify, or holds no calibration
             (:func:`read_calibration`).
     """
     if calibrate_from is not None:
         results, given = Path(calibrate_from).resolve(), str(calibrate_from)
+        if spec.calibrate is not None and \
+                spec.calibrate.results_dir(spec.campaign_dir) != results:
+            raise ArgumentError(
+                f"--from {calibrate_from}: {spec.source} has [calibrate] from = "
+                f"{spec.calibrate.source!r} ({spec.calibrate.results_dir(spec.campaign_dir)}), "
+                f"another folder, and flightplan run freezes the plan from that one; drop "
+                f"--from to plan from it, or drop [calibrate] from (or set it to this "
+                f"folder) to plan from {results}")
     elif spec.calibrate is not None:
         results, given = spec.calibrate.results_dir(spec.campaign_dir), None
     else:
