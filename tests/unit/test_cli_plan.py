@@ -416,3 +416,17 @@ def test_plan_from_a_folder_and_another_calibrate_from_is_refused(tmp_path: Path
     result = _invoke(["plan", str(spec), "--from", str(same)])
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: --from {same}: is not a directory")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_before_or_after_the_verb_shows_the_traceback_and_keeps_exit_2(
+        tmp_path: Path, where: str) -> None:
+    """Through the console script: the traceback, then the one error line, exit 2."""
+    script = Path(sys.executable).with_name("flightplan")
+    bad = _write(tmp_path, ILLUSTRATION.replace("package_days = 3", "package_days = 4"))
+    args = ["--debug", "plan", str(bad)] if where == "before" else ["plan", str(bad), "--debug"]
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[-1].startswith("error: ") and "choose one of 3, 7, 30 days" in lines[-1]
