@@ -1,7 +1,8 @@
 """The ``flightplan`` command: parse arguments, call one function per verb, map errors.
 
 Exit codes: 0 success; 1 a check failed or a campaign stopped by a rule; 2 bad input
-(one line on stderr naming the field and the fix; a traceback only with ``--debug``);
+(one line on stderr naming the field and the fix; ``--debug``, before or after the verb,
+prints the traceback above that line and keeps the exit code);
 130 after Ctrl-C (SIGINT), 143 after SIGTERM, each with one "interrupted: …" line on stderr
 naming what stopped and the command that continues (:mod:`flightplan.interrupts`).
 Each verb's work lives in the ``commands`` module of its stage (``plan/``, ``run/``,
@@ -17,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import inspect
 import os
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
@@ -39,10 +42,12 @@ stage_app = typer.Typer(no_args_is_help=True,
 app.add_typer(stage_app, name="stage")
 
 _state = {"debug": False}
+DEBUG = typer.Option(False, "--debug", help="Show the traceback of an error (before or after "
+                                            "the verb; the exit code stays the error's).")
 
 
 @app.callback()
-def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks of errors.")) -> None:
+def _global(debug: bool = DEBUG) -> None:
     _state["debug"] = debug
 
 
@@ -111,7 +116,7 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
 
     def decorate(func: Callable[..., int]) -> Callable[..., None]:
         @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> None:
+        def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> None:
             notice = StopNotice(resume.format(**kwargs), kept=kept, again=again)
             stop = Stoppable(notice)
             code = 0
@@ -119,12 +124,18 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
                 with stop, _stdout_outlives_reader():
                     code = func(*args, **kwargs)
             except FlightplanError as exc:
-                if _state["debug"]:
-                    raise
+                if debug or _state["debug"]:
+                    traceback.print_exc(file=sys.stderr)
                 print(f"error: {exc}", file=sys.stderr)
                 raise typer.Exit(exc.exit_code) from None
             raise typer.Exit(stop.exit_code if stop.signum is not None else code or 0)
 
+        # every verb also takes --debug after its name (typer reads the signature)
+        signature = inspect.signature(func, eval_str=True)
+        wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[*signature.parameters.values(),
+                        inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY,
+                                          default=DEBUG, annotation=bool)])
         return wrapper
 
     return decorate

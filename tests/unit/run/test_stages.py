@@ -81,6 +81,40 @@ def test_wrong_marks_are_one_line_errors(spec):
         mark_stage_start(spec, "review")
 
 
+def test_an_unknown_stage_is_told_the_stages_the_file_has_and_which_a_person_marks(tmp_path):
+    """The tiny campaign plans data-check and pilot, both timed by flightplan run: the
+    message names them, says none is marked by a person, and how to add one; the
+    drug-review campaign lists review as the one a person marks."""
+    text = (REPO / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8")
+    (tmp_path / "campaign.toml").write_text(text, encoding="utf-8")
+    tiny = load_spec(tmp_path / "campaign.toml")
+    assert [s.name for s in tiny.stages] == ["data-check", "pilot"]
+    with pytest.raises(ArgumentError) as refused:
+        mark_stage_start(tiny, "review")
+    assert str(refused.value) == (
+        f"'review' is not a [[stage]] of {tiny.source}; it has no stage a person marks; "
+        f"data-check and pilot are run and timed by flightplan run itself; add a [[stage]] "
+        f"named 'review' to plan and mark it")
+    assert not (tmp_path / ".flightplan").exists()
+    (tmp_path / "drug").mkdir()
+    drug = _campaign(tmp_path / "drug")
+    with pytest.raises(ArgumentError) as refused:
+        mark_stage_done(drug, "install", took=Duration.parse("1h"))
+    assert str(refused.value) == (
+        f"'install' is not a [[stage]] of {drug.source}; its stages a person marks: review; "
+        f"data-check and pilot are run and timed by flightplan run itself; add a [[stage]] "
+        f"named 'install' to plan and mark it")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("after = "))
+    start = text.index("[[stage]]")
+    end = text.index("[[run]]")
+    (tmp_path / "campaign.toml").write_text(text[:start] + text[end:], encoding="utf-8")
+    bare = load_spec(tmp_path / "campaign.toml")
+    assert bare.stages == []
+    with pytest.raises(ArgumentError, match=r"; it has no \[\[stage\]\]; add a \[\[stage\]\] "
+                                            r"named 'review' to plan and mark it$"):
+        mark_stage_start(bare, "review")
+
+
 def test_cli_exit_codes_and_json(spec):
     path = str(spec.campaign_dir / "campaign.toml")
     bad = subprocess.run([str(FLIGHTPLAN), "stage", "done", "review", "--took", "2x",
