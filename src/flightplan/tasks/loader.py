@@ -43,6 +43,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,11 +111,28 @@ def hash_code(root: Path, files: tuple[str, ...], *, package: bool) -> str:
     return "sha256:" + hashlib.sha256(source_listing(root, files).encode("utf-8")).hexdigest()
 
 
+# CPython 3.11's AST conversion keeps its recursion depth per interpreter, not per
+# thread: two parses interleaved (verify reads kept task sources from its reload threads)
+# fail with "SystemError: AST constructor recursion depth mismatch". One at a time.
+_PARSING = threading.Lock()
+
+
+def _ast_parse(path: Path) -> ast.Module:
+    """``ast.parse`` of the Python file ``path``, one call at a time in this process.
+
+    Raises:
+        OSError: unreadable. SyntaxError, ValueError: not Python source.
+    """
+    data = path.read_bytes()
+    with _PARSING:
+        return ast.parse(data, filename=str(path))
+
+
 def _parse(path: Path) -> ast.Module | None:
     """The syntax tree of the Python file ``path``, or None when it cannot be read or
     parsed (importing it will say why). Nothing is run."""
     try:
-        return ast.parse(path.read_bytes(), filename=str(path))
+        return _ast_parse(path)
     except (OSError, SyntaxError, ValueError):
         return None
 
@@ -556,7 +574,7 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
         return
     path = found.root / found.files[0]
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        tree = _ast_parse(path)
     except SyntaxError as exc:
         raise TaskError(f"task {ref!r} cannot be imported: {path.name}, line {exc.lineno}: "
                         f"{type(exc).__name__}: {exc.msg}; fix the file", file=source,
