@@ -27,6 +27,10 @@ task_source          a run's file or module task has no source kept in ``tasks/`
 reload               an artifact fails to load in a fresh process (its task has no
                      ``reload_predictions`` hook, refuses it, or its kept source fails its checks)
 prediction_mismatch  predictions re-created in a fresh process differ from the stored ones
+incomplete           the manifest lists none (or not all) of :data:`CLOSE_FILES`: ``close``
+                     never completed the directory (``flightplan run`` publishes the plan
+                     and each run into it as they end; a ``close`` stopped part-way lists
+                     nothing it wrote)
 ==================== ==========================================================================
 
 **Trust.** A results directory may come from someone else, so verify never runs code that
@@ -72,6 +76,7 @@ from flightplan.trial.accelerator import OMP_ENV, THREADS_ENV, cpu_slots, torch_
 
 __all__ = [
     "CHECKS",
+    "CLOSE_FILES",
     "DEFAULT_SAMPLE",
     "PROB_TOLERANCE",
     "RELOAD_STATUSES",
@@ -85,7 +90,15 @@ __all__ = [
 
 CHECKS = ("checksum", "missing_file", "unlisted_file", "empty_file", "temp_path",
           "absolute_path", "missing_run", "base_revision", "path_traversal", "task_source",
-          "reload", "prediction_mismatch")
+          "reload", "prediction_mismatch", "incomplete")
+CLOSE_FILES = ("conclusion.json", "budget.json", "plan_vs_execution.json",
+               "plan_vs_execution.md", "README.md", "report.html")
+"""Files every ``close`` writes (since the first flightplan) after the runs are published and
+judged, then lists in MANIFEST.json in one atomic rewrite with the campaign facts
+(:func:`flightplan.close.commands.close_campaign`): a manifest that lacks them belongs to a
+directory ``close`` never completed. ``calibration.json`` and ``errors/`` are not among
+them (an earlier close wrote no calibration; a campaign without predictions has no
+analyses)."""
 RELOAD_STATUSES = ("reproduced", "failed", "not_run")
 """What became of one artifact's reload: predictions re-created and equal; a ``reload`` or
 ``prediction_mismatch`` (or ``task_source``) finding; not run (untrusted code, no finding)."""
@@ -213,6 +226,17 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[Finding]
                 if path.is_file() and path.stat().st_size == 0:
                     findings.append(Finding("empty_file", rel, "the file is empty (0 bytes)"))
     return findings, present
+
+
+def _check_closed(manifest: dict[str, Any]) -> list[Finding]:
+    """incomplete: the manifest lists every one of :data:`CLOSE_FILES`."""
+    listed = {e.get("path") for e in manifest["files"] if isinstance(e, dict)}
+    lacking = [rel for rel in CLOSE_FILES if rel not in listed]
+    if not lacking:
+        return []
+    return [Finding("incomplete", lacking[0], f"not closed: {MANIFEST_NAME} lists no "
+                    f"{', '.join(lacking)} (close lists them last); run `flightplan close "
+                    f"CAMPAIGN_FILE` on its campaign")]
 
 
 def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[Finding]:
@@ -608,6 +632,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         return {"verified": False, "findings": [f.as_dict() for f in exc.findings]} | (
             {"reload": {}} if reload else {})
     findings, present = _check_files(results, manifest)
+    findings += _check_closed(manifest)
     writer = _object(manifest.get("writer"))
 
     def strings(key: str) -> list[str]:
