@@ -55,6 +55,8 @@ __all__ = ["close_campaign", "close_command", "verify_command"]
 
 # ledger statuses of runs the campaign no longer owes a product for
 _NOT_OWED = ("cut", "superseded")
+# findings that say files of a results directory differ from what close wrote
+_CHANGED = ("checksum", "missing_file", "unlisted_file", "path_traversal")
 # files only a results directory holds at its top (what `run` publishes first, what close
 # writes): a folder with none of them and no MANIFEST.json is not a results directory
 _RESULTS_FILES = ("plan.json", "data_check.json", "calibration.json",
@@ -361,8 +363,10 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
 
 def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
     """The text lines about reloads that did not run (untrusted code): the ``--trust-code``
-    command for the runs whose kept task source passes its checks, and, for those whose
-    source has a ``task_source`` finding, that ``--trust-code`` would refuse them too."""
+    command for the runs whose kept task source passes its checks, unless files of the
+    directory were changed after close wrote them (a finding of :data:`_CHANGED`: then
+    none, and the line says not to trust its code); and, for those whose source has a
+    ``task_source`` finding, that ``--trust-code`` would refuse them too."""
     not_run = sorted(r for r, status in report.get("reload", {}).items() if status == "not_run")
     if not not_run:
         return []
@@ -371,8 +375,15 @@ def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
     refused = [r for r in not_run
                if ((runs.get(r) or {}).get("task") or {}).get("source") in failing]
     trusted = [r for r in not_run if r not in refused]
+    changed = sorted({f["check"] for f in report["findings"] if f["check"] in _CHANGED},
+                     key=_CHANGED.index)
     lines = []
-    if trusted:
+    if trusted and changed:
+        lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; files of "
+                     f"this copy were changed after close wrote them ({', '.join(changed)} "
+                     f"above), so do not trust its code: get the directory again from its "
+                     f"sender")
+    elif trusted:
         lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; run "
                      f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} "
                      f"to reload")

@@ -185,3 +185,16 @@ def test_untrusted_verify_suggests_trust_code_only_where_it_would_reload(copy, c
         f"the runs were made from, every file as the manifest lists it, is run")
     assert verify_command(copy, as_json=False, trust_code=True) == 1   # as said: refused
     assert not marker.exists()
+
+
+def test_no_trust_code_is_suggested_for_a_directory_whose_files_were_changed(copy, capsys):
+    with open(copy / f"measurements/{CONTROL}.jsonl", "a") as handle:
+        handle.write('{"step": 9}\n')
+    (copy / "notes.txt").write_text("added\n")
+    assert verify_command(copy, as_json=False) == 1
+    out = capsys.readouterr().out
+    assert "--trust-code" not in out
+    assert out.splitlines()[-1] == (
+        f"reload: not run (untrusted code) for {CONTROL}, {VARIANT}; files of this copy were "
+        f"changed after close wrote them (checksum, unlisted_file above), so do not trust its "
+        f"code: get the directory again from its sender")
