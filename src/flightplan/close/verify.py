@@ -38,7 +38,12 @@ came inside it unless told to (``trust_code``, ``flightplan verify DIR --trust-c
 Artifacts of built-in tasks are reloaded with the installed flightplan as always. For a
 file or module task (its source kept in ``tasks/<hex>/``, :mod:`flightplan.tasks.archive`)
 the files are hashed and checked without trust, and the reload is reported ``not_run``,
-which is not a finding by itself. With trust, the kept source runs only when every file
+which is not a finding by itself, unless the kept file the task loads, read and not run,
+visibly defines no ``reload_predictions`` hook
+(:func:`~flightplan.tasks.archive.kept_lacks_reload`): then the ``reload`` finding is the
+one a trusted reload gives (``close``, ``--trust-code``), so every verb says the same of one
+directory; a package, a ``from x import *`` or a module ``__getattr__`` cannot be read for
+it and stay ``not_run``. With trust, the kept source runs only when every file
 of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
@@ -69,9 +74,9 @@ from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 from flightplan.findings import Finding
-from flightplan.tasks.archive import check_kept, task_record
+from flightplan.tasks.archive import check_kept, kept_lacks_reload, task_record
 from flightplan.tasks import BUILTIN_TASKS
-from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
+from flightplan.tasks.reload import NO_RELOAD_HOOK, no_reload_hook, reload_argv
 from flightplan.trial.accelerator import OMP_ENV, THREADS_ENV, cpu_slots, torch_threads
 
 __all__ = [
@@ -502,9 +507,12 @@ def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code:
         if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
             return "failed", [Finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
                                       f"source was not kept ({record.get('not_kept')})")]
+        problems = _source_problems(results, record, manifest)
+        if not trust_code and not problems and kept_lacks_reload(results, record):
+            # read, not run: the kept code the runs were made from writes no hook
+            return "failed", [Finding("reload", artifact_rel, no_reload_hook(record["entry"]))]
         if not trust_code:  # the task_source check has hashed the kept copy all the same
             return "not_run", []
-        problems = _source_problems(results, record, manifest)
         if problems:
             return "failed", [Finding("reload", artifact_rel, f"not run: task "
                                       f"{record.get('ref')!r}: {problems[0]}")]
