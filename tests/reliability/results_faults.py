@@ -25,13 +25,18 @@ _SHA = "ac7bd1e05f5d6b2ab1e4e6b0d83a9e2e07e8e5ac4e34a66a0e9e3a4f2f4c9f54"
 
 
 def make_results(campaign_dir: Path) -> Path:
-    """A small results directory whose manifest lists what is there, with an
-    ``outside.txt`` next to it (what a traversal would reach). Returns ``results/``."""
+    """A small results directory whose manifest lists what is there (a closed one: the
+    files close writes last are listed too), with an ``outside.txt`` next to it (what a
+    traversal would reach). Returns ``results/``."""
+    from flightplan.close.verify import CLOSE_FILES
+
     directory = campaign_dir / "results"
     (directory / "params").mkdir(parents=True)
     (directory / "plan.json").write_text('{"stages": []}\n', encoding="utf-8")
     (directory / "params" / f"{RUN_ID}.json").write_text('{"lr": 0.01}\n', encoding="utf-8")
-    update_manifest(directory, written=["plan.json", f"params/{RUN_ID}.json"])
+    for rel in CLOSE_FILES:
+        (directory / rel).write_text("{}\n", encoding="utf-8")
+    update_manifest(directory, written=["plan.json", f"params/{RUN_ID}.json", *CLOSE_FILES])
     (campaign_dir / "outside.txt").write_text("secret\n", encoding="utf-8")
     return directory
 

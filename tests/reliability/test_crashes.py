@@ -152,8 +152,9 @@ def test_the_tiny_campaign_killed_mid_save_mid_commit_and_in_close_ends_bitwise_
 
 def test_a_publish_killed_mid_write_leaves_nothing_that_blocks_verify(tmp_path: Path) -> None:
     """The runner and ``close`` write results/ with temp files beside the target; a kill
-    before the rename leaves one behind. The next publish must leave a directory that
-    verifies (internals.md: a campaign cut short still leaves a verifiable results/)."""
+    before the rename leaves one behind. The next publish must leave a directory whose
+    only finding is that close has not completed it yet (internals.md: a campaign cut
+    short still leaves a results/ whose every listed file checks out)."""
     from flightplan.publish.results import publish_plan
     from flightplan.close.verify import verify_results
 
@@ -167,7 +168,8 @@ def test_a_publish_killed_mid_write_leaves_nothing_that_blocks_verify(tmp_path: 
                              marker=tmp_path / "fired")
     assert crashed.fired and crashed.code == -signal.SIGKILL
     publish_plan(campaign, plan)
-    assert verify_results(campaign / "results", reload=False) == {"verified": True, "findings": []}
+    report = verify_results(campaign / "results", reload=False)
+    assert [f["check"] for f in report["findings"]] == ["incomplete"]  # never closed, nothing else
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ from flightplan.close.conclusion import conclude
 from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
-from flightplan.close.verify import DEFAULT_SAMPLE, run_task, verify_results
+from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.goodput import ledger_goodput
@@ -43,7 +43,7 @@ from flightplan.metrics import read_predictions
 from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
 from flightplan.plan.catalog import flight_gpus
 from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
-from flightplan.publish.manifest import read_manifest, update_manifest
+from flightplan.publish.manifest import MANIFEST_NAME, read_manifest, update_manifest
 from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
 from flightplan.rows import Row, parse_rows
 from flightplan.spec import CampaignSpec, load_spec
@@ -55,6 +55,12 @@ __all__ = ["close_campaign", "close_command", "verify_command"]
 
 # ledger statuses of runs the campaign no longer owes a product for
 _NOT_OWED = ("cut", "superseded")
+# findings that say files of a results directory differ from what close wrote
+_CHANGED = ("checksum", "missing_file", "unlisted_file", "path_traversal")
+# files only a results directory holds at its top (what `run` publishes first, what close
+# writes): a folder with none of them and no MANIFEST.json is not a results directory
+_RESULTS_FILES = ("plan.json", "data_check.json", "calibration.json",
+                  *(name for name in CLOSE_FILES if name.endswith(".json")))
 
 
 def _test_examples(spec: CampaignSpec) -> tuple[list[str] | None, dict[str, str]]:
@@ -375,8 +381,10 @@ def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path) -> str:
 
 def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
     """The text lines about reloads that did not run (untrusted code): the ``--trust-code``
-    command for the runs whose kept task source passes its checks, and, for those whose
-    source has a ``task_source`` finding, that ``--trust-code`` would refuse them too."""
+    command for the runs whose kept task source passes its checks, unless files of the
+    directory were changed after close wrote them (a finding of :data:`_CHANGED`: then
+    none, and the line says not to trust its code); and, for those whose source has a
+    ``task_source`` finding, that ``--trust-code`` would refuse them too."""
     not_run = sorted(r for r, status in report.get("reload", {}).items() if status == "not_run")
     if not not_run:
         return []
@@ -385,8 +393,15 @@ def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
     refused = [r for r in not_run
                if ((runs.get(r) or {}).get("task") or {}).get("source") in failing]
     trusted = [r for r in not_run if r not in refused]
+    changed = sorted({f["check"] for f in report["findings"] if f["check"] in _CHANGED},
+                     key=_CHANGED.index)
     lines = []
-    if trusted:
+    if trusted and changed:
+        lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; files of "
+                     f"this copy were changed after close wrote them ({', '.join(changed)} "
+                     f"above), so do not trust its code: get the directory again from its "
+                     f"sender")
+    elif trusted:
         lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; run "
                      f"{shlex.join(['flightplan', 'verify', str(directory), '--trust-code'])} "
                      f"to reload")
@@ -398,6 +413,26 @@ def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
     return lines
 
 
+def _results_dir_problem(directory: Path) -> str | None:
+    """Why ``directory`` is no results directory at all (None when it is one).
+
+    It is one when it holds MANIFEST.json or any of :data:`_RESULTS_FILES`: a results
+    directory whose manifest is gone is still verified (a ``missing_file`` finding, exit
+    1). The hint names ``<directory>/results`` (the campaign folder given) or
+    ``<directory>/../results`` (a folder beside it, such as the data folder) when that
+    holds a manifest.
+    """
+    if (directory / MANIFEST_NAME).exists() or \
+            any((directory / name).is_file() for name in _RESULTS_FILES):
+        return None
+    hint = f"give the results directory (the folder holding {MANIFEST_NAME})"
+    for candidate in (directory / "results", directory.parent / "results"):
+        if (candidate / MANIFEST_NAME).is_file():
+            hint = f"did you mean {candidate}?"
+            break
+    return f"{directory}: not a results directory (no {MANIFEST_NAME}); {hint}"
+
+
 def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) -> int:
     """``flightplan verify DIR [--trust-code] [--json]``: exit 0 when verified, 1 with findings.
 
@@ -406,13 +441,19 @@ def verify_command(directory: Path, *, as_json: bool, trust_code: bool = False) 
     exits 0; their kept sources are hashed and checked all the same.
 
     Raises:
-        ArgumentError: ``directory`` is not a directory.
+        ArgumentError: ``directory`` is not a directory, or no results directory (neither
+            MANIFEST.json nor any other file a results directory holds; the line names
+            ``DIR/results`` or ``DIR/../results`` when that is one).
     """
-    if not Path(directory).is_dir():
+    directory = Path(directory)
+    if not directory.is_dir():
         raise ArgumentError(f"{directory}: not a directory; give the results directory "
-                            f"(the folder holding MANIFEST.json)")
+                            f"(the folder holding {MANIFEST_NAME})")
+    problem = _results_dir_problem(directory)
+    if problem:
+        raise ArgumentError(problem)
     with WaitDisplay():
-        report = verify_results(Path(directory), trust_code=trust_code)
+        report = verify_results(directory, trust_code=trust_code)
     if as_json:
         print(json.dumps(report))
     else:

@@ -27,6 +27,10 @@ task_source          a run's file or module task has no source kept in ``tasks/`
 reload               an artifact fails to load in a fresh process (its task has no
                      ``reload_predictions`` hook, refuses it, or its kept source fails its checks)
 prediction_mismatch  predictions re-created in a fresh process differ from the stored ones
+incomplete           the manifest lists none (or not all) of :data:`CLOSE_FILES`: ``close``
+                     never completed the directory (``flightplan run`` publishes the plan
+                     and each run into it as they end; a ``close`` stopped part-way lists
+                     nothing it wrote)
 inconsistent         a figure the directory states is not what its own predictions give: a
                      run's ``metric_value`` in the manifest, a comparison, the answer or
                      verdict of ``conclusion.json`` (:mod:`flightplan.close.consistency`)
@@ -37,7 +41,12 @@ came inside it unless told to (``trust_code``, ``flightplan verify DIR --trust-c
 Artifacts of built-in tasks are reloaded with the installed flightplan as always. For a
 file or module task (its source kept in ``tasks/<hex>/``, :mod:`flightplan.tasks.archive`)
 the files are hashed and checked without trust, and the reload is reported ``not_run``,
-which is not a finding by itself. With trust, the kept source runs only when every file
+which is not a finding by itself, unless the kept file the task loads, read and not run,
+visibly defines no ``reload_predictions`` hook
+(:func:`~flightplan.tasks.archive.kept_lacks_reload`): then the ``reload`` finding is the
+one a trusted reload gives (``close``, ``--trust-code``), so every verb says the same of one
+directory; a package, a ``from x import *`` or a module ``__getattr__`` cannot be read for
+it and stay ``not_run``. With trust, the kept source runs only when every file
 of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
@@ -69,13 +78,14 @@ from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 from flightplan.findings import Finding
-from flightplan.tasks.archive import check_kept, task_record
+from flightplan.tasks.archive import check_kept, kept_lacks_reload, task_record
 from flightplan.tasks import BUILTIN_TASKS
-from flightplan.tasks.reload import NO_RELOAD_HOOK, reload_argv
+from flightplan.tasks.reload import NO_RELOAD_HOOK, no_reload_hook, reload_argv
 from flightplan.trial.accelerator import OMP_ENV, THREADS_ENV, cpu_slots, torch_threads
 
 __all__ = [
     "CHECKS",
+    "CLOSE_FILES",
     "DEFAULT_SAMPLE",
     "PROB_TOLERANCE",
     "RELOAD_STATUSES",
@@ -89,7 +99,15 @@ __all__ = [
 
 CHECKS = ("checksum", "missing_file", "unlisted_file", "empty_file", "temp_path",
           "absolute_path", "missing_run", "base_revision", "path_traversal", "task_source",
-          "reload", "prediction_mismatch", CONSISTENCY)
+          "reload", "prediction_mismatch", "incomplete", CONSISTENCY)
+CLOSE_FILES = ("conclusion.json", "budget.json", "plan_vs_execution.json",
+               "plan_vs_execution.md", "README.md", "report.html")
+"""Files every ``close`` writes (since the first flightplan) after the runs are published and
+judged, then lists in MANIFEST.json in one atomic rewrite with the campaign facts
+(:func:`flightplan.close.commands.close_campaign`): a manifest that lacks them belongs to a
+directory ``close`` never completed. ``calibration.json`` and ``errors/`` are not among
+them (an earlier close wrote no calibration; a campaign without predictions has no
+analyses)."""
 RELOAD_STATUSES = ("reproduced", "failed", "not_run")
 """What became of one artifact's reload: predictions re-created and equal; a ``reload`` or
 ``prediction_mismatch`` (or ``task_source``) finding; not run (untrusted code, no finding)."""
@@ -217,6 +235,17 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[Finding]
                 if path.is_file() and path.stat().st_size == 0:
                     findings.append(Finding("empty_file", rel, "the file is empty (0 bytes)"))
     return findings, present
+
+
+def _check_closed(manifest: dict[str, Any]) -> list[Finding]:
+    """incomplete: the manifest lists every one of :data:`CLOSE_FILES`."""
+    listed = {e.get("path") for e in manifest["files"] if isinstance(e, dict)}
+    lacking = [rel for rel in CLOSE_FILES if rel not in listed]
+    if not lacking:
+        return []
+    return [Finding("incomplete", lacking[0], f"not closed: {MANIFEST_NAME} lists no "
+                    f"{', '.join(lacking)} (close lists them last); run `flightplan close "
+                    f"CAMPAIGN_FILE` on its campaign")]
 
 
 def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[Finding]:
@@ -482,9 +511,12 @@ def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code:
         if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
             return "failed", [Finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
                                       f"source was not kept ({record.get('not_kept')})")]
+        problems = _source_problems(results, record, manifest)
+        if not trust_code and not problems and kept_lacks_reload(results, record):
+            # read, not run: the kept code the runs were made from writes no hook
+            return "failed", [Finding("reload", artifact_rel, no_reload_hook(record["entry"]))]
         if not trust_code:  # the task_source check has hashed the kept copy all the same
             return "not_run", []
-        problems = _source_problems(results, record, manifest)
         if problems:
             return "failed", [Finding("reload", artifact_rel, f"not run: task "
                                       f"{record.get('ref')!r}: {problems[0]}")]
@@ -612,6 +644,7 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
         return {"verified": False, "findings": [f.as_dict() for f in exc.findings]} | (
             {"reload": {}} if reload else {})
     findings, present = _check_files(results, manifest)
+    findings += _check_closed(manifest)
     writer = _object(manifest.get("writer"))
 
     def strings(key: str) -> list[str]:

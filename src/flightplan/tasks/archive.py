@@ -42,9 +42,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from flightplan.durable import write_atomic
-from flightplan.tasks.loader import BUILTIN_TASKS, hash_code, task_files
+from flightplan.tasks.loader import BUILTIN_TASKS, hash_code, task_files, visibly_lacks_reload
 
-__all__ = ["KEPT_DIRNAME", "kept_folder", "keep_task_source", "check_kept", "task_record"]
+__all__ = ["KEPT_DIRNAME", "kept_folder", "keep_task_source", "check_kept", "task_record",
+           "kept_lacks_reload"]
 
 KEPT_DIRNAME = "tasks"
 """Folder of results/ that holds the kept task sources."""
@@ -184,3 +185,17 @@ def check_kept(results: Path, record: Mapping[str, Any]) -> list[str]:
         return [f"the kept source hashes to {digest}, not the run's code_version "
                 f"{record.get('code_version')}: it is not the code the runs were made from"]
     return []
+
+
+def kept_lacks_reload(results: Path, record: Mapping[str, Any]) -> bool:
+    """Whether a kept file or one-file module task visibly defines no ``reload_predictions``
+    hook, read and never run (:func:`~flightplan.tasks.loader.visibly_lacks_reload` of the
+    file ``entry`` loads: ``<source>/<entry>`` for a file task, ``<source>/<code_root>/
+    <last part>.py`` for a module). False for a package, where that cannot be told without
+    running it. Call it only on a record :func:`check_kept` passes.
+    """
+    entry = str(record["entry"])
+    if record.get("package"):
+        return False
+    name = entry if record.get("kind") == "file" else f"{entry.rsplit('.', 1)[-1]}.py"
+    return visibly_lacks_reload(results / str(record["source"]) / str(record["code_root"]) / name)

@@ -43,6 +43,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,7 @@ from flightplan.tasks.protocol import CALLS, HOOKS, PREDICTION_COLUMNS, REQUIRED
 
 __all__ = ["BUILTIN_TASKS", "TaskSource", "LoadedTask", "resolve_task", "load_task",
            "source_listing", "hash_code", "task_files", "check_task", "check_metric_columns",
-           "lacks_reload"]
+           "lacks_reload", "visibly_lacks_reload"]
 
 
 
@@ -110,11 +111,28 @@ def hash_code(root: Path, files: tuple[str, ...], *, package: bool) -> str:
     return "sha256:" + hashlib.sha256(source_listing(root, files).encode("utf-8")).hexdigest()
 
 
+# CPython 3.11's AST conversion keeps its recursion depth per interpreter, not per
+# thread: two parses interleaved (verify reads kept task sources from its reload threads)
+# fail with "SystemError: AST constructor recursion depth mismatch". One at a time.
+_PARSING = threading.Lock()
+
+
+def _ast_parse(path: Path) -> ast.Module:
+    """``ast.parse`` of the Python file ``path``, one call at a time in this process.
+
+    Raises:
+        OSError: unreadable. SyntaxError, ValueError: not Python source.
+    """
+    data = path.read_bytes()
+    with _PARSING:
+        return ast.parse(data, filename=str(path))
+
+
 def _parse(path: Path) -> ast.Module | None:
     """The syntax tree of the Python file ``path``, or None when it cannot be read or
     parsed (importing it will say why). Nothing is run."""
     try:
-        return ast.parse(path.read_bytes(), filename=str(path))
+        return _ast_parse(path)
     except (OSError, SyntaxError, ValueError):
         return None
 
@@ -430,9 +448,9 @@ def _missing(ref: str, name: str, *, field: str, source: str | None) -> TaskErro
 
 def lacks_reload(ref: str, campaign_dir: Path | str) -> bool:
     """Whether a file or one-file module task visibly defines no ``reload_predictions``
-    (read, not run): ``close`` then cannot reload its artifacts and accepts none of its
-    products. False where that cannot be told without running it (built-in tasks,
-    packages, ``from x import *``, a task not found).
+    (read, not run; :func:`visibly_lacks_reload`): ``close`` then cannot reload its
+    artifacts and accepts none of its products. False where that cannot be told without
+    running it (built-in tasks, packages, a task not found).
     """
     if str(ref).strip() in BUILTIN_TASKS:
         return False
@@ -442,19 +460,42 @@ def lacks_reload(ref: str, campaign_dir: Path | str) -> bool:
         return False
     if found.root is None or "__init__.py" in found.files:
         return False
-    names = _top_level_names(found.root / found.files[0])
-    return names is not None and "*" not in names and "reload_predictions" not in names
+    return visibly_lacks_reload(found.root / found.files[0])
 
 
-def _top_level_names(path: Path) -> set[str] | None:
-    """Names a Python file binds at its top level (functions, classes, imports,
-    assignments), or None when it cannot be parsed."""
+def visibly_lacks_reload(path: Path) -> bool:
+    """Whether the Python file ``path`` visibly defines no ``reload_predictions`` hook,
+    read and never run: it parses, the name occurs nowhere in its code (no definition,
+    assignment, import, attribute, argument or string; docstrings and other bare string
+    statements aside), and nothing could bind it unseen (``from x import *``, a module
+    ``__getattr__``). False where that cannot be told without running it. A name put
+    together at run time from pieces (``"reload_" + "predictions"``) is not seen: such a
+    file is said to lack the hook although running it would find one.
+    """
     tree = _parse(path)
-    return None if tree is None else _bound_names(tree)
+    if tree is None:
+        return False
+    hook = "reload_predictions"
+    bare = {id(node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+           for node in tree.body):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.alias) and node.name == "*":
+            return False
+        if id(node) in bare:
+            continue
+        for _, value in ast.iter_fields(node):
+            texts = value if isinstance(value, list) else [value]
+            if any(isinstance(text, str) and hook in text for text in texts):
+                return False
+    return True
 
 
 def _bound_names(tree: ast.Module) -> set[str]:
-    """Names a parsed module binds at its top level (:func:`_top_level_names`)."""
+    """Names a parsed module binds at its top level (functions, classes, imports,
+    assignments)."""
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -556,7 +597,7 @@ def check_task(ref: str, campaign_dir: Path | str, *, field: str = "run.task",
         return
     path = found.root / found.files[0]
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        tree = _ast_parse(path)
     except SyntaxError as exc:
         raise TaskError(f"task {ref!r} cannot be imported: {path.name}, line {exc.lineno}: "
                         f"{type(exc).__name__}: {exc.msg}; fix the file", file=source,

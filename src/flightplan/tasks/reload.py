@@ -32,10 +32,15 @@ from pathlib import Path
 from flightplan.errors import ArgumentError, FlightplanError, TaskError
 from flightplan.tasks.protocol import hook_signature
 
-__all__ = ["main", "reload_argv", "NO_RELOAD_HOOK"]
+__all__ = ["main", "reload_argv", "NO_RELOAD_HOOK", "no_reload_hook"]
 
 NO_RELOAD_HOOK = "task has no reload_predictions hook, artifact not reloadable"
 """Start of the message (and of close's rejection reason) for a task without the hook."""
+
+
+def no_reload_hook(ref: str) -> str:
+    """The message for task ``ref`` (as the entry takes it) without a reload hook."""
+    return f"{NO_RELOAD_HOOK}: task {ref!r} does not define {hook_signature('reload_predictions')}"
 
 
 def reload_argv(ref: str, artifact_dir: str, out: str, *, task_root: str | None = None,
@@ -98,8 +103,7 @@ def _reload(args: argparse.Namespace) -> int:
         root = args.task_root or args.campaign_dir or Path.cwd()
         task = load_task(args.task, root, field="TASK_REF", source="reload")
         if not task.can_predict:
-            raise TaskError(f"{NO_RELOAD_HOOK}: task {args.task!r} does not define "
-                            f"{hook_signature('reload_predictions')}")
+            raise TaskError(no_reload_hook(args.task))
         rows = task.predict(args.artifact_dir, args.out, campaign_dir=args.campaign_dir,
                             limit=args.limit)
     except FlightplanError as exc:

@@ -199,8 +199,9 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
     hashes = _write_corpus(campaign_dir / "corpus", extra_test)
     if task != "module":
         code = Path(fake_task.__file__).read_text(encoding="utf-8")
-        (campaign_dir / TASK_FILE).write_text(
-            code + ("\ndel reload_predictions\n" if task == "file-no-reload" else ""), encoding="utf-8")
+        if task == "file-no-reload":    # the hook is the file's last function: cut it off
+            code = code[:code.index("\ndef reload_predictions(")]
+        (campaign_dir / TASK_FILE).write_text(code, encoding="utf-8")
     spec_path = campaign_dir / "campaign.toml"
     spec_path.write_text(SPEC_TEMPLATE.format(
         accept=accept, train_sha=hashes["train.tsv"], test_sha=hashes["test.tsv"],

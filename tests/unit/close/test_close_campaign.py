@@ -265,3 +265,36 @@ def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys
     close_command(spec.source, as_json=True, open_ledger=lambda _: ledger)
     assert json.loads(capsys.readouterr().out)["unfinished"] == [
         {"run_id": VARIANT, "name": "variant", "status": "pending"}]
+
+
+def test_verify_of_a_folder_that_is_no_results_directory_is_bad_input(closed, tmp_path):
+    from typer.testing import CliRunner
+
+    from flightplan.cli import app
+
+    _, outcome = closed
+    results = Path(outcome["results_dir"])
+    campaign = results.parent
+    for folder in (campaign, campaign / "corpus"):   # the campaign folder, its data folder
+        result = CliRunner().invoke(app, ["verify", str(folder)])
+        assert (result.exit_code, result.stdout, result.stderr) == (
+            2, "", f"error: {folder}: not a results directory (no MANIFEST.json); did you "
+                   f"mean {results}?\n")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ArgumentError) as refused:
+        verify_command(tmp_path / "empty", as_json=True)
+    assert str(refused.value) == (f"{tmp_path / 'empty'}: not a results directory (no "
+                                  f"MANIFEST.json); give the results directory (the folder "
+                                  f"holding MANIFEST.json)")
+
+
+def test_a_results_directory_whose_manifest_was_deleted_is_a_finding(closed, tmp_path, capsys):
+    import shutil
+
+    _, outcome = closed
+    copy = tmp_path / "received" / "results"
+    shutil.copytree(outcome["results_dir"], copy)
+    (copy / "MANIFEST.json").unlink()
+    assert verify_command(copy, as_json=False) == 1
+    assert capsys.readouterr().out == ("NOT verified: 1 finding(s)\n"
+                                       "  missing_file: MANIFEST.json: no MANIFEST.json\n")

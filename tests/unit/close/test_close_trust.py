@@ -185,3 +185,32 @@ def test_untrusted_verify_suggests_trust_code_only_where_it_would_reload(copy, c
         f"the runs were made from, every file as the manifest lists it, is run")
     assert verify_command(copy, as_json=False, trust_code=True) == 1   # as said: refused
     assert not marker.exists()
+
+
+def test_verify_and_close_agree_that_a_task_without_reload_hook_cannot_reload(tmp_path, capsys):
+    spec, ledger = make_campaign(tmp_path, task="file-no-reload")
+    outcome = close_campaign(spec, ledger)
+    copy = tmp_path / "received" / "results"
+    shutil.copytree(outcome["results_dir"], copy)
+    # without trust the kept file is read, not run: it visibly defines no hook
+    report = verify_results(copy)
+    assert (report["verified"], report["findings"]) == (False, outcome["findings"])
+    assert report["reload"] == {CONTROL: "failed", VARIANT: "failed"}
+    assert verify_command(copy, as_json=False) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("NOT verified: 2 finding(s)\n") and "--trust-code" not in out
+    assert verify_command(copy, as_json=True, trust_code=True) == 1
+    assert json.loads(capsys.readouterr().out)["findings"] == outcome["findings"]
+
+
+def test_no_trust_code_is_suggested_for_a_directory_whose_files_were_changed(copy, capsys):
+    with open(copy / f"measurements/{CONTROL}.jsonl", "a") as handle:
+        handle.write('{"step": 9}\n')
+    (copy / "notes.txt").write_text("added\n")
+    assert verify_command(copy, as_json=False) == 1
+    out = capsys.readouterr().out
+    assert "--trust-code" not in out
+    assert out.splitlines()[-1] == (
+        f"reload: not run (untrusted code) for {CONTROL}, {VARIANT}; files of this copy were "
+        f"changed after close wrote them (checksum, unlisted_file above), so do not trust its "
+        f"code: get the directory again from its sender")

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 from close_fixture import make_campaign
 
+from flightplan.close import commands
+from flightplan.close.commands import close_campaign
 from flightplan.publish.manifest import read_manifest, update_manifest
+from flightplan.publish.results import publish_plan
 from flightplan.durable import write_json_atomic
 from flightplan.close.verify import (reloads_at_once, reproduce_run, reproduce_runs,
                                     verify_results)
@@ -21,9 +24,10 @@ VARIANT = "variant-0000000001"
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    """A published campaign whose results verify cleanly (both runs finished)."""
+    """A closed campaign whose results verify cleanly (both runs finished)."""
     root = tmp_path_factory.mktemp("good")
-    spec, _ = make_campaign(root)
+    spec, ledger = make_campaign(root)
+    assert close_campaign(spec, ledger)["verified"] is True
     return spec.campaign_dir
 
 
@@ -194,6 +198,49 @@ def test_prediction_mismatch(copy):
     (copy / rel).write_text("".join(lines))
     update_manifest(copy, written=[rel])
     assert checks(copy, sample=5, trust_code=True) == [("prediction_mismatch", rel)]
+
+
+NOT_CLOSED = ("not closed: MANIFEST.json lists no conclusion.json, budget.json, "
+              "plan_vs_execution.json, plan_vs_execution.md, README.md, report.html (close "
+              "lists them last); run `flightplan close CAMPAIGN_FILE` on its campaign")
+
+
+def test_results_of_a_campaign_that_only_ran_are_not_closed(tmp_path):
+    spec, ledger = make_campaign(tmp_path, publish=False)
+    publish_plan(spec.campaign_dir, ledger.plan)     # what `flightplan run` writes first
+    results = spec.campaign_dir / "results"
+    assert sorted(p.name for p in results.iterdir()) == ["MANIFEST.json", "plan.json"]
+    assert verify_results(results) == {"verified": False, "reload": {}, "findings": [
+        {"check": "incomplete", "path": "conclusion.json", "message": NOT_CLOSED}]}
+
+
+def test_a_close_stopped_part_way_is_not_closed(tmp_path, monkeypatch):
+    spec, ledger = make_campaign(tmp_path)
+
+    def ctrl_c(**_):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(commands, "conclude", ctrl_c)    # stopped after the error analyses
+    with pytest.raises(KeyboardInterrupt):
+        close_campaign(spec, ledger)
+    results = spec.campaign_dir / "results"
+    assert not (results / "conclusion.json").exists()
+    written = sorted(p.relative_to(results).as_posix() for p in (results / "errors").iterdir())
+    assert checks(results, reload=False) == [("incomplete", "conclusion.json")] + [
+        ("unlisted_file", rel) for rel in written]
+    monkeypatch.undo()                                    # closed again: complete
+    assert close_campaign(spec, ledger)["verified"] is True
+    assert checks(results, reload=False) == []
+
+
+def test_a_campaign_whose_runs_were_all_cut_verifies_once_closed(tmp_path):
+    spec, ledger = make_campaign(tmp_path, publish=False)
+    for row in ledger.run_rows:
+        row["status"] = "cut"
+    outcome = close_campaign(spec, ledger)
+    assert (outcome["verified"], outcome["findings"], outcome["accepted"]) == (True, [], [])
+    results = Path(outcome["results_dir"])
+    assert read_manifest(results)["expected_run_ids"] == []
+    assert verify_results(results) == {"verified": True, "findings": [], "reload": {}}
 
 
 def test_no_manifest(copy):

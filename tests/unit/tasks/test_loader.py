@@ -79,3 +79,28 @@ def test_textclf_declares_the_columns_it_writes():
 
     assert textclf.PREDICTION_COLUMNS == (*inference.PREDICTION_COLUMNS, "prob_*")
     assert load_task("textclf", ".").prediction_columns == textclf.PREDICTION_COLUMNS
+
+
+@pytest.mark.parametrize("source, lacks", [
+    ('"""Defines no reload_predictions hook."""\ndef train(trial):\n    pass\n', True),
+    ("def train(trial):\n    '''reload_predictions is written later'''\n", True),
+    ("def train(trial):\n    pass\n\n\ndef reload_predictions(a, o, **kw):\n    return 0\n",
+     False),
+    ("try:\n    import torch\n    def reload_predictions(a, o, **kw):\n        return 0\n"
+     "except ImportError:\n    pass\n", False),                        # not at the top level
+    ("from helpers import reload_predictions\n", False),
+    ("import helpers\nreload_predictions = helpers.reload\n", False),
+    ("import sys\nsetattr(sys.modules[__name__], 'reload_predictions', print)\n", False),
+    ("def train(trial):\n    pass\n\ndel reload_predictions\n", False),
+    ("from helpers import *\n", False),                               # cannot be told
+    ("def __getattr__(name):\n    return print\n", False),
+    ("def train(trial)\n", False),                                    # does not parse
+])
+def test_a_file_is_said_to_lack_the_reload_hook_only_where_reading_shows_it(
+        tmp_path, source, lacks):
+    from flightplan.tasks.loader import visibly_lacks_reload
+
+    path = tmp_path / "task.py"
+    path.write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n" + source)
+    assert visibly_lacks_reload(path) is lacks
+    assert not (tmp_path / "ran").exists()                            # read, never run
