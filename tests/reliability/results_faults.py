@@ -36,6 +36,10 @@ def make_results(campaign_dir: Path) -> Path:
     (directory / "params" / f"{RUN_ID}.json").write_text('{"lr": 0.01}\n', encoding="utf-8")
     for rel in CLOSE_FILES:
         (directory / rel).write_text("{}\n", encoding="utf-8")
+    (directory / "conclusion.json").write_text(json.dumps({     # what close writes, no runs
+        "question": "q?", "metric": "macro_f1", "goal": "max", "min_gain": 0.05,
+        "answer": "no", "verdict": "No variant meets the threshold of +0.05 macro_f1.",
+        "comparisons": []}) + "\n", encoding="utf-8")
     update_manifest(directory, written=["plan.json", f"params/{RUN_ID}.json", *CLOSE_FILES])
     (campaign_dir / "outside.txt").write_text("secret\n", encoding="utf-8")
     return directory
