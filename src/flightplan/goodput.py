@@ -39,9 +39,9 @@ interval policy's choice, a truncation fraction) do not cut the timeline. A gap 
 the row that ends it: a step row's gap to ``steps`` (or ``lost``), an evaluation row's to
 ``evaluation`` (or ``lost``), the output row's to ``output``, a row before the first step to
 ``start_load``; a checkpoint's stall is moved out of the gap it happened in (the one after
-the step it saved) into ``checkpoint``; durations a row states (``encode_s``, ``restore_s``,
-``output_s``, ``eval_s``) are taken up to the gap they fall in, and ``data_s`` (stated in a
-row before the first step) up to the execution's start and load so far. The first step row of an
+the step it saved) into ``checkpoint``; durations a row states (``restore_s``, ``output_s``,
+``eval_s``) are taken up to the gap they fall in, and ``data_s`` and ``encode_s`` (stated in
+rows before the first step) up to the execution's start and load so far. The first step row of an
 execution covers ``k`` steps (its index + 1 less the step the execution restored to) and, when
 it states ``step_s``, only ``k · step_s`` of its gap are steps: the rest came before the first
 step began (warm-up, the loader's first batch) and is ``start_load``. Time stamps are the rows'
@@ -247,10 +247,11 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
                 timeline.take("start_load", "restore", row.restore_s or 0.0, gap)
                 resumed_at = row.step
             else:
-                timeline.take("start_load", "data", _stated(row, "encode_s"), gap)
-                # data_s states work done anywhere since the process began (the built-in
-                # task tokenizes before it restores): up to this execution's start and load
-                timeline.take("start_load", "data", _stated(row, "data_s"), float("inf"))
+                # data_s and encode_s state work done anywhere since the process began (the
+                # built-in task tokenizes and embeds before it restores, and logs the
+                # embedding batches after): up to this execution's start and load so far
+                for stated in ("encode_s", "data_s"):
+                    timeline.take("start_load", "data", _stated(row, stated), float("inf"))
             last_marker = at
         elif isinstance(row, (Finished, StopEvent, ForcedCheckpoint)):
             cause = "output" if in_loop else "start_load"

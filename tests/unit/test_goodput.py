@@ -69,6 +69,19 @@ def test_one_execution_by_hand():
     assert set(parts) == set(CAUSES)
 
 
+def test_embedding_batches_logged_after_the_restore_still_count_as_data():
+    # the built-in control embeds before restore() and logs its batches after it: 3 s of
+    # embedding in two rows at 108.01 s, right behind the restore row, still leave
+    # start and load (100.5 → 110, less 1 s of restore) as data
+    rows = [ProcessStart(0, 100.5), Restore(0, 108.0, source="step-000002", restore_s=1.0),
+            Measurement(0, 108.01, {"encode_s": 2.0}), Measurement(0, 108.02, {"encode_s": 1.0}),
+            Measurement(0, 110.0, {"load_s": 9.0, "data_s": 0.5}), _step(0, 111.0, None),
+            Finished(1, 112.0)]
+    parts = run_goodput(rows, [Execution(100.5, 112.0, finished=True)]).parts
+    assert parts["data"] == pytest.approx(3.5) and parts["restore"] == pytest.approx(1.0)
+    assert parts["start_load"] == pytest.approx(9.5 - 1.0 - 3.5)
+
+
 def test_a_resume_accounts_the_redone_steps_as_lost_work():
     # execution 1 (0 → 10 s): steps 0–3, a checkpoint after step 1, then killed at 10 s;
     # execution 2 (20 → 30 s): resumes from step-000002 and redoes steps 2 and 3, then 4
