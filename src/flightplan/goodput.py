@@ -250,8 +250,8 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
                 # data_s and encode_s state work done anywhere since the process began (the
                 # built-in task tokenizes and embeds before it restores, and logs the
                 # embedding batches after): up to this execution's start and load so far
-                for stated in ("encode_s", "data_s"):
-                    timeline.take("start_load", "data", _stated(row, stated), float("inf"))
+                for name in ("encode_s", "data_s"):
+                    timeline.take("start_load", "data", _stated(row, name), float("inf"))
             last_marker = at
         elif isinstance(row, (Finished, StopEvent, ForcedCheckpoint)):
             cause = "output" if in_loop else "start_load"
