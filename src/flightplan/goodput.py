@@ -248,8 +248,8 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
                 resumed_at = row.step
             else:
                 # data_s and encode_s state work done anywhere since the process began (the
-                # built-in task tokenizes and embeds before it restores, and logs the
-                # embedding batches after): up to this execution's start and load so far
+                # built-in task tokenizes and embeds before it restores, and a task may log
+                # such a figure after the work): up to this execution's start and load so far
                 for name in ("encode_s", "data_s"):
                     timeline.take("start_load", "data", _stated(row, name), float("inf"))
             last_marker = at

@@ -16,8 +16,9 @@ its manifest entry was rewritten to match:
    comparisons.
 
 Each disagreement is an ``inconsistent`` finding that names the file, the figure, the value
-the file states and the value its predictions give. A predictions file that is missing or
-unreadable is left to the file checks (``missing_file``, ``checksum``).
+the file states and the value its predictions give. A predictions file that is missing,
+unreadable or fails its own file check is left to that check (``missing_file``,
+``checksum``): nothing is computed from it.
 
 Usage::
 
@@ -44,17 +45,23 @@ _CONCLUSION = "conclusion.json"
 _MANIFEST = "MANIFEST.json"
 
 
-def consistency_findings(results: Path, manifest: Mapping[str, Any]) -> list[Finding]:
+def consistency_findings(results: Path, manifest: Mapping[str, Any], *,
+                         changed: frozenset[str] = frozenset()) -> list[Finding]:
     """Every figure of ``MANIFEST.json`` and ``conclusion.json`` that its predictions do not
     give (module docstring); ``[]`` when they all agree.
 
     Args:
         results: the results directory.
         manifest: its ``MANIFEST.json``, parsed.
+        changed: paths (relative to ``results``) that already failed a file check (changed,
+            missing): figures are not computed from a predictions file that is not the one
+            close wrote, whose own finding already says so.
     """
-    predictions = _Predictions(results)
+    predictions = _Predictions(results, changed)
     findings = _metric_values(manifest, predictions)
     path = results / _CONCLUSION
+    if _CONCLUSION in changed:           # not the file close wrote: its checksum says so
+        return findings
     try:
         conclusion = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -66,14 +73,17 @@ def consistency_findings(results: Path, manifest: Mapping[str, Any]) -> list[Fin
 
 class _Predictions:
     """``predictions/<run_id>.csv`` of the results directory, each read once (None when
-    missing or unreadable)."""
+    missing, unreadable, or among the ``changed`` paths)."""
 
-    def __init__(self, results: Path) -> None:
+    def __init__(self, results: Path, changed: frozenset[str]) -> None:
         self.results = results
+        self.changed = changed
         self._read: dict[str, Predictions | None] = {}
 
     def __call__(self, run_id: Any) -> Predictions | None:
         if not isinstance(run_id, str) or "/" in run_id or run_id.startswith("."):
+            return None
+        if f"predictions/{run_id}.csv" in self.changed:
             return None
         if run_id not in self._read:
             try:

@@ -658,7 +658,8 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
             findings += _scan_text(results, rel, temp, absolute)
     findings += _check_runs(results, manifest, present)
     findings += _task_findings(results, manifest)
-    findings += consistency_findings(results, manifest)
+    findings += consistency_findings(results, manifest, changed=frozenset(
+        f.path for f in findings if f.check in ("checksum", "missing_file", "empty_file")))
     statuses: dict[str, str] = {}
     if reload:
         artifacts = sorted({p.split("/")[1] for p in present

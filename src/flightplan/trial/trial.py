@@ -374,6 +374,21 @@ class Trial:
             if stop is not None:
                 self._stop(stop)
 
+    def log_setup(self, **measurements: Any) -> None:
+        """Append a row of the work before the training loop (data preparation, an embedding
+        pass: ``encode_s``, ``data_s``, with ``tokens`` and the like), ``{"step": 0, "time"
+        (unix s), **measurements}``, stamped when the work is done. Unlike :meth:`log` it may
+        come before :meth:`restore` (a process preparing its data while it waits for its
+        checkpoint, as the pilot's resumed process does) and applies no stop rule.
+
+        Raises:
+            CheckpointError: the loop has begun (a row of the loop goes through :meth:`log`).
+        """
+        if self._loop_started:
+            raise CheckpointError("log_setup after the loop began: log rows of the loop with "
+                                  "trial.log(step, ...)")
+        self._write(Measurement(0, time.time(), {k: _item(v) for k, v in measurements.items()}))
+
     def evaluate(self, step: int, **metrics: Any) -> None:
         """Log an evaluation (``"event": "evaluation"``) and apply ``min_quality``.
 

@@ -75,3 +75,13 @@ def test_changed_predictions_move_the_metric_value_and_the_comparison(copy):
     assert found[1][:2] == ("inconsistent", "conclusion.json")
     assert found[1][2].startswith("comparisons[0] (variant vs control): ")
     assert "variant_value states" in found[1][2]
+
+
+def test_nothing_is_computed_from_a_file_that_failed_its_checksum(copy):
+    rel = f"predictions/{VARIANT}.csv"
+    (copy / rel).write_text((copy / rel).read_text().replace("t1,neu,neu,", "t1,neu,pos,", 1))
+    report = verify_results(copy, reload=False)           # the manifest was not rewritten
+    assert [(f["check"], f["path"]) for f in report["findings"]] == [("checksum", rel)]
+    assert consistency_findings(copy, read_manifest(copy), changed=frozenset({rel})) == []
+    assert [f[:2] for f in _found(copy)] == [("inconsistent", "MANIFEST.json"),
+                                             ("inconsistent", "conclusion.json")]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -253,3 +254,18 @@ def test_trial_stopped_carries_the_record(tmp_path):
     with pytest.raises(TrialStopped) as caught:
         trial.check_truncation(0.01)
     assert caught.value.record["rule"] == "max_truncated_fraction"
+
+
+def test_setup_rows_come_before_restore_and_not_after_the_loop_began(tmp_path):
+    trial = Trial.local(tmp_path, params={})
+    model = torch.nn.Linear(2, 1)
+    trial.register(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    trial.log_setup(encode_s=0.25, tokens=np.int64(40))     # before restore(): allowed
+    assert trial.restore() == 0
+    trial.log(0, loss=1.0)
+    with pytest.raises(CheckpointError, match="log_setup after the loop began"):
+        trial.log_setup(encode_s=0.5)
+    rows = [json.loads(line) for line in (tmp_path / "measurements.jsonl").read_text().splitlines()]
+    setup = [r for r in rows if "encode_s" in r]
+    assert [(r["step"], r["encode_s"], r["tokens"]) for r in setup] == [(0, 0.25, 40)]
+    assert rows.index(setup[0]) < next(i for i, r in enumerate(rows) if r.get("event") == "restore")

@@ -96,21 +96,20 @@ def _sections(trial: Any) -> tuple[CorpusSection, BaseModelSection, Path]:
             Path(trial.campaign_dir))
 
 
-def _train_embeddings(model: TextClassifier, split: EncodedSplit
-                      ) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+def _train_embeddings(trial: Any, model: TextClassifier, split: EncodedSplit) -> torch.Tensor:
     """Pooled embeddings (N, H) of the training set, forward only, in the length-sorted
     batches of :func:`example_embeddings` (fixed, so every process computes the same
-    tensor), on the model's device; and one ``encode_s`` row per batch (seconds, with
-    ``seq_len``, ``tokens`` and ``batch_size``) for the caller to log."""
+    tensor), on the model's device; logs an ``encode_s`` row per batch (seconds, with
+    ``seq_len``, ``tokens`` and ``batch_size``) as it ends (``trial.log_setup``: before
+    ``restore()``)."""
     model.eval()
-    rows: list[dict[str, Any]] = []
 
-    def timed(indices: list[int], seconds: float) -> None:
+    def logged(indices: list[int], seconds: float) -> None:
         lengths = [len(split.input_ids[i]) for i in indices]
-        rows.append({"encode_s": seconds, "seq_len": max(lengths), "tokens": sum(lengths),
-                     "batch_size": len(indices)})
+        trial.log_setup(encode_s=seconds, seq_len=max(lengths), tokens=sum(lengths),
+                        batch_size=len(indices))
     dev = next(model.parameters()).device
-    return example_embeddings(model, split, on_batch=timed).to(dev), rows
+    return example_embeddings(model, split, on_batch=logged).to(dev)
 
 
 @dataclass(frozen=True)
@@ -233,13 +232,10 @@ def train(trial: Any, *, code_version: str) -> None:
     # drawn), so they come before restore(): a resumed pilot that waits there for its
     # checkpoint (trial.json ``await_checkpoint``) has them ready when it arrives.
     train_embeddings = test_embeddings = None
-    encoded: list[dict[str, Any]] = []
     if params.is_control:
-        train_embeddings, encoded = _train_embeddings(model, train_split)      # (N, H)
+        train_embeddings = _train_embeddings(trial, model, train_split)        # (N, H)
         test_embeddings = example_embeddings(model, test_split)                 # (N, H)
     step = trial.restore()
-    for row in encoded:
-        trial.log(step, **row)
 
     gold = torch.tensor(train_split.gold, dtype=torch.long, device=dev)   # (N,)
     trial.log(step, load_s=time.perf_counter() - began, data_s=data_s, planned_steps=total,
