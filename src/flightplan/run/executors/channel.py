@@ -38,7 +38,7 @@ the channel.
   are not encrypted: run it on a private network.
 - **Bounded.** A frame's header is checked before anything else is read: its kind, a name
   of at most :data:`NAME_BYTES` and a path of at most :data:`PATH_BYTES` bytes of UTF-8,
-  and data of at most the chunk size (read into one of two buffers of that size, never an
+  and data of at most the chunk size (read into one of three buffers of that size, never an
   allocation of what a header claims). Anything else drops the connection. Every socket
   has a timeout: :data:`CONNECT_S`, :data:`HANDSHAKE_S`, then :data:`IDLE_S` (the flight
   sends a ping every :data:`PING_S` when it has nothing to send).
@@ -52,7 +52,7 @@ the channel.
 
 Frames from the flight (network byte order, :data:`HEADER`): kind (1 data, 2 manifest,
 3 ping), name length, path length, offset, data length, ``resent_bytes``, ``waited_s``,
-the sha256 of the file up to the chunk's end (32 bytes raw); then the name, the path and
+the CRC-32 of the data; then the name, the path and
 the data. Home's messages: a 4-byte length and a JSON object of at most
 :data:`CONTROL_BYTES`.
 
@@ -73,6 +73,7 @@ import hashlib
 import hmac
 import json
 import math
+import mmap
 import queue
 import secrets
 import select
@@ -95,12 +96,12 @@ __all__ = ["MAGIC", "HEADER", "NAME_BYTES", "PATH_BYTES", "CONTROL_BYTES", "CONN
            "HANDSHAKE_S", "IDLE_S", "PING_S", "RECONNECTS", "Offer", "Landed", "HomeEnd",
            "FlightEnd"]
 
-MAGIC = b"FPCKPT01"
+MAGIC = b"FPCKPT02"
 """The first bytes home sends: the protocol and its version."""
 
-HEADER = struct.Struct("!BBHQIQd32s")
+HEADER = struct.Struct("!BBHQIQdI")
 """A frame's header: kind, name length, path length, offset, data length, resent bytes,
-waited seconds, sha256 (raw)."""
+waited seconds, CRC-32 of the data."""
 
 _DATA, _MANIFEST, _PING = 1, 2, 3
 _NONCE = 32
@@ -136,7 +137,7 @@ _WAIT_S = 0.1
 """How often a flight with nothing to send looks for a new checkpoint (seconds; Ray's
 polls come every 0.2 s)."""
 
-_BUFFERS = 2
+_BUFFERS = 3
 """Chunk buffers on each side: one travels (or is written) while the next is read."""
 
 _REFUSALS = 16
@@ -267,13 +268,13 @@ def _send_chunk(sock: socket.socket, chunk: Chunk) -> None:
     name, path = chunk.name.encode(), chunk.path.encode()
     kind = _MANIFEST if chunk.path == MANIFEST else _DATA
     sock.sendall(HEADER.pack(kind, len(name), len(path), chunk.offset, chunk.size,
-                             chunk.resent_bytes, chunk.waited_s, bytes.fromhex(chunk.digest))
+                             chunk.resent_bytes, chunk.waited_s, chunk.crc32)
                  + name + path)
     sock.sendall(chunk.data)
 
 
 def _ping(sock: socket.socket) -> None:
-    sock.sendall(HEADER.pack(_PING, 0, 0, 0, 0, 0, 0.0, bytes(32)))
+    sock.sendall(HEADER.pack(_PING, 0, 0, 0, 0, 0, 0.0, 0))
 
 
 @dataclass
@@ -300,7 +301,7 @@ class _Arrival:
     ``buffer``), who sent it and when it came."""
 
     chunk: Chunk
-    buffer: bytearray
+    buffer: mmap.mmap
     peer: _Peer
     asked_at: float
     fetched_at: float
@@ -347,8 +348,8 @@ class HomeEnd:
                                chunk_bytes)
             self._closing = threading.Event()
             self._peer: _Peer | None = None
-            self._buffers: list[bytearray] = []
-            self._free: queue.Queue[bytearray] = queue.Queue()
+            self._buffers: list[mmap.mmap] = []
+            self._free: queue.Queue[mmap.mmap] = queue.Queue()
             self._arrivals: queue.Queue[_Arrival | None] = queue.Queue(maxsize=1)
             self._landed: queue.SimpleQueue[Landed] = queue.SimpleQueue()
             self._failure: BaseException | None = None
@@ -474,10 +475,11 @@ class HomeEnd:
         with suppress(OSError):
             peer.send({"resume": name, "have": have})
 
-    def _buffer(self) -> bytearray:
-        """A free buffer of ``chunk_bytes`` (one of :data:`_BUFFERS`, allocated once)."""
+    def _buffer(self) -> mmap.mmap:
+        """A free buffer of ``chunk_bytes`` (one of :data:`_BUFFERS`, allocated once; an
+        anonymous mapping: page-aligned, as home's direct writes need)."""
         if len(self._buffers) < _BUFFERS and self._free.empty():
-            self._buffers.append(bytearray(self._chunk_bytes))
+            self._buffers.append(mmap.mmap(-1, self._chunk_bytes))
             return self._buffers[-1]
         return self._free.get()
 
@@ -494,7 +496,7 @@ class HomeEnd:
         if first == 0:
             return False
         _read_into(peer.sock, head[first:])
-        kind, name_len, path_len, offset, size, resent, waited, digest = HEADER.unpack(head)
+        kind, name_len, path_len, offset, size, resent, waited, crc32 = HEADER.unpack(head)
         if kind == _PING:
             return True
         asked_at = time.time()
@@ -518,7 +520,7 @@ class HomeEnd:
         except BaseException:
             self._free.put(buffer)
             raise
-        chunk = Chunk(name, path, offset, view, digest.hex(), waited, resent)
+        chunk = Chunk(name, path, offset, view, crc32, waited, resent)
         self._arrivals.put(_Arrival(chunk, buffer, peer, asked_at, time.time()))
         return True
 

@@ -208,7 +208,7 @@ class RunHost:
             for rewind in rewinds:
                 self.sender.rewind(rewind)
             chunks = [Chunk(c.name, c.path, c.offset,
-                            numpy.frombuffer(c.data, dtype=numpy.uint8), c.digest, c.waited_s,
+                            numpy.frombuffer(c.data, dtype=numpy.uint8), c.crc32, c.waited_s,
                             c.resent_bytes) for c in self.sender.next(ended=ended)]
             pending = self.sender.pending(ended=ended)
         return chunks, pending, not chunks and not pending

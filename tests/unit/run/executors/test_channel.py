@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import zlib
 import random
 import socket
 import sys
@@ -205,7 +206,7 @@ def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written
             hello = stranger.recv(len(MAGIC) + 32)
             assert hello.startswith(MAGIC)
             stranger.sendall(os.urandom(HANDSHAKE) + HEADER.pack(
-                1, 11, 9, 0, 4, 0, 0.0, bytes(32)) + b"step-000009model.bin" + b"data")
+                1, 11, 9, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin" + b"data")
             assert _dropped(stranger)                          # no answer
         deadline = time.monotonic() + WAIT_S
         while link.failed is None:

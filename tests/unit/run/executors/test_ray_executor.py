@@ -160,9 +160,9 @@ def test_a_checkpoint_name_from_a_flight_that_is_not_one_is_refused_not_fatal(tm
     ex = _Execution(Job("r-1", run_dir), actor=None, ref=None,
                     receiver=CheckpointReceiver(run_dir / "checkpoints"),
                     where={"node_id": "n" * 12, "ip": "127.0.0.1"})
-    chunks = [Chunk("step-12x", "model.bin", 0, b"x", "0"),
-              Chunk("step-" + "9" * 40, "model.bin", 0, b"x", "0"),
-              Chunk("step-000001", "../../escape", 0, b"x", "0")]
+    chunks = [Chunk("step-12x", "model.bin", 0, b"x", 0),
+              Chunk("step-" + "9" * 40, "model.bin", 0, b"x", 0),
+              Chunk("step-000001", "../../escape", 0, b"x", 0)]
     RayExecutor()._absorb(ex, Delta(b"", b"", chunks, None, []), asked_at=time.time())
     rows = RunDir(run_dir).rows()
     # a name that is not a checkpoint's holds no steps: its row is at step 0
