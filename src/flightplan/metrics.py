@@ -67,6 +67,7 @@ from flightplan.errors import CheckFailed, SpecError
 
 __all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "CONFIDENCE",
            "N_RESAMPLES", "SEED", "parse_metric", "check_goal", "read_predictions",
+           "read_predictions_or_none",
            "metric_value", "paired", "union_labels", "confusion", "from_confusion"]
 
 CONFIDENCE = 0.95
@@ -264,6 +265,15 @@ def read_predictions(path: Path) -> Predictions:
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise CheckFailed(f"{path}: cannot read predictions ({exc})") from None
     return Predictions.from_rows(rows, columns, source=str(path))
+
+
+def read_predictions_or_none(path: Path) -> Predictions | None:
+    """:func:`read_predictions` of ``path``, or None when it is missing, unreadable or
+    breaks the contract (for a caller whose own checks name what is wrong with it)."""
+    try:
+        return read_predictions(path)
+    except CheckFailed:
+        return None
 
 
 def confusion(gold: np.ndarray, predicted: np.ndarray, n_labels: int) -> np.ndarray:

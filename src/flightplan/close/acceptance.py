@@ -33,7 +33,8 @@ from flightplan.close.verify import reproduce_runs
 from flightplan.errors import CheckFailed
 from flightplan.findings import Finding
 from flightplan.ledger_rows import RunRow
-from flightplan.metrics import Predictions, metric_value, parse_metric, read_predictions
+from flightplan.metrics import (Predictions, metric_value, parse_metric,
+                                 read_predictions_or_none)
 from flightplan.spec import CampaignSpec
 
 __all__ = ["Verdict", "accept_runs", "accepted_product_count", "comparisons"]
@@ -68,13 +69,7 @@ class Verdict:
 
 
 def _load(results: Path, run_id: str) -> Predictions | None:
-    path = results / "predictions" / f"{run_id}.csv"
-    if not path.is_file():
-        return None
-    try:
-        return read_predictions(path)
-    except CheckFailed:
-        return None
+    return read_predictions_or_none(results / "predictions" / f"{run_id}.csv")
 
 
 def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,

@@ -34,7 +34,7 @@ from typing import Any, Mapping
 from flightplan.close.conclusion import compare_runs, conclude
 from flightplan.errors import CheckFailed, SpecError
 from flightplan.findings import Finding
-from flightplan.metrics import Predictions, metric_value, read_predictions
+from flightplan.metrics import Predictions, metric_value, read_predictions_or_none
 
 __all__ = ["CHECK", "consistency_findings"]
 
@@ -86,11 +86,8 @@ class _Predictions:
         if f"predictions/{run_id}.csv" in self.changed:
             return None
         if run_id not in self._read:
-            try:
-                self._read[run_id] = read_predictions(self.results / "predictions" /
-                                                      f"{run_id}.csv")
-            except CheckFailed:
-                self._read[run_id] = None
+            self._read[run_id] = read_predictions_or_none(self.results / "predictions" /
+                                                          f"{run_id}.csv")
         return self._read[run_id]
 
 
