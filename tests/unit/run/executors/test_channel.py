@@ -303,7 +303,11 @@ def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> 
     assert done is not None and relay.connections == 1 and home.refused == []
     assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
     offsets = [offset for _, offset, _ in sender.cut]
-    assert [offsets.count(i * CHUNK) for i in range(4)] == [1, 1, 1, 2]
+    # from the damaged chunk on, never from the start (it may go three times: when the
+    # flight had sent the manifest before home's rewind came, the manifest finds the file
+    # short and asks for the same chunk again)
+    assert [offsets.count(i * CHUNK) for i in range(3)] == [1, 1, 1]
+    assert offsets.count(3 * CHUNK) >= 2
     # the damaged chunk and what followed it on the way went again, counted
     assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) >= CHUNK
 
