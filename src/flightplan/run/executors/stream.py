@@ -386,8 +386,8 @@ class _Sink:
 
     def write_checked(self, data: memoryview, offset: int, crc32: int) -> bool:
         """Check ``data`` against the flight's ``crc32`` and :meth:`write` it at ``offset``
-        on a thread of its own, while the running hash takes it here (all three let go of
-        the GIL: the hash, the check and the disk's wait overlap). False: ``data`` failed
+        on a thread of its own, while the running hash takes it here (each lets go of the
+        GIL: the hash overlaps the check and the disk's wait). False: ``data`` failed
         its check; nothing was written and the hash is as it was.
 
         Raises:
