@@ -11,8 +11,9 @@ and two nodes of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.p
    byte.
 2. **transfer**: a checkpoint of ``--mib`` MiB (two random tensor files and a manifest)
    committed on a flight by a stand-in worker, streamed home by the Ray executor
-   (:mod:`flightplan.run.executors.stream`: chunks, hashes on both sides, fsync, rename at
-   home) over its direct connection (:mod:`flightplan.run.executors.channel`); its
+   (:mod:`flightplan.run.executors.stream`: chunks, a CRC-32 of each on both sides, each
+   file's sha256 at home, fsync, rename at home) over its direct connection
+   (:mod:`flightplan.run.executors.channel`); its
    throughput is its bytes over its ``stream_s`` (the ``checkpoint_transfer`` row: from
    its first chunk coming to durable at home), against ``shutil.copytree`` of the same
    folder plus an fsync of every file. Best of ``--rounds`` each; their ratio. Beside it,
