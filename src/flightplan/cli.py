@@ -19,6 +19,7 @@ import contextlib
 import errno
 import functools
 import inspect
+import json
 import os
 import sys
 import traceback
@@ -103,6 +104,12 @@ def _stdout_outlives_reader() -> Iterator[None]:
         sys.stdout = original
 
 
+def _json_error(message: str, exit_code: int) -> None:
+    """The one JSON object ``--json`` promises, for a verb that ended in an error:
+    ``{"error": message, "exit_code": exit_code}`` on stdout (the line on stderr stays)."""
+    print(json.dumps({"error": message, "exit_code": exit_code}))
+
+
 def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to start it over"
           ) -> Callable[[Callable[..., int]], Callable[..., None]]:
     """Run a verb; turn its return value, flightplan errors and interruptions into exit codes.
@@ -127,6 +134,8 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
                 if debug or _state["debug"]:
                     traceback.print_exc(file=sys.stderr)
                 print(f"error: {exc}", file=sys.stderr)
+                if kwargs.get("json"):
+                    _json_error(str(exc), exc.exit_code)
                 raise typer.Exit(exc.exit_code) from None
             raise typer.Exit(stop.exit_code if stop.signum is not None else code or 0)
 
@@ -326,4 +335,6 @@ def main() -> None:
         sys.exit(130)
     except (click.ClickException, typer.TyperException) as exc:
         print(f"error: {exc.format_message()}", file=sys.stderr)
+        if "--json" in sys.argv[1:]:
+            _json_error(exc.format_message(), 2)
         sys.exit(2)

@@ -309,6 +309,24 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "choose one of 3, 7, 30 days" in proc.stderr
 
 
+def test_an_error_with_json_is_one_json_object_on_stdout_too(tmp_path: Path) -> None:
+    """A verb's error and a usage error, each with --json: the line on stderr, and on
+    stdout the one object --json promises, naming the same error and exit code."""
+    script = Path(sys.executable).with_name("flightplan")
+    bad = _write(tmp_path, ILLUSTRATION.replace("package_days = 3", "package_days = 4"))
+    for args in (["plan", str(bad), "--json"], ["quote", "--offer", "RTX 4090", "--json"]):
+        proc = subprocess.run([str(script), *args], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert json.loads(proc.stdout) == {"error": line.removeprefix("error: "),
+                                           "exit_code": 2}
+    # without --json, stdout stays empty
+    proc = subprocess.run([str(script), "plan", str(bad)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+
+
 def test_names_that_look_like_markup_or_tex_print_as_written(tmp_path: Path) -> None:
     text = ILLUSTRATION.replace('name = "illustration"', 'name = "$\\\\foo{$ [bold]"') \
         .replace('"lora-r8"', '"[red]lora-r8[/]"')
