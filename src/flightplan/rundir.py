@@ -189,6 +189,19 @@ class RunDir:
         """Every complete measurement row ([] when there is none)."""
         return self.read_rows()[0]
 
+    def last_written(self) -> float | None:
+        """Unix time of the last sign of life of the files an execution writes as it goes:
+        the newest modification time of its measurements, log, ``done.json`` or
+        ``stop.json``, or the time stamp of its last measurement row (a file's time comes
+        from a coarser clock and may lag the row's by milliseconds); None when there is
+        none."""
+        times = [p.stat().st_mtime for p in (self.measurements, self.log, self.done_json,
+                                             self.stop_json) if p.is_file()]
+        rows = self.rows()
+        if rows:
+            times.append(rows[-1].time)
+        return max(times) if times else None
+
     def rows_across_restarts(self) -> list[Row]:
         """Every row this run id logged: those of the folders ``--restart`` set aside
         (``<name>.restarted-<n>``, oldest first), then this folder's (goodput counts the work

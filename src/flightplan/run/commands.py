@@ -211,18 +211,26 @@ def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -
 def _add_progress(snapshot: dict[str, Any], campaign_dir: Path, *, now: float) -> None:
     """Add ``progress`` ``{steps_done, planned_steps}`` (planned: None until the run's task
     says) to each run that is ``running`` or ``interrupted``, read from its measurement
-    rows, and give a running run the wall time since it first started (the ledger holds a
-    run's wall time only once it ended)."""
+    rows, and give a running run the wall time since it first started, an interrupted one
+    (its runner gone) from its first start to its last sign of life
+    (:meth:`RunDir.last_written`; the ledger holds a run's wall time only once it ended)."""
     from flightplan.run.executors.contract import MeasurementTail
     from flightplan.rundir import RunDir
 
     for run in snapshot["runs"]:
         if run["status"] not in ("running", "interrupted"):
             continue
-        seen = MeasurementTail(RunDir.of(campaign_dir, run["run_id"]).path).read()
+        run_dir = RunDir.of(campaign_dir, run["run_id"])
+        seen = MeasurementTail(run_dir.path).read()
         run["progress"] = {"steps_done": seen.completed, "planned_steps": seen.total}
-        if run["status"] == "running" and run.get("started_at"):
+        if not run.get("started_at"):
+            continue
+        if run["status"] == "running":
             run["wall_s"] = max(0.0, now - float(run["started_at"]))
+        else:                                   # left running by a runner that is gone
+            last = run_dir.last_written()
+            if last is not None:
+                run["wall_s"] = max(0.0, last - float(run["started_at"]))
 
 
 def _add_rental(snapshot: dict[str, Any], *, now: float) -> None:

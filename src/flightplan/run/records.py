@@ -107,7 +107,7 @@ class RunRecorder:
         seen = {}
         for run in self.ledger.runs():
             if run.status == "running":
-                last = _last_written(RunDir.of(self.dir, run.run_id))
+                last = RunDir.of(self.dir, run.run_id).last_written()
                 if last is not None:
                     seen[run.run_id] = last
         return self.ledger.reset_interrupted(seen)
@@ -227,19 +227,6 @@ class RunRecorder:
     def summary(self, planned: list["PlannedRun"]) -> list[dict[str, Any]]:
         """Summary rows of the current runs, in tier order."""
         return [self.row(p) for p in planned]
-
-
-def _last_written(run: RunDir) -> float | None:
-    """Unix time of the last sign of life of the files an execution writes as it goes: the
-    newest modification time of its measurements, log, ``done.json`` or ``stop.json``, or
-    the time stamp of its last measurement row (a file's time comes from a coarser clock
-    and may lag the row's by milliseconds); None when there is none."""
-    times = [p.stat().st_mtime for p in (run.measurements, run.log, run.done_json, run.stop_json)
-             if p.is_file()]
-    rows = run.rows()
-    if rows:
-        times.append(rows[-1].time)
-    return max(times) if times else None
 
 
 def _iso_to_unix(text: str | None) -> float | None:

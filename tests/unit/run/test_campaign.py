@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -935,8 +936,11 @@ def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_
         db.execute("UPDATE runs SET started_at = ? WHERE run_id = ?", (began, run_id))
     rows = [{"step": 0, "time": began, "planned_steps": 8}] + [
         {"step": s, "time": began + s, "loss": 1.0, "step_s": 0.5} for s in range(5)]
-    (tmp_path / "runs" / run_id / "measurements.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in rows))
+    measurements = tmp_path / "runs" / run_id / "measurements.jsonl"
+    measurements.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("log.txt", "done.json", "stop.json"):
+        (tmp_path / "runs" / run_id / name).unlink(missing_ok=True)
+    os.utime(measurements, (began + 12.0, began + 12.0))       # its last sign of life
 
     def shown() -> dict:
         assert status_command(path, as_json=True) == 0
@@ -946,6 +950,7 @@ def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_
     run = shown()
     assert run["status"] == "interrupted"
     assert run["progress"] == {"steps_done": 5, "planned_steps": 8}
+    assert abs(run["wall_s"] - 12.0) < 1e-3        # from its start to its last sign of life
     assert status_command(path, as_json=False) == 0
     assert re.search(rf"{run_id}\s+interrupted 5/8\s", capsys.readouterr().out)
     # while a runner holds it, the run is running, its wall time counted since it started
