@@ -212,7 +212,10 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     unfinished = [{"run_id": r.run_id, "name": r.name,
                    "status": "interrupted" if r.status == "running" else r.status}
                   for r in runs if r.status in ("running", "pending")]
-    return report | {"results_dir": str(results), "accepted": accepted, "budget": budget,
+    not_accepted = [{"run_id": v.run_id, "reasons": v.reasons} for v in verdicts
+                    if not v.accepted]
+    return report | {"results_dir": str(results), "accepted": accepted,
+                     "not_accepted": not_accepted, "budget": budget,
                      "conclusion": conclusion, "unfinished": unfinished}
 
 
@@ -350,7 +353,8 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     if as_json:
         print(json.dumps({**{k: conclusion[k] for k in ("answer", "verdict")},
                           **{k: outcome[k] for k in ("verified", "findings", "results_dir",
-                                                     "accepted", "budget", "unfinished")}}))
+                                                     "accepted", "not_accepted", "budget",
+                                                     "unfinished")}}))
     else:
         budget = outcome["budget"]
         per = budget["rental_per_accepted"]
@@ -360,6 +364,8 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
         print(f"answer: {conclusion['answer']}")
         print(f"verdict: {conclusion['verdict']}")
         print(f"accepted: {', '.join(outcome['accepted']) or 'none'}")
+        for rejected in outcome["not_accepted"]:
+            print(f"not accepted: {rejected['run_id']}: {'; '.join(rejected['reasons'])}")
         print(f"budget: committed {budget['committed_total']} {budget['currency']}, other "
               f"{budget['external_total']}, per accepted product "
               f"{per if per is not None else 'undefined'}")

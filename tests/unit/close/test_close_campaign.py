@@ -250,6 +250,19 @@ def test_close_on_a_per_example_metric(tmp_path):
     assert outcome["conclusion"]["comparisons"][0]["verdict"] == "not_available"
 
 
+def test_close_says_why_each_run_was_not_accepted(tmp_path, capsys):
+    from flightplan.close.commands import close_command
+
+    spec, ledger = make_campaign(tmp_path, accept=0.99)
+    close_command(spec.source, as_json=False, open_ledger=lambda _: ledger)
+    lines = capsys.readouterr().out.splitlines()
+    reason = "macro_f1 0.7509 is below accept_at_least 0.99"
+    assert lines[lines.index(f"accepted: {CONTROL}") + 1] == f"not accepted: {VARIANT}: {reason}"
+    close_command(spec.source, as_json=True, open_ledger=lambda _: ledger)
+    assert json.loads(capsys.readouterr().out)["not_accepted"] == [
+        {"run_id": VARIANT, "reasons": [reason]}]
+
+
 def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys):
     from flightplan.close.commands import close_command
 
