@@ -280,6 +280,15 @@ def test_quote_json_for_78_hours() -> None:
     assert [o["total_price"] for o in data["options"]] == ["110.00", "390.00", "47.14"]
 
 
+def test_quote_takes_an_offer_written_in_another_case_or_spacing() -> None:
+    exact = _invoke(["quote", "--offer", "RTX 4090", "--hours", "78", "--json"])
+    for written in ("rtx 4090", "rtx4090", "RTX-4090"):
+        result = _invoke(["quote", "--offer", written, "--hours", "78", "--json"])
+        assert result.exit_code == 0 and result.stdout == exact.stdout
+    result = _invoke(["quote", "--offer", "rtx4090", "--hours", "78"])
+    assert "RTX 4090 packages (cheapest fitting first)" in result.stdout
+
+
 def test_quote_with_a_user_catalog_prices_a_two_gpu_flight_once(tmp_path: Path) -> None:
     catalog = _write(tmp_path, '[[offer]]\nname = "B200"\ncurrency = "USD"\n'
                                '[[offer.package]]\ndays = 3\nprice = "500.00"\n', "offers.toml")

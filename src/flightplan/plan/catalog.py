@@ -68,6 +68,11 @@ class Offer:
         return sorted(self.packages)
 
 
+def _loose(name: str) -> str:
+    """``name`` in lower case without spaces and hyphens."""
+    return "".join(name.lower().replace("-", " ").split())
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Offers by name. ``sources`` lists where they came from (``"built-in"``, file paths)."""
@@ -76,13 +81,17 @@ class Catalog:
     sources: tuple[str, ...] = ("built-in",)
 
     def offer(self, name: str, *, source: str = "catalog", field_name: str = "offer") -> Offer:
-        """The offer called ``name``.
+        """The offer called ``name``, or else the one offer whose name differs from it only
+        in letter case, spaces and hyphens (``rtx4090`` for ``RTX 4090``).
 
         Raises:
             CatalogError: no such offer (with a "did you mean").
         """
         if name in self.offers:
             return self.offers[name]
+        loose = [offer for known, offer in self.offers.items() if _loose(known) == _loose(name)]
+        if len(loose) == 1:
+            return loose[0]
         raise CatalogError(f"{name!r} is not an offer in the catalog{suggest(name, list(self.offers))}",
                            file=source, field=field_name, value=name)
 
