@@ -543,6 +543,6 @@ def quote_command(*, offer: str, hours: float, gpus: int, catalog: Path | None, 
         return 0
     console = _console()
     console.print(f"one continuous job of {hours:g} h on {gpus} GPU{'s' if gpus > 1 else ''}")
-    _print_options(console, quote, title=f"{escape(offers.offer(offer).name)} packages "
+    _print_options(console, quote, title=f"{escape(quote.options[0].offer)} packages "
                                          f"(cheapest fitting first)")
     return 0

@@ -138,7 +138,8 @@ _WAIT_S = 0.1
 polls come every 0.2 s)."""
 
 _BUFFERS = 3
-"""Chunk buffers on each side: one travels (or is written) while the next is read."""
+"""Chunk buffers at home: one is received while one is written, and a third keeps the
+socket read while the disk waits (the flight holds two: ``RunHost``'s ``buffers``)."""
 
 _REFUSALS = 16
 """Refusals :class:`HomeEnd` keeps (the first ones)."""

@@ -105,6 +105,7 @@ DIRECT_ALIGN = 4096
 """Bytes that offsets, lengths and buffer addresses of home's direct writes are multiples
 of (``O_DIRECT``: the largest logical block size of common disks)."""
 
+
 def checkpoint_name(name: str) -> int:
     """The step count of a checkpoint folder's name ``step-NNNNNN``.
 
@@ -227,7 +228,7 @@ class CheckpointSender:
                 self._name = to.name
                 self._files = {str(p): int(r["size"]) for p, r in listed.items()}
             if to.path != MANIFEST:
-                _relative(to.path)
+                _relative(to.path)          # a path out of the folder: refused, below
                 old = self._files.get(to.path, 0)
                 self._files[to.path] = to.offset
                 self._count_again(to.name, old - to.offset)
