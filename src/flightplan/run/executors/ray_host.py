@@ -109,8 +109,10 @@ class RunHost:
         self._noticed = False
 
     def where(self) -> dict[str, Any]:
-        """``{node_id, host, scratch, pid}`` of this actor."""
-        return {"node_id": ray.get_runtime_context().get_node_id(),
+        """``{node_id, host, scratch, pid}`` of this actor (``node_id`` None for a host made
+        outside Ray: asking Ray for it would start a cluster of its own)."""
+        return {"node_id": ray.get_runtime_context().get_node_id() if ray.is_initialized()
+                else None,
                 "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
 
     def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None,

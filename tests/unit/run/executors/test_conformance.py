@@ -144,16 +144,14 @@ def _wait(what: str, ready: Callable[[], Any]) -> Any:
     raise AssertionError(f"{what}: not within {WAIT_S} s")
 
 
-def test_a_killed_runner_leaves_no_worker_behind(kind: str, make: Make,
-                                                 tmp_path: Path) -> None:
+def test_a_killed_runner_leaves_no_worker_behind(kind: str, make: Make, tmp_path: Path,
+                                                 request: pytest.FixtureRequest) -> None:
     make()                                             # starts the cluster for Ray
     job = _job(tmp_path, "slow-1", steps=1, sleep_s=300)
     address = scratch = ""
     if kind == "ray":
-        import ray
-
-        address = ray.get_runtime_context().gcs_address
-        scratch = os.environ["FLIGHTPLAN_SCRATCH"]
+        made, _, tmp = request.getfixturevalue("cluster")
+        address, scratch = made.address, str(tmp / "scratch")
     runner = subprocess.Popen([sys.executable, "-c",
                                _RUNNER.format(fixtures=str(FIXTURES), worker=str(FAKE_WORKER)),
                                kind, str(job.run_dir), address, scratch],
