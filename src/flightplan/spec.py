@@ -32,6 +32,7 @@ from flightplan.units import Duration, Money
 
 __all__ = [
     "DEFAULT_TASK",
+    "MAX_SEEDS",
     "Tier",
     "TIERS",
     "CampaignSection",
@@ -78,6 +79,8 @@ def _not_bool(value: Any) -> Any:
 
 # numbers that refuse TOML booleans (pydantic's lax mode would read true as 1)
 Int = Annotated[int, BeforeValidator(_not_bool)]
+MAX_SEEDS = 20
+"""The most replicates (``seeds``) one run may execute."""
 Float = Annotated[float, BeforeValidator(_not_bool)]
 
 
@@ -103,6 +106,12 @@ class CampaignSection(_Strict):
     :data:`flightplan.plan.power.DEFAULT_DISAGREEMENT`); ``expected_difference_sd`` (a
     ``mean:<column>`` metric) is the expected standard deviation of the per-example
     difference between the two runs' column, in the column's units.
+
+    Training randomness: ``seeds`` (default 1) is how many times each run executes, its
+    ``params.seed`` replaced by ``seed``, ``seed + 1``, … (replicates; a run's own
+    ``seeds`` overrides it). ``multiple`` is how the campaign's one answer is controlled
+    for the number of comparisons: ``"holm"`` (Holm's step-down procedure, the default) or
+    ``"none"`` (each comparison at its own level).
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -113,6 +122,8 @@ class CampaignSection(_Strict):
     accept_at_least: Float | None = None
     expected_disagreement: Float | None = Field(default=None, gt=0, le=1)
     expected_difference_sd: Float | None = Field(default=None, gt=0)
+    seeds: Int = Field(default=1, ge=1, le=MAX_SEEDS)
+    multiple: Literal["holm", "none"] = "holm"
 
     @field_validator("metric")
     @classmethod
@@ -233,7 +244,9 @@ class Run(_Strict):
     the control's planned steps as its pilot reported them). ``expected_gain`` (a
     variant's) is the gain over its reference it is expected to bring, in units of
     ``[campaign] metric`` signed by ``goal`` (default: twice ``min_gain``); the plan's
-    power figures are computed at it (:mod:`flightplan.plan.power`).
+    power figures are computed at it (:mod:`flightplan.plan.power`). ``seeds`` (optional)
+    overrides ``[campaign] seeds`` for this run: it executes that many times, its integer
+    ``params.seed`` replaced by ``seed``, ``seed + 1``, … (:meth:`replicate_params`).
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -247,11 +260,26 @@ class Run(_Strict):
     gpus: Int = Field(default=1, ge=1)
     gpu_memory_gb: Float | None = Field(default=None, gt=0)
     after: list[str] = Field(default_factory=list)
+    seeds: Int | None = Field(default=None, ge=1, le=MAX_SEEDS)
 
     @property
     def uses(self) -> list[str]:
         """Runs hold GPUs only."""
         return ["gpu"]
+
+    def replicate_params(self, index: int) -> dict[str, Any]:
+        """The params of replicate ``index`` (0-based): ``params.seed`` + ``index``.
+        Replicate 0 is ``params`` itself, unchanged (so a run with one seed keeps its id).
+
+        Raises:
+            ValueError: ``index`` > 0 and ``params.seed`` is not an integer.
+        """
+        if index == 0:
+            return dict(self.params)
+        seed = self.params.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"run {self.name!r} has no integer params.seed to replace")
+        return {**self.params, "seed": seed + index}
 
 
 class Expense(_Strict):
@@ -421,6 +449,21 @@ class CampaignSpec(_Strict):
     def expenses(self) -> list[Expense]:
         """The ``[[expense]]`` entries."""
         return self.expense
+
+    def seeds_of(self, run: Run) -> int:
+        """How many replicates ``run`` executes: its own ``seeds``, else ``[campaign] seeds``."""
+        return run.seeds if run.seeds is not None else self.campaign.seeds
+
+    @model_validator(mode="after")
+    def _replicates_have_a_seed(self) -> "CampaignSpec":
+        for index, run in enumerate(self.run):
+            seed = run.params.get("seed")
+            if self.seeds_of(run) > 1 and (not isinstance(seed, int) or isinstance(seed, bool)):
+                raise ValueError(
+                    f"run[{index}] ({run.name!r}) executes {self.seeds_of(run)} replicates "
+                    f"(seeds), each with params.seed replaced, but its params have no integer "
+                    f"seed; add params.seed (e.g. seed = 0) or set seeds = 1 for this run")
+        return self
 
     @property
     def control(self) -> Run:

@@ -14,6 +14,7 @@ from flightplan.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = tomllib.loads((ROOT / "examples" / "illustration" / "campaign.toml").read_text(encoding="utf-8"))
+TINY = tomllib.loads((ROOT / "examples" / "tiny" / "campaign.toml").read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("example", ["illustration", "drug-reviews", "tiny"])
@@ -148,3 +149,35 @@ def test_unreadable_files(tmp_path: Path) -> None:
     deep.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
     with pytest.raises(SpecError, match="nested too deeply"):
         load_spec(deep)
+
+
+def test_replicates_replace_the_seed_and_one_seed_keeps_the_params() -> None:
+    doc = copy.deepcopy(TINY)
+    doc["campaign"]["seeds"] = 3
+    doc["run"][1]["seeds"] = 2
+    spec = parse_spec(doc)
+    control, variant = spec.runs[0], spec.runs[1]
+    assert (spec.seeds_of(control), spec.seeds_of(variant)) == (3, 2)
+    assert spec.campaign.multiple == "holm"
+    assert control.replicate_params(0) == control.params
+    assert [control.replicate_params(i)["seed"] for i in range(3)] == [0, 1, 2]
+    assert {k: v for k, v in control.replicate_params(2).items() if k != "seed"} == {
+        k: v for k, v in control.params.items() if k != "seed"}
+
+
+def test_replicates_need_an_integer_seed_to_replace() -> None:
+    doc = copy.deepcopy(TINY)
+    doc["campaign"]["seeds"] = 2
+    del doc["run"][0]["params"]["seed"]
+    with pytest.raises(SpecError, match=r"run\[0\] \('control'\) executes 2 replicates.*no integer seed"):
+        parse_spec(doc)
+    doc["run"][0]["seeds"] = 1
+    assert parse_spec(doc).seeds_of(parse_spec(doc).runs[0]) == 1
+
+
+@pytest.mark.parametrize("value", [0, 21, True])
+def test_seeds_out_of_range_is_refused(value: Any) -> None:
+    doc = copy.deepcopy(TINY)
+    doc["campaign"]["seeds"] = value
+    with pytest.raises(SpecError, match="seeds"):
+        parse_spec(doc)
