@@ -454,17 +454,6 @@ class CampaignSpec(_Strict):
         """How many replicates ``run`` executes: its own ``seeds``, else ``[campaign] seeds``."""
         return run.seeds if run.seeds is not None else self.campaign.seeds
 
-    @model_validator(mode="after")
-    def _replicates_have_a_seed(self) -> "CampaignSpec":
-        for index, run in enumerate(self.run):
-            seed = run.params.get("seed")
-            if self.seeds_of(run) > 1 and (not isinstance(seed, int) or isinstance(seed, bool)):
-                raise ValueError(
-                    f"run[{index}] ({run.name!r}) executes {self.seeds_of(run)} replicates "
-                    f"(seeds), each with params.seed replaced, but its params have no integer "
-                    f"seed; add params.seed (e.g. seed = 0) or set seeds = 1 for this run")
-        return self
-
     @property
     def control(self) -> Run:
         """The control: the first run without a reference."""
@@ -591,6 +580,17 @@ def _check_graph(spec: CampaignSpec, source: str) -> None:
                         file=source, field="after", value=cycle)
 
 
+def _check_replicates(spec: CampaignSpec, source: str) -> None:
+    """A run that executes several replicates has an integer ``params.seed`` to replace."""
+    for index, run in enumerate(spec.run):
+        seed = run.params.get("seed")
+        if spec.seeds_of(run) > 1 and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise SpecError(f"run {run.name!r} executes {spec.seeds_of(run)} replicates (seeds), "
+                            f"each with params.seed replaced, but its params have no integer "
+                            f"seed; add params.seed (e.g. seed = 0) or set seeds = 1 for this run",
+                            file=source, field=f"run[{index}].params.seed", value=seed)
+
+
 def _suggest_name(bad: str, known: list[str]) -> str:
     close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else "; check the name against the stages and runs"
@@ -646,6 +646,7 @@ def parse_spec(data: dict[str, Any], *, source: str = "campaign.toml",
     spec = spec.model_copy(update={"source": source,
                                    "campaign_dir": (campaign_dir or Path(".")).resolve()})
     _check_graph(spec, source)
+    _check_replicates(spec, source)
     return spec
 
 

@@ -169,7 +169,8 @@ def test_replicates_need_an_integer_seed_to_replace() -> None:
     doc = copy.deepcopy(TINY)
     doc["campaign"]["seeds"] = 2
     del doc["run"][0]["params"]["seed"]
-    with pytest.raises(SpecError, match=r"run\[0\] \('control'\) executes 2 replicates.*no integer seed"):
+    with pytest.raises(SpecError,
+                       match=r"run\[0\]\.params\.seed: run 'control' executes 2 replicates.*no integer seed"):
         parse_spec(doc)
     doc["run"][0]["seeds"] = 1
     assert parse_spec(doc).seeds_of(parse_spec(doc).runs[0]) == 1
