@@ -86,8 +86,9 @@ from flightplan.trial.leave import EXIT_PREEMPTED
 from flightplan.run.executors.ray_head import check_head, join_settings
 from flightplan.run.executors.ray_host import Delta, RunHost
 from flightplan.run.executors.stream import (CHUNK_BYTES, DEPTH, CheckpointReceiver, Chunk,
-                                             Outcome, Rewind, checkpoint_name)
-from flightplan.run.executors.transfer import commit_outputs, latest_checkpoint
+                                             Outcome, Rewind)
+from flightplan.run.executors.transfer import (checkpoint_steps, commit_outputs,
+                                               latest_checkpoint)
 from flightplan.rows import CheckpointTransfer, CheckpointTransferFailed, Row, encode_row
 from flightplan.transfer_time import TransferTally
 
@@ -203,7 +204,7 @@ def _row(run_dir: Path, row: Row) -> None:
 def _step_of(name: str) -> int:
     """The steps a checkpoint folder's name holds, 0 for a name that is not one."""
     try:
-        return checkpoint_name(name)
+        return checkpoint_steps(name)
     except TransferError:
         return 0
 
@@ -419,7 +420,7 @@ class RayExecutor(Executor):
         now, asked_at = landed.done_at, landed.asked_at
         stream_s, trip = now - done.first_asked_at, done.waited_s + now - asked_at
         _row(run_dir, CheckpointTransfer(
-            checkpoint_name(done.name), now, name=done.name, bytes=done.bytes,
+            checkpoint_steps(done.name), now, name=done.name, bytes=done.bytes,
             wait_s=done.waited_s, fetch_s=landed.fetched_at - asked_at,
             commit_s=now - landed.fetched_at, stream_s=stream_s,
             resent_bytes=done.resent_bytes, node=ex.node))

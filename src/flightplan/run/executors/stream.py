@@ -76,7 +76,7 @@ import time
 import zlib
 from contextlib import suppress
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from flightplan.durable import fsync_dir
@@ -84,9 +84,10 @@ from flightplan.errors import TransferError
 from flightplan.rundir import list_checkpoints
 from flightplan.trial.checkpoint import prune
 from flightplan.trial.checkpoint_io import MANIFEST
+from flightplan.run.executors.transfer import checkpoint_steps, relative_path
 
 __all__ = ["CHUNK_BYTES", "DEPTH", "Chunk", "Rewind", "Committed", "Outcome",
-           "CheckpointSender", "CheckpointReceiver", "checkpoint_name"]
+           "CheckpointSender", "CheckpointReceiver"]
 
 CHUNK_BYTES = 8 << 20
 """Bytes of checkpoint data in one chunk (8 MiB): on this project's 2-core machine 8 MiB
@@ -104,34 +105,6 @@ _DROP_BEHIND = 2 * CHUNK_BYTES
 DIRECT_ALIGN = 4096
 """Bytes that offsets, lengths and buffer addresses of home's direct writes are multiples
 of (``O_DIRECT``: the largest logical block size of common disks)."""
-
-
-def checkpoint_name(name: str) -> int:
-    """The step count of a checkpoint folder's name ``step-NNNNNN``.
-
-    Raises:
-        TransferError: any other name (a flight sends only those).
-    """
-    digits = name[5:]
-    if not (name.startswith("step-") and digits.isdigit() and digits.isascii()
-            and len(digits) <= 12):
-        raise TransferError(f"{name[:80]!r}: not a checkpoint name (step-NNNNNN); refusing "
-                            f"the transfer")
-    return int(digits)
-
-
-def _relative(path: str) -> PurePosixPath:
-    """``path`` as a relative path that stays inside its checkpoint folder.
-
-    Raises:
-        TransferError: absolute, empty, with a ``..``/``.`` part or a backslash.
-    """
-    parts = PurePosixPath(path)
-    if not path or parts.is_absolute() or "\\" in path \
-            or any(p in ("", ".", "..") for p in parts.parts):
-        raise TransferError(f"{path[:200]!r}: a transferred path must be relative and stay "
-                            f"inside its folder; refusing the transfer")
-    return parts
 
 
 @dataclass(frozen=True)
@@ -228,7 +201,7 @@ class CheckpointSender:
                 self._name = to.name
                 self._files = {str(p): int(r["size"]) for p, r in listed.items()}
             if to.path != MANIFEST:
-                _relative(to.path)          # a path out of the folder: refused, below
+                relative_path(to.path)          # a path out of the folder: refused, below
                 old = self._files.get(to.path, 0)
                 self._files[to.path] = to.offset
                 self._count_again(to.name, old - to.offset)
@@ -320,7 +293,7 @@ class CheckpointSender:
                 continue
             want = min(size - offset, self.chunk_bytes - used)
             view = memoryview(buffer)[used:used + want]
-            with open(where / _relative(path), "rb") as handle:
+            with open(where / relative_path(path), "rb") as handle:
                 handle.seek(offset)
                 got = handle.readinto(view)
             if not got:
@@ -514,13 +487,13 @@ class CheckpointReceiver:
         Raises:
             TransferError: a name or path that is not a checkpoint's (nothing is written).
         """
-        steps = checkpoint_name(chunk.name)
-        path = _relative(chunk.path).as_posix()
+        steps = checkpoint_steps(chunk.name)
+        path = relative_path(chunk.path).as_posix()
         self.peak_chunk_bytes = max(self.peak_chunk_bytes, chunk.size)
         if (self.parent / chunk.name).is_dir():
             return Outcome()                               # already home
         if chunk.name != self._name:
-            if self._name is not None and checkpoint_name(self._name) > steps:
+            if self._name is not None and checkpoint_steps(self._name) > steps:
                 return Outcome()                           # older than the one on its way
             self._begin(chunk.name, asked_at)
         if path == MANIFEST:
@@ -560,7 +533,7 @@ class CheckpointReceiver:
             return self._refuse(f"{chunk.name}: sent files {extra} that its manifest does not "
                                 f"list ({sorted(listed)})")
         for path in sorted(listed):
-            _relative(path)
+            relative_path(path)
             if sizes[path] == 0 and path not in self._files:
                 self._sink(path)                   # an empty file sends no chunk
             sink = self._files.get(path)

@@ -45,7 +45,8 @@ from flightplan.trial.checkpoint import prune, set_aside
 from flightplan.trial.checkpoint_io import MANIFEST, read_manifest
 
 __all__ = ["Blob", "STATUS_MARKERS", "OUTPUTS", "INCOMING", "pack", "pack_tree",
-           "commit_checkpoint", "commit_outputs", "latest_checkpoint", "blob_bytes"]
+           "commit_checkpoint", "commit_outputs", "latest_checkpoint", "blob_bytes",
+           "relative_path", "checkpoint_steps"]
 
 STATUS_MARKERS = (RunDir.DONE, RunDir.STOP)
 """Files that say a run ended (``run/records.py`` reads them); committed last."""
@@ -74,18 +75,34 @@ def blob_bytes(blobs: Iterable[Blob]) -> int:
     return sum(len(b.data) for b in blobs)
 
 
-def _safe(path: str) -> PurePosixPath:
-    """``path`` as a relative path that stays inside its folder.
+def relative_path(path: str) -> PurePosixPath:
+    """``path`` as a relative POSIX path that stays inside its folder: the one check of
+    every path a flight sends home (files here, checkpoint chunks in :mod:`.stream`).
 
     Raises:
-        TransferError: absolute, empty, or with a ``..`` part.
+        TransferError: absolute, empty, with a ``..``/``.`` part or a backslash.
     """
     parts = PurePosixPath(path)
-    if not path or parts.is_absolute() or any(p in ("", ".", "..") for p in parts.parts) \
-            or "\\" in path:
-        raise TransferError(f"{path!r}: a transferred path must be relative and stay inside "
-                            f"its folder; refusing the transfer")
+    if not path or parts.is_absolute() or "\\" in path \
+            or any(p in ("", ".", "..") for p in parts.parts):
+        raise TransferError(f"{path[:200]!r}: a transferred path must be relative and stay "
+                            f"inside its folder; refusing the transfer")
     return parts
+
+
+def checkpoint_steps(name: str) -> int:
+    """The step count of a checkpoint folder's name ``step-NNNNNN``: the one check of a
+    checkpoint name a flight sends home.
+
+    Raises:
+        TransferError: any other name (a flight sends only those).
+    """
+    digits = name[5:]
+    if not (name.startswith("step-") and digits.isdigit() and digits.isascii()
+            and len(digits) <= 12):
+        raise TransferError(f"{name[:80]!r}: not a checkpoint name (step-NNNNNN); refusing "
+                            f"the transfer")
+    return int(digits)
 
 
 def pack(root: Path, paths: Iterable[str]) -> list[Blob]:
@@ -96,7 +113,7 @@ def pack(root: Path, paths: Iterable[str]) -> list[Blob]:
     """
     blobs = []
     for path in paths:
-        data = (Path(root) / _safe(path)).read_bytes()
+        data = (Path(root) / relative_path(path)).read_bytes()
         blobs.append(Blob(path, data, hashlib.sha256(data).hexdigest()))
     return blobs
 
@@ -122,7 +139,7 @@ def _write_checked(folder: Path, blobs: Iterable[Blob]) -> None:
     """
     folders = {folder}
     for blob in blobs:
-        target = folder / _safe(blob.path)
+        target = folder / relative_path(blob.path)
         target.parent.mkdir(parents=True, exist_ok=True)
         folders.add(target.parent)
         with open(target, "wb") as handle:
@@ -181,8 +198,7 @@ def commit_checkpoint(parent: Path, name: str, blobs: list[Blob], *,
     Raises:
         TransferError: a bad name, or a file that fails its checks (nothing committed).
     """
-    if not (name.startswith("step-") and name[5:].isdigit()):
-        raise TransferError(f"{name!r}: not a checkpoint name (step-NNNNNN)")
+    checkpoint_steps(name)
     parent = Path(parent)
     final = parent / name
     if final.is_dir():
@@ -228,7 +244,7 @@ def commit_outputs(run_dir: Path, blobs: list[Blob]) -> list[str]:
         TransferError: a file that is not an output (:data:`OUTPUTS`), or one that fails
             its hash check (nothing is renamed into place).
     """
-    strays = sorted({b.path for b in blobs if _safe(b.path).parts[0] not in OUTPUTS})
+    strays = sorted({b.path for b in blobs if relative_path(b.path).parts[0] not in OUTPUTS})
     if strays:
         raise TransferError(f"{strays[0]}: not an output of a run (only "
                             f"{', '.join(OUTPUTS)} come home); refusing the outputs")
@@ -242,7 +258,7 @@ def commit_outputs(run_dir: Path, blobs: list[Blob]) -> list[str]:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    tops = sorted({_safe(b.path).parts[0] for b in blobs})
+    tops = sorted({relative_path(b.path).parts[0] for b in blobs})
     order = [n for n in tops if n not in STATUS_MARKERS] + [n for n in STATUS_MARKERS
                                                               if n in tops]
     for top in order:

@@ -14,7 +14,8 @@ import pytest
 
 from flightplan.errors import TransferError
 from flightplan.run.executors.stream import (Chunk, CheckpointReceiver, CheckpointSender,
-                                             Outcome, Rewind, checkpoint_name)
+                                             Outcome, Rewind)
+from flightplan.run.executors.transfer import checkpoint_steps
 from checkpoint_files import home_files as _home_files   # tests/fixtures (conftest)
 from checkpoint_files import write_checkpoint as _write
 
@@ -181,7 +182,7 @@ def test_names_and_paths_from_a_flight_are_checked(tmp_path: Path) -> None:
     for path in ("../../.bashrc", "/etc/passwd", "a/../../b", ""):
         with pytest.raises(TransferError, match="must be relative"):
             receiver.take(Chunk("step-000001", path, 0, b"x", 0), asked_at=0.0)
-    assert not (tmp_path / ".bashrc").exists() and checkpoint_name("step-000042") == 42
+    assert not (tmp_path / ".bashrc").exists() and checkpoint_steps("step-000042") == 42
     # a manifest that does not list what was sent refuses the checkpoint
     _write(tmp_path / "flight" / "step-000001", {"model.bin": b"m"})
     (tmp_path / "flight" / "step-000001" / "planted.pt").write_bytes(b"p")
