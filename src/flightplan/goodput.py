@@ -82,6 +82,7 @@ from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Fi
                              ForcedCheckpoint, Measurement, ProcessStart, Restore, Row, StopEvent)
 from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
+from flightplan.units import SECONDS_PER_HOUR, hours
 
 __all__ = ["CAUSES", "OVERHEADS", "STAGES", "LABELS", "Execution", "GoodputSplit", "FlightGoodput",
            "CampaignGoodput", "run_goodput", "execution_goodput", "total_goodput",
@@ -100,14 +101,6 @@ pilot, stages marked by hand)."""
 
 LABELS = {**{cause: cause for cause in CAUSES}, "start_load": "start/load", STAGES: STAGES}
 """How each cause (and :data:`STAGES`) reads in a line or a table heading."""
-
-_HOUR_S = 3600.0
-
-
-def _hours(seconds: float) -> float:
-    """Seconds as hours, rounded to 6 places (JSON)."""
-    return round(seconds / _HOUR_S, 6)
-
 
 @dataclass(frozen=True)
 class Execution:
@@ -154,10 +147,10 @@ class GoodputSplit:
     def to_json(self) -> dict[str, object]:
         """``{wall_hours, productive_hours, overhead_hours, goodput, parts_hours {cause: h}}``
         (hours rounded to 6 places; goodput to 4)."""
-        return {"wall_hours": _hours(self.wall_s), "productive_hours": _hours(self.productive_s),
-                "overhead_hours": _hours(self.overhead_s),
+        return {"wall_hours": hours(self.wall_s), "productive_hours": hours(self.productive_s),
+                "overhead_hours": hours(self.overhead_s),
                 "goodput": None if self.goodput is None else round(self.goodput, 4),
-                "parts_hours": {c: _hours(s) for c, s in self.parts.items()}}
+                "parts_hours": {c: hours(s) for c, s in self.parts.items()}}
 
 
 def _is_step(row: Row) -> bool:
@@ -413,7 +406,7 @@ class FlightGoodput:
     @property
     def bought_s(self) -> float:
         """Slot-seconds bought: package hours × slots × 3600."""
-        return self.package_hours * _HOUR_S * self.slots
+        return self.package_hours * SECONDS_PER_HOUR * self.slots
 
     @property
     def overhead_s(self) -> float:
@@ -430,11 +423,11 @@ class FlightGoodput:
         """``{flight, slots, package_hours, bought_hours, productive_hours, overhead_hours,
         uncommitted_hours, overheads_hours {cause: h}, runs}`` (slot-hours, 6 places)."""
         return {"flight": self.flight, "slots": self.slots, "package_hours": self.package_hours,
-                "bought_hours": _hours(self.bought_s),
-                "productive_hours": _hours(self.productive_s),
-                "overhead_hours": _hours(self.overhead_s),
-                "uncommitted_hours": _hours(self.uncommitted_s),
-                "overheads_hours": {c: _hours(s) for c, s in self.overheads_s.items()},
+                "bought_hours": hours(self.bought_s),
+                "productive_hours": hours(self.productive_s),
+                "overhead_hours": hours(self.overhead_s),
+                "uncommitted_hours": hours(self.uncommitted_s),
+                "overheads_hours": {c: hours(s) for c, s in self.overheads_s.items()},
                 "runs": list(self.runs)}
 
 
@@ -456,7 +449,7 @@ class CampaignGoodput:
         """``{runs {run_id: split}, stages_hours {name: h}, flights [...], total}``
         (:meth:`GoodputSplit.to_json`, :meth:`FlightGoodput.to_json`)."""
         return {"runs": {run_id: split.to_json() for run_id, split in self.runs.items()},
-                "stages_hours": {name: _hours(s) for name, s in self.stages_s.items()},
+                "stages_hours": {name: hours(s) for name, s in self.stages_s.items()},
                 "flights": [f.to_json() for f in self.flights],
                 "total": self.total.to_json()}
 
@@ -476,8 +469,8 @@ def _packages(events: Sequence[EventRow]) -> dict[str, _Package]:
         if event.kind == "flight_started" and data.get("flight") is not None:
             started, ends = float(data["started_at"]), float(data["ends_at"])
             days = data.get("package_days")
-            hours = float(days) * 24.0 if days is not None else (ends - started) / _HOUR_S
-            packages[str(data["flight"])] = _Package(started, ends, hours)
+            length_h = float(days) * 24.0 if days is not None else (ends - started) / SECONDS_PER_HOUR
+            packages[str(data["flight"])] = _Package(started, ends, length_h)
     return packages
 
 

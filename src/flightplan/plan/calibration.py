@@ -98,7 +98,7 @@ from flightplan.plan.schedule import Schedule
 from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
 from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.transfer_time import TransferTally
-from flightplan.units import Duration
+from flightplan.units import SECONDS_PER_HOUR, Duration, hours
 
 __all__ = [
     "FORMAT", "FILE_NAME", "GUESS_FACTOR", "SCALED_SPREAD", "SCALED_PARAMS", "RUNNER_STAGES",
@@ -127,7 +127,6 @@ RUNNER_STAGES = ("data-check", "pilot")
 """The stages ``flightplan run`` executes itself (:data:`flightplan.run.stages.RUNNER_STAGES`):
 the data check reads the corpus, the pilot is the control's short run."""
 _Z = 1.959963984540054          # Φ⁻¹(0.975): the binomial interval of a measured share
-_HOUR = 3600.0
 
 
 # ---------------------------------------------------------------- what one run measured
@@ -345,12 +344,12 @@ class Calibration:
 
 
 def _hours(seconds: float | None) -> float | None:
-    """Seconds as hours with 9 places (3.6 µs; plan versus execution keeps 6)."""
-    return None if seconds is None else round(seconds / _HOUR, 9)
+    """Seconds as hours with 9 places (3.6 µs; plan versus execution keeps 6), or None."""
+    return None if seconds is None else hours(seconds, places=9)
 
 
-def _seconds(hours: Any) -> float | None:
-    return None if hours is None else float(hours) * _HOUR
+def _seconds(value_h: Any) -> float | None:
+    return None if value_h is None else float(value_h) * SECONDS_PER_HOUR
 
 
 def _count(value: Any) -> int | None:
@@ -621,14 +620,14 @@ def _number(params: Mapping[str, Any], key: str) -> float | None:
 
 
 def _guess(subject: str, seconds: float, where: str, why: str) -> Estimate:
-    hours = seconds / _HOUR
-    return Estimate(subject, "duration", hours, hours / GUESS_FACTOR, hours * GUESS_FACTOR,
+    value_h = seconds / SECONDS_PER_HOUR
+    return Estimate(subject, "duration", value_h, value_h / GUESS_FACTOR, value_h * GUESS_FACTOR,
                     "guess", f"campaign file ({where})" + (f"; {why}" if why else ""))
 
 
 def _measured(subject: str, seconds: float, detail: str) -> Estimate:
-    hours = seconds / _HOUR
-    return Estimate(subject, "duration", hours, hours, hours, "measured", detail)
+    value_h = seconds / SECONDS_PER_HOUR
+    return Estimate(subject, "duration", value_h, value_h, value_h, "measured", detail)
 
 
 def _run_estimate(matcher: _Matcher, index: int, run: Run) -> Estimate:
@@ -699,9 +698,10 @@ def _run_estimate(matcher: _Matcher, index: int, run: Run) -> Estimate:
                                  n_test=(int(n_test[0] or 1), int(n_test[1] or 1)),
                                  epochs=pairs["epochs"], length=pairs["max_length"],
                                  steps=steps, batch=pairs["batch_size"])
-    return Estimate(run.name, "duration", value / _HOUR, low / _HOUR, high / _HOUR, "scaled",
+    return Estimate(run.name, "duration", value / SECONDS_PER_HOUR, low / SECONDS_PER_HOUR,
+                    high / SECONDS_PER_HOUR, "scaled",
                     f"from {m.name} of campaign {c.campaign} "
-                    f"({m.observed_s / _HOUR if m.observed_s else 0:.4g} h): "
+                    f"({m.observed_s / SECONDS_PER_HOUR if m.observed_s else 0:.4g} h): "
                     + "; ".join(notes or ["the same work"]))
 
 
@@ -739,9 +739,9 @@ def _stage_estimate(matcher: _Matcher | None, index: int, stage: Stage) -> Estim
                 return _guess(stage.name, file_s, where, "other corpus limits, and the split "
                                                           "sizes are unknown")
             scale = (int(n[0] or 0) + int(n[1] or 0)) / (c.n_train + c.n_test)
-            hours = m.observed_s * scale / _HOUR
-            return Estimate(stage.name, "duration", hours, hours * (1 - SCALED_SPREAD),
-                            hours * (1 + SCALED_SPREAD), "scaled",
+            value_h = m.observed_s * scale / SECONDS_PER_HOUR
+            return Estimate(stage.name, "duration", value_h, value_h * (1 - SCALED_SPREAD),
+                            value_h * (1 + SCALED_SPREAD), "scaled",
                             f"from the data check of campaign {c.campaign}, by its examples "
                             f"({c.n_train}+{c.n_test}→{n[0]}+{n[1]})")
     return _measured(stage.name, m.observed_s,
@@ -853,7 +853,7 @@ def calibrate(spec: CampaignSpec, calibration: Calibration | None, *,
         estimates.append(_guess(run.name, float(run.duration.seconds), f"run[{index}].duration",
                                 "") if matcher is None else _run_estimate(matcher, index, run))
     power, models = _power_estimates(spec, matcher, predictions or {})
-    durations = {e.subject: Duration(max(1, round(e.value * _HOUR))) for e in estimates
+    durations = {e.subject: Duration(max(1, round(e.value * SECONDS_PER_HOUR))) for e in estimates
                  if e.source != "guess"}
     return Calibrated(durations, tuple(estimates + power), models,
                       None if calibration is None else calibration.campaign)
@@ -977,10 +977,10 @@ def uncertainties(plan: Schedule, estimates: Sequence[Estimate]
         moves = 0.0
         if e.figure == "duration" and e.subject in planned and e.high > e.low:
             # what the plan added to the estimate (--extend) stays added at both ends
-            added = planned[e.subject] - max(1, round(e.value * _HOUR))
-            low, high = (max(1, added + round(x * _HOUR)) for x in (e.low, e.high))
+            added = planned[e.subject] - max(1, round(e.value * SECONDS_PER_HOUR))
+            low, high = (max(1, added + round(x * SECONDS_PER_HOUR)) for x in (e.low, e.high))
             moves = (sequence.makespan({e.subject: high})
-                     - sequence.makespan({e.subject: low})) / _HOUR
+                     - sequence.makespan({e.subject: low})) / SECONDS_PER_HOUR
         out.append(Uncertainty(e, moves))
     measured = tuple(u for u in out if u.estimate.source == "measured")
     out.sort(key=lambda u: (-u.moves_hours,

@@ -22,12 +22,12 @@ from flightplan.plan.catalog import (Catalog, Offer, catalog_for_spec, check_spe
 from flightplan.plan.decision_rule import decision_rule
 from flightplan.plan.frozen_rental import rental_terms
 from flightplan.plan.lint import LintWarning, lint_variants
-from flightplan.plan.quote import Quote, hours, quote_options
+from flightplan.plan.quote import Quote, quote_options
 from flightplan.plan.problem import Slot, Task
 from flightplan.plan.schedule import Schedule, schedule
 from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.tasks.loader import lacks_reload
-from flightplan.units import Duration, Money
+from flightplan.units import Duration, Money, hours
 
 __all__ = ["PlanResult", "plan_campaign", "tasks_for_spec", "slot_json"]
 

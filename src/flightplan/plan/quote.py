@@ -40,18 +40,13 @@ from flightplan.plan.catalog import Catalog, Offer, placement_problems
 from flightplan.plan.problem import Task, topological_order
 from flightplan.plan.schedule import Schedule, schedule
 from flightplan.spec import CampaignSpec
-from flightplan.units import Money
+from flightplan.units import Money, hours
 
-__all__ = ["Option", "Quote", "quote_options", "quote_for_job", "reduce_tasks", "hours", "MAX_FLIGHTS"]
+__all__ = ["Option", "Quote", "quote_options", "quote_for_job", "reduce_tasks", "MAX_FLIGHTS"]
 
 _DROP_ORDER = (("exploratory",), ("exploratory", "useful"))
 #: most flights an option lists (each count is one more schedule to solve)
 MAX_FLIGHTS = 8
-
-
-def hours(seconds: int) -> float:
-    """Seconds as hours for JSON (a number, rounded to 1e-6 h)."""
-    return round(seconds / 3600, 6)
 
 
 @dataclass(frozen=True)
