@@ -62,7 +62,7 @@ Usage::
     actor.start.remote(..., home.offer)
     link = FlightEnd(sender, offer, lock)                                  # on the flight
     link.failed            # None, or why the chunks go over Ray's polls
-    home.landed()          # checkpoints committed (or refused) since the last call
+    home.arrived()          # checkpoints committed (or refused) since the last call
     link.close(); home.close()
 """
 
@@ -93,7 +93,7 @@ from flightplan.run.executors.stream import (CHUNK_BYTES, CheckpointReceiver,
 from flightplan.trial.checkpoint_io import MANIFEST
 
 __all__ = ["MAGIC", "HEADER", "NAME_BYTES", "PATH_BYTES", "CONTROL_BYTES", "CONNECT_S",
-           "HANDSHAKE_S", "IDLE_S", "PING_S", "RECONNECTS", "Offer", "Landed", "HomeEnd",
+           "HANDSHAKE_S", "IDLE_S", "PING_S", "RECONNECTS", "Offer", "ArrivedCheckpoint", "HomeEnd",
            "FlightEnd"]
 
 MAGIC = b"FPCKPT02"
@@ -159,7 +159,7 @@ class Offer:
 
 
 @dataclass(frozen=True)
-class Landed:
+class ArrivedCheckpoint:
     """What home made of a frame that ended a checkpoint's trip: its ``outcome``
     (committed or refused), the checkpoint's ``name``, and unix times: ``asked_at`` when
     the frame's header came, ``fetched_at`` when its data was in, ``done_at`` when it was
@@ -352,7 +352,7 @@ class HomeEnd:
             self._buffers: list[mmap.mmap] = []
             self._free: queue.Queue[mmap.mmap] = queue.Queue()
             self._arrivals: queue.Queue[_Arrival | None] = queue.Queue(maxsize=1)
-            self._landed: queue.SimpleQueue[Landed] = queue.SimpleQueue()
+            self._arrived: queue.SimpleQueue[ArrivedCheckpoint] = queue.SimpleQueue()
             self._failure: BaseException | None = None
             self._writer = threading.Thread(target=self._write, daemon=True,
                                             name="flightplan-home-write")
@@ -369,7 +369,7 @@ class HomeEnd:
         """Whether the listener is still open."""
         return self._listener.fileno() != -1
 
-    def landed(self) -> list[Landed]:
+    def arrived(self) -> list[ArrivedCheckpoint]:
         """Checkpoints committed or refused since the last call, in order.
 
         Raises:
@@ -378,7 +378,7 @@ class HomeEnd:
         found = []
         while True:
             try:
-                found.append(self._landed.get_nowait())
+                found.append(self._arrived.get_nowait())
             except queue.Empty:
                 break
         if self._failure is not None:
@@ -552,7 +552,7 @@ class HomeEnd:
                 outcome = Outcome(refused=str(exc))
         done_at = time.time()
         if outcome.committed is not None or outcome.refused is not None:
-            self._landed.put(Landed(outcome, chunk.name, arrival.asked_at,
+            self._arrived.put(ArrivedCheckpoint(outcome, chunk.name, arrival.asked_at,
                                     arrival.fetched_at, done_at))
         with suppress(OSError):
             if outcome.rewind is not None:
@@ -691,12 +691,12 @@ class FlightEnd:
                 self._stream(current)
             except (OSError, ChannelError) as exc:
                 current.close()
-                current = None if self._closing.is_set() else self._again(exc)
+                current = None if self._closing.is_set() else self._reconnect(exc)
         if current is not None:
             current.close()
         self._sock = None
 
-    def _again(self, dropped: BaseException) -> socket.socket | None:
+    def _reconnect(self, dropped: BaseException) -> socket.socket | None:
         """The connection made again after it dropped (:data:`RECONNECTS` tries); None
         when it could not be (the chunks go over Ray's polls) or closing."""
         last: BaseException | None = None

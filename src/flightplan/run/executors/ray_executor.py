@@ -77,14 +77,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from flightplan.durable import append_durable
 from flightplan.rundir import RunDir
 from flightplan.errors import ArgumentError, TransferError
-from flightplan.run.executors.channel import HomeEnd, Landed
+from flightplan.run.executors.channel import HomeEnd, ArrivedCheckpoint
 from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, ClusterJoined, Executor,
                                                Interruption, Job, JobResult, MeasurementTail,
                                                RunProgress, left_execution, lost_execution)
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.trial.leave import EXIT_PREEMPTED
 from flightplan.run.executors.ray_head import check_head, join_settings
-from flightplan.run.executors.ray_host import Delta, RunHost
+from flightplan.run.executors.ray_host import PollUpdate, RunHost
 from flightplan.run.executors.stream import (CHUNK_BYTES, DEPTH, CheckpointReceiver, Chunk,
                                              Outcome, Rewind)
 from flightplan.run.executors.transfer import (checkpoint_steps, commit_outputs,
@@ -379,7 +379,7 @@ class RayExecutor(Executor):
                     None)
 
     # -- one execution's deltas ----------------------------------------------------------
-    def _absorb(self, ex: _Execution, delta: Delta, asked_at: float) -> None:
+    def _absorb(self, ex: _Execution, delta: PollUpdate, asked_at: float) -> None:
         """Append the new rows and log home; write the chunks that came (their rewinds go
         with the next poll); each checkpoint committed gets a ``checkpoint_transfer`` row
         (:mod:`flightplan.transfer_time`): ``wait_s`` on the flight from durable there to
@@ -391,38 +391,38 @@ class RayExecutor(Executor):
         append_durable(run_dir / RunDir.LOG, delta.log)
         if delta.notice is not None:
             self._notice(ex, delta.notice)
-        self._land(ex)
+        self._record_direct_arrivals(ex)
         ex.streaming = delta.pending or bool(delta.chunks)
         fetched = time.time()
         for chunk in delta.chunks:
             outcome = ex.take(chunk, asked_at)
             if outcome.rewind is not None:
                 ex.rewinds.append(outcome.rewind)
-            self._landed(ex, Landed(outcome, chunk.name, asked_at, fetched, time.time()))
+            self._record_arrival(ex, ArrivedCheckpoint(outcome, chunk.name, asked_at, fetched, time.time()))
 
-    def _land(self, ex: _Execution) -> None:
+    def _record_direct_arrivals(self, ex: _Execution) -> None:
         """The rows of what came home over the direct connection since the last call."""
         if ex.home is not None:
-            for landed in ex.home.landed():
-                self._landed(ex, landed)
+            for arrival in ex.home.arrived():
+                self._record_arrival(ex, arrival)
 
-    def _landed(self, ex: _Execution, landed: Landed) -> None:
+    def _record_arrival(self, ex: _Execution, arrival: ArrivedCheckpoint) -> None:
         """The row of a checkpoint refused (``checkpoint_transfer_failed``) or committed
         (``checkpoint_transfer``, and the running transfer figure)."""
-        outcome, run_dir = landed.outcome, ex.job.run_dir
+        outcome, run_dir = arrival.outcome, ex.job.run_dir
         if outcome.refused is not None:
             _row(run_dir, CheckpointTransferFailed(
-                _step_of(landed.name), landed.done_at, name=landed.name[:80],
+                _step_of(arrival.name), arrival.done_at, name=arrival.name[:80],
                 error=outcome.refused, node=ex.node))
         done = outcome.committed
         if done is None:
             return
-        now, asked_at = landed.done_at, landed.asked_at
+        now, asked_at = arrival.done_at, arrival.asked_at
         stream_s, trip = now - done.first_asked_at, done.waited_s + now - asked_at
         _row(run_dir, CheckpointTransfer(
             checkpoint_steps(done.name), now, name=done.name, bytes=done.bytes,
-            wait_s=done.waited_s, fetch_s=landed.fetched_at - asked_at,
-            commit_s=now - landed.fetched_at, stream_s=stream_s,
+            wait_s=done.waited_s, fetch_s=arrival.fetched_at - asked_at,
+            commit_s=now - arrival.fetched_at, stream_s=stream_s,
             resent_bytes=done.resent_bytes, node=ex.node))
         self._transfers.add(done.bytes, stream_s, done.waited_s, trip_s=trip)
 
@@ -441,14 +441,14 @@ class RayExecutor(Executor):
         over it last."""
         if ex.home is not None:
             ex.home.close()
-            self._land(ex)
+            self._record_direct_arrivals(ex)
             if ex.home.refused:
                 append_durable(ex.job.run_dir / RunDir.LOG, "".join(
                     f"--- flightplan: dropped a direct connection from {why} ---\n"
                     for why in ex.home.refused).encode())
             ex.home = None
 
-    def _finish(self, ex: _Execution, delta: Delta) -> JobResult:
+    def _finish(self, ex: _Execution, delta: PollUpdate) -> JobResult:
         assert delta.exit_code is not None
         code = int(delta.exit_code)
         try:
@@ -505,7 +505,7 @@ class RayExecutor(Executor):
                 now = time.time()
                 for ex in loop.active:
                     if ex.phase is Phase.RUNNING:
-                        self._land(ex)
+                        self._record_direct_arrivals(ex)
                         self._ask(ex, now)
                 awaited = {ref: ex for ex in loop.active if (ref := _awaited(ex)) is not None}
                 if not awaited:
@@ -630,7 +630,7 @@ class RayExecutor(Executor):
         if loop.calls.on_start:
             loop.calls.on_start(ex.job)
 
-    def _polled(self, loop: _Loop, ex: _Execution, delta: Delta, asked_at: float) -> None:
+    def _polled(self, loop: _Loop, ex: _Execution, delta: PollUpdate, asked_at: float) -> None:
         """RUNNING: take what came home; the execution ends with the worker's exit (which
         the flight reports once every committed checkpoint is home)."""
         assert ex.tail is not None

@@ -3,14 +3,14 @@ worker in a scratch folder on the flight and hands home, at each poll, what is n
 
 Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json``, when resuming its
 newest verified checkpoint, and where to send checkpoints (:meth:`RunHost.start`), then
-polls: each :class:`Delta` holds the new measurement rows and log bytes and, once the
+polls: each :class:`PollUpdate` holds the new measurement rows and log bytes and, once the
 worker ended and every committed checkpoint is home, its exit code and its outputs. The
 checkpoints (cut as the trial writes them:
 :class:`~flightplan.run.executors.stream.CheckpointSender`) go home over a direct
 connection (:class:`~flightplan.run.executors.channel.FlightEnd`); when it cannot be made,
 the polls carry them instead (at most one chunk's worth each, home's
 :class:`~flightplan.run.executors.stream.Rewind` s with the next poll) and the next
-:class:`Delta` says why once. Home's running
+:class:`PollUpdate` says why once. Home's running
 transfer figure comes back with each poll and is written to ``<scratch>/transfer.json`` for
 the trial's interval policy (:mod:`flightplan.transfer_time`). ``RunHost.leave`` passes
 home's request to leave the flight to the worker
@@ -43,14 +43,14 @@ from flightplan.run.executors.tether import tethered
 from flightplan.run.executors.stream import CHUNK_BYTES, Chunk, CheckpointSender, Rewind
 from flightplan.run.executors.transfer import OUTPUTS, Blob, commit_checkpoint, pack_tree
 
-__all__ = ["SCRATCH_ENV", "Delta", "RunHost"]
+__all__ = ["SCRATCH_ENV", "PollUpdate", "RunHost"]
 
 SCRATCH_ENV = "FLIGHTPLAN_SCRATCH"
 """On a flight: the folder under which each execution gets its scratch folder (default:
 the system's temp folder)."""
 
 @dataclass(frozen=True)
-class Delta:
+class PollUpdate:
     """What one :meth:`RunHost.poll` sends home.
 
     Attributes:
@@ -172,8 +172,8 @@ class RunHost:
             self._transfer = dict(transfer)
 
     def poll(self, transfer: dict[str, Any] | None = None,
-             rewinds: Sequence[Rewind] = ()) -> Delta:
-        """What is new since the last poll (see :class:`Delta`).
+             rewinds: Sequence[Rewind] = ()) -> PollUpdate:
+        """What is new since the last poll (see :class:`PollUpdate`).
 
         Args:
             transfer: home's latest transfer figure (:meth:`_note_transfer`) or None.
@@ -192,8 +192,8 @@ class RunHost:
             notice, self._noticed = self.link.failed, True
         if ended and home and not self._ended:
             self._ended = True
-            return Delta(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS), notice=notice)
-        return Delta(rows, log, chunks, None, [], pending, notice)
+            return PollUpdate(rows, log, [], code, pack_tree(self.dir, only=OUTPUTS), notice=notice)
+        return PollUpdate(rows, log, chunks, None, [], pending, notice)
 
     def _checkpoints(self, ended: bool, rewinds: Sequence[Rewind]
                      ) -> tuple[list[Chunk], bool, bool]:

@@ -178,7 +178,7 @@ class CheckpointSender:
         self._buffers: list[bytearray] = []         # allocated as they are first needed
         self.buffers = max(1, buffers)
         self._turn = 0
-        self._again = ("", 0)                       # (checkpoint, bytes it sent twice)
+        self._resent = ("", 0)                       # (checkpoint, bytes it sent twice)
 
     @property
     def streaming(self) -> str | None:
@@ -204,7 +204,7 @@ class CheckpointSender:
                 relative_path(to.path)          # a path out of the folder: refused, below
                 old = self._files.get(to.path, 0)
                 self._files[to.path] = to.offset
-                self._count_again(to.name, old - to.offset)
+                self._count_resent(to.name, old - to.offset)
         except (OSError, ValueError, KeyError, TypeError, TransferError):
             self._name, self._files = None, {}         # gone meanwhile: the newest is sent
 
@@ -222,10 +222,10 @@ class CheckpointSender:
         """Bytes sent so far of each file of the checkpoint on its way (path → bytes)."""
         return dict(self._files)
 
-    def _count_again(self, name: str, nbytes: int) -> None:
+    def _count_resent(self, name: str, nbytes: int) -> None:
         """Count ``nbytes`` (when positive) of checkpoint ``name`` as sent again."""
         if nbytes > 0:
-            self._again = (name, (self._again[1] if self._again[0] == name else 0) + nbytes)
+            self._resent = (name, (self._resent[1] if self._resent[0] == name else 0) + nbytes)
 
     def _target(self, *, ended: bool) -> tuple[str, Path, bool] | None:
         """The checkpoint to stream: the newest committed one not home, or one being
@@ -307,7 +307,7 @@ class CheckpointSender:
         if listed is not None and not chunks and all(
                 self._files.get(p, 0) >= s for p, s in listed.items()):
             waited = max(0.0, time.time() - (where / MANIFEST).stat().st_mtime)
-            again = self._again[1] if self._again[0] == name else 0
+            again = self._resent[1] if self._resent[0] == name else 0
             chunks.append(Chunk(name, MANIFEST, 0, manifest, zlib.crc32(manifest), waited,
                                 again))
             self._done.add(name)
@@ -341,7 +341,7 @@ class Outcome:
 
 
 @dataclass
-class _Sink:
+class _ReceivedFile:
     """One file being written at home: its descriptor, the same file opened for direct
     writes (None where the file system has none), the next offset, the running hash, and
     how much of it the page cache was told to drop."""
@@ -445,7 +445,7 @@ class CheckpointReceiver:
         self.keep_last = keep_last
         self.peak_chunk_bytes = 0
         self._name: str | None = None
-        self._files: dict[str, _Sink] = {}
+        self._files: dict[str, _ReceivedFile] = {}
         self._first_asked_at = 0.0
 
     @property
@@ -507,11 +507,11 @@ class CheckpointReceiver:
         sink.offset += data.nbytes
         return Outcome()
 
-    def _sink(self, path: str) -> _Sink:
+    def _sink(self, path: str) -> _ReceivedFile:
         """A new file ``path`` of the checkpoint being received."""
         target = self._staging() / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        sink = self._files[path] = _Sink(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+        sink = self._files[path] = _ReceivedFile(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
         direct = getattr(os, "O_DIRECT", None)             # Linux
         if direct is not None:
             with suppress(OSError):        # none here (tmpfs): all through the page cache

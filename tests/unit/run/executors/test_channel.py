@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from flightplan.run.executors.channel import HEADER, MAGIC, FlightEnd, HomeEnd, Landed, Offer
+from flightplan.run.executors.channel import HEADER, MAGIC, FlightEnd, HomeEnd, ArrivedCheckpoint, Offer
 from flightplan.run.executors.stream import CheckpointReceiver, CheckpointSender, Chunk
 from checkpoint_files import home_files, write_checkpoint   # tests/fixtures (conftest)
 
@@ -120,12 +120,12 @@ def _dropped(sock: socket.socket) -> bool:
         return True
 
 
-def _landed(home: HomeEnd, count: int = 1) -> list[Landed]:
-    found: list[Landed] = []
+def _arrived(home: HomeEnd, count: int = 1) -> list[ArrivedCheckpoint]:
+    found: list[ArrivedCheckpoint] = []
     deadline = time.monotonic() + WAIT_S
     while len(found) < count:
         assert time.monotonic() < deadline, f"nothing landed in {WAIT_S} s: {home.refused}"
-        found += home.landed()
+        found += home.arrived()
         time.sleep(0.01)
     return found
 
@@ -173,7 +173,7 @@ def test_a_checkpoint_comes_home_over_the_connection_bit_for_bit(tmp_path: Path)
         # home listens on the address it was given and on no other, at a port of its own
         assert _listening(home.offer.port) == [f"127.0.0.1:{home.offer.port}"]
         assert "secret" not in repr(home.offer) and len(home.offer.secret) == 32
-        [landed] = _landed(home)
+        [landed] = _arrived(home)
         _settled(link)
     finally:
         link.close()
@@ -212,7 +212,7 @@ def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written
         while link.failed is None:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        assert home.landed() == []
+        assert home.arrived() == []
     finally:
         link.close()
         home.close()
@@ -233,7 +233,7 @@ def test_a_recorded_exchange_cannot_be_replayed(tmp_path: Path) -> None:
     link = FlightEnd(CheckpointSender(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2),
                      dataclasses.replace(home.offer, port=relay.port), threading.Lock())
     try:
-        [landed] = _landed(home)
+        [landed] = _arrived(home)
         _settled(link)
         link.close()
         assert landed.outcome.committed is not None
@@ -245,7 +245,7 @@ def test_a_recorded_exchange_cannot_be_replayed(tmp_path: Path) -> None:
             replay.sendall(bytes(relay.sent))
             assert _dropped(replay)
         time.sleep(0.2)
-        assert home.landed() == []
+        assert home.arrived() == []
     finally:
         relay.close()
         link.close()
@@ -266,7 +266,7 @@ def _through_relay(tmp_path: Path, **relay: int
     link = FlightEnd(sender, dataclasses.replace(home.offer, port=through.port),
                      threading.Lock())
     try:
-        [landed] = _landed(home)
+        [landed] = _arrived(home)
         _settled(link)
     finally:
         link.close()

@@ -152,7 +152,7 @@ def test_a_checkpoint_name_from_a_flight_that_is_not_one_is_refused_not_fatal(tm
     """Home takes the step count from a name the flight sends: a bad one is a refused
     transfer (a ``checkpoint_transfer_failed`` row), never an exception in the runner."""
     from flightplan.run.executors.ray_executor import _Execution
-    from flightplan.run.executors.ray_host import Delta
+    from flightplan.run.executors.ray_host import PollUpdate
     from flightplan.run.executors.stream import CheckpointReceiver, Chunk
 
     run_dir = tmp_path / "run"
@@ -163,7 +163,7 @@ def test_a_checkpoint_name_from_a_flight_that_is_not_one_is_refused_not_fatal(tm
     chunks = [Chunk("step-12x", "model.bin", 0, b"x", 0),
               Chunk("step-" + "9" * 40, "model.bin", 0, b"x", 0),
               Chunk("step-000001", "../../escape", 0, b"x", 0)]
-    RayExecutor()._absorb(ex, Delta(b"", b"", chunks, None, []), asked_at=time.time())
+    RayExecutor()._absorb(ex, PollUpdate(b"", b"", chunks, None, []), asked_at=time.time())
     rows = RunDir(run_dir).rows()
     # a name that is not a checkpoint's holds no steps: its row is at step 0
     assert [(type(r), r.step, r.name) for r in rows] == [
