@@ -1,0 +1,261 @@
+"""What one comparison can decide: verdict probabilities, resolution, detectable gain and
+the test sizes that would confirm or settle it (:mod:`flightplan.plan.power`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+from scipy.stats import norm
+
+from flightplan.metrics import CONFIDENCE
+from flightplan.plan.power.model import Moments, PairedModel
+
+__all__ = ["TARGET_POWER", "WARN_BELOW", "Z_INTERVAL", "verdict_probabilities", "Scenario",
+           "ComparisonPower", "comparison_power", "examples_to_settle", "rounded_count"]
+
+TARGET_POWER = 0.8
+"""A gain counts as detectable when it is confirmed (meets) with this probability."""
+WARN_BELOW = 0.5
+"""``plan`` warns when the expected gain would be confirmed with less than this."""
+Z_INTERVAL = float(norm.ppf(0.5 + CONFIDENCE / 2))
+"""z of the two-sided interval at :data:`flightplan.metrics.CONFIDENCE` (1.96)."""
+_Z_TARGET = float(norm.ppf(TARGET_POWER))
+
+
+def verdict_probabilities(mean: float | np.ndarray, sd: float | np.ndarray,
+                          min_gain: float | np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(meets, does_not_meet, inconclusive)`` probabilities (package docstring).
+
+    Args:
+        mean, sd: the measured gain's mean and standard deviation (broadcast together).
+        min_gain: the threshold t.
+    """
+    mean, sd = np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        distance = np.where(sd > 0, (mean - min_gain) / np.where(sd > 0, sd, 1.0),
+                            np.where(mean >= min_gain, np.inf, -np.inf))
+    meets = norm.cdf(distance - Z_INTERVAL)
+    short = norm.cdf(-distance - Z_INTERVAL)
+    return meets, short, np.clip(1.0 - meets - short, 0.0, 1.0)
+
+
+def _examples_for(sd: float, gap: float, n: int, power: float = TARGET_POWER) -> int | None:
+    """Test size at which a gain ``gap`` past the threshold, measured with sd ``sd`` on
+    ``n`` examples, reaches its side's verdict with probability ``power``; None when
+    ``gap`` is 0 (or so small against ``sd`` that the size is not a finite number)."""
+    if gap == 0:
+        return None
+    if sd == 0:
+        return n
+    ratio = np.float64(sd * (Z_INTERVAL + float(norm.ppf(power))) / abs(gap))
+    with np.errstate(over="ignore"):
+        size = float(n * ratio ** 2)
+    return max(1, math.ceil(size)) if math.isfinite(size) else None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The verdict probabilities at one true gain: ``case`` is ``no gain``,
+    ``threshold`` or ``expected gain``."""
+
+    case: str
+    true_gain: float
+    meets: float
+    does_not_meet: float
+    inconclusive: float
+
+
+@dataclass(frozen=True, eq=False)
+class ComparisonPower:
+    """What one comparison can decide on the test set (package docstring).
+
+    Attributes:
+        variant, reference, metric, goal, n_test: the comparison and its test size.
+        min_gain, expected_gain: t and the expected gain; expected_gain_source where the
+            latter came from. inputs: the model's inputs and sources.
+        resolution: the expected half-width of the interval at true gain t.
+        scenarios: verdict probabilities at gain 0, t and the expected gain.
+        minimum_detectable_gain: the smallest gain confirmed with :data:`TARGET_POWER`
+            (None: none the model holds).
+        examples_needed: test size that confirms the expected gain with that probability
+            (None: the expected gain does not exceed t).
+        threshold_for_target: ``("at least" | "at most", t')``: the threshold at which the
+            expected gain (twice t' when it is the default) is confirmed with that
+            probability; None when none is.
+        curve: ``(true gains, meets, does_not_meet, inconclusive)``, each (P,).
+        notes: what the numbers assume beyond the inputs.
+    """
+
+    variant: str
+    reference: str
+    metric: str
+    goal: str
+    n_test: int
+    min_gain: float
+    expected_gain: float
+    expected_gain_source: str
+    inputs: Mapping[str, Any]
+    resolution: float
+    scenarios: tuple[Scenario, ...]
+    minimum_detectable_gain: float | None
+    examples_needed: int | None
+    threshold_for_target: tuple[str, float] | None
+    curve: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    notes: tuple[str, ...] = ()
+
+    def scenario(self, case: str) -> Scenario:
+        """The scenario called ``case``."""
+        return next(s for s in self.scenarios if s.case == case)
+
+    @property
+    def confirm_probability(self) -> float:
+        """P(meets) at the expected gain."""
+        return self.scenario("expected gain").meets
+
+    @property
+    def warn(self) -> bool:
+        """The expected gain would be confirmed with less than :data:`WARN_BELOW`."""
+        return self.confirm_probability < WARN_BELOW
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of ``plan --json`` ``power.comparisons`` (gains to 4 places,
+        probabilities to 3)."""
+        gains, meets, short, unsure = self.curve
+        bound = self.threshold_for_target
+        return {
+            "variant": self.variant, "reference": self.reference, "metric": self.metric,
+            "goal": self.goal, "test_examples": self.n_test, "min_gain": self.min_gain,
+            "expected_gain": self.expected_gain,
+            "expected_gain_source": self.expected_gain_source,
+            "confidence_level": CONFIDENCE, "target_power": TARGET_POWER,
+            "model": dict(self.inputs),
+            "resolution": round(self.resolution, 4),
+            "verdict_probabilities": [
+                {"case": s.case, "true_gain": round(s.true_gain, 4), "meets": round(s.meets, 3),
+                 "does_not_meet": round(s.does_not_meet, 3),
+                 "inconclusive": round(s.inconclusive, 3)} for s in self.scenarios],
+            "confirm_probability": round(self.confirm_probability, 3),
+            "minimum_detectable_gain": None if self.minimum_detectable_gain is None
+            else round(self.minimum_detectable_gain, 4),
+            "examples_needed": self.examples_needed,
+            "threshold_for_target": None if bound is None
+            else {"bound": bound[0], "min_gain": round(bound[1], 4)},
+            "warning": self.warn, "notes": list(self.notes),
+            "curve": {"true_gain": [round(float(g), 4) for g in gains],
+                      "meets": [round(float(p), 3) for p in meets],
+                      "does_not_meet": [round(float(p), 3) for p in short],
+                      "inconclusive": [round(float(p), 3) for p in unsure]},
+        }
+
+
+def comparison_power(model: PairedModel, moments: Moments, *, variant: str, reference: str,
+                     min_gain: float, expected_gain: float, metric: str = "",
+                     goal: str = "max", expected_gain_source: str = "given",
+                     curve_points: int = 41) -> ComparisonPower:
+    """What one comparison can decide (package docstring), from ``model``'s ``moments``.
+
+    A gain past the largest the model holds (the disagreement's limit) is evaluated at
+    that largest gain, with a note.
+
+    Args:
+        model: the paired-outcome model (its ``inputs`` are reported).
+        moments: ``model.moments(n_test, upto=…)``.
+        min_gain: t. expected_gain: the gain the variant is expected to bring.
+        metric, goal: reported. expected_gain_source: reported; one starting with
+            ``default`` says the expected gain is twice t, so the threshold that would
+            serve (``threshold_for_target``) moves the expected gain with it.
+        curve_points: points of the power curve.
+    """
+    n = moments.n
+    top = moments.max_gain
+    notes = list(model.inputs.get("notes", []))
+
+    def reachable(gain: float, what: str) -> float:
+        if gain <= top:
+            return gain
+        notes.append(f"{what} {gain:+.4g} is beyond the largest gain the disagreement allows "
+                     f"({top:+.4g}); figures for it are those of {top:+.4g}")
+        return top
+
+    threshold = reachable(min_gain, "the threshold")
+    expected = reachable(expected_gain, "the expected gain")
+    resolution = Z_INTERVAL * float(moments.at(threshold)[1])
+    scenarios = []
+    for case, gain in (("no gain", 0.0), ("threshold", threshold), ("expected gain", expected)):
+        mean, sd = moments.at(max(gain, float(moments.gains[0])))
+        meets, short, unsure = verdict_probabilities(mean, sd, min_gain)
+        scenarios.append(Scenario(case, gain, float(meets), float(short), float(unsure)))
+
+    fine = np.linspace(float(moments.gains[0]), top, 1201)
+    fine_mean, fine_sd = moments.at(fine)
+    fine_meets = verdict_probabilities(fine_mean, fine_sd, min_gain)[0]
+    detectable = _first_crossing(fine, fine_meets, TARGET_POWER)
+
+    sd_expected = float(moments.at(expected)[1])
+    needed = _examples_for(sd_expected, expected - min_gain, n) if expected > min_gain else None
+
+    bound: tuple[str, float] | None
+    if expected_gain_source.startswith("default"):      # expected gain = 2 × threshold
+        halves = verdict_probabilities(fine_mean, fine_sd, fine / 2)[0]
+        lowest = _first_crossing(fine, np.where(fine > 0, halves, 0.0), TARGET_POWER)
+        bound = None if lowest is None else ("at least", lowest / 2)
+    else:
+        highest = float(moments.at(expected)[0]) - (Z_INTERVAL + _Z_TARGET) * sd_expected
+        bound = ("at most", highest) if highest > 0 else None
+
+    low = max(float(moments.gains[0]), min(0.0, -resolution))
+    high = min(top, max(2 * expected, min_gain + 4 * resolution, min_gain * 1.5))
+    gains = np.linspace(low, high, curve_points)
+    mean, sd = moments.at(gains)
+    return ComparisonPower(
+        variant=variant, reference=reference, metric=metric, goal=goal, n_test=n,
+        min_gain=min_gain, expected_gain=expected_gain,
+        expected_gain_source=expected_gain_source, inputs=dict(model.inputs),
+        resolution=resolution, scenarios=tuple(scenarios),
+        minimum_detectable_gain=detectable, examples_needed=needed,
+        threshold_for_target=bound, curve=(gains, *verdict_probabilities(mean, sd, min_gain)),
+        notes=tuple(dict.fromkeys(notes)))
+
+
+def _first_crossing(x: np.ndarray, y: np.ndarray, level: float) -> float | None:
+    """The first x at which y reaches ``level`` (linear between grid points), or None."""
+    above = np.flatnonzero(y >= level)
+    if not len(above):
+        return None
+    i = int(above[0])
+    if i == 0 or y[i] == y[i - 1]:
+        return float(x[i])
+    return float(x[i - 1] + (level - y[i - 1]) * (x[i] - x[i - 1]) / (y[i] - y[i - 1]))
+
+
+def examples_to_settle(*, gain: float, gain_low: float, gain_high: float, n_examples: int,
+                       min_gain: float, power: float = TARGET_POWER) -> int | None:
+    """The test-set size that would likely settle an inconclusive comparison.
+
+    Taking the measured gain as the true one and the measured interval's half-width as
+    z·σ on ``n_examples`` (σ ∝ 1/√n, package docstring), the size at which the verdict on
+    the gain's side of the threshold (meets above it, does_not_meet below) comes out
+    with probability ``power``.
+
+    Args:
+        gain: the measured gain (signed by goal). gain_low, gain_high: its interval.
+        n_examples: the test examples it was measured on. min_gain: t.
+
+    Returns:
+        examples in all (not more), or None when the gain sits exactly on t.
+    """
+    sd = (gain_high - gain_low) / (2 * Z_INTERVAL)
+    return _examples_for(sd, gain - min_gain, n_examples, power)
+
+
+def rounded_count(count: int) -> int:
+    """A test-set size to two significant digits, as the outputs say it (``904`` → ``900``,
+    ``33733`` → ``34000``; below 100 as it is)."""
+    if count < 100:
+        return count
+    return int(round(count, 2 - len(str(count))))
