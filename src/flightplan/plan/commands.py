@@ -43,7 +43,7 @@ from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
 from flightplan.plan.lint import LintWarning
-from flightplan.plan.power import (TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
+from flightplan.plan.power import (PRACTICAL_FACTOR, TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
                                    campaign_power, power_png, rounded_count)
 from flightplan.plan.quote import Quote, quote_for_job
 from flightplan.spec import CampaignSpec, load_spec
@@ -407,7 +407,8 @@ def _print_power(console: Console, power: CampaignPower) -> None:
                           f"probability (%) of meets / does not meet / inconclusive if the "
                           f"true gain is 0, the threshold, the expected gain; EXAMPLES: the "
                           f"test size that confirms the expected gain with {target} "
-                          f"probability",
+                          f"probability (impractical: more than {PRACTICAL_FACTOR} times "
+                          f"the test split, or a gap under a tenth of the resolution)",
                   caption_justify="left")
     for header in ("COMPARISON", "RESOLUTION", "DETECTABLE", "EXPECTED", "P IF 0",
                    "P AT THRESHOLD", "P IF EXPECTED", f"EXAMPLES FOR {target}"):
@@ -419,7 +420,8 @@ def _print_power(console: Console, power: CampaignPower) -> None:
                       "beyond reach" if detectable is None else f"{detectable:+.3f}",
                       f"{c.expected_gain:+.3g}", _verdicts(c, "no gain"),
                       _verdicts(c, "threshold"), _verdicts(c, "expected gain"),
-                      "never" if c.examples_needed is None else f"{c.examples_needed:,}")
+                      f"{c.examples_needed:,}" if c.examples_needed is not None
+                      else "never" if c.expected_gain <= c.min_gain else "impractical")
     console.print(table)
     for line in dict.fromkeys(_assumptions(c) for c in power.comparisons):
         console.print(f"assumed: {escape(line)}")
@@ -456,34 +458,46 @@ def _warning(c: ComparisonPower) -> str:
                 f"gain: this comparison can only end without meeting the threshold. Fixes: a "
                 f"bolder variant (its settings, as measured, change no prediction); or cut it "
                 f"and spend its hours on the other comparisons.")
+    if c.past_headroom:
+        return (f"{c.variant} − {c.reference}: its expected gain {c.expected_gain:+.3g} "
+                f"{c.metric} ({c.expected_gain_source}) is past the reference's headroom "
+                f"({c.headroom:+.3g}: a variant right on every test example gains no more), "
+                f"so no variant can show it and its power figures are those of a smaller "
+                f"gain. Fix: an expected gain the metric allows ([[run]] expected_gain at "
+                f"most {c.headroom:+.3g}); the test set is not at fault, and the decision "
+                f"point does not cut a variant for it.")
     assumed = source.startswith(("default", "campaign file"))
     expected = c.scenario("expected gain")
+    gain = expected.true_gain
+    named = f"{gain:+.3g}" if gain == c.expected_gain else (
+        f"{gain:+.3g} (the largest gain the {'assumed' if assumed else 'measured'} "
+        f"disagreement allows; the expected gain {c.expected_gain:+.3g} is past it)")
     detectable = (f"no gain the {'assumed' if assumed else 'measured'} disagreement allows"
                   if c.minimum_detectable_gain is None else f"{c.minimum_detectable_gain:+.3f}")
     text = (f"{c.variant} − {c.reference}: a gain of at least {c.min_gain:+g} {c.metric} cannot "
             f"be confirmed reliably with {c.n_test} test examples. If {c.variant} truly gains "
-            f"{c.expected_gain:+.3g} (the expected gain; {c.expected_gain_source}), the "
+            f"{named} (the expected gain; {c.expected_gain_source}), the "
             f"comparison meets the threshold with probability {expected.meets:.0%} and is "
             f"inconclusive with {expected.inconclusive:.0%}. Resolution ±{c.resolution:.3f} "
             f"(the interval's expected half-width); minimum detectable gain {detectable} "
             f"(confirmed with {TARGET_POWER:.0%} probability); ")
     if c.examples_needed is None:
-        text += ("no test size confirms the expected gain, which does not exceed the "
-                 "threshold.")
+        text += f"for {gain:+.3g}: {c.examples_needed_reason}."
     else:
         text += (f"about {rounded_count(c.examples_needed):,} test examples would confirm "
-                 f"{c.expected_gain:+.3g} with {TARGET_POWER:.0%} probability.")
+                 f"{gain:+.3g} with {TARGET_POWER:.0%} probability.")
     fixes = []
-    if c.examples_needed is not None:
+    if c.examples_needed is not None and c.examples_needed > c.n_test:
         fixes.append(f"more test examples (about {rounded_count(c.examples_needed):,}, "
                      f"now {c.n_test})")
     bound = c.threshold_for_target
-    if bound is not None and bound[0] == "at least":
+    if bound is not None and bound[0] == "at least" and bound[1] > c.min_gain \
+            and (c.headroom is None or 2 * bound[1] <= c.headroom):
         fixes.append(f"a larger threshold (min_gain at least {bound[1]:+.3f}, the expected "
                      f"gain then twice it; or a bolder variant)")
-    elif bound is not None:
+    elif bound is not None and bound[0] == "at most" and bound[1] < c.min_gain:
         fixes.append(f"a threshold the test set can resolve (min_gain at most {bound[1]:+.3f} "
-                     f"for the expected gain {c.expected_gain:+.3g})")
+                     f"for the expected gain {gain:+.3g})")
     fixes.append("fewer comparisons (a variant that cannot confirm its gain spends GPU hours "
                  "without deciding anything: cut it, or spend its hours on a larger test set)")
     return text + " Fixes: " + "; ".join(fixes) + "."

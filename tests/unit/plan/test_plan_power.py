@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -335,3 +336,132 @@ def test_a_measured_disagreement_of_zero_says_no_gain_can_be_confirmed_and_why()
         "this comparison can only end without meeting the threshold. Fixes: a bolder variant "
         "(its settings, as measured, change no prediction); or cut it and spend its hours on "
         "the other comparisons.")
+
+
+def _main_job(min_gain: float, **campaign):
+    return parse_spec({
+        "campaign": {"name": "drug-reviews", "question": "q?", "metric": "macro_f1",
+                     "min_gain": min_gain, **campaign},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "control", "tier": "essential", "duration": "1h"},
+                {"name": "lora-r8", "tier": "essential", "duration": "1h",
+                 "reference": "control"}]})
+
+
+MAIN_TEST = P.TestSplit(379, {"negative": 95, "neutral": 36, "positive": 248},
+                        "drugsComTest.tsv")
+
+
+def test_the_assumed_disagreement_grows_with_the_gain_it_must_explain():
+    # accuracy, two balanced classes, a gain of +0.5 to explain: the assumed reference
+    # leaves room for it (1 − a = 0.5, a = 0.5) and d grows until the table tilted by ½
+    # reaches it: accuracy gains d/2 there, so d = 2 · 0.5 = 1. The differences are ±1 with
+    # P = (d ± g)/2, so σ(g) = √((d − g²)/n): at g = 0.5 on 379 examples √(0.75/379)
+    model = P.default_model("accuracy", goal="max", label_counts={"a": 1, "b": 1},
+                            explain=0.5)
+    assert model.inputs["reference_accuracy"] == 0.5
+    assert model.disagreement == pytest.approx(1.0, abs=1e-9)
+    assert model.headroom == pytest.approx(0.5)
+    assert any("raised from 0.250 to 1.000" in note for note in model.inputs["notes"])
+    moments = model.moments(379)
+    assert float(moments.at(0.5)[1]) == pytest.approx(math.sqrt(0.75 / 379), rel=1e-3)
+    # nothing to explain past what the default allows: the default stays
+    plain = P.default_model("accuracy", goal="max", label_counts={"a": 1, "b": 1},
+                            explain=0.1)
+    assert plain.disagreement == pytest.approx(P.DEFAULT_DISAGREEMENT)
+    assert plain.inputs["reference_accuracy"] == P.DEFAULT_REFERENCE_ACCURACY
+
+
+def test_a_threshold_of_a_quarter_on_the_main_job_is_not_called_underpowered():
+    # min_gain 0.25, expected gain 0.5: the assumed model explains +0.5 instead of capping
+    # it at the default disagreement, so 379 reviews confirm it; no figure is of a gain the
+    # model made up, and no warning is raised
+    (power,) = P.campaign_power(_main_job(0.25), MAIN_TEST).comparisons
+    assert power.expected_gain == 0.5 and not power.past_headroom
+    assert not power.warn and power.confirm_probability > 0.99
+    assert not any("beyond" in note for note in power.notes)
+    assert power.scenario("expected gain").true_gain == 0.5
+    assert power.examples_needed is not None and power.examples_needed < 379
+
+
+def test_a_gain_past_the_references_headroom_is_named_and_never_cut():
+    from flightplan.plan.commands import _warning
+
+    # a reference right on 90 % of the examples: no variant gains more than +0.1 accuracy
+    gold = np.zeros(100, dtype=int)
+    predicted = np.r_[np.zeros(90), np.ones(10)].astype(int)
+    model = P.model_from_reference("accuracy", _labels(gold, predicted), goal="max",
+                                   disagreement=0.1, source="pilot of control")
+    assert model.headroom == pytest.approx(0.1)
+    power = dataclasses.replace(_power(model, 379, min_gain=0.05, expected_gain=0.5),
+                                metric="accuracy")
+    assert power.past_headroom and power.warn
+    assert any("past the reference's headroom (+0.1" in note for note in power.notes)
+    text = _warning(power)
+    assert "past the reference's headroom (+0.1" in text and "at most +0.1" in text
+    assert "test examples would" not in text and "min_gain at least" not in text
+    (ranked,) = P.rank_by_value({"v": power}, {"v": 1.0})
+    assert not ranked.cut and ranked.reason is None
+
+
+def test_a_warning_offers_only_fixes_that_help():
+    from flightplan.plan.commands import _warning
+
+    for min_gain, n in ((0.05, 379), (0.05, 30), (0.25, 30), (0.25, 379)):
+        test = dataclasses.replace(MAIN_TEST, n_examples=n)
+        (power,) = P.campaign_power(_main_job(min_gain), test).comparisons
+        if not power.warn:
+            continue
+        text = _warning(power)
+        for bound in re.findall(r"min_gain at least ([+-][\d.]+)", text):
+            assert float(bound) > min_gain                  # never the threshold it has
+            assert 2 * float(bound) <= power.headroom       # and a gain the metric allows
+        for bound in re.findall(r"min_gain at most ([+-][\d.]+)", text):
+            assert 0 <= float(bound) < min_gain
+        for count in re.findall(r"about ([\d,]+) test examples", text):
+            assert n < int(count.replace(",", "")) <= 100 * n
+    # the main job at +0.05: the larger threshold that helps is offered, +0.075
+    (power,) = P.campaign_power(_main_job(0.05), MAIN_TEST).comparisons
+    assert "min_gain at least +0.075" in _warning(power)
+
+
+def test_a_gain_near_its_threshold_has_no_test_size_and_no_count_over_seven_digits():
+    from flightplan.close.conclusion import conclude
+
+    # the main job on the GPU: +0.0502 against 0.05, half-width 0.057: the gap 0.0002 is
+    # under a tenth of the resolution (0.0057), so no count (it would be 379 · (0.057 /
+    # 1.96 · 2.8016 / 0.0002)² ≈ 6.6e10)
+    assert P.examples_to_settle(gain=0.0502, gain_low=0.0502 - 0.057,
+                                gain_high=0.0502 + 0.057, n_examples=379, min_gain=0.05) is None
+    # a gap of 1e-6
+    assert P.examples_to_settle(gain=0.05 + 1e-6, gain_low=0.0, gain_high=0.1 + 2e-6,
+                                n_examples=379, min_gain=0.05) is None
+    # a gap past a tenth of the resolution but a size past 100 × 379 = 37,900:
+    # 379 · (0.057 / 1.959964 · 2.801585 / 0.006)² ≈ 69,887
+    sd = 0.057 / Z
+    assert 379 * (sd * (Z + ZP) / 0.006) ** 2 == pytest.approx(69887, abs=1)
+    assert P.examples_to_settle(gain=0.056, gain_low=0.056 - 0.057, gain_high=0.056 + 0.057,
+                                n_examples=379, min_gain=0.05) is None
+    # … and one within it: 0.0086 → 33,720 (the main job's lora-r8 − control)
+    assert P.examples_to_settle(gain=0.0586, gain_low=0.0034, gain_high=0.1169,
+                                n_examples=379, min_gain=0.05) == 33720
+    # a huge test split still prints no more than 7 digits
+    assert P.practical_size(50_000_000, 1_000_000) is None
+    assert P.practical_size(9_999_999, 1_000_000) == 9_999_999
+    near = {"variant": "lora-r8", "reference": "control", "verdict": "inconclusive",
+            "gain": 0.0502, "ci_low": -0.0068, "ci_high": 0.1072, "n_examples": 379,
+            "examples_to_settle": None}
+    verdict = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                       comparisons=[near])["verdict"]
+    assert ("its interval straddles the threshold and no test set of practical size "
+            "settles it (its gain is +0.0002 from the threshold)") in verdict
+    assert not re.search(r"\d{1,3}(,\d{3}){2,}|\d{8,}", verdict)      # no 8+ digit count
+
+
+def test_an_expected_gain_at_its_threshold_plus_a_hair_has_no_test_size():
+    model = P.default_model("accuracy", goal="max", label_counts={"a": 1, "b": 1})
+    power = _power(model, 379, min_gain=0.05, expected_gain=0.0502)
+    assert power.examples_needed is None
+    assert power.examples_needed_reason.startswith(
+        "no test set of practical size settles it (gap +0.0002 to the threshold")
+    assert power.to_json()["examples_needed"] is None

@@ -106,16 +106,19 @@ them), :mod:`.campaign` (every comparison of a campaign file), :mod:`.value` (de
 value and the ranking of the variants not yet run), :mod:`.plot` (the power curves).
 """
 
-from flightplan.plan.power.campaign import CampaignPower, TestSplit, campaign_power
-from flightplan.plan.power.comparison import (TARGET_POWER, WARN_BELOW, Z_INTERVAL,
-                                              ComparisonPower, Scenario, comparison_power,
-                                              examples_to_settle, rounded_count,
+from flightplan.plan.power.campaign import CampaignPower, TestSplit, campaign_power, gain_to_explain
+from flightplan.plan.power.comparison import (MAX_COUNT, MIN_GAP_SHARE, NO_PRACTICAL_SIZE,
+                                              PRACTICAL_FACTOR, TARGET_POWER, WARN_BELOW,
+                                              Z_INTERVAL, ComparisonPower, Scenario,
+                                              comparison_power, examples_to_settle,
+                                              practical_size, rounded_count,
                                               verdict_probabilities)
 from flightplan.plan.power.model import (DEFAULT_DISAGREEMENT, DEFAULT_REFERENCE_ACCURACY,
-                                         LAMBDAS, LINEAR_BUDGET, N_CONTROLLED, N_SIMULATIONS,
+                                         EXPLAIN_TILT, LAMBDAS, LINEAR_BUDGET, N_CONTROLLED,
+                                         N_SIMULATIONS, PILOT_PRIOR_EXAMPLES,
                                          SIMULATED_LAMBDAS, ColumnModel, LabelModel, Moments,
-                                         PairedModel, default_model, model_from_predictions,
-                                         model_from_reference)
+                                         PairedModel, default_model, model_from_pilot,
+                                         model_from_predictions, model_from_reference)
 from flightplan.plan.power.plot import power_png
 from flightplan.plan.power.value import (MIN_CONCLUSIVE, MIN_DECISION_VALUE, Ranked,
                                          decision_values, rank_by_value)
@@ -125,8 +128,11 @@ __all__ = [
     "N_SIMULATIONS", "N_CONTROLLED", "LAMBDAS", "SIMULATED_LAMBDAS", "LINEAR_BUDGET",
     "MIN_DECISION_VALUE", "MIN_CONCLUSIVE",
     "Z_INTERVAL", "Moments", "PairedModel", "LabelModel", "ColumnModel",
-    "verdict_probabilities", "default_model", "model_from_reference", "model_from_predictions",
+    "EXPLAIN_TILT", "PILOT_PRIOR_EXAMPLES",
+    "verdict_probabilities", "default_model", "model_from_reference", "model_from_pilot",
+    "model_from_predictions",
     "Scenario", "ComparisonPower", "comparison_power", "TestSplit", "CampaignPower",
-    "campaign_power", "examples_to_settle", "rounded_count", "decision_values", "Ranked",
+    "campaign_power", "gain_to_explain", "examples_to_settle", "rounded_count", "PRACTICAL_FACTOR",
+    "MIN_GAP_SHARE", "MAX_COUNT", "NO_PRACTICAL_SIZE", "practical_size", "decision_values", "Ranked",
     "rank_by_value", "power_png",
 ]

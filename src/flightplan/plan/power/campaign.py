@@ -15,7 +15,7 @@ from flightplan.plan.power.model import (DEFAULT_DISAGREEMENT, ColumnModel, Mome
                                          PairedModel, default_model)
 from flightplan.spec import CampaignSpec
 
-__all__ = ["TestSplit", "CampaignPower", "campaign_power"]
+__all__ = ["TestSplit", "CampaignPower", "campaign_power", "gain_to_explain"]
 
 @dataclass(frozen=True)
 class TestSplit:
@@ -59,6 +59,16 @@ class CampaignPower:
                                  for v, r, why in self.not_computed]}
 
 
+def gain_to_explain(spec: CampaignSpec) -> float:
+    """The largest gain an assumed model of ``spec``'s comparisons must explain: each
+    run's expected gain (twice ``min_gain`` when it gives none), the largest over the runs
+    with a reference (0 when none has one)."""
+    section = spec.campaign
+    return max((run.expected_gain if run.expected_gain is not None
+                else min(2 * section.min_gain, sys.float_info.max)
+                for run in spec.runs if run.reference is not None), default=0.0)
+
+
 def campaign_power(spec: CampaignSpec, test: TestSplit | None, *, why_unknown: str = "",
                    models: Mapping[str, PairedModel] | None = None) -> CampaignPower:
     """The power of each comparison of ``spec`` on its test split.
@@ -80,6 +90,7 @@ def campaign_power(spec: CampaignSpec, test: TestSplit | None, *, why_unknown: s
         why = why_unknown or "the test split has fewer than 2 examples"
         return CampaignPower(test, (), tuple((r.name, r.reference or "", why) for _, r in pairs))
     metric = parse_metric(section.metric)
+    explain = gain_to_explain(spec)
     default: PairedModel | None = None
     missing = ""
     if metric.kind == "labels":
@@ -89,7 +100,7 @@ def campaign_power(spec: CampaignSpec, test: TestSplit | None, *, why_unknown: s
             disagreement=DEFAULT_DISAGREEMENT if given is None else given,
             disagreement_source="default; set [campaign] expected_disagreement"
             if given is None
-            else "campaign file ([campaign] expected_disagreement)")
+            else "campaign file ([campaign] expected_disagreement)", explain=explain)
     elif section.expected_difference_sd is not None:
         default = ColumnModel(sd=section.expected_difference_sd, inputs={
             "kind": "column", "source": "campaign file",

@@ -14,8 +14,10 @@ from scipy.stats import norm
 from flightplan.metrics import CONFIDENCE
 from flightplan.plan.power.model import Moments, PairedModel
 
-__all__ = ["TARGET_POWER", "WARN_BELOW", "Z_INTERVAL", "verdict_probabilities", "Scenario",
-           "ComparisonPower", "comparison_power", "examples_to_settle", "rounded_count"]
+__all__ = ["TARGET_POWER", "WARN_BELOW", "Z_INTERVAL", "PRACTICAL_FACTOR", "MIN_GAP_SHARE",
+           "MAX_COUNT", "NO_PRACTICAL_SIZE", "verdict_probabilities", "Scenario",
+           "ComparisonPower", "comparison_power", "examples_to_settle", "practical_size",
+           "rounded_count"]
 
 TARGET_POWER = 0.8
 """A gain counts as detectable when it is confirmed (meets) with this probability."""
@@ -23,6 +25,17 @@ WARN_BELOW = 0.5
 """``plan`` warns when the expected gain would be confirmed with less than this."""
 Z_INTERVAL = float(norm.ppf(0.5 + CONFIDENCE / 2))
 """z of the two-sided interval at :data:`flightplan.metrics.CONFIDENCE` (1.96)."""
+PRACTICAL_FACTOR = 100
+"""A test set more than this many times the one at hand is no practical remedy: a test
+size past it is reported as :data:`NO_PRACTICAL_SIZE`, never as a count."""
+MIN_GAP_SHARE = 0.1
+"""A gain closer to its threshold than this share of the interval's half-width (the
+resolution) is as good as on it: no test size is given for it."""
+MAX_COUNT = 9_999_999
+"""The largest test size any output prints (7 digits); past it, :data:`NO_PRACTICAL_SIZE`."""
+NO_PRACTICAL_SIZE = "no test set of practical size settles it"
+"""What the outputs say in place of a test size past :data:`PRACTICAL_FACTOR` times the
+test split, or for a gap under :data:`MIN_GAP_SHARE` of the resolution."""
 _Z_TARGET = float(norm.ppf(TARGET_POWER))
 
 
@@ -58,6 +71,14 @@ def _examples_for(sd: float, gap: float, n: int, power: float = TARGET_POWER) ->
     return max(1, math.ceil(size)) if math.isfinite(size) else None
 
 
+def practical_size(size: int | None, n: int) -> int | None:
+    """``size`` when it is a practical test size: at most :data:`PRACTICAL_FACTOR` times
+    the ``n`` examples at hand and at most :data:`MAX_COUNT`; else None."""
+    if size is None or size > min(PRACTICAL_FACTOR * n, MAX_COUNT):
+        return None
+    return size
+
+
 @dataclass(frozen=True)
 class Scenario:
     """The verdict probabilities at one true gain: ``case`` is ``no gain``,
@@ -83,7 +104,14 @@ class ComparisonPower:
         minimum_detectable_gain: the smallest gain confirmed with :data:`TARGET_POWER`
             (None: none the model holds).
         examples_needed: test size that confirms the expected gain with that probability
-            (None: the expected gain does not exceed t).
+            (None: ``examples_needed_reason`` says why).
+        examples_needed_reason: why there is no ``examples_needed`` (the expected gain
+            does not exceed t, or :data:`NO_PRACTICAL_SIZE`), else None.
+        headroom: the most any variant can gain over the reference (None: no bound known).
+        past_headroom: the expected gain is more than ``headroom``: no variant can reach
+            it, so the campaign file's expected gain is at fault, not the test set; its
+            figures are those of the largest gain the model holds, and it is never a
+            reason to cut.
         threshold_for_target: ``("at least" | "at most", t')``: the threshold at which the
             expected gain (twice t' when it is the default) is confirmed with that
             probability; None when none is.
@@ -107,6 +135,13 @@ class ComparisonPower:
     threshold_for_target: tuple[str, float] | None
     curve: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     notes: tuple[str, ...] = ()
+    examples_needed_reason: str | None = None
+    headroom: float | None = None
+
+    @property
+    def past_headroom(self) -> bool:
+        """The expected gain is more than any variant can gain over the reference."""
+        return self.headroom is not None and self.expected_gain > self.headroom + 1e-9
 
     def scenario(self, case: str) -> Scenario:
         """The scenario called ``case``."""
@@ -119,8 +154,9 @@ class ComparisonPower:
 
     @property
     def warn(self) -> bool:
-        """The expected gain would be confirmed with less than :data:`WARN_BELOW`."""
-        return self.confirm_probability < WARN_BELOW
+        """The expected gain is past the headroom, or would be confirmed with less than
+        :data:`WARN_BELOW`."""
+        return self.past_headroom or self.confirm_probability < WARN_BELOW
 
     def to_json(self) -> dict[str, Any]:
         """The entry of ``plan --json`` ``power.comparisons`` (gains to 4 places,
@@ -143,6 +179,9 @@ class ComparisonPower:
             "minimum_detectable_gain": None if self.minimum_detectable_gain is None
             else round(self.minimum_detectable_gain, 4),
             "examples_needed": self.examples_needed,
+            "examples_needed_reason": self.examples_needed_reason,
+            "headroom": None if self.headroom is None else round(self.headroom, 4),
+            "past_headroom": self.past_headroom,
             "threshold_for_target": None if bound is None
             else {"bound": bound[0], "min_gain": round(bound[1], 4)},
             "warning": self.warn, "notes": list(self.notes),
@@ -159,8 +198,10 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
                      curve_points: int = 41) -> ComparisonPower:
     """What one comparison can decide (package docstring), from ``model``'s ``moments``.
 
-    A gain past the largest the model holds (the disagreement's limit) is evaluated at
-    that largest gain, with a note.
+    A gain past the largest the model holds (the disagreement's limit, or the metric's
+    headroom over the reference) is evaluated at that largest gain, with a note that
+    names which. A test size past :func:`practical_size` is not given
+    (``examples_needed_reason``).
 
     Args:
         model: the paired-outcome model (its ``inputs`` are reported).
@@ -174,12 +215,19 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
     n = moments.n
     top = moments.max_gain
     notes = list(model.inputs.get("notes", []))
+    headroom = model.headroom
 
     def reachable(gain: float, what: str) -> float:
         if gain <= top:
             return gain
-        notes.append(f"{what} {gain:+.4g} is beyond the largest gain the disagreement allows "
-                     f"({top:+.4g}); figures for it are those of {top:+.4g}")
+        if headroom is not None and gain > headroom + 1e-9:
+            notes.append(f"{what} {gain:+.4g} is past the reference's headroom ({headroom:+.4g}: "
+                         f"a variant right on every example gains no more), so no variant "
+                         f"reaches it; figures for it are those of {top:+.4g}, and it is no "
+                         f"reason to cut")
+        else:
+            notes.append(f"{what} {gain:+.4g} is beyond the largest gain the disagreement "
+                         f"allows ({top:+.4g}); figures for it are those of {top:+.4g}")
         return top
 
     threshold = reachable(min_gain, "the threshold")
@@ -197,7 +245,13 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
     detectable = _first_crossing(fine, fine_meets, TARGET_POWER)
 
     sd_expected = float(moments.at(expected)[1])
-    needed = _examples_for(sd_expected, expected - min_gain, n) if expected > min_gain else None
+    needed, why_none = None, "the expected gain does not exceed the threshold"
+    if expected > min_gain:
+        gap_too_small = expected - min_gain < MIN_GAP_SHARE * resolution
+        needed = None if gap_too_small else practical_size(
+            _examples_for(sd_expected, expected - min_gain, n), n)
+        why_none = (f"{NO_PRACTICAL_SIZE} (gap {expected - min_gain:+.4g} to the threshold, "
+                    f"resolution ±{resolution:.4g})")
 
     bound: tuple[str, float] | None
     if expected_gain_source.startswith("default"):      # expected gain = 2 × threshold
@@ -219,7 +273,8 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
         resolution=resolution, scenarios=tuple(scenarios),
         minimum_detectable_gain=detectable, examples_needed=needed,
         threshold_for_target=bound, curve=(gains, *verdict_probabilities(mean, sd, min_gain)),
-        notes=tuple(dict.fromkeys(notes)))
+        notes=tuple(dict.fromkeys(notes)),
+        examples_needed_reason=None if needed is not None else why_none, headroom=headroom)
 
 
 def _first_crossing(x: np.ndarray, y: np.ndarray, level: float) -> float | None:
@@ -247,15 +302,21 @@ def examples_to_settle(*, gain: float, gain_low: float, gain_high: float, n_exam
         n_examples: the test examples it was measured on. min_gain: t.
 
     Returns:
-        examples in all (not more), or None when the gain sits exactly on t.
+        examples in all (not more), or None when :data:`NO_PRACTICAL_SIZE`: the gain is
+        closer to t than :data:`MIN_GAP_SHARE` of the interval's half-width (on t, too),
+        or the size is not :func:`practical_size`.
     """
-    sd = (gain_high - gain_low) / (2 * Z_INTERVAL)
-    return _examples_for(sd, gain - min_gain, n_examples, power)
+    half_width = (gain_high - gain_low) / 2
+    if abs(gain - min_gain) < MIN_GAP_SHARE * half_width:
+        return None
+    size = _examples_for(half_width / Z_INTERVAL, gain - min_gain, n_examples, power)
+    return practical_size(size, n_examples)
 
 
 def rounded_count(count: int) -> int:
     """A test-set size to two significant digits, as the outputs say it (``904`` → ``900``,
-    ``33733`` → ``34000``; below 100 as it is)."""
+    ``33733`` → ``34000``; below 100 as it is). The sizes the package returns are at most
+    :data:`MAX_COUNT` (:func:`practical_size`), so at most 7 digits."""
     if count < 100:
         return count
     return int(round(count, 2 - len(str(count))))

@@ -16,8 +16,8 @@ from flightplan.metrics import SEED, Predictions, from_confusion, paired, parse_
 
 __all__ = ["DEFAULT_DISAGREEMENT", "DEFAULT_REFERENCE_ACCURACY", "N_SIMULATIONS",
            "N_CONTROLLED", "LAMBDAS", "SIMULATED_LAMBDAS", "LINEAR_BUDGET", "Moments",
-           "PairedModel", "LabelModel", "ColumnModel", "default_model", "model_from_reference",
-           "model_from_predictions"]
+           "EXPLAIN_TILT", "PILOT_PRIOR_EXAMPLES", "PairedModel", "LabelModel", "ColumnModel",
+           "default_model", "model_from_reference", "model_from_pilot", "model_from_predictions"]
 
 DEFAULT_DISAGREEMENT = 0.25
 """Share of test examples on which two runs' predictions differ, when nothing measured it
@@ -29,7 +29,23 @@ macro-F1 on 379 test reviews, which this model gives between 0.25 and 0.3; more
 disagreement is a wider interval, so a guess on the high side is the cautious one."""
 DEFAULT_REFERENCE_ACCURACY = 0.7
 """Share of each class's examples the reference gets right in the default model (moved
-into [d/2, 1 − d/2] where the disagreement d needs it)."""
+into [d/2, 1 − d/2] where the disagreement d needs it, and lowered where the gain to
+explain needs the room: :func:`default_model`)."""
+EXPLAIN_TILT = 0.5
+"""An assumed disagreement d explains a gain g when the table tilted by this much reaches
+g: the variant right on three of every four examples where the two runs differ (for
+accuracy g = d/2, so d ≥ 2g). A smaller d would need a variant right on nearly every
+example where they differ, which makes its interval narrow for no measured reason; an
+assumed d below what the campaign's largest gain needs is raised to it
+(:func:`default_model`, :func:`model_from_reference`, with a note)."""
+PILOT_PRIOR_EXAMPLES = 100
+"""Weight, in test examples, of the prior on the reference's accuracy
+(:data:`DEFAULT_REFERENCE_ACCURACY`) that the pilot's predictions update
+(:func:`model_from_pilot`). The pilot's control has trained a few steps and predicts at
+most a few dozen examples: 32 predictions give its accuracy a standard error of up to
+0.09, and the final control is not the pilot's. With 100, 32 lucky predictions (all
+right) move the assumed 0.70 to (32 + 70)/132 = 0.77, not to 1.0; a whole test split of
+379 predictions moves it 79 % of the way."""
 N_SIMULATIONS = 1000
 """Test sets drawn per simulated tilt of a table too large to linearise (σ then carries
 a simulation noise of about 1/√(2 · 1000) = 2 %)."""
@@ -93,6 +109,12 @@ class PairedModel(Protocol):
         true gain the caller needs (a model without a natural range uses it)."""
         ...
 
+    @property
+    def headroom(self) -> float | None:
+        """The largest gain the metric allows over the reference (a variant right on
+        every example), or None when the metric has no such bound."""
+        ...
+
 
 @dataclass(frozen=True, eq=False)
 class LabelModel:
@@ -119,6 +141,15 @@ class LabelModel:
     def disagreement(self) -> float:
         """Share of examples on which the two runs' predictions differ."""
         return float(self.table[self.cells[:, 1] != self.cells[:, 2]].sum())
+
+    @property
+    def headroom(self) -> float:
+        """The gain of a variant right on every example over the reference (signed by
+        goal): the most any variant can gain."""
+        reference = self._confusions(self.table[None, :], 1)
+        perfect = np.diag(reference[0].sum(axis=1))[None]
+        return float(self.sign * (from_confusion(self.metric, perfect)
+                                  - from_confusion(self.metric, reference))[0])
 
     def tilted(self, lam: float) -> np.ndarray:
         """The table at tilt ``lam``: (K,) probabilities, ``table · (1 + lam · s)``."""
@@ -234,6 +265,11 @@ class ColumnModel:
     inputs: Mapping[str, Any]
     kind: str = "column"
 
+    @property
+    def headroom(self) -> None:
+        """A column's mean has no bound the model knows."""
+        return None
+
     def moments(self, n: int, *, upto: float = 0.0) -> Moments:
         """Closed form: mean g, sd ``sd/√n``, over gains from −top/2 to top, top the larger
         of ``upto`` and 6 standard deviations (at most 1e300, so the grid stays finite)."""
@@ -282,20 +318,49 @@ def _label_metric(metric: str) -> str:
 
 
 def _with_other_run(metric: str, goal: str, reference: np.ndarray, disagreement: float,
-                    inputs: dict[str, Any]) -> LabelModel:
+                    inputs: dict[str, Any], explain: float = 0.0) -> LabelModel:
     """A :class:`LabelModel` from the reference's (gold, prediction) probabilities
     ``reference`` (C, C) and the disagreement d: d/2 moved from its right answers to "only
     the reference right", d/2 from its wrong ones to "only the variant right"; d is lowered
-    to what the reference allows (noted)."""
+    to what the reference allows, and raised (up to that) until the table tilted by
+    :data:`EXPLAIN_TILT` reaches the gain ``explain`` (each change noted)."""
+    right = float(np.trace(reference))
+    most = 2 * min(right, float(reference.sum()) - right)
+    notes = list(inputs.get("notes", []))
+    if disagreement > most + 1e-12:
+        notes.append(f"disagreement lowered from {disagreement:.3f} to {most:.3f}: a reference "
+                     f"right on {right:.1%} of the examples allows no more at equal quality")
+        disagreement = most
+    model = _table_model(metric, goal, reference, disagreement, inputs | {"notes": notes})
+
+    def reached(candidate: LabelModel) -> float:
+        return float(candidate.gains(candidate.tilted(EXPLAIN_TILT))[0])
+
+    if explain > 0 and reached(model) < explain and disagreement < most:
+        low, high = disagreement, most
+        widest = _table_model(metric, goal, reference, most, inputs)
+        if reached(widest) >= explain:
+            for _ in range(40):                           # bisection: gain grows with d
+                middle = (low + high) / 2
+                low, high = ((middle, high) if reached(_table_model(
+                    metric, goal, reference, middle, inputs)) < explain else (low, middle))
+        notes.append(f"disagreement raised from {disagreement:.3f} to {high:.3f}: the gain "
+                     f"{explain:+.4g} must be reachable with the variant right on "
+                     f"{(1 + EXPLAIN_TILT) / 2:.0%} of the examples where the two runs differ"
+                     + ("" if high < most or reached(widest) >= explain else
+                        f" (the most a reference right on {right:.1%} allows; it reaches "
+                        f"{reached(widest):+.4g})"))
+        model = _table_model(metric, goal, reference, high, inputs | {"notes": notes})
+    return model
+
+
+def _table_model(metric: str, goal: str, reference: np.ndarray, disagreement: float,
+                 inputs: dict[str, Any]) -> LabelModel:
+    """The symmetric table of :func:`_with_other_run` at disagreement ``disagreement``
+    (at most what ``reference`` allows)."""
     c = reference.shape[1]
     right = float(np.trace(reference))
     wrong = float(reference.sum() - right)
-    most = 2 * min(right, wrong)
-    if disagreement > most + 1e-12:
-        inputs["notes"] = list(inputs.get("notes", [])) + [
-            f"disagreement lowered from {disagreement:.3f} to {most:.3f}: a reference right "
-            f"on {right:.1%} of the examples allows no more at equal quality"]
-        disagreement = most
     cells: list[tuple[int, int, int]] = []
     probs: list[float] = []
     for gold in range(c):
@@ -323,21 +388,10 @@ def _with_other_run(metric: str, goal: str, reference: np.ndarray, disagreement:
                       n_labels=c, inputs=inputs | {"disagreement": round(disagreement, 4)})
 
 
-def default_model(metric: str, *, goal: str, label_counts: Mapping[str, int] | None,
-                  disagreement: float = DEFAULT_DISAGREEMENT,
-                  disagreement_source: str = "default") -> LabelModel:
-    """The model without measurements (package docstring, source 3).
-
-    Args:
-        metric: a classification metric name. goal: its direction.
-        label_counts: test examples per class (None or empty: two balanced classes).
-        disagreement: d, in (0, 1]. disagreement_source: where d came from (reported).
-
-    Raises:
-        ValueError: ``metric`` is a column metric (use :class:`ColumnModel`).
-    """
-    name = _label_metric(metric)
-    notes: list[str] = []
+def _class_shares(label_counts: Mapping[str, int] | None, notes: list[str]
+                  ) -> tuple[list[str], np.ndarray]:
+    """Class names and shares (C,) of the test split, at least two classes (two balanced
+    ones, noted, when the counts are unknown)."""
     counts = {k: v for k, v in (label_counts or {}).items()}
     if sum(counts.values()) == 0:
         counts = {"class 1": 1, "class 2": 1}
@@ -345,26 +399,68 @@ def default_model(metric: str, *, goal: str, label_counts: Mapping[str, int] | N
     while len(counts) < 2:
         counts[f"other {len(counts)}"] = 0
     shares = np.array(list(counts.values()), dtype=np.float64)
-    shares /= shares.sum()
+    return list(counts), shares / shares.sum()
+
+
+def _evenly_wrong(shares: np.ndarray, accuracy: float) -> np.ndarray:
+    """(gold, prediction) probabilities (C, C) of a reference right on ``accuracy`` of
+    each class's examples, its errors spread evenly over the other classes."""
     c = len(shares)
-    accuracy = min(max(DEFAULT_REFERENCE_ACCURACY, disagreement / 2), 1 - disagreement / 2)
-    reference = np.repeat(shares[:, None] * (1 - accuracy) / (c - 1), c, axis=1)   # (C, C)
+    reference = np.repeat(shares[:, None] * (1 - accuracy) / (c - 1), c, axis=1)
     reference[np.arange(c), np.arange(c)] = shares * accuracy
+    return reference
+
+
+def default_model(metric: str, *, goal: str, label_counts: Mapping[str, int] | None,
+                  disagreement: float = DEFAULT_DISAGREEMENT,
+                  disagreement_source: str = "default", explain: float = 0.0) -> LabelModel:
+    """The model without measurements (package docstring, source 3).
+
+    The assumed reference accuracy a is :data:`DEFAULT_REFERENCE_ACCURACY`, lowered to
+    1 − ``explain`` where the gain to explain needs the room (a reference right on a of
+    the examples leaves a variant at most 1 − a of accuracy to gain), and moved into
+    [d/2, 1 − d/2]; d is then raised as :data:`EXPLAIN_TILT` says (noted).
+
+    Args:
+        metric: a classification metric name. goal: its direction.
+        label_counts: test examples per class (None or empty: two balanced classes).
+        disagreement: d, in (0, 1). disagreement_source: where d came from (reported).
+        explain: the largest gain the model must explain (the campaign's largest
+            expected gain); 0: none.
+
+    Raises:
+        ValueError: ``metric`` is a column metric (use :class:`ColumnModel`).
+    """
+    name = _label_metric(metric)
+    notes: list[str] = []
+    names, shares = _class_shares(label_counts, notes)
+    accuracy = DEFAULT_REFERENCE_ACCURACY
+    if explain > 1 - accuracy:
+        accuracy = max(1 - explain, 1 / len(shares))
+        notes.append(f"reference accuracy assumed {accuracy:.3f}, not "
+                     f"{DEFAULT_REFERENCE_ACCURACY:g}, to leave room for the gain "
+                     f"{explain:+.4g}")
+    accuracy = min(max(accuracy, disagreement / 2), 1 - disagreement / 2)
     inputs = {"kind": "labels", "source": "assumed",
               "disagreement_source": disagreement_source,
               "reference_accuracy": round(accuracy, 4),
               "reference_accuracy_source": "assumed, errors spread evenly over the "
                                            "other classes",
-              "class_shares": {k: round(float(s), 4) for k, s in zip(counts, shares)},
+              "class_shares": {k: round(float(s), 4) for k, s in zip(names, shares)},
               "notes": notes}
-    return _with_other_run(name, goal, reference, disagreement, inputs)
+    return _with_other_run(name, goal, _evenly_wrong(shares, accuracy), disagreement, inputs,
+                           explain)
 
 
 def model_from_reference(metric: str, reference: Predictions, *, goal: str,
                          disagreement: float = DEFAULT_DISAGREEMENT,
-                         disagreement_source: str = "default", source: str) -> LabelModel:
-    """The model from one run's predictions, e.g. the pilot's control (source 2): its
-    confusion matrix as the reference, the other run made from ``disagreement``.
+                         disagreement_source: str = "default", source: str,
+                         explain: float = 0.0) -> LabelModel:
+    """The model from one run's predictions taken as the whole truth (source 2): its
+    confusion matrix as the reference, the other run made from ``disagreement`` (raised
+    to explain the gain ``explain``, :data:`EXPLAIN_TILT`). Right for many predictions,
+    e.g. a finished run's on the whole test split; the decision point's pilot, a few
+    dozen predictions, goes through :func:`model_from_pilot` instead.
 
     Args:
         source: where the predictions came from (reported, e.g. ``"pilot of control"``).
@@ -382,7 +478,59 @@ def model_from_reference(metric: str, reference: Predictions, *, goal: str,
               "disagreement_source": disagreement_source,
               "reference_accuracy": round(float(np.trace(joint)), 4),
               "reference_accuracy_source": source}
-    return _with_other_run(name, goal, joint, disagreement, inputs)
+    return _with_other_run(name, goal, joint, disagreement, inputs, explain)
+
+
+def model_from_pilot(metric: str, reference: Predictions, *, goal: str,
+                     label_counts: Mapping[str, int] | None,
+                     disagreement: float = DEFAULT_DISAGREEMENT,
+                     disagreement_source: str = "default", source: str,
+                     explain: float = 0.0) -> LabelModel:
+    """The model of a comparison not yet run, from the pilot's predictions of the control
+    as evidence on the reference's accuracy, not as the whole truth.
+
+    The reference is the default model's (class shares of the test split from
+    ``label_counts``, errors spread evenly) with accuracy the posterior mean of a
+    prior :data:`DEFAULT_REFERENCE_ACCURACY` worth :data:`PILOT_PRIOR_EXAMPLES` examples
+    updated by the pilot's k right of m predictions (a beta-binomial mean)::
+
+        a = (k + PILOT_PRIOR_EXAMPLES · DEFAULT_REFERENCE_ACCURACY) / (m + PILOT_PRIOR_EXAMPLES)
+
+    then lowered where the gain to explain needs the room, and the other run made from
+    ``disagreement`` as in :func:`default_model`.
+
+    Args:
+        label_counts: the test split's examples per class (the data check's); None: the
+            pilot's gold labels' shares.
+        source: where the predictions came from (reported, e.g. ``"pilot of control-…"``).
+        explain: the largest gain the model must explain.
+
+    Raises:
+        ValueError: a column metric. CheckFailed: the predictions have no labels.
+    """
+    name = _label_metric(metric)
+    _, (gold, predicted), _ = paired(name, reference, reference, source=source)
+    right, seen = int(np.sum(gold == predicted)), int(len(gold))
+    counts = label_counts or {label: int(np.sum(gold == i))
+                              for i, label in enumerate(reference.labels)}
+    notes: list[str] = []
+    names, shares = _class_shares(counts, notes)
+    accuracy = (right + PILOT_PRIOR_EXAMPLES * DEFAULT_REFERENCE_ACCURACY) / \
+        (seen + PILOT_PRIOR_EXAMPLES)
+    if explain > 1 - accuracy:
+        notes.append(f"the gain {explain:+.4g} is more than a reference right on "
+                     f"{accuracy:.1%} leaves room for")
+    accuracy = min(max(accuracy, disagreement / 2), 1 - disagreement / 2)
+    inputs = {"kind": "labels", "source": source, "examples": seen,
+              "disagreement_source": disagreement_source,
+              "reference_accuracy": round(accuracy, 4),
+              "reference_accuracy_source": (
+                  f"{right} right of {seen} predictions ({source}) updating an assumed "
+                  f"{DEFAULT_REFERENCE_ACCURACY:g} worth {PILOT_PRIOR_EXAMPLES} examples"),
+              "class_shares": {k: round(float(s), 4) for k, s in zip(names, shares)},
+              "notes": notes}
+    return _with_other_run(name, goal, _evenly_wrong(shares, accuracy), disagreement, inputs,
+                           explain)
 
 
 def model_from_predictions(metric: str, reference: Predictions, variant: Predictions, *,

@@ -88,7 +88,9 @@ def rank_by_value(pending: Mapping[str, ComparisonPower], gpu_hours: Mapping[str
     could hardly change the choice are proposed for cut, with the reason.
 
     A variant is proposed for cut when its decision value is below
-    :data:`MIN_DECISION_VALUE`; the reason names the first that applies of: the answer
+    :data:`MIN_DECISION_VALUE`, unless its expected gain is past the reference's headroom
+    (:attr:`ComparisonPower.past_headroom`: the figures are then of a gain the campaign
+    file did not state, no evidence about the variant); the reason names the first that applies of: the answer
     is already yes (a concluded comparison meets); it cannot reach a conclusive verdict
     (P(meets) + P(does_not_meet) at its expected gain below :data:`MIN_CONCLUSIVE`); every
     outcome leads to the same choice (it would almost surely not meet the threshold); its
@@ -109,7 +111,7 @@ def rank_by_value(pending: Mapping[str, ComparisonPower], gpu_hours: Mapping[str
         value, hours = values[name], float(gpu_hours[name])
         expected = power.scenario("expected gain")
         reason = None
-        if value < MIN_DECISION_VALUE:
+        if value < MIN_DECISION_VALUE and not power.past_headroom:
             if winners:
                 reason = (f"the answer is already yes ({', '.join(winners)} meets the "
                           f"threshold): no result of {name} changes the choice")
