@@ -371,7 +371,8 @@ class _Campaign:
     def _value_ranking(self, report: DataCheckReport, estimates: Mapping[str, Any],
                        done: set[str]) -> ValueRanking:
         """The variants not run yet, ranked by decision value per GPU-hour of their
-        re-estimate, from the pilot's predictions on the whole test split."""
+        re-estimate, on the test split the data check counted, with the pilot's predictions
+        as evidence on the reference (:func:`flightplan.run.decision.rank_variants`)."""
         split = report.splits.get("test") if report.splits else None
         test = TestSplit(split.rows, split.labels, "the data check") if split else None
         path = RunDir(self.dir / "runs" / pilot_id(self._control().run_id)).predictions
