@@ -423,11 +423,45 @@ def _print_power(console: Console, power: CampaignPower) -> None:
                       f"{c.examples_needed:,}" if c.examples_needed is not None
                       else "never" if c.expected_gain <= c.min_gain else "impractical")
     console.print(table)
+    _print_seeds(console, power)
     for line in dict.fromkeys(_assumptions(c) for c in power.comparisons):
         console.print(f"assumed: {escape(line)}")
     for c in power.warnings:
         console.print(Panel(escape(_warning(c)), title="POWER WARNING", title_align="left",
                             border_style="bold red", style="bold"))
+
+
+def _print_seeds(console: Console, power: CampaignPower) -> None:
+    """The power with K = 1, 3, 5 replicates side by side, and per comparison the fewest
+    that confirm its expected gain, with their GPU-hours."""
+    first = power.comparisons[0]
+    counts = [r.seeds for r in first.by_seeds]
+    seeds = first.seeds
+    holm = (f"; meets at the Bonferroni level of {seeds.comparisons} comparisons (Holm)"
+            if seeds.comparisons > 1 else "")
+    table = Table(title=f"POWER WITH SEEDS: K replicates a side, seed spread sd "
+                        f"{seeds.sd:g} ({escape(seeds.source)}){holm}",
+                  title_justify="left",
+                  caption="each cell: P(meets) at the expected gain / P(meets) at the "
+                          "threshold (a false 'meets') / resolution (±) / GPU·h of the "
+                          "variant's K replicates. With one seed the interval leaves the "
+                          "seed spread out, so it 'meets' more often, falsely too: K=1 "
+                          "never counts as confirming when there is a seed spread",
+                  caption_justify="left")
+    table.add_column("COMPARISON")
+    for k in counts:
+        table.add_column(f"K={k}", justify="right", no_wrap=True)
+    table.add_column("CONFIRMS WITH", justify="right")
+    for c in power.comparisons:
+        cells = [f"{_percent(r.confirm_probability)}% / {r.false_meets:.1%} / "
+                 f"±{r.resolution:.3f} / "
+                 + ("?" if r.gpu_hours is None else f"{r.gpu_hours:.3g}") for r in c.by_seeds]
+        enough = c.confirmable_with
+        table.add_row(escape(f"{c.variant} − {c.reference}"), *cells,
+                      f"no K up to {counts[-1]}" if enough is None else
+                      f"K={enough.seeds}" + ("" if enough.gpu_hours is None
+                                             else f" ({enough.gpu_hours:.3g} GPU·h)"))
+    console.print(table)
 
 
 def _assumptions(comparison: ComparisonPower) -> str:
@@ -487,6 +521,12 @@ def _warning(c: ComparisonPower) -> str:
         text += (f"about {rounded_count(c.examples_needed):,} test examples would confirm "
                  f"{gain:+.3g} with {TARGET_POWER:.0%} probability.")
     fixes = []
+    enough = c.confirmable_with
+    if enough is not None and enough.seeds > c.seeds.replicates:
+        fixes.append(f"more replicates ([campaign] seeds = {enough.seeds} confirms it with "
+                     f"probability {enough.confirm_probability:.0%}"
+                     + ("" if enough.gpu_hours is None else
+                        f", {enough.gpu_hours:.3g} GPU·h for {c.variant}") + ")")
     if c.examples_needed is not None and c.examples_needed > c.n_test:
         fixes.append(f"more test examples (about {rounded_count(c.examples_needed):,}, "
                      f"now {c.n_test})")

@@ -16,7 +16,8 @@ from flightplan.plan.calibration import (GUESS_FACTOR, RUNNER_STAGES, SCALED_SPR
                                          Calibration, Estimate, MeasuredRun, MeasuredStage,
                                          RunFigures, calibrate, retimed_makespan, run_figures,
                                          uncertainties)
-from flightplan.plan.power import TestSplit as Split, campaign_power, comparison_power
+from flightplan.plan.power import (TestSplit as Split, campaign_power, campaign_seeds,
+                                   comparison_power)
 from flightplan.plan.problem import Task
 from flightplan.plan.schedule import schedule
 from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Measurement,
@@ -233,7 +234,8 @@ def test_the_disagreement_comes_from_the_paired_predictions(tmp_path):
     power = campaign_power(spec, split, models=calibrated.models)
     alone = comparison_power(model, model.moments(80, upto=0.1), variant="lora",
                              reference="control", metric="macro_f1", goal="max",
-                             min_gain=0.05, expected_gain=0.1, expected_gain_source="default")
+                             min_gain=0.05, expected_gain=0.1, expected_gain_source="default",
+                             seeds=campaign_seeds(spec, spec.item("lora")))
     assert power.comparisons[0].resolution == pytest.approx(alone.resolution)
     assert power.comparisons[0].inputs["disagreement_source"].startswith("measured in campaign")
 

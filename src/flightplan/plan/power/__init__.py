@@ -106,8 +106,10 @@ them), :mod:`.campaign` (every comparison of a campaign file), :mod:`.value` (de
 value and the ranking of the variants not yet run), :mod:`.plot` (the power curves).
 """
 
-from flightplan.plan.power.campaign import CampaignPower, TestSplit, campaign_power, gain_to_explain
-from flightplan.plan.power.comparison import (MAX_COUNT, MIN_GAP_SHARE, NO_PRACTICAL_SIZE,
+from flightplan.plan.power.campaign import (CampaignPower, TestSplit, campaign_power,
+                                            campaign_seeds, gain_to_explain)
+from flightplan.plan.power.comparison import (DEFAULT_SEED_SD, SEED_COUNTS, ReplicatePower,
+                                              Seeds, z_meets, MAX_COUNT, MIN_GAP_SHARE, NO_PRACTICAL_SIZE,
                                               PRACTICAL_FACTOR, TARGET_POWER, WARN_BELOW,
                                               Z_INTERVAL, ComparisonPower, Scenario,
                                               comparison_power, examples_to_settle,
@@ -133,6 +135,7 @@ __all__ = [
     "model_from_predictions",
     "Scenario", "ComparisonPower", "comparison_power", "TestSplit", "CampaignPower",
     "campaign_power", "gain_to_explain", "examples_to_settle", "rounded_count", "PRACTICAL_FACTOR",
-    "MIN_GAP_SHARE", "MAX_COUNT", "NO_PRACTICAL_SIZE", "practical_size", "decision_values", "Ranked",
+    "MIN_GAP_SHARE", "MAX_COUNT", "NO_PRACTICAL_SIZE", "practical_size", "DEFAULT_SEED_SD",
+    "SEED_COUNTS", "ReplicatePower", "Seeds", "z_meets", "campaign_seeds", "decision_values", "Ranked",
     "rank_by_value", "power_png",
 ]

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flightplan.metrics import CONFIDENCE, parse_metric
-from flightplan.plan.power.comparison import (TARGET_POWER, WARN_BELOW, ComparisonPower,
-                                              comparison_power)
+from flightplan.plan.power.comparison import (DEFAULT_SEED_SD, TARGET_POWER, WARN_BELOW,
+                                              ComparisonPower, Seeds, comparison_power)
 from flightplan.plan.power.model import (DEFAULT_DISAGREEMENT, ColumnModel, Moments,
                                          PairedModel, default_model)
-from flightplan.spec import CampaignSpec
+from flightplan.spec import CampaignSpec, Run
 
-__all__ = ["TestSplit", "CampaignPower", "campaign_power", "gain_to_explain"]
+__all__ = ["TestSplit", "CampaignPower", "campaign_power", "campaign_seeds", "gain_to_explain"]
 
 @dataclass(frozen=True)
 class TestSplit:
@@ -69,8 +69,39 @@ def gain_to_explain(spec: CampaignSpec) -> float:
                 for run in spec.runs if run.reference is not None), default=0.0)
 
 
+def campaign_seeds(spec: CampaignSpec, run: Run,
+                   measured: Mapping[str, tuple[float, str]] | None = None) -> Seeds:
+    """The seed spread, replicates and Holm count of ``run``'s comparison, best source first.
+
+    s: the per-replicate standard deviation an earlier campaign measured for the run
+    (``measured``, run name → (sd, source)), else for a classification metric
+    :data:`~flightplan.plan.power.comparison.DEFAULT_SEED_SD` (its reference named), else
+    none (a column's units are unknown: left out, said so). K: the fewer of the two
+    sides' ``seeds`` (the spread of the side with fewer replicates dominates; taking it
+    for both is conservative). m: the campaign's comparisons when ``multiple = "holm"``,
+    else 1. GPU·h: one replicate of the run, its ``duration`` × ``gpus``.
+    """
+    section = spec.campaign
+    reference = next((r for r in spec.runs if r.name == run.reference), run)
+    if measured and run.name in measured:
+        sd, source = measured[run.name]
+    elif parse_metric(section.metric).kind == "labels":
+        sd, source = DEFAULT_SEED_SD, ("default: the main job's lora-r8 macro-F1 over seeds "
+                                       "0-4 (sd 0.025, issue 30)")
+    else:
+        sd, source = 0.0, (f"not included: no earlier campaign measured {section.metric}'s "
+                           f"spread over seeds (plan --from one that ran replicates)")
+    count = sum(1 for r in spec.runs if r.reference is not None)
+    return Seeds(sd=sd, source=source,
+                 replicates=min(spec.seeds_of(run), spec.seeds_of(reference)),
+                 comparisons=count if section.multiple == "holm" else 1,
+                 gpu_hours=run.duration.seconds / 3600.0 * run.gpus)
+
+
 def campaign_power(spec: CampaignSpec, test: TestSplit | None, *, why_unknown: str = "",
-                   models: Mapping[str, PairedModel] | None = None) -> CampaignPower:
+                   models: Mapping[str, PairedModel] | None = None,
+                   seed_spread: Mapping[str, tuple[float, str]] | None = None
+                   ) -> CampaignPower:
     """The power of each comparison of ``spec`` on its test split.
 
     Args:
@@ -79,6 +110,8 @@ def campaign_power(spec: CampaignSpec, test: TestSplit | None, *, why_unknown: s
         test: the test split, or None when it is unknown (``why_unknown`` says why).
         models: variant name → a model measured elsewhere (:func:`model_from_predictions`,
             :func:`model_from_reference`), used in place of the campaign file's figures.
+        seed_spread: variant name → (per-replicate sd over seeds, source) an earlier
+            campaign measured (:func:`campaign_seeds`).
 
     Returns:
         one :class:`ComparisonPower` per run with a reference that has a model, the
@@ -132,5 +165,8 @@ def campaign_power(spec: CampaignSpec, test: TestSplit | None, *, why_unknown: s
             metric=section.metric, goal=section.goal, min_gain=section.min_gain,
             expected_gain=expected,
             expected_gain_source=f"campaign file (run[{index}].expected_gain)"
-            if run.expected_gain is not None else "default: 2 × min_gain"))
+            if run.expected_gain is not None else "default: 2 × min_gain",
+            seeds=campaign_seeds(spec, run, seed_spread) if model.inputs.get("disagreement") != 0
+            else Seeds(source="not included: the runs measured never disagree, so a seed "
+                              "cannot make a gain either")))
     return CampaignPower(test, tuple(out), tuple(skipped))

@@ -15,7 +15,8 @@ from flightplan.metrics import CONFIDENCE
 from flightplan.plan.power.model import Moments, PairedModel
 
 __all__ = ["TARGET_POWER", "WARN_BELOW", "Z_INTERVAL", "PRACTICAL_FACTOR", "MIN_GAP_SHARE",
-           "MAX_COUNT", "NO_PRACTICAL_SIZE", "verdict_probabilities", "Scenario",
+           "MAX_COUNT", "NO_PRACTICAL_SIZE", "DEFAULT_SEED_SD", "SEED_COUNTS", "z_meets",
+           "Seeds", "ReplicatePower", "verdict_probabilities", "Scenario",
            "ComparisonPower", "comparison_power", "examples_to_settle", "practical_size",
            "rounded_count"]
 
@@ -36,24 +37,94 @@ MAX_COUNT = 9_999_999
 NO_PRACTICAL_SIZE = "no test set of practical size settles it"
 """What the outputs say in place of a test size past :data:`PRACTICAL_FACTOR` times the
 test split, or for a gap under :data:`MIN_GAP_SHARE` of the resolution."""
+DEFAULT_SEED_SD = 0.025
+"""Per-replicate standard deviation of a classification metric over training seeds when
+no earlier campaign measured one: the main job's lora-r8, unchanged but for its seed,
+scored macro-F1 0.4930, 0.4544, 0.4217, 0.4328 and 0.4322 over seeds 0-4 (standard
+deviation 0.025; issue 30). A ``mean:<column>`` metric has no default (its units are the
+column's)."""
+SEED_COUNTS = (1, 3, 5)
+"""The replicate counts K whose power ``plan`` shows side by side."""
 _Z_TARGET = float(norm.ppf(TARGET_POWER))
 
 
+def z_meets(comparisons: int) -> float:
+    """z of the bound that must clear the threshold for *meets* when ``comparisons``
+    comparisons share the campaign's one answer under Holm's procedure: the conservative
+    Bonferroni level, one-sided (1 − CONFIDENCE)/2/m (Φ⁻¹(1 − 0.025/m): 1.96 for m = 1,
+    2.24 for 2, 2.39 for 3). Holm tests the smallest p-value at exactly this level and the
+    others at less strict ones, so the power computed at it is a lower bound of Holm's
+    (Holm 1979)."""
+    return float(norm.ppf(1 - (1 - CONFIDENCE) / 2 / max(1, comparisons)))
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """Training randomness in a comparison's power.
+
+    Attributes:
+        sd: per-replicate standard deviation s of the metric over seeds (metric units).
+        source: where it came from (reported).
+        replicates: K, the replicates each side runs (the campaign's ``seeds``).
+        comparisons: m, the comparisons that share the campaign's answer under Holm (1
+            with ``multiple = "none"``): *meets* is taken at :func:`z_meets`.
+        gpu_hours: GPU·h of one replicate of the variant's run (None: unknown).
+    """
+
+    sd: float = 0.0
+    source: str = "not included"
+    replicates: int = 1
+    comparisons: int = 1
+    gpu_hours: float | None = None
+
+    def spread(self, sd_examples: np.ndarray | float, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(total, interval)`` standard deviations with K = ``k`` replicates a side.
+
+        The measured gain is the difference of two means over K replicates, each side's
+        trained with its own seeds and measured on the same test examples, so its
+        variance adds the test sampling's σ_ex² and each side's seed variance over K
+        (the variance of a difference of independent means; Bouthillier et al.,
+        "Accounting for Variance in Machine Learning Benchmarks", MLSys 2021, decompose
+        a benchmark's variance into these sources)::
+
+            σ²(K) = σ_ex² + 2 s² / K
+
+        With K ≥ 2 ``close``'s two-level bootstrap interval has that width; with K = 1
+        it resamples test examples only, so its half-width is z·σ_ex while the gain
+        still moves by σ(1).
+        """
+        examples = np.asarray(sd_examples, dtype=np.float64)
+        total = np.sqrt(examples ** 2 + 2 * self.sd ** 2 / k)
+        return total, (examples if k == 1 else total)
+
+
 def verdict_probabilities(mean: float | np.ndarray, sd: float | np.ndarray,
-                          min_gain: float | np.ndarray
+                          min_gain: float | np.ndarray, *,
+                          interval_sd: float | np.ndarray | None = None,
+                          z_meet: float = Z_INTERVAL
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(meets, does_not_meet, inconclusive)`` probabilities (package docstring).
+
+    With the interval ĝ ± z·σ_int and ĝ normal (mean μ, sd σ)::
+
+        P(meets)         = Φ((μ − t − z_meet · σ_int) / σ)
+        P(does_not_meet) = Φ((t − μ − z · σ_int) / σ)
+
+    which is the package docstring's formula when σ_int = σ and z_meet = z.
 
     Args:
         mean, sd: the measured gain's mean and standard deviation (broadcast together).
         min_gain: the threshold t.
+        interval_sd: σ_int, the interval's half-width over z (default: ``sd``).
+        z_meet: z of the bound that must clear t for *meets* (:func:`z_meets`).
     """
     mean, sd = np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        distance = np.where(sd > 0, (mean - min_gain) / np.where(sd > 0, sd, 1.0),
-                            np.where(mean >= min_gain, np.inf, -np.inf))
-    meets = norm.cdf(distance - Z_INTERVAL)
-    short = norm.cdf(-distance - Z_INTERVAL)
+    interval = sd if interval_sd is None else np.asarray(interval_sd, dtype=np.float64)
+    up = mean - min_gain - z_meet * interval
+    down = min_gain - mean - Z_INTERVAL * interval
+    safe = np.where(sd > 0, sd, 1.0)
+    meets = np.where(sd > 0, norm.cdf(up / safe), (up >= 0).astype(np.float64))
+    short = np.where(sd > 0, norm.cdf(down / safe), (down > 0).astype(np.float64))
     return meets, short, np.clip(1.0 - meets - short, 0.0, 1.0)
 
 
@@ -77,6 +148,41 @@ def practical_size(size: int | None, n: int) -> int | None:
     if size is None or size > min(PRACTICAL_FACTOR * n, MAX_COUNT):
         return None
     return size
+
+
+@dataclass(frozen=True, eq=False)
+class ReplicatePower:
+    """A comparison's power with K replicates a side (:meth:`Seeds.spread`).
+
+    Attributes:
+        seeds: K. resolution: z · σ(K) at the threshold (metric units).
+        confirm_probability: P(meets) at the expected gain.
+        false_meets: P(meets) at a true gain of exactly the threshold, the rate of a false
+            "meets" (its interval's 2.5 %, over m under Holm, when the interval holds the
+            whole spread; more with K = 1 and a seed spread, which it leaves out).
+        minimum_detectable_gain: the smallest gain confirmed with :data:`TARGET_POWER`
+            (None: none the model holds).
+        gpu_hours: K × one replicate's GPU·h (None: unknown).
+        meets: (P,) P(meets) along the comparison's curve gains.
+    """
+
+    seeds: int
+    resolution: float
+    confirm_probability: float
+    false_meets: float
+    minimum_detectable_gain: float | None
+    gpu_hours: float | None
+    meets: np.ndarray
+
+    def to_json(self) -> dict[str, Any]:
+        """``{seeds, resolution, confirm_probability, false_meets, minimum_detectable_gain,
+        gpu_hours}``."""
+        return {"seeds": self.seeds, "resolution": round(self.resolution, 4),
+                "confirm_probability": round(self.confirm_probability, 3),
+                "false_meets": round(self.false_meets, 4),
+                "minimum_detectable_gain": None if self.minimum_detectable_gain is None
+                else round(self.minimum_detectable_gain, 4),
+                "gpu_hours": None if self.gpu_hours is None else round(self.gpu_hours, 4)}
 
 
 @dataclass(frozen=True)
@@ -112,6 +218,8 @@ class ComparisonPower:
             it, so the campaign file's expected gain is at fault, not the test set; its
             figures are those of the largest gain the model holds, and it is never a
             reason to cut.
+        seeds: the seed spread, K and the comparisons under Holm the figures include.
+        by_seeds: the power with each K of :data:`SEED_COUNTS` (and the campaign's K).
         threshold_for_target: ``("at least" | "at most", t')``: the threshold at which the
             expected gain (twice t' when it is the default) is confirmed with that
             probability; None when none is.
@@ -137,6 +245,17 @@ class ComparisonPower:
     notes: tuple[str, ...] = ()
     examples_needed_reason: str | None = None
     headroom: float | None = None
+    seeds: Seeds = Seeds()
+    by_seeds: tuple[ReplicatePower, ...] = ()
+
+    @property
+    def confirmable_with(self) -> ReplicatePower | None:
+        """The fewest replicates of :attr:`by_seeds` that confirm the expected gain with
+        :data:`TARGET_POWER`, or None when none does. With a seed spread, K = 1 never
+        counts: its interval leaves the spread out, so its "meets" is as often false
+        (:attr:`ReplicatePower.false_meets` above the interval's level)."""
+        return next((r for r in self.by_seeds if r.confirm_probability >= TARGET_POWER
+                     and (r.seeds > 1 or self.seeds.sd == 0)), None)
 
     @property
     def past_headroom(self) -> bool:
@@ -182,6 +301,13 @@ class ComparisonPower:
             "examples_needed_reason": self.examples_needed_reason,
             "headroom": None if self.headroom is None else round(self.headroom, 4),
             "past_headroom": self.past_headroom,
+            "seeds": self.seeds.replicates, "seed_sd": self.seeds.sd,
+            "seed_sd_source": self.seeds.source,
+            "comparisons_controlled": self.seeds.comparisons,
+            "z_meets": round(z_meets(self.seeds.comparisons), 4),
+            "by_seeds": [r.to_json() for r in self.by_seeds],
+            "confirmable_with_seeds": None if self.confirmable_with is None
+            else self.confirmable_with.seeds,
             "threshold_for_target": None if bound is None
             else {"bound": bound[0], "min_gain": round(bound[1], 4)},
             "warning": self.warn, "notes": list(self.notes),
@@ -195,7 +321,7 @@ class ComparisonPower:
 def comparison_power(model: PairedModel, moments: Moments, *, variant: str, reference: str,
                      min_gain: float, expected_gain: float, metric: str = "",
                      goal: str = "max", expected_gain_source: str = "given",
-                     curve_points: int = 41) -> ComparisonPower:
+                     curve_points: int = 41, seeds: Seeds = Seeds()) -> ComparisonPower:
     """What one comparison can decide (package docstring), from ``model``'s ``moments``.
 
     A gain past the largest the model holds (the disagreement's limit, or the metric's
@@ -211,6 +337,9 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
             ``default`` says the expected gain is twice t, so the threshold that would
             serve (``threshold_for_target``) moves the expected gain with it.
         curve_points: points of the power curve.
+        seeds: the seed spread and K (:meth:`Seeds.spread`) and the comparisons under
+            Holm (*meets* at :func:`z_meets`); the default leaves seeds out (s = 0, K = 1,
+            one comparison), the test sampling alone.
     """
     n = moments.n
     top = moments.max_gain
@@ -232,49 +361,71 @@ def comparison_power(model: PairedModel, moments: Moments, *, variant: str, refe
 
     threshold = reachable(min_gain, "the threshold")
     expected = reachable(expected_gain, "the expected gain")
-    resolution = Z_INTERVAL * float(moments.at(threshold)[1])
+    z_meet = z_meets(seeds.comparisons)
+
+    def verdicts(gain: float | np.ndarray, t: float | np.ndarray, k: int = seeds.replicates
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        mean, sd_examples = moments.at(gain)
+        total, interval = seeds.spread(sd_examples, k)
+        return verdict_probabilities(mean, total, t, interval_sd=interval, z_meet=z_meet)
+
+    def total_sd(gain: float, k: int = seeds.replicates) -> float:
+        return float(seeds.spread(moments.at(gain)[1], k)[0])
+
+    resolution = Z_INTERVAL * total_sd(threshold)
     scenarios = []
     for case, gain in (("no gain", 0.0), ("threshold", threshold), ("expected gain", expected)):
-        mean, sd = moments.at(max(gain, float(moments.gains[0])))
-        meets, short, unsure = verdict_probabilities(mean, sd, min_gain)
+        meets, short, unsure = verdicts(max(gain, float(moments.gains[0])), min_gain)
         scenarios.append(Scenario(case, gain, float(meets), float(short), float(unsure)))
 
     fine = np.linspace(float(moments.gains[0]), top, 1201)
-    fine_mean, fine_sd = moments.at(fine)
-    fine_meets = verdict_probabilities(fine_mean, fine_sd, min_gain)[0]
-    detectable = _first_crossing(fine, fine_meets, TARGET_POWER)
+    detectable = _first_crossing(fine, verdicts(fine, min_gain)[0], TARGET_POWER)
 
-    sd_expected = float(moments.at(expected)[1])
+    sd_examples = float(moments.at(expected)[1])
     needed, why_none = None, "the expected gain does not exceed the threshold"
     if expected > min_gain:
-        gap_too_small = expected - min_gain < MIN_GAP_SHARE * resolution
-        needed = None if gap_too_small else practical_size(
-            _examples_for(sd_expected, expected - min_gain, n), n)
-        why_none = (f"{NO_PRACTICAL_SIZE} (gap {expected - min_gain:+.4g} to the threshold, "
-                    f"resolution ±{resolution:.4g})")
+        gap = expected - min_gain
+        target = gap / (z_meet + _Z_TARGET)
+        room = target ** 2 - 2 * seeds.sd ** 2 / seeds.replicates
+        gap_too_small = gap < MIN_GAP_SHARE * resolution
+        needed = None if gap_too_small or room <= 0 else practical_size(
+            max(1, math.ceil(n * sd_examples ** 2 / room)) if sd_examples > 0 else n, n)
+        why_none = (f"{NO_PRACTICAL_SIZE} (gap {gap:+.4g} to the threshold, "
+                    f"resolution ±{resolution:.4g}"
+                    + (", the seed spread alone is wider: more replicates, not examples)"
+                       if room <= 0 and not gap_too_small else ")"))
 
     bound: tuple[str, float] | None
     if expected_gain_source.startswith("default"):      # expected gain = 2 × threshold
-        halves = verdict_probabilities(fine_mean, fine_sd, fine / 2)[0]
+        halves = verdicts(fine, fine / 2)[0]
         lowest = _first_crossing(fine, np.where(fine > 0, halves, 0.0), TARGET_POWER)
         bound = None if lowest is None else ("at least", lowest / 2)
     else:
-        highest = float(moments.at(expected)[0]) - (Z_INTERVAL + _Z_TARGET) * sd_expected
+        highest = float(moments.at(expected)[0]) - (z_meet + _Z_TARGET) * total_sd(expected)
         bound = ("at most", highest) if highest > 0 else None
 
     low = max(float(moments.gains[0]), min(0.0, -resolution))
     high = min(top, max(2 * expected, min_gain + 4 * resolution, min_gain * 1.5))
     gains = np.linspace(low, high, curve_points)
-    mean, sd = moments.at(gains)
+    by_seeds = tuple(ReplicatePower(
+        seeds=k, resolution=Z_INTERVAL * total_sd(threshold, k),
+        confirm_probability=float(verdicts(expected, min_gain, k)[0]),
+        false_meets=float(verdicts(threshold, min_gain, k)[0]),
+        minimum_detectable_gain=_first_crossing(fine, verdicts(fine, min_gain, k)[0],
+                                                TARGET_POWER),
+        gpu_hours=None if seeds.gpu_hours is None else k * seeds.gpu_hours,
+        meets=verdicts(gains, min_gain, k)[0])
+        for k in sorted(set(SEED_COUNTS) | {seeds.replicates}))
     return ComparisonPower(
         variant=variant, reference=reference, metric=metric, goal=goal, n_test=n,
         min_gain=min_gain, expected_gain=expected_gain,
         expected_gain_source=expected_gain_source, inputs=dict(model.inputs),
         resolution=resolution, scenarios=tuple(scenarios),
         minimum_detectable_gain=detectable, examples_needed=needed,
-        threshold_for_target=bound, curve=(gains, *verdict_probabilities(mean, sd, min_gain)),
+        threshold_for_target=bound, curve=(gains, *verdicts(gains, min_gain)),
         notes=tuple(dict.fromkeys(notes)),
-        examples_needed_reason=None if needed is not None else why_none, headroom=headroom)
+        examples_needed_reason=None if needed is not None else why_none, headroom=headroom,
+        seeds=seeds, by_seeds=by_seeds)
 
 
 def _first_crossing(x: np.ndarray, y: np.ndarray, level: float) -> float | None:

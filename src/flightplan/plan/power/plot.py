@@ -12,8 +12,9 @@ __all__ = ["power_png"]
 
 def power_png(power: CampaignPower, *, title: str = "") -> bytes:
     """Each comparison's power curve (probability of each verdict against the true gain,
-    threshold and expected gain marked), one panel per comparison, as PNG bytes
-    (matplotlib, Agg).
+    threshold and expected gain marked, and P(meets) with the other replicate counts of
+    :data:`~flightplan.plan.power.comparison.SEED_COUNTS` dashed), one panel per
+    comparison, as PNG bytes (matplotlib, Agg).
 
     Raises:
         ValueError: no comparison has a computed power.
@@ -30,6 +31,10 @@ def power_png(power: CampaignPower, *, title: str = "") -> bytes:
         axes.plot(gains, meets, color="tab:green", label="meets")
         axes.plot(gains, short, color="tab:red", label="does not meet")
         axes.plot(gains, unsure, color="tab:gray", label="inconclusive")
+        for replicate, style in zip((r for r in comparison.by_seeds
+                                     if r.seeds != comparison.seeds.replicates), ("--", ":")):
+            axes.plot(gains, replicate.meets, color="tab:green", linestyle=style,
+                      label=f"meets, K={replicate.seeds} seeds")
         axes.axvline(comparison.min_gain, color="black", linestyle="--",
                      label=f"threshold {comparison.min_gain:+g}")
         axes.axvline(comparison.expected_gain, color="tab:blue", linestyle=":",
