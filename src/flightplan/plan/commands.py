@@ -224,7 +224,8 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
     uncertain, measured = uncertainties(result.schedule, calibrated.estimates)
     test, why = read_test_split(spec)
-    power = campaign_power(spec, test, why_unknown=why, models=calibrated.models)
+    power = campaign_power(spec, test, why_unknown=why, models=calibrated.models,
+                           seed_spread=calibrated.seed_spread)
     if gantt is not None:
         _write_png("--gantt", gantt, gantt_png(result.schedule, window_s=result.window_s,
                                                 title=spec.campaign.name))

@@ -364,3 +364,27 @@ def test_calibration_json_reads_back_and_refuses_another_format():
 def test_the_runner_stages_are_the_runner_s():
     from flightplan.run.stages import RUNNER_STAGES as RUNNER_OWN
     assert RUNNER_STAGES == RUNNER_OWN
+
+
+def test_plan_from_takes_the_seed_spread_an_earlier_campaign_measured(tmp_path):
+    """A run of the earlier campaign whose record holds ``seed_sd`` (the sd of its metric
+    over its replicates) gives that spread to the comparison of the same run, named as its
+    source; a record without it (one seed, or written before replicates) leaves the
+    default."""
+    spec = _spec(tmp_path)
+    data = _calibration().to_json()
+    assert all(r["seed_sd"] is None for r in data["runs"])
+    before = calibrate(spec, Calibration.from_json(data, source="test"), code_versions=VERSIONS)
+    assert before.seed_spread == {}
+    del data["runs"][1]["seed_sd"]                # a record written before replicates
+    assert calibrate(spec, Calibration.from_json(data, source="test"),
+                     code_versions=VERSIONS).seed_spread == {}
+    data["runs"][1]["seed_sd"] = 0.012
+    after = calibrate(spec, Calibration.from_json(data, source="test"), code_versions=VERSIONS)
+    assert after.seed_spread == {"lora": (0.012, "measured in campaign tiny (lora over its "
+                                                 "replicates)")}
+    split = Split(80, {"negative": 27, "neutral": 27, "positive": 26}, "test")
+    (power,) = campaign_power(spec, split, seed_spread=after.seed_spread).comparisons
+    assert (power.seeds.sd, power.seeds.source) == after.seed_spread["lora"]
+    (default,) = campaign_power(spec, split).comparisons
+    assert default.seeds.sd == 0.025 and power.resolution < default.resolution
