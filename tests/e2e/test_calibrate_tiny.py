@@ -11,7 +11,6 @@ naming the finding.
 
 from __future__ import annotations
 
-
 import json
 import math
 import shutil
