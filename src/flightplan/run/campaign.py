@@ -130,6 +130,7 @@ class _Campaign:
         # variant name → the model of paired outcomes it measured for that comparison
         self.calibrated = dict(calibrated.durations) if calibrated else {}
         self.measured_models = dict(calibrated.models) if calibrated else {}
+        self.seed_spread = dict(calibrated.seed_spread) if calibrated else {}
         self.tasks = tasks                      # run name → its task, loaded once
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
@@ -387,7 +388,7 @@ class _Campaign:
                                 if r.reference is not None and r.name not in done],
             gpu_hours=gpu_hours, test=test, reference=reference,
             reference_source=f"pilot of {self.spec.control.name}",
-            measured=self.measured_models,
+            measured=self.measured_models, seed_spread=self.seed_spread,
             why_unknown="the data check counted no test examples (the task reads the "
                         "corpus itself)")
 

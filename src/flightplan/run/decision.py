@@ -315,7 +315,8 @@ def _plausible(share: float, examples: int | None) -> tuple[float, float]:
 def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapping[str, float],
                   test: TestSplit | None, reference: Predictions | None,
                   reference_source: str, why_unknown: str = "",
-                  measured: Mapping[str, PairedModel] | None = None) -> ValueRanking:
+                  measured: Mapping[str, PairedModel] | None = None,
+                  seed_spread: Mapping[str, tuple[float, str]] | None = None) -> ValueRanking:
     """Rank the variants not yet run by decision value per GPU-hour (module docstring).
 
     A classification metric's comparisons are modelled with the reference of
@@ -344,6 +345,9 @@ def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapp
             measured it); a column metric takes the measured model as it is (the spread
             of its per-example differences). Comparisons without one take the campaign
             file's figures.
+        seed_spread: variant name → (sd over seeds, source) an earlier campaign measured
+            (:attr:`flightplan.plan.calibration.Calibrated.seed_spread`); the others take
+            the default (:func:`flightplan.plan.power.campaign_seeds`).
 
     Returns:
         The ranking; a variant whose power cannot be computed is in ``not_computed``.
@@ -371,7 +375,8 @@ def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapp
     waiting = set(pending)
     rankings, everyones = [], []
     for models in model_sets:
-        power = campaign_power(spec, test, why_unknown=why_unknown, models=models or None)
+        power = campaign_power(spec, test, why_unknown=why_unknown, models=models or None,
+                               seed_spread=seed_spread)
         comparisons = {c.variant: c for c in power.comparisons if c.variant in waiting}
         rankings.append((power, comparisons, rank_by_value(
             comparisons, {name: gpu_hours[name] for name in comparisons})))

@@ -339,3 +339,29 @@ def test_a_cut_needs_the_favourable_end_of_the_measured_disagreement_too():
     assert ("evidence: 8 predictions of pilot of control and the test split's class shares; "
             "disagreement 0.025 measured on 4000 examples (results of earlier-4000), cut at "
             "every plausible value from 0.0206 to 0.0303") in reason
+
+
+def test_the_decision_point_takes_the_seed_spread_an_earlier_campaign_measured():
+    """A seed spread measured over replicates (``plan --from``'s) replaces the default
+    0.025 in that variant's power (a spread of 0: the test sampling alone), and so moves
+    both variants' decision values; the other comparison keeps the default."""
+    from flightplan.plan.power import TestSplit, campaign_power
+    from flightplan.run.decision import rank_variants
+
+    spec = _tiny_spec()
+    pilot = _pairs(["aa", "bb", "ab", "ba", "aa", "bb", "aa", "bb"])
+    hours = {"lora-r4": 0.01, "lora-r4-len128": 0.02}
+    test = TestSplit(379, {"a": 190, "b": 189}, "by hand")
+
+    def values(spread):
+        ranked = rank_variants(spec, pending=list(hours), gpu_hours=hours, test=test,
+                               reference=pilot, reference_source="pilot of control",
+                               seed_spread=spread).ranked
+        return {r.variant: r.decision_value for r in ranked}
+
+    default, measured = values(None), values({"lora-r4": (0.0, "results of earlier")})
+    assert measured["lora-r4"] != default["lora-r4"]
+    assert measured["lora-r4-len128"] != default["lora-r4-len128"]  # its P(not other) moved
+    power = campaign_power(spec, test, seed_spread={"lora-r4": (0.0, "results of earlier")})
+    assert {c.variant: c.seeds.sd for c in power.comparisons} == {"lora-r4": 0.0,
+                                                                  "lora-r4-len128": 0.025}
