@@ -62,8 +62,11 @@ Where the table at gain 0 comes from, best first:
 
 1. paired predictions of the two runs (a previous campaign's, a pilot's):
    :func:`model_from_predictions` symmetrises their triples;
-2. one run's predictions (the pilot's control): :func:`model_from_reference` keeps its
-   confusion matrix and makes the other run from the disagreement;
+2. one run's predictions: :func:`model_from_reference` keeps its confusion matrix and
+   makes the other run from the disagreement; the decision point's pilot, a few dozen
+   predictions of a few steps' control, is evidence, not the whole truth:
+   :func:`model_from_pilot` takes the test split's class shares and the pilot's accuracy
+   weighed against a prior worth :data:`PILOT_PRIOR_EXAMPLES` examples;
 3. nothing measured: :func:`default_model` assumes a reference right on
    :data:`DEFAULT_REFERENCE_ACCURACY` of each class's examples, its errors spread evenly
    over the other classes, class shares from the test split's labels (two balanced
@@ -73,7 +76,17 @@ Where the table at gain 0 comes from, best first:
 In 2 and 3 the other run differs from the reference on a fraction d of the examples, each
 time with one of the two right: d/2 taken from the examples the reference gets right
 (the variant's error then follows the reference's own errors on that class) and d/2 from
-those it gets wrong (the variant right); then the table is symmetrised.
+those it gets wrong (the variant right); then the table is symmetrised. An assumed d
+grows with the gain it must explain (:data:`EXPLAIN_TILT`), and a gain past the
+reference's headroom (what a variant right on every example gains) is named, never a
+reason to cut.
+
+**Seeds and Holm.** Training randomness adds each side's per-replicate seed variance s²
+over K replicates to the test sampling's: σ²(K) = σ_ex² + 2 s²/K
+(:meth:`~flightplan.plan.power.comparison.Seeds.spread`; s measured by an earlier
+campaign, else :data:`DEFAULT_SEED_SD` for a classification metric). Under Holm *meets*
+is taken at the conservative Bonferroni level (:func:`z_meets`). The power is shown for
+each K of :data:`SEED_COUNTS`.
 
 **Column metrics** (``mean:<column>``) have a closed form: the gain is the mean of
 per-example differences, so σ = sd/√n with sd the standard deviation of the per-example
@@ -84,9 +97,9 @@ the power is not computed.
 
 Assumptions worth knowing: the interval's half-width is z·σ at the true gain (a percentile
 bootstrap's half-width varies a little from one test set to another); examples are
-independent and drawn like the ones the model came from; each comparison is taken alone
-(the campaign answers "yes" when any one meets, so more comparisons are more chances of a
-lucky one).
+independent and drawn like the ones the model came from; the verdicts of different
+comparisons are taken as independent (decision value); Holm's power is bounded below by
+Bonferroni's.
 
 Usage::
 
