@@ -90,10 +90,12 @@ def test_resolution_comes_from_the_measured_disagreement(closed):
                                  expected_gain=0.1, expected_gain_source="default")
         assert measured["model"]["disagreement"] == model.inputs["disagreement"]
         # the plan adds the default seed spread of both sides (one seed) to the test
-        # sampling's: 1.96 · √(σ_ex² + 2 · 0.025²)
-        assert measured["seed_sd"] == 0.025 and measured["seeds"] == 1
+        # sampling's, 1.96 · √(σ_ex² + 2 · 0.025²), unless the runs measured never
+        # disagree (then no seed makes a gain either)
+        seed_sd = 0.0 if model.inputs["disagreement"] == 0 else 0.025
+        assert measured["seed_sd"] == seed_sd and measured["seeds"] == 1
         assert measured["resolution"] == pytest.approx(
-            1.959964 * math.sqrt((alone.resolution / 1.959964) ** 2 + 2 * 0.025 ** 2),
+            1.959964 * math.sqrt((alone.resolution / 1.959964) ** 2 + 2 * seed_sd ** 2),
             abs=1e-4)
         # the test sampling's part is what close's interval measured
         half_width = (comparison["ci_high"] - comparison["ci_low"]) / 2
