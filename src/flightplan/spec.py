@@ -102,7 +102,7 @@ class CampaignSection(_Strict):
     Planning assumptions for the power of each comparison (:mod:`flightplan.plan.power`),
     used until something measured replaces them: ``expected_disagreement`` (a
     classification metric) is the share of test examples on which a variant's and its
-    reference's predictions are expected to differ, in (0, 1] (default
+    reference's predictions are expected to differ, in (0, 1) (default
     :data:`flightplan.plan.power.DEFAULT_DISAGREEMENT`); ``expected_difference_sd`` (a
     ``mean:<column>`` metric) is the expected standard deviation of the per-example
     difference between the two runs' column, in the column's units.
@@ -120,7 +120,7 @@ class CampaignSection(_Strict):
     goal: Literal["max", "min"] = "max"
     min_gain: Float = Field(ge=0)
     accept_at_least: Float | None = None
-    expected_disagreement: Float | None = Field(default=None, gt=0, le=1)
+    expected_disagreement: Float | None = None
     expected_difference_sd: Float | None = Field(default=None, gt=0)
     seeds: Int = Field(default=1, ge=1, le=MAX_SEEDS)
     multiple: Literal["holm", "none"] = "holm"
@@ -146,6 +146,16 @@ class CampaignSection(_Strict):
                 check_goal(parse_metric(info.data["metric"]), value)
             except SpecError as exc:
                 raise ValueError(exc.reason) from None
+        return value
+
+    @field_validator("expected_disagreement")
+    @classmethod
+    def _a_share_strictly_between(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value < 1:
+            raise ValueError(f"{value:g} is not a share in (0, 1): at 0 the two runs always "
+                             f"predict the same, so no gain could exist, and at 1 they never "
+                             f"agree; give the share of test examples on which they are "
+                             f"expected to differ, e.g. 0.25")
         return value
 
     @field_validator("min_gain", "accept_at_least")

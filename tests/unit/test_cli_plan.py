@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -55,7 +56,17 @@ def test_plan_warns_that_the_main_job_cannot_confirm_its_threshold(tmp_path: Pat
                                               "neutral": round(36 / 379, 4),
                                               "positive": round(248 / 379, 4)}
     assert first["warning"] and first["confirm_probability"] < 0.5
-    assert 0.045 < first["resolution"] < 0.065 and first["examples_needed"] > 379
+    # the resolution adds the default seed spread of both sides to the test sampling's:
+    # 1.96 · √(σ_ex² + 2 · 0.025²), σ_ex ≈ 0.028 → about ±0.088
+    assert first["seed_sd"] == 0.025 and first["seeds"] == 1
+    assert 0.08 < first["resolution"] < 0.095
+    # Holm over the 2 comparisons: meets at Φ⁻¹(1 − 0.025/2) = 2.2414; then the seed
+    # spread alone (2 · 0.025² = 0.00125) is more than (0.05 / (2.2414 + 0.8416))² =
+    # 0.00026: no test size confirms +0.1 with one seed
+    assert first["comparisons_controlled"] == 2 and first["z_meets"] == 2.2414
+    assert first["examples_needed"] is None and "more replicates, not examples" in \
+        first["examples_needed_reason"]
+    assert [r["seeds"] for r in first["by_seeds"]] == [1, 3, 5]
     assert [s["case"] for s in first["verdict_probabilities"]] == \
         ["no gain", "threshold", "expected gain"]
     plot = tmp_path / "power.png"
@@ -67,11 +78,14 @@ def test_plan_warns_that_the_main_job_cannot_confirm_its_threshold(tmp_path: Pat
     assert ("lora-r8 − control: a gain of at least +0.05 macro_f1 cannot be confirmed reliably "
             "with 379 test examples.") in text
     assert f"Resolution ±{first['resolution']:.3f}" in text
-    assert f"minimum detectable gain {first['minimum_detectable_gain']:+.3f}" in text
-    needed = int(float(f"{first['examples_needed']:.2g}"))
-    assert f"about {needed:,} test examples would confirm +0.1" in text
-    assert "Fixes: more test examples" in text and "a larger threshold" in text \
-        and "fewer comparisons" in text
+    shown = re.search(r"minimum detectable gain ([+-]\d\.\d{3})", text)
+    assert float(shown.group(1)) == pytest.approx(first["minimum_detectable_gain"], abs=6e-4)
+    # the power with K = 1, 3, 5 seeds side by side, and the K that confirms +0.1
+    assert "POWER WITH SEEDS" in text and "K=1" in text and "K=5" in text
+    assert ("for +0.1: no test set of practical size settles it (gap +0.05 to the "
+            "threshold") in text and "more replicates, not examples" in text
+    assert "Fixes: more test examples" not in text          # a fix that does not help
+    assert "a larger threshold" in text and "fewer comparisons" in text
 
 
 def test_power_plot_without_a_test_split_exits_2(tmp_path: Path) -> None:

@@ -61,9 +61,13 @@ CASES = [
     (("run", 0, "tier"), "vital", r"run\[0\]\.tier: 'vital' is not allowed"),
     (("campaign_dir",), "/etc", r"unknown key 'campaign_dir'"),
     (("campaign", "expected_disagreement"), 0,
-     r"campaign\.expected_disagreement: 0: input should be greater than 0"),
+     r"campaign\.expected_disagreement: 0 is not a share in \(0, 1\): at 0 the two "
+     r"runs always predict the same"),
+    (("campaign", "expected_disagreement"), 1,
+     r"campaign\.expected_disagreement: 1 is not a share in \(0, 1\).*at 1 they never "
+     r"agree; give the share"),
     (("campaign", "expected_disagreement"), 1.5,
-     r"campaign\.expected_disagreement: 1\.5: input should be less than or equal to 1"),
+     r"campaign\.expected_disagreement: 1\.5 is not a share in \(0, 1\)"),
     (("campaign", "expected_difference_sd"), 0.2,
      r"campaign: expected_difference_sd is for a mean:<column> metric, and macro_f1 is a "
      r"classification metric; give expected_disagreement"),

@@ -39,7 +39,8 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from flightplan.metrics import CONFIDENCE, N_RESAMPLES, SEED, Metric, Predictions, paired
-from flightplan.plan.power import examples_to_settle, rounded_count
+from flightplan.plan.power import (MAX_COUNT, NO_PRACTICAL_SIZE, examples_to_settle,
+                                   rounded_count)
 
 __all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude"]
 
@@ -143,7 +144,7 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
                        f"set cannot tell whether {names} "
                        f"{'does' if len(unsure) == 1 else 'do'}.")
             for c in unsure:
-                verdict += f" {c['variant']} ({_gain_text(c, goal)}): {_settle_text(c)}."
+                verdict += f" {c['variant']} ({_gain_text(c, goal)}): {_settle_text(c, min_gain)}."
         elif missing:
             answer = "inconclusive"
             which = ("no variant compared" if len(missing) < len(comparisons)
@@ -158,12 +159,15 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             "answer": answer, "verdict": verdict, "comparisons": comparisons}
 
 
-def _settle_text(comparison: dict[str, Any]) -> str:
-    """What would settle an inconclusive comparison, in words."""
+def _settle_text(comparison: dict[str, Any], min_gain: float) -> str:
+    """What would settle an inconclusive comparison, in words: a test size (at most 7
+    digits, :func:`flightplan.plan.power.practical_size`), or that none of practical size
+    does, with the gap between the gain and the threshold."""
     count = comparison.get("examples_to_settle")
-    if count is None:
-        return ("its interval straddles the threshold and its gain sits on it: no test size "
-                "would likely settle it")
+    if count is None or count > MAX_COUNT:
+        gap = float(comparison["gain"]) - min_gain
+        return (f"its interval straddles the threshold and {NO_PRACTICAL_SIZE} (its gain is "
+                f"{gap:+.4f} from the threshold)")
     now = comparison.get("n_examples")
     return (f"its interval straddles the threshold; about {rounded_count(count):,} test "
             f"examples" + (f" (now {now})" if now else "") + " would likely settle it")

@@ -234,6 +234,8 @@ class MeasuredRun:
             never timed). executions: how many processes.
         predictions: its predictions file, relative to ``results/`` (None: none).
         figures: what its rows measured (None: no rows).
+        seed_sd: the standard deviation of its decision metric over its replicates (None:
+            not measured, e.g. one seed, or a record written before replicates).
     """
 
     name: str
@@ -251,6 +253,7 @@ class MeasuredRun:
     executions: int
     predictions: str | None
     figures: RunFigures | None
+    seed_sd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``runs[]`` entry of ``calibration.json`` (hours for the observed duration)."""
@@ -366,7 +369,8 @@ def _measured_run(r: Mapping[str, Any]) -> MeasuredRun:
         base_revision=r["base_revision"], corpus_view=dict(r["corpus_view"]),
         observed_s=_seconds(r["observed_hours"]), executions=int(r["executions"]),
         predictions=r["predictions"],
-        figures=None if figures is None else RunFigures(**figures))
+        figures=None if figures is None else RunFigures(**figures),
+        seed_sd=None if r.get("seed_sd") is None else float(r["seed_sd"]))
 
 
 def calibration_record(spec: CampaignSpec, *, runs: Sequence[Mapping[str, Any]],
@@ -482,6 +486,9 @@ class Calibrated:
         estimates: every duration and power figure, file order (stages, runs, comparisons).
         models: variant name → the model of paired outcomes measured for its comparison,
             for :func:`flightplan.plan.power.campaign_power`.
+        seed_spread: variant name → (sd of the metric over seeds, source) the earlier
+            campaign measured over the replicates of the same run (the variant's, else
+            its reference's), for :func:`flightplan.plan.power.campaign_power`.
         campaign: the earlier campaign's name (None: nothing to calibrate from).
     """
 
@@ -489,6 +496,7 @@ class Calibrated:
     estimates: tuple[Estimate, ...]
     models: Mapping[str, PairedModel] = field(default_factory=dict)
     campaign: str | None = None
+    seed_spread: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
 
 def _flat(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -856,7 +864,24 @@ def calibrate(spec: CampaignSpec, calibration: Calibration | None, *,
     durations = {e.subject: Duration(max(1, round(e.value * SECONDS_PER_HOUR))) for e in estimates
                  if e.source != "guess"}
     return Calibrated(durations, tuple(estimates + power), models,
-                      None if calibration is None else calibration.campaign)
+                      None if calibration is None else calibration.campaign,
+                      {} if matcher is None else _seed_spread(spec, matcher))
+
+
+def _seed_spread(spec: CampaignSpec, matcher: "_Matcher") -> dict[str, tuple[float, str]]:
+    """Variant → the seed spread the earlier campaign measured for the same run (its
+    whole configuration: :meth:`_Matcher.exact`), the variant's, else its reference's."""
+    out = {}
+    for run in spec.runs:
+        if run.reference is None:
+            continue
+        for side in [run] + [r for r in spec.runs if r.name == run.reference]:
+            found = matcher.exact(side)
+            if found is not None and found.seed_sd is not None:
+                out[run.name] = (found.seed_sd, f"measured in campaign {matcher.c.campaign} "
+                                                f"({found.name} over its replicates)")
+                break
+    return out
 
 
 # ---------------------------------------------------------------- hours it can move

@@ -43,7 +43,7 @@ from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
 from flightplan.plan.lint import LintWarning
-from flightplan.plan.power import (TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
+from flightplan.plan.power import (PRACTICAL_FACTOR, TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
                                    campaign_power, power_png, rounded_count)
 from flightplan.plan.quote import Quote, quote_for_job
 from flightplan.spec import CampaignSpec, load_spec
@@ -224,7 +224,8 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     result = plan_campaign(spec, extend=parse_extensions(extend), durations=calibrated.durations)
     uncertain, measured = uncertainties(result.schedule, calibrated.estimates)
     test, why = read_test_split(spec)
-    power = campaign_power(spec, test, why_unknown=why, models=calibrated.models)
+    power = campaign_power(spec, test, why_unknown=why, models=calibrated.models,
+                           seed_spread=calibrated.seed_spread)
     if gantt is not None:
         _write_png("--gantt", gantt, gantt_png(result.schedule, window_s=result.window_s,
                                                 title=spec.campaign.name))
@@ -407,7 +408,8 @@ def _print_power(console: Console, power: CampaignPower) -> None:
                           f"probability (%) of meets / does not meet / inconclusive if the "
                           f"true gain is 0, the threshold, the expected gain; EXAMPLES: the "
                           f"test size that confirms the expected gain with {target} "
-                          f"probability",
+                          f"probability (impractical: more than {PRACTICAL_FACTOR} times "
+                          f"the test split, or a gap under a tenth of the resolution)",
                   caption_justify="left")
     for header in ("COMPARISON", "RESOLUTION", "DETECTABLE", "EXPECTED", "P IF 0",
                    "P AT THRESHOLD", "P IF EXPECTED", f"EXAMPLES FOR {target}"):
@@ -419,13 +421,48 @@ def _print_power(console: Console, power: CampaignPower) -> None:
                       "beyond reach" if detectable is None else f"{detectable:+.3f}",
                       f"{c.expected_gain:+.3g}", _verdicts(c, "no gain"),
                       _verdicts(c, "threshold"), _verdicts(c, "expected gain"),
-                      "never" if c.examples_needed is None else f"{c.examples_needed:,}")
+                      f"{c.examples_needed:,}" if c.examples_needed is not None
+                      else "never" if c.expected_gain <= c.min_gain else "impractical")
     console.print(table)
+    _print_seeds(console, power)
     for line in dict.fromkeys(_assumptions(c) for c in power.comparisons):
         console.print(f"assumed: {escape(line)}")
     for c in power.warnings:
         console.print(Panel(escape(_warning(c)), title="POWER WARNING", title_align="left",
                             border_style="bold red", style="bold"))
+
+
+def _print_seeds(console: Console, power: CampaignPower) -> None:
+    """The power with K = 1, 3, 5 replicates side by side, and per comparison the fewest
+    that confirm its expected gain, with their GPU-hours."""
+    first = power.comparisons[0]
+    counts = [r.seeds for r in first.by_seeds]
+    seeds = first.seeds
+    holm = (f"; meets at the Bonferroni level of {seeds.comparisons} comparisons (Holm)"
+            if seeds.comparisons > 1 else "")
+    table = Table(title=f"POWER WITH SEEDS: K replicates a side, seed spread sd "
+                        f"{seeds.sd:g} ({escape(seeds.source)}){holm}",
+                  title_justify="left",
+                  caption="each cell: P(meets) at the expected gain / P(meets) at the "
+                          "threshold (a false 'meets') / resolution (±) / GPU·h of the "
+                          "variant's K replicates. With one seed the interval leaves the "
+                          "seed spread out, so it 'meets' more often, falsely too: K=1 "
+                          "never counts as confirming when there is a seed spread",
+                  caption_justify="left")
+    table.add_column("COMPARISON")
+    for k in counts:
+        table.add_column(f"K={k}", justify="right", no_wrap=True)
+    table.add_column("CONFIRMS WITH", justify="right")
+    for c in power.comparisons:
+        cells = [f"{_percent(r.confirm_probability)}% / {r.false_meets:.1%} / "
+                 f"±{r.resolution:.3f} / "
+                 + ("?" if r.gpu_hours is None else f"{r.gpu_hours:.3g}") for r in c.by_seeds]
+        enough = c.confirmable_with
+        table.add_row(escape(f"{c.variant} − {c.reference}"), *cells,
+                      f"no K up to {counts[-1]}" if enough is None else
+                      f"K={enough.seeds}" + ("" if enough.gpu_hours is None
+                                             else f" ({enough.gpu_hours:.3g} GPU·h)"))
+    console.print(table)
 
 
 def _assumptions(comparison: ComparisonPower) -> str:
@@ -456,34 +493,52 @@ def _warning(c: ComparisonPower) -> str:
                 f"gain: this comparison can only end without meeting the threshold. Fixes: a "
                 f"bolder variant (its settings, as measured, change no prediction); or cut it "
                 f"and spend its hours on the other comparisons.")
+    if c.past_headroom:
+        return (f"{c.variant} − {c.reference}: its expected gain {c.expected_gain:+.3g} "
+                f"{c.metric} ({c.expected_gain_source}) is past the reference's headroom "
+                f"({c.headroom:+.3g}: a variant right on every test example gains no more), "
+                f"so no variant can show it and its power figures are those of a smaller "
+                f"gain. Fix: an expected gain the metric allows ([[run]] expected_gain at "
+                f"most {c.headroom:+.3g}); the test set is not at fault, and the decision "
+                f"point does not cut a variant for it.")
     assumed = source.startswith(("default", "campaign file"))
     expected = c.scenario("expected gain")
+    gain = expected.true_gain
+    named = f"{gain:+.3g}" if gain == c.expected_gain else (
+        f"{gain:+.3g} (the largest gain the {'assumed' if assumed else 'measured'} "
+        f"disagreement allows; the expected gain {c.expected_gain:+.3g} is past it)")
     detectable = (f"no gain the {'assumed' if assumed else 'measured'} disagreement allows"
                   if c.minimum_detectable_gain is None else f"{c.minimum_detectable_gain:+.3f}")
     text = (f"{c.variant} − {c.reference}: a gain of at least {c.min_gain:+g} {c.metric} cannot "
             f"be confirmed reliably with {c.n_test} test examples. If {c.variant} truly gains "
-            f"{c.expected_gain:+.3g} (the expected gain; {c.expected_gain_source}), the "
+            f"{named} (the expected gain; {c.expected_gain_source}), the "
             f"comparison meets the threshold with probability {expected.meets:.0%} and is "
             f"inconclusive with {expected.inconclusive:.0%}. Resolution ±{c.resolution:.3f} "
             f"(the interval's expected half-width); minimum detectable gain {detectable} "
             f"(confirmed with {TARGET_POWER:.0%} probability); ")
     if c.examples_needed is None:
-        text += ("no test size confirms the expected gain, which does not exceed the "
-                 "threshold.")
+        text += f"for {gain:+.3g}: {c.examples_needed_reason}."
     else:
         text += (f"about {rounded_count(c.examples_needed):,} test examples would confirm "
-                 f"{c.expected_gain:+.3g} with {TARGET_POWER:.0%} probability.")
+                 f"{gain:+.3g} with {TARGET_POWER:.0%} probability.")
     fixes = []
-    if c.examples_needed is not None:
+    enough = c.confirmable_with
+    if enough is not None and enough.seeds > c.seeds.replicates:
+        fixes.append(f"more replicates ([campaign] seeds = {enough.seeds} confirms it with "
+                     f"probability {enough.confirm_probability:.0%}"
+                     + ("" if enough.gpu_hours is None else
+                        f", {enough.gpu_hours:.3g} GPU·h for {c.variant}") + ")")
+    if c.examples_needed is not None and c.examples_needed > c.n_test:
         fixes.append(f"more test examples (about {rounded_count(c.examples_needed):,}, "
                      f"now {c.n_test})")
     bound = c.threshold_for_target
-    if bound is not None and bound[0] == "at least":
+    if bound is not None and bound[0] == "at least" and bound[1] > c.min_gain \
+            and (c.headroom is None or 2 * bound[1] <= c.headroom):
         fixes.append(f"a larger threshold (min_gain at least {bound[1]:+.3f}, the expected "
                      f"gain then twice it; or a bolder variant)")
-    elif bound is not None:
+    elif bound is not None and bound[0] == "at most" and bound[1] < c.min_gain:
         fixes.append(f"a threshold the test set can resolve (min_gain at most {bound[1]:+.3f} "
-                     f"for the expected gain {c.expected_gain:+.3g})")
+                     f"for the expected gain {gain:+.3g})")
     fixes.append("fewer comparisons (a variant that cannot confirm its gain spends GPU hours "
                  "without deciding anything: cut it, or spend its hours on a larger test set)")
     return text + " Fixes: " + "; ".join(fixes) + "."

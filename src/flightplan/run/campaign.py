@@ -130,6 +130,7 @@ class _Campaign:
         # variant name → the model of paired outcomes it measured for that comparison
         self.calibrated = dict(calibrated.durations) if calibrated else {}
         self.measured_models = dict(calibrated.models) if calibrated else {}
+        self.seed_spread = dict(calibrated.seed_spread) if calibrated else {}
         self.tasks = tasks                      # run name → its task, loaded once
         self.executor, self.console, self.board, self.quiet = executor, console, board, quiet
         self.dir = spec.campaign_dir
@@ -371,7 +372,8 @@ class _Campaign:
     def _value_ranking(self, report: DataCheckReport, estimates: Mapping[str, Any],
                        done: set[str]) -> ValueRanking:
         """The variants not run yet, ranked by decision value per GPU-hour of their
-        re-estimate, from the pilot's predictions on the whole test split."""
+        re-estimate, on the test split the data check counted, with the pilot's predictions
+        as evidence on the reference (:func:`flightplan.run.decision.rank_variants`)."""
         split = report.splits.get("test") if report.splits else None
         test = TestSplit(split.rows, split.labels, "the data check") if split else None
         path = RunDir(self.dir / "runs" / pilot_id(self._control().run_id)).predictions
@@ -386,7 +388,7 @@ class _Campaign:
                                 if r.reference is not None and r.name not in done],
             gpu_hours=gpu_hours, test=test, reference=reference,
             reference_source=f"pilot of {self.spec.control.name}",
-            measured=self.measured_models,
+            measured=self.measured_models, seed_spread=self.seed_spread,
             why_unknown="the data check counted no test examples (the task reads the "
                         "corpus itself)")
 

@@ -12,13 +12,16 @@ full campaign (:func:`choose`, a :class:`Choice`).
 
 Beside the window, the decision point asks which result would change the campaign's
 answer (:func:`rank_variants`, from :mod:`flightplan.plan.power`): the power of every
-comparison not yet made is computed again from the pilot's own predictions (the control's
-confusion matrix, the other run made from the campaign's disagreement, or the one an
-earlier campaign measured with ``[calibrate] from``) on the whole test split, and those
-variants are ranked by decision value (the probability that their result changes the
-choice) per GPU-hour of their re-estimated duration. A variant whose result
-cannot change the answer (it cannot reach a conclusive verdict, or every outcome leads to
-the same choice) is proposed for cut with that reason, beside the window's reasons
+comparison not yet made is computed again on the test split's size and class shares (the
+data check's), with a reference whose accuracy is the pilot's few predictions weighed
+against a prior worth :data:`~flightplan.plan.power.PILOT_PRIOR_EXAMPLES` examples
+(:func:`~flightplan.plan.power.model_from_pilot`) and the campaign's disagreement, or the
+one an earlier campaign measured with ``[calibrate] from``; those variants are ranked by
+decision value (the probability that their result changes the choice) per GPU-hour of
+their re-estimated duration. A variant whose result cannot change the answer (it cannot
+reach a conclusive verdict, or every outcome leads to the same choice) at every plausible
+disagreement, the favourable end of its range included, is proposed for cut with that
+reason and its evidence, beside the window's reasons
 (:func:`with_value_cuts`): an optional one is cut while some variant can change the answer
 (an essential run, or one a kept variant is compared against, never is). ``--decide``
 still has the last word.
@@ -39,11 +42,13 @@ from typing import AbstractSet, Any, Callable, Mapping, Sequence
 from flightplan.ledger_rows import DecisionRow
 from flightplan.errors import CheckFailed
 from flightplan.metrics import Predictions, parse_metric
-from flightplan.plan.power import (DEFAULT_DISAGREEMENT, PairedModel, Ranked, TestSplit,
-                                   campaign_power, model_from_reference, rank_by_value)
+from flightplan.plan.power import (DEFAULT_DISAGREEMENT, Z_INTERVAL, PairedModel, Ranked,
+                                   TestSplit, campaign_power, default_model, gain_to_explain,
+                                   model_from_pilot, rank_by_value)
 from flightplan.spec import CampaignSpec
 
-__all__ = ["Choice", "Decision", "DECISIONS", "ValueRanking", "cut_steps", "choose",
+__all__ = ["Choice", "Decision", "DECISIONS", "ASSUMED_DISAGREEMENT_RANGE", "ValueRanking",
+           "cut_steps", "choose",
            "replan_from_options", "rank_variants", "with_value_cuts"]
 
 DECISIONS = ("continue", "cut", "stop")
@@ -286,72 +291,172 @@ def _hours_line(plan: dict[str, Any], verdict: str) -> str:
             f"{verdict}")
 
 
+ASSUMED_DISAGREEMENT_RANGE = (0.5, 2.0)
+"""An assumed disagreement d (the default or the campaign file's, nothing measured it) is
+plausible from half to twice its value (0.125 to 0.5 for the default 0.25): an
+assumption carries no evidence, so the range is wide on purpose."""
+
+
+def _plausible(share: float, examples: int | None) -> tuple[float, float]:
+    """The plausible range of a disagreement: for one measured on ``examples`` examples,
+    its 95 % Wilson score interval (Wilson 1927; Agresti & Coull 1998 recommend it over the
+    normal interval for small counts); for an assumed one (``examples`` None),
+    :data:`ASSUMED_DISAGREEMENT_RANGE` times it, kept inside (0, 1)."""
+    if examples is None or examples <= 0:
+        low, high = (share * f for f in ASSUMED_DISAGREEMENT_RANGE)
+        return max(low, 1e-3), min(high, 0.999)
+    z = Z_INTERVAL
+    centre = (share + z * z / (2 * examples)) / (1 + z * z / examples)
+    half = z / (1 + z * z / examples) * math.sqrt(
+        share * (1 - share) / examples + z * z / (4 * examples * examples))
+    return max(centre - half, 1e-3), min(centre + half, 0.999)
+
+
 def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapping[str, float],
                   test: TestSplit | None, reference: Predictions | None,
                   reference_source: str, why_unknown: str = "",
-                  measured: Mapping[str, PairedModel] | None = None) -> ValueRanking:
+                  measured: Mapping[str, PairedModel] | None = None,
+                  seed_spread: Mapping[str, tuple[float, str]] | None = None) -> ValueRanking:
     """Rank the variants not yet run by decision value per GPU-hour (module docstring).
+
+    A classification metric's comparisons are modelled with the reference of
+    :func:`flightplan.plan.power.model_from_pilot`: the test split's class shares and the
+    pilot's accuracy as evidence against a prior worth
+    :data:`~flightplan.plan.power.PILOT_PRIOR_EXAMPLES` examples (without pilot
+    predictions, the default reference). The disagreement is the one an earlier campaign
+    measured for the comparison, else the campaign file's or the default (then raised to
+    explain the campaign's largest expected gain). A variant is proposed for cut only when
+    it is cut at every plausible disagreement, the point, and the low and high ends of
+    :func:`_plausible`'s range (a favourable one is among them: the high end when the gain
+    needs more disagreement, the low end when a narrower interval would decide), and the
+    reason states the evidence (how many predictions, from which source, and the range).
 
     Args:
         spec: the campaign (metric, goal, min_gain, expected gains and disagreement).
         pending: names of the variants whose comparison is still to be made.
         gpu_hours: run name → GPU·h of its re-estimated run (duration × GPUs).
         test: the whole test split (None: unknown, ``why_unknown`` says why).
-        reference: the pilot's predictions (the control's), the model's reference; None
-            when there are none (then the campaign file's figures serve, as in ``plan``).
+        reference: the pilot's predictions (the control's); None when there are none
+            (then the default reference serves, as in ``plan``).
         reference_source: where they came from, reported (``"pilot of control-…"``).
         measured: variant name → the model an earlier campaign measured for its
             comparison (``[calibrate] from``: :attr:`flightplan.plan.calibration.Calibrated.models`).
-            A label metric takes its measured disagreement, with the pilot's predictions
-            as the reference; a column metric takes the measured model as it is (the
-            spread of its per-example differences). Comparisons without one take the
-            campaign file's figures.
+            A label metric takes its measured disagreement (and how many examples
+            measured it); a column metric takes the measured model as it is (the spread
+            of its per-example differences). Comparisons without one take the campaign
+            file's figures.
+        seed_spread: variant name → (sd over seeds, source) an earlier campaign measured
+            (:attr:`flightplan.plan.calibration.Calibrated.seed_spread`); the others take
+            the default (:func:`flightplan.plan.power.campaign_seeds`).
 
     Returns:
         The ranking; a variant whose power cannot be computed is in ``not_computed``.
     """
     section = spec.campaign
     measured = dict(measured or {})
-    models: dict[str, PairedModel] = {}
     notes: list[str] = []
     variants = [run.name for run in spec.runs if run.reference is not None]
-    if parse_metric(section.metric).kind != "labels" or reference is None:
-        models = {name: measured[name] for name in variants if name in measured}
+    evidence: dict[str, str] = {}
+    model_sets: list[dict[str, PairedModel]] = [{}]
+    if parse_metric(section.metric).kind != "labels":
+        model_sets = [{name: measured[name] for name in variants if name in measured}]
+        for name in model_sets[0]:
+            inputs = model_sets[0][name].inputs
+            evidence[name] = (f"per-example difference sd measured on "
+                              f"{inputs.get('examples')} examples ({inputs.get('source')})")
     else:
-        given = section.expected_disagreement
-        file_d = DEFAULT_DISAGREEMENT if given is None else given
-        file_source = ("default; set [campaign] expected_disagreement" if given is None
-                       else "campaign file ([campaign] expected_disagreement)")
-        by_source: dict[tuple[float, str], PairedModel] = {}
         try:
-            for name in variants:
-                inputs = measured[name].inputs if name in measured else {}
-                if inputs.get("disagreement") == 0:
-                    models[name] = measured[name]     # measured: they never disagreed
-                    continue
-                d, d_source = ((float(inputs["disagreement"]), str(inputs["source"]))
-                               if "disagreement" in inputs else (file_d, file_source))
-                if (d, d_source) not in by_source:
-                    by_source[(d, d_source)] = model_from_reference(
-                        section.metric, reference, goal=section.goal, disagreement=d,
-                        disagreement_source=d_source, source=reference_source)
-                models[name] = by_source[(d, d_source)]
+            model_sets = _label_models(spec, variants, measured, test, reference,
+                                       reference_source, evidence)
         except (CheckFailed, ValueError) as exc:
-            models = {}
+            model_sets = [{}]
             notes.append(f"the pilot's predictions give no model ({exc}); the campaign "
                          f"file's figures serve")
-    power = campaign_power(spec, test, why_unknown=why_unknown, models=models or None)
     waiting = set(pending)
-    comparisons = {c.variant: c for c in power.comparisons if c.variant in waiting}
-    ranked = rank_by_value(comparisons, {name: gpu_hours[name] for name in comparisons})
-    everyone = rank_by_value({c.variant: c for c in power.comparisons},
-                             {c.variant: 1.0 for c in power.comparisons})
+    rankings, everyones = [], []
+    for models in model_sets:
+        power = campaign_power(spec, test, why_unknown=why_unknown, models=models or None,
+                               seed_spread=seed_spread)
+        comparisons = {c.variant: c for c in power.comparisons if c.variant in waiting}
+        rankings.append((power, comparisons, rank_by_value(
+            comparisons, {name: gpu_hours[name] for name in comparisons})))
+        everyones.append(rank_by_value({c.variant: c for c in power.comparisons},
+                                       {c.variant: 1.0 for c in power.comparisons}))
+    power, comparisons, first = rankings[0]
+    cut_everywhere = {name for name in comparisons
+                      if all(any(r.variant == name and r.cut for r in ranked)
+                             for _, _, ranked in rankings)}
+    ranked = [replace(r, cut=r.variant in cut_everywhere,
+                      reason=(f"{r.reason} (evidence: {evidence[r.variant]})"
+                              if r.variant in evidence else r.reason)
+                      if r.variant in cut_everywhere else None) for r in first]
+    order = {name: i for i, name in enumerate(comparisons)}
+    ranked.sort(key=lambda r: (r.cut, -r.value_per_gpu_hour, order[r.variant]))
+    answerable = not everyones[0] or any(
+        not all(any(r.variant == e.variant and r.cut for r in every) for every in everyones)
+        for e in everyones[0])
     inputs = dict(next(iter(comparisons.values())).inputs) if comparisons else {}
     if notes:
         inputs["notes"] = list(inputs.get("notes", [])) + notes
     return ValueRanking(tuple(ranked), inputs,
                         tuple((v, why) for v, _, why in power.not_computed if v in waiting),
-                        answerable=not everyone or any(not r.cut for r in everyone))
+                        answerable=answerable)
+
+
+def _label_models(spec: CampaignSpec, variants: Sequence[str],
+                  measured: Mapping[str, PairedModel], test: TestSplit | None,
+                  reference: Predictions | None, reference_source: str,
+                  evidence: dict[str, str]) -> list[dict[str, PairedModel]]:
+    """The models of a classification metric's comparisons at the point disagreement, then
+    at the low and high ends of its plausible range (:func:`rank_variants`); fills
+    ``evidence`` (variant → what its figures rest on, in words)."""
+    section = spec.campaign
+    given = section.expected_disagreement
+    file_d = DEFAULT_DISAGREEMENT if given is None else given
+    file_source = ("default; set [campaign] expected_disagreement" if given is None
+                   else "campaign file ([campaign] expected_disagreement)")
+    explain = gain_to_explain(spec)
+    counts = None if test is None else test.label_counts
+    cache: dict[tuple[float, str, bool], PairedModel] = {}
+
+    def model(d: float, source: str, assumed: bool) -> PairedModel:
+        if (d, source, assumed) not in cache:
+            if reference is None:
+                cache[(d, source, assumed)] = default_model(
+                    section.metric, goal=section.goal, label_counts=counts, disagreement=d,
+                    disagreement_source=source, explain=explain if assumed else 0.0)
+            else:
+                cache[(d, source, assumed)] = model_from_pilot(
+                    section.metric, reference, goal=section.goal, label_counts=counts,
+                    disagreement=d, disagreement_source=source, source=reference_source,
+                    explain=explain if assumed else 0.0)
+        return cache[(d, source, assumed)]
+
+    sets: list[dict[str, PairedModel]] = [{}, {}, {}]
+    for name in variants:
+        inputs = measured[name].inputs if name in measured else {}
+        if inputs.get("disagreement") == 0:
+            for models in sets:
+                models[name] = measured[name]     # measured: they never disagreed
+            evidence[name] = (f"disagreement 0 measured on {inputs.get('examples')} "
+                              f"examples ({inputs.get('source')})")
+            continue
+        if "disagreement" in inputs:
+            d, source, examples = (float(inputs["disagreement"]), str(inputs["source"]),
+                                   inputs.get("examples"))
+        else:
+            d, source, examples = file_d, file_source, None
+        low, high = _plausible(d, None if examples is None else int(examples))
+        for models, value in zip(sets, (d, low, high)):
+            models[name] = model(value, source, examples is None)
+        pilot = ("no pilot predictions (the assumed reference)" if reference is None else
+                 f"{sets[0][name].inputs.get('examples')} predictions of {reference_source} "
+                 f"and the test split's class shares")
+        evidence[name] = (f"{pilot}; disagreement {d:.3g} "
+                          + (f"measured on {examples} examples ({source})" if examples
+                             else f"assumed ({source})")
+                          + f", cut at every plausible value from {low:.3g} to {high:.3g}")
+    return sets
 
 
 def with_value_cuts(choice: Choice, value: ValueRanking,

@@ -16,7 +16,8 @@ from flightplan.plan.calibration import (GUESS_FACTOR, RUNNER_STAGES, SCALED_SPR
                                          Calibration, Estimate, MeasuredRun, MeasuredStage,
                                          RunFigures, calibrate, retimed_makespan, run_figures,
                                          uncertainties)
-from flightplan.plan.power import TestSplit as Split, campaign_power, comparison_power
+from flightplan.plan.power import (TestSplit as Split, campaign_power, campaign_seeds,
+                                   comparison_power)
 from flightplan.plan.problem import Task
 from flightplan.plan.schedule import schedule
 from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Measurement,
@@ -233,7 +234,8 @@ def test_the_disagreement_comes_from_the_paired_predictions(tmp_path):
     power = campaign_power(spec, split, models=calibrated.models)
     alone = comparison_power(model, model.moments(80, upto=0.1), variant="lora",
                              reference="control", metric="macro_f1", goal="max",
-                             min_gain=0.05, expected_gain=0.1, expected_gain_source="default")
+                             min_gain=0.05, expected_gain=0.1, expected_gain_source="default",
+                             seeds=campaign_seeds(spec, spec.item("lora")))
     assert power.comparisons[0].resolution == pytest.approx(alone.resolution)
     assert power.comparisons[0].inputs["disagreement_source"].startswith("measured in campaign")
 
@@ -362,3 +364,27 @@ def test_calibration_json_reads_back_and_refuses_another_format():
 def test_the_runner_stages_are_the_runner_s():
     from flightplan.run.stages import RUNNER_STAGES as RUNNER_OWN
     assert RUNNER_STAGES == RUNNER_OWN
+
+
+def test_plan_from_takes_the_seed_spread_an_earlier_campaign_measured(tmp_path):
+    """A run of the earlier campaign whose record holds ``seed_sd`` (the sd of its metric
+    over its replicates) gives that spread to the comparison of the same run, named as its
+    source; a record without it (one seed, or written before replicates) leaves the
+    default."""
+    spec = _spec(tmp_path)
+    data = _calibration().to_json()
+    assert all(r["seed_sd"] is None for r in data["runs"])
+    before = calibrate(spec, Calibration.from_json(data, source="test"), code_versions=VERSIONS)
+    assert before.seed_spread == {}
+    del data["runs"][1]["seed_sd"]                # a record written before replicates
+    assert calibrate(spec, Calibration.from_json(data, source="test"),
+                     code_versions=VERSIONS).seed_spread == {}
+    data["runs"][1]["seed_sd"] = 0.012
+    after = calibrate(spec, Calibration.from_json(data, source="test"), code_versions=VERSIONS)
+    assert after.seed_spread == {"lora": (0.012, "measured in campaign tiny (lora over its "
+                                                 "replicates)")}
+    split = Split(80, {"negative": 27, "neutral": 27, "positive": 26}, "test")
+    (power,) = campaign_power(spec, split, seed_spread=after.seed_spread).comparisons
+    assert (power.seeds.sd, power.seeds.source) == after.seed_spread["lora"]
+    (default,) = campaign_power(spec, split).comparisons
+    assert default.seeds.sd == 0.025 and power.resolution < default.resolution

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -250,9 +251,17 @@ def test_the_main_job_before_any_run_cannot_confirm_its_threshold():
     assert power.warn and power.confirm_probability < 0.5
     assert power.expected_gain == 0.1 and power.expected_gain_source == "default: 2 × min_gain"
     assert power.inputs["disagreement"] == P.DEFAULT_DISAGREEMENT
-    # the measured half-width was 0.057 ((0.1169 − 0.0034) / 2)
-    assert 0.045 < power.resolution < 0.065
-    assert power.minimum_detectable_gain > 0.1 and power.examples_needed > 379
+    # test sampling alone (no seeds): the measured half-width was 0.057 ((0.1169 − 0.0034) / 2)
+    model = P.default_model("macro_f1", goal="max", label_counts=test.label_counts)
+    alone = P.comparison_power(model, model.moments(379, upto=0.1), variant="lora-r8",
+                               reference="control", min_gain=0.05, expected_gain=0.1,
+                               expected_gain_source="default: 2 × min_gain")
+    assert 0.045 < alone.resolution < 0.065 and alone.examples_needed > 379
+    # with the default seed spread s = 0.025 of both sides, K = 1: 1.96 √(σ_ex² + 2 s²)
+    assert power.seeds.sd == P.DEFAULT_SEED_SD and power.seeds.replicates == 1
+    assert power.resolution == pytest.approx(
+        Z * math.sqrt((alone.resolution / Z) ** 2 + 2 * 0.025 ** 2), rel=1e-9)
+    assert power.minimum_detectable_gain > 0.1
     # a campaign that says its runs disagree less gets a finer resolution
     calmer = parse_spec(dict(spec.model_dump(exclude={"source", "campaign_dir"}) | {
         "campaign": spec.campaign.model_dump() | {"expected_disagreement": 0.1},
@@ -335,3 +344,218 @@ def test_a_measured_disagreement_of_zero_says_no_gain_can_be_confirmed_and_why()
         "this comparison can only end without meeting the threshold. Fixes: a bolder variant "
         "(its settings, as measured, change no prediction); or cut it and spend its hours on "
         "the other comparisons.")
+
+
+def _main_job(min_gain: float, **campaign):
+    return parse_spec({
+        "campaign": {"name": "drug-reviews", "question": "q?", "metric": "macro_f1",
+                     "min_gain": min_gain, **campaign},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "control", "tier": "essential", "duration": "1h"},
+                {"name": "lora-r8", "tier": "essential", "duration": "1h",
+                 "reference": "control"}]})
+
+
+MAIN_TEST = P.TestSplit(379, {"negative": 95, "neutral": 36, "positive": 248},
+                        "drugsComTest.tsv")
+
+
+def test_the_assumed_disagreement_grows_with_the_gain_it_must_explain():
+    # accuracy, two balanced classes, a gain of +0.5 to explain: the assumed reference
+    # leaves room for it (1 − a = 0.5, a = 0.5) and d grows until the table tilted by ½
+    # reaches it: accuracy gains d/2 there, so d = 2 · 0.5 = 1. The differences are ±1 with
+    # P = (d ± g)/2, so σ(g) = √((d − g²)/n): at g = 0.5 on 379 examples √(0.75/379)
+    model = P.default_model("accuracy", goal="max", label_counts={"a": 1, "b": 1},
+                            explain=0.5)
+    assert model.inputs["reference_accuracy"] == 0.5
+    assert model.disagreement == pytest.approx(1.0, abs=1e-9)
+    assert model.headroom == pytest.approx(0.5)
+    assert any("raised from 0.250 to 1.000" in note for note in model.inputs["notes"])
+    moments = model.moments(379)
+    assert float(moments.at(0.5)[1]) == pytest.approx(math.sqrt(0.75 / 379), rel=1e-3)
+    # nothing to explain past what the default allows: the default stays
+    plain = P.default_model("accuracy", goal="max", label_counts={"a": 1, "b": 1},
+                            explain=0.1)
+    assert plain.disagreement == pytest.approx(P.DEFAULT_DISAGREEMENT)
+    assert plain.inputs["reference_accuracy"] == P.DEFAULT_REFERENCE_ACCURACY
+
+
+def test_a_threshold_of_a_quarter_on_the_main_job_is_not_called_underpowered():
+    # min_gain 0.25, expected gain 0.5: the assumed model explains +0.5 instead of capping
+    # it at the default disagreement, so 379 reviews confirm it; no figure is of a gain the
+    # model made up, and no warning is raised
+    (power,) = P.campaign_power(_main_job(0.25), MAIN_TEST).comparisons
+    assert power.expected_gain == 0.5 and not power.past_headroom
+    assert not power.warn and power.confirm_probability > 0.99
+    assert not any("beyond" in note for note in power.notes)
+    assert power.scenario("expected gain").true_gain == 0.5
+    assert power.examples_needed is not None and power.examples_needed < 379
+
+
+def test_a_gain_past_the_references_headroom_is_named_and_never_cut():
+    from flightplan.plan.commands import _warning
+
+    # a reference right on 90 % of the examples: no variant gains more than +0.1 accuracy
+    gold = np.zeros(100, dtype=int)
+    predicted = np.r_[np.zeros(90), np.ones(10)].astype(int)
+    model = P.model_from_reference("accuracy", _labels(gold, predicted), goal="max",
+                                   disagreement=0.1, source="pilot of control")
+    assert model.headroom == pytest.approx(0.1)
+    power = dataclasses.replace(_power(model, 379, min_gain=0.05, expected_gain=0.5),
+                                metric="accuracy")
+    assert power.past_headroom and power.warn
+    assert any("past the reference's headroom (+0.1" in note for note in power.notes)
+    text = _warning(power)
+    assert "past the reference's headroom (+0.1" in text and "at most +0.1" in text
+    assert "test examples would" not in text and "min_gain at least" not in text
+    (ranked,) = P.rank_by_value({"v": power}, {"v": 1.0})
+    assert not ranked.cut and ranked.reason is None
+
+
+def test_a_warning_offers_only_fixes_that_help():
+    from flightplan.plan.commands import _warning
+
+    for min_gain, n in ((0.05, 379), (0.05, 30), (0.25, 30), (0.25, 379)):
+        test = dataclasses.replace(MAIN_TEST, n_examples=n)
+        (power,) = P.campaign_power(_main_job(min_gain), test).comparisons
+        if not power.warn:
+            continue
+        text = _warning(power)
+        for bound in re.findall(r"min_gain at least ([+-][\d.]+)", text):
+            assert float(bound) > min_gain                  # never the threshold it has
+            assert 2 * float(bound) <= power.headroom       # and a gain the metric allows
+        for bound in re.findall(r"min_gain at most ([+-][\d.]+)", text):
+            assert 0 <= float(bound) < min_gain
+        for count in re.findall(r"about ([\d,]+) test examples", text):
+            assert n < int(count.replace(",", "")) <= 100 * n
+    # the main job at +0.05: a larger threshold helps, and is offered
+    (power,) = P.campaign_power(_main_job(0.05), MAIN_TEST).comparisons
+    assert re.search(r"min_gain at least \+0\.\d+", _warning(power))
+
+
+def test_a_gain_near_its_threshold_has_no_test_size_and_no_count_over_seven_digits():
+    from flightplan.close.conclusion import conclude
+
+    # the main job on the GPU: +0.0502 against 0.05, half-width 0.057: the gap 0.0002 is
+    # under a tenth of the resolution (0.0057), so no count (it would be 379 · (0.057 /
+    # 1.96 · 2.8016 / 0.0002)² ≈ 6.6e10)
+    assert P.examples_to_settle(gain=0.0502, gain_low=0.0502 - 0.057,
+                                gain_high=0.0502 + 0.057, n_examples=379, min_gain=0.05) is None
+    # a gap of 1e-6
+    assert P.examples_to_settle(gain=0.05 + 1e-6, gain_low=0.0, gain_high=0.1 + 2e-6,
+                                n_examples=379, min_gain=0.05) is None
+    # a gap past a tenth of the resolution but a size past 100 × 379 = 37,900:
+    # 379 · (0.057 / 1.959964 · 2.801585 / 0.006)² ≈ 69,887
+    sd = 0.057 / Z
+    assert 379 * (sd * (Z + ZP) / 0.006) ** 2 == pytest.approx(69887, abs=1)
+    assert P.examples_to_settle(gain=0.056, gain_low=0.056 - 0.057, gain_high=0.056 + 0.057,
+                                n_examples=379, min_gain=0.05) is None
+    # … and one within it: 0.0086 → 33,720 (the main job's lora-r8 − control)
+    assert P.examples_to_settle(gain=0.0586, gain_low=0.0034, gain_high=0.1169,
+                                n_examples=379, min_gain=0.05) == 33720
+    # a huge test split still prints no more than 7 digits
+    assert P.practical_size(50_000_000, 1_000_000) is None
+    assert P.practical_size(9_999_999, 1_000_000) == 9_999_999
+    near = {"variant": "lora-r8", "reference": "control", "verdict": "inconclusive",
+            "gain": 0.0502, "ci_low": -0.0068, "ci_high": 0.1072, "n_examples": 379,
+            "examples_to_settle": None}
+    verdict = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                       comparisons=[near])["verdict"]
+    assert ("its interval straddles the threshold and no test set of practical size "
+            "settles it (its gain is +0.0002 from the threshold)") in verdict
+    assert not re.search(r"\d{1,3}(,\d{3}){2,}|\d{8,}", verdict)      # no 8+ digit count
+
+
+def test_an_expected_gain_at_its_threshold_plus_a_hair_has_no_test_size():
+    model = P.default_model("accuracy", goal="max", label_counts={"a": 1, "b": 1})
+    power = _power(model, 379, min_gain=0.05, expected_gain=0.0502)
+    assert power.examples_needed is None
+    assert power.examples_needed_reason.startswith(
+        "no test set of practical size settles it (gap +0.0002 to the threshold")
+    assert power.to_json()["examples_needed"] is None
+
+
+def test_seeds_add_their_spread_over_k_to_the_resolution_and_power_closed_form():
+    # a column metric: per-example difference sd 0.6 on 400 examples → σ_ex = 0.03; seed
+    # spread s = 0.025 a side; Holm over m = 3 comparisons: meets at z_m = Φ⁻¹(1 − 0.025/3).
+    # σ(K) = √(σ_ex² + 2 s²/K); with K ≥ 2 the interval is ±z σ(K), so
+    # P(meets) = Φ((g − t)/σ(K) − z_m); with K = 1 it is ±z σ_ex, so
+    # P(meets) = Φ((g − t − z_m σ_ex)/σ(1))
+    model = P.ColumnModel(sd=0.6, inputs={"kind": "column"})
+    seeds = P.Seeds(sd=0.025, source="test", replicates=3, comparisons=3, gpu_hours=0.5)
+    power = P.comparison_power(model, model.moments(400, upto=0.3), variant="v",
+                               reference="r", min_gain=0.05, expected_gain=0.163, seeds=seeds)
+    z_m = norm.ppf(1 - 0.025 / 3)
+    assert P.z_meets(3) == pytest.approx(z_m) and P.z_meets(1) == pytest.approx(Z)
+    sigma = {k: math.sqrt(0.03 ** 2 + 2 * 0.025 ** 2 / k) for k in (1, 3, 5)}
+    by = {r.seeds: r for r in power.by_seeds}
+    assert sorted(by) == [1, 3, 5]
+    assert by[1].confirm_probability == pytest.approx(
+        norm.cdf((0.113 - z_m * 0.03) / sigma[1]), abs=1e-9)
+    for k in (3, 5):
+        assert by[k].resolution == pytest.approx(Z * sigma[k], rel=1e-9)
+        assert by[k].confirm_probability == pytest.approx(norm.cdf(0.113 / sigma[k] - z_m),
+                                                          abs=1e-9)
+        assert by[k].gpu_hours == pytest.approx(k * 0.5)
+    # the campaign's K = 3 is the main figure; K = 5 is the fewest that confirms +0.163
+    assert power.resolution == pytest.approx(by[3].resolution)
+    assert power.confirm_probability == pytest.approx(by[3].confirm_probability)
+    assert by[3].confirm_probability < 0.8 <= by[5].confirm_probability
+    # one seed "meets" more often (0.81) only because its interval leaves the seed spread
+    # out: at a true gain of exactly t it meets with Φ(−z_m σ_ex/σ(1)), not 0.025/3
+    assert by[1].confirm_probability > 0.8
+    assert by[1].false_meets == pytest.approx(norm.cdf(-z_m * 0.03 / sigma[1]), abs=1e-9)
+    assert by[5].false_meets == pytest.approx(0.025 / 3, abs=1e-9)
+    assert power.confirmable_with is by[5]
+    # the test size: σ_ex² n/n' + 2 s²/K ≤ ((g − t)/(z_m + z_p))² → n' = n σ_ex²/room
+    room = (0.113 / (z_m + ZP)) ** 2 - 2 * 0.025 ** 2 / 3
+    assert power.examples_needed == math.ceil(400 * 0.03 ** 2 / room)
+    assert power.to_json()["by_seeds"][2] == {
+        "seeds": 5, "resolution": round(Z * sigma[5], 4),
+        "confirm_probability": round(by[5].confirm_probability, 3),
+        "false_meets": round(0.025 / 3, 4),
+        "minimum_detectable_gain": round(by[5].minimum_detectable_gain, 4), "gpu_hours": 2.5}
+
+
+def test_seed_power_matches_a_simulation_of_the_verdicts():
+    # simulated apart from the code: each draw a test-sampling error (sd σ_ex) and the
+    # mean seed effect of each side over K replicates (sd s/√K each); the interval is
+    # ±z σ_ex with one seed (it resamples examples only) and ±z σ(K) with K ≥ 2
+    rng = np.random.default_rng(7)
+    sd_ex, s, g, t, draws = 0.03, 0.025, 0.1, 0.05, 200_000
+    model = P.ColumnModel(sd=sd_ex * 20, inputs={"kind": "column"})
+    for k in (1, 3, 5):
+        seeds = P.Seeds(sd=s, source="test", replicates=k)
+        power = P.comparison_power(model, model.moments(400, upto=0.3), variant="v",
+                                   reference="r", min_gain=t, expected_gain=g, seeds=seeds)
+        measured = (g + rng.normal(0, sd_ex, draws) + rng.normal(0, s / math.sqrt(k), draws)
+                    - rng.normal(0, s / math.sqrt(k), draws))
+        half = Z * (sd_ex if k == 1 else math.sqrt(sd_ex ** 2 + 2 * s ** 2 / k))
+        assert np.mean(measured - half >= t) == pytest.approx(power.confirm_probability,
+                                                              abs=0.005)
+        assert np.mean(measured + half < t) == pytest.approx(
+            power.scenario("expected gain").does_not_meet, abs=0.005)
+
+
+def test_the_campaigns_seeds_holm_and_hours_reach_the_power():
+    spec = parse_spec({
+        "campaign": {"name": "c", "question": "q?", "metric": "macro_f1", "min_gain": 0.05,
+                     "seeds": 3, "multiple": "holm"},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "control", "tier": "essential", "duration": "1h",
+                 "params": {"seed": 0}},
+                {"name": "a", "tier": "useful", "duration": "30m", "gpus": 2,
+                 "reference": "control", "params": {"seed": 0}},
+                {"name": "b", "tier": "useful", "duration": "1h", "seeds": 5,
+                 "reference": "control", "params": {"seed": 0}}]})
+    a, b = (P.campaign_seeds(spec, spec.item(name)) for name in ("a", "b"))
+    assert (a.replicates, a.comparisons, a.gpu_hours, a.sd) == (3, 2, 1.0, 0.025)
+    assert b.replicates == 3                  # the control runs 3: the fewer side's
+    measured = P.campaign_seeds(spec, spec.item("a"), {"a": (0.01, "results of c0")})
+    assert (measured.sd, measured.source) == (0.01, "results of c0")
+    alone = parse_spec(spec.model_dump(exclude={"source", "campaign_dir"})
+                       | {"campaign": spec.campaign.model_dump() | {"multiple": "none"}})
+    assert P.campaign_seeds(alone, alone.item("a")).comparisons == 1
+    (first, _) = P.campaign_power(spec, MAIN_TEST).comparisons
+    assert first.seeds.replicates == 3 and [r.seeds for r in first.by_seeds] == [1, 3, 5]
+    assert [r.gpu_hours for r in first.by_seeds] == [1.0, 3.0, 5.0]

@@ -703,14 +703,16 @@ def test_the_decision_point_ranks_variants_by_what_their_result_can_change(tmp_p
     decision = outcome.decision
     ranked = decision.value.ranked
     assert [r.variant for r in ranked][0] == "strong" and not ranked[0].cut
-    assert ranked[0].decision_value > 0.9            # it would meet with 97 % probability
+    # it would meet with 88 % probability: the test sampling and the default seed spread
+    # (0.025 a side, one seed) both move its gain
+    assert ranked[0].decision_value > 0.85
     assert {r.variant for r in ranked if r.cut} == {"same", "unsure"}
     cuts = decision.value.proposed_cuts
     assert cuts["same"].startswith("every outcome leads to the same choice: it would meet "
                                    "the threshold with probability 0%")
     assert cuts["unsure"].startswith("cannot reach a conclusive verdict: at its expected gain "
                                      "+0.05 on 379 test examples it comes out inconclusive "
-                                     "with probability 95%")
+                                     "with probability 87%")
     assert decision.value.model["source"] == "pilot of control"        # its predictions
     assert (decision.decision, decision.computed, decision.dropped) == ("cut", "cut",
                                                                         ("same", "unsure"))
@@ -725,10 +727,10 @@ def test_the_decision_point_ranks_variants_by_what_their_result_can_change(tmp_p
         markdown = plan_vs_execution_markdown(plan_vs_execution(ledger))
     assert [r["variant"] for r in recorded["ranking"]] == [r.variant for r in ranked]
     lines = status_lines(snapshot, metric="macro_f1", width=400, now=time.time())
-    assert any(line.startswith("      by decision value per GPU·h: 1. strong 0.9")
+    assert any(line.startswith("      by decision value per GPU·h: 1. strong 0.8")
                for line in lines)
     assert f"      cut same: {cuts['same']}" in lines
-    assert "  1. strong: decision value 0.9" in markdown
+    assert "  1. strong: decision value 0.8" in markdown
     assert f"; proposed for cut: {cuts['unsure']}" in markdown
 
     # the user still decides: --decide continue runs them all

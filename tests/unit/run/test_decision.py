@@ -198,7 +198,8 @@ def test_a_test_set_too_small_for_any_comparison_is_not_answerable():
     small, large = ranking(8), ranking(379)
     assert [r.cut for r in small.ranked] == [True, True] and not small.answerable
     assert [r.cut for r in large.ranked] == [False, False] and large.answerable
-    assert small.model["reference_accuracy"] == 0.75 and small.model["examples"] == 8
+    # 6 right of 8 update the assumed 0.7 worth 100 examples: (6 + 70) / 108
+    assert small.model["reference_accuracy"] == round(76 / 108, 4) and small.model["examples"] == 8
     # cheaper first: the same value per fewer GPU-hours
     assert [r.variant for r in large.ranked] == ["lora-r4", "lora-r4-len128"]
 
@@ -238,7 +239,7 @@ def test_the_decision_point_takes_the_disagreement_an_earlier_campaign_measured(
     value = ranking(measured)
     assert (value.model["disagreement"], value.model["disagreement_source"]) == (
         0.375, "results of tiny-earlier")
-    assert value.model["reference_accuracy"] == 0.75          # the pilot's, as before
+    assert value.model["reference_accuracy"] == round(76 / 108, 4)   # the pilot's, as before
     unmeasured = ranking({})
     assert unmeasured.model["disagreement_source"].startswith("default")
     by_variant = {r.variant: r.decision_value for r in value.ranked}
@@ -248,3 +249,119 @@ def test_the_decision_point_takes_the_disagreement_an_earlier_campaign_measured(
                                               source="results of tiny-earlier")}
     never = {r.variant: r for r in ranking(same).ranked}["lora-r4"]
     assert never.cut and never.decision_value == 0.0
+
+
+def _tiny_spec(seeds: int = 1):
+    import tomllib
+    from pathlib import Path
+
+    from flightplan.spec import parse_spec
+
+    path = Path(__file__).resolve().parents[3] / "examples" / "tiny" / "campaign.toml"
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data["campaign"]["seeds"] = seeds
+    return parse_spec(data, campaign_dir=path.parent)
+
+
+def _pairs(pairs: list[str]):
+    from flightplan.metrics import Predictions
+
+    return Predictions.from_rows([{"example_id": str(i), "gold": g, "predicted": p}
+                                  for i, (g, p) in enumerate(pairs)],
+                                 ["example_id", "gold", "predicted"])
+
+
+def test_a_lucky_32_prediction_pilot_does_not_cut():
+    """The pilot's control right on all 32 predictions it made. Taken as the whole truth
+    (the old model), a reference right on everything leaves no disagreement (2 · min(1, 0)
+    = 0), so no gain at all; as evidence against a prior worth 100
+    examples it is a reference right on (32 + 70) / 132 = 0.773, and nothing is cut."""
+    from flightplan.plan.power import TestSplit, model_from_reference
+    from flightplan.run.decision import rank_variants
+
+    spec = _tiny_spec()
+    pilot = _pairs(["aa", "bb"] * 16)
+    test = TestSplit(379, {"a": 248, "b": 131}, "by hand")
+    hours = {"lora-r4": 0.01, "lora-r4-len128": 0.02}
+    value = rank_variants(spec, pending=list(hours), gpu_hours=hours, test=test,
+                          reference=pilot, reference_source="pilot of control")
+    assert value.model["reference_accuracy"] == round(102 / 132, 4)
+    assert value.model["examples"] == 32
+    assert value.model["class_shares"] == {"a": round(248 / 379, 4), "b": round(131 / 379, 4)}
+    assert not value.proposed_cuts and value.answerable
+    # the old model: the 32 predictions as the whole truth leave no disagreement and no
+    # headroom, no gain at all
+    whole_truth = model_from_reference(spec.campaign.metric, pilot, goal="max", disagreement=0.25,
+                                       source="pilot of control")
+    assert whole_truth.disagreement == 0.0 and whole_truth.headroom == 0.0
+
+
+def test_a_cut_needs_the_favourable_end_of_the_measured_disagreement_too():
+    """A comparison an earlier campaign measured to disagree on 2.5 % of the examples: that
+    leaves a gain of +0.1 out of reach, and even the threshold +0.05 (cut at the point).
+    Measured on 40 examples (1 differs), the 95 % Wilson interval of 1/40 reaches 0.129,
+    where +0.1 is reachable: not cut. Measured on 4,000 (100 differ) it reaches only
+    0.0303: cut, with the evidence in the reason. Three seeds a side: with one, the seed
+    spread alone (s = 0.025 on each side, an interval that leaves it out) would let a
+    variant short of the threshold "meet" often enough not to be cut."""
+    from scipy.stats import binomtest
+
+    from flightplan.plan.power import TestSplit, model_from_predictions
+    from flightplan.run.decision import _plausible, rank_variants
+
+    for k, n in ((1, 40), (100, 4000)):
+        wilson = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+        assert _plausible(k / n, n) == pytest.approx((wilson.low, wilson.high), rel=1e-6)
+    spec = _tiny_spec(seeds=3)
+    pilot = _pairs(["aa", "bb", "ab", "ba", "aa", "bb", "aa", "bb"])
+    hours = {"lora-r4": 0.01, "lora-r4-len128": 0.02}
+
+    def measured(n: int):
+        gold = ["a", "b"] * (n // 2)
+        reference = [g + g for g in gold]
+        other = list(reference)
+        for i in range(n // 40):                   # 2.5 %: the variant wrong on an "a"
+            other[2 * i] = gold[2 * i] + "b"
+        return model_from_predictions(spec.campaign.metric, _pairs(reference), _pairs(other),
+                                      goal="max", source=f"results of earlier-{n}")
+
+    def ranking(n: int):
+        return rank_variants(spec, pending=list(hours), gpu_hours=hours,
+                             test=TestSplit(379, {"a": 190, "b": 189}, "by hand"),
+                             reference=pilot, reference_source="pilot of control",
+                             measured={name: measured(n) for name in hours})
+
+    few = ranking(40)
+    assert not few.proposed_cuts
+    many = ranking(4000)
+    assert set(many.proposed_cuts) == set(hours)
+    reason = many.proposed_cuts["lora-r4"]
+    assert ("evidence: 8 predictions of pilot of control and the test split's class shares; "
+            "disagreement 0.025 measured on 4000 examples (results of earlier-4000), cut at "
+            "every plausible value from 0.0206 to 0.0303") in reason
+
+
+def test_the_decision_point_takes_the_seed_spread_an_earlier_campaign_measured():
+    """A seed spread measured over replicates (``plan --from``'s) replaces the default
+    0.025 in that variant's power (a spread of 0: the test sampling alone), and so moves
+    both variants' decision values; the other comparison keeps the default."""
+    from flightplan.plan.power import TestSplit, campaign_power
+    from flightplan.run.decision import rank_variants
+
+    spec = _tiny_spec()
+    pilot = _pairs(["aa", "bb", "ab", "ba", "aa", "bb", "aa", "bb"])
+    hours = {"lora-r4": 0.01, "lora-r4-len128": 0.02}
+    test = TestSplit(379, {"a": 190, "b": 189}, "by hand")
+
+    def values(spread):
+        ranked = rank_variants(spec, pending=list(hours), gpu_hours=hours, test=test,
+                               reference=pilot, reference_source="pilot of control",
+                               seed_spread=spread).ranked
+        return {r.variant: r.decision_value for r in ranked}
+
+    default, measured = values(None), values({"lora-r4": (0.0, "results of earlier")})
+    assert measured["lora-r4"] != default["lora-r4"]
+    assert measured["lora-r4-len128"] != default["lora-r4-len128"]  # its P(not other) moved
+    power = campaign_power(spec, test, seed_spread={"lora-r4": (0.0, "results of earlier")})
+    assert {c.variant: c.seeds.sd for c in power.comparisons} == {"lora-r4": 0.0,
+                                                                  "lora-r4-len128": 0.025}
