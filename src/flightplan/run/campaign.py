@@ -270,7 +270,8 @@ class _Campaign:
             result = replace(run_pilot(
                 trial_document(self.spec, control, resume=False), self.dir, report,
                 task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
-                on_progress=self._progress), control_id=control.run_id)
+                on_progress=self._progress, processes=control.run.processes),
+                control_id=control.run_id)
             for key in (pilot_id(control.run_id), _resumed(pilot_id(control.run_id))):
                 self._running.ended(key)         # both pilot processes
             self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
