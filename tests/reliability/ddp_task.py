@@ -12,7 +12,9 @@ and ``metrics.json``.
 Params (all optional besides ``steps``): ``steps``, ``checkpoint_at`` (list of steps),
 ``pause_after`` (after that step's checkpoint is durable, rank 0 writes ``paused`` in the run
 directory and every rank sleeps until killed), ``raise_at`` ``[rank, step]`` (that rank
-raises there), ``nan_at`` ``[rank, step]`` (that rank logs a NaN loss there).
+raises there), ``nan_at`` ``[rank, step]`` (that rank logs a NaN loss there),
+``step_sleep_s`` (sleep that long after each step, then ``trial.maybe_checkpoint``: the
+interval policy's saves and the leave signals).
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ def train(trial) -> None:
                 raise RuntimeError(f"rank {rank} fails at step {step}")
             value = float("nan") if params.get("nan_at") == [rank, step] else loss.item()
             trial.log(step, loss=value)
+            if params.get("step_sleep_s"):
+                time.sleep(params["step_sleep_s"])
+                trial.maybe_checkpoint(step)
             if step in params.get("checkpoint_at", []):
                 trial.checkpoint(step)
                 trial.wait_for_checkpoint()

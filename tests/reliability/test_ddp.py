@@ -3,9 +3,10 @@ SIGKILLed after a checkpoint, one rank alone SIGKILLed after a checkpoint, each 
 new processes to final weights, optimizer state, predictions and metrics bitwise equal to an
 uninterrupted run; a resume at another world size refused in one line; a rank that raises
 ends the run as crashed with its traceback in the log; a non-finite loss on one rank stops
-every rank with one stop record. The ranks are started as the local executor starts them
-(:class:`~flightplan.run.executors.ranks.RankGroup`, the real worker), the task is
-``ddp_task.py`` beside this file."""
+every rank with one stop record; the leave signal sent to every rank ends both with the
+same durable checkpoint (exit 75), from which the run resumes bitwise. The ranks are
+started as the local executor starts them (:class:`~flightplan.run.executors.ranks.RankGroup`,
+the real worker), the task is ``ddp_task.py`` beside this file."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import pytest
 from flightplan.run.executors.contract import Job
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.executors.ranks import RankGroup
-from flightplan.run.worker import EXIT_CRASHED, EXIT_STOPPED
+from flightplan.run.worker import EXIT_CRASHED, EXIT_PREEMPTED, EXIT_STOPPED
 
 HERE = Path(__file__).resolve().parent
 HANG_S = 300.0
@@ -177,3 +178,26 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_one_record(tmp_path
     assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3]   # rank 0's, finite
     log = (run_dir / "log.txt").read_text()
     assert log.count("stopped:") == 2                      # both ranks, one record
+
+
+def test_the_leave_signal_reaches_every_rank_and_the_run_resumes_bitwise(
+        reference: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "left"
+    group = _start(_trial_json(run_dir, step_sleep_s=0.2))
+    deadline = time.monotonic() + HANG_S
+    while not (run_dir / "measurements.jsonl").exists() or \
+            sum('"loss"' in line for line in (run_dir / "measurements.jsonl").read_text()
+                .splitlines()) < 4:
+        assert group.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
+    assert _wait(group) == EXIT_PREEMPTED
+    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
+    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
+    assert len(forced) == 1 and forced[0]["then"] == "stop"
+    manifest = json.loads((run_dir / "checkpoints" / forced[0]["name"] / "manifest.json")
+                          .read_text())
+    assert manifest["world_size"] == 2
+    code = _wait(_start(_trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(reference)

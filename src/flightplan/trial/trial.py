@@ -502,7 +502,6 @@ class Trial:
         if self._leave is not None:
             self.checkpoint(step, epoch=epoch, micro_step=micro_step)
             self._writer.wait()
-            self._ranks.barrier()  # durable before any rank ends
             self._left(step + 1)
             return True
         if not due:
@@ -532,6 +531,7 @@ class Trial:
         name = step_dir_name(steps_done)
         self._write(ForcedCheckpoint(steps_done, time.time(), name=name,
                                      then="stop" if stop else "continue"))
+        self._ranks.barrier()  # the save and its row are durable before any rank ends
         if stop:
             raise TrialPreempted(self.run_id, steps_done, name)
 

@@ -12,7 +12,9 @@ and uses the one at its ``LOCAL_RANK``, as under ``torchrun``.
 :class:`subprocess.Popen` interface the executor uses (``poll``, ``send_signal``, ``kill``,
 ``wait``): the group's exit code is the first non-zero exit code of a rank (a rank killed
 by a signal: minus the signal), and the moment one rank ends that way every other rank is
-killed and waited for; the group ends with 0 only once every rank ended with 0. Each rank
+killed and waited for (after a stop or a leave, which every rank reaches together, the
+others first get :data:`GRACE_S` seconds to end on their own); the group ends with 0 only
+once every rank ended with 0. Each rank
 appends its output to the run's ``log.txt`` as a single worker does, every line it writes
 from Python prefixed ``[rank R] `` (:mod:`flightplan.trial.distributed`).
 """
@@ -21,12 +23,23 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from typing import Callable, Sequence
 
-__all__ = ["RankGroup", "rank_env", "free_port", "LOOPBACK"]
+from flightplan.errors import TrialPreempted, TrialStopped
+
+__all__ = ["RankGroup", "rank_env", "free_port", "LOOPBACK", "ORDERLY_EXITS", "GRACE_S"]
 
 LOOPBACK = "127.0.0.1"
 """``MASTER_ADDR`` of every group: the ranks of a local run meet on the loopback interface."""
+
+ORDERLY_EXITS = frozenset({TrialStopped.exit_code, TrialPreempted.exit_code})
+"""Exit codes every rank reaches together (stopped by a rule: 1; left the flight: 75): the
+trial ends no rank with them before the run's record is durable, so the others are given
+:data:`GRACE_S` to end on their own before they are killed."""
+
+GRACE_S = 10.0
+"""Seconds the other ranks get to end after one ended with an :data:`ORDERLY_EXITS` code."""
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -64,9 +77,12 @@ class RankGroup:
         processes: the ranks' processes, rank 0 first.
     """
 
-    def __init__(self, processes: Sequence[subprocess.Popen[bytes]]) -> None:
+    def __init__(self, processes: Sequence[subprocess.Popen[bytes]], *,
+                 grace_s: float = GRACE_S) -> None:
         self.processes = list(processes)
         self.returncode: int | None = None
+        self._grace_s = grace_s
+        self._orderly_since: float | None = None
 
     @classmethod
     def start(cls, world_size: int, launch: Callable[[dict[str, str]], subprocess.Popen[bytes]],
@@ -95,11 +111,17 @@ class RankGroup:
 
     def poll(self) -> int | None:
         """The group's exit code once it ended, else None. The first rank found ended with
-        a non-zero code ends the group: every other rank is killed and waited for."""
+        a non-zero code ends the group: every other rank is killed and waited for (ranks
+        that ended with :data:`ORDERLY_EXITS` codes only: once :data:`GRACE_S` passed)."""
         if self.returncode is not None:
             return self.returncode
         codes = [p.poll() for p in self.processes]
         failed = [code for code in codes if code not in (None, 0)]
+        if failed and None in codes and all(code in ORDERLY_EXITS for code in failed):
+            now = time.monotonic()
+            self._orderly_since = self._orderly_since or now
+            if now - self._orderly_since < self._grace_s:
+                return None          # the others are on their way out with the same code
         if failed:
             self.kill()
             self.returncode = failed[0]

@@ -106,3 +106,18 @@ def test_a_rank_that_cannot_start_kills_those_already_started() -> None:
     with pytest.raises(OSError, match="no such program"):
         RankGroup.start(2, launch, port=1)
     assert started[0].returncode == -signal.SIGKILL
+
+
+def test_after_a_stop_the_other_ranks_end_on_their_own_with_the_same_code() -> None:
+    codes = iter(["import sys, time; time.sleep(0.5); sys.exit(1)", "import sys; sys.exit(1)"])
+    group = RankGroup.start(2, lambda _: subprocess.Popen(_python(next(codes))), port=1)
+    assert _wait(group) == 1
+    assert [p.returncode for p in group.processes] == [1, 1]       # rank 0 was not killed
+
+
+def test_a_rank_that_does_not_follow_a_leave_is_killed_once_the_grace_passed() -> None:
+    codes = iter(["import time; time.sleep(600)", "import sys; sys.exit(75)"])
+    launched = [subprocess.Popen(_python(next(codes))) for _ in range(2)]
+    group = RankGroup(launched, grace_s=0.2)
+    assert _wait(group) == 75
+    assert group.processes[0].returncode == -signal.SIGKILL
