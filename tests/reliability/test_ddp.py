@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 from flightplan.run.executors.contract import Job
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.executors.ranks import RankGroup
+from flightplan.rundir import RunDir
 from flightplan.run.worker import EXIT_CRASHED, EXIT_PREEMPTED, EXIT_STOPPED
 
 HERE = Path(__file__).resolve().parent
@@ -199,5 +201,40 @@ def test_the_leave_signal_reaches_every_rank_and_the_run_resumes_bitwise(
                           .read_text())
     assert manifest["world_size"] == 2
     code = _wait(_start(_trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(reference)
+
+
+def _losses(run_dir: Path) -> int:
+    path = run_dir / "measurements.jsonl"
+    return path.read_text().count('"loss"') if path.exists() else 0
+
+
+def test_killed_at_random_points_saving_every_step_it_ends_bitwise(reference: Path,
+                                                                   tmp_path: Path) -> None:
+    """Three SIGKILLs at seeded random points of a run that saves after every step (so
+    they land inside saves, renames and prunes as well as between them), each of the whole
+    group or of one rank, each followed by a resume as the runner starts one (``resume``
+    once a save was recorded)."""
+    run_dir = tmp_path / "random"
+    rng = random.Random(32)
+    every = list(range(STEPS))
+    for _ in range(3):
+        resume = RunDir(run_dir).saved_checkpoint() if run_dir.exists() else False
+        group = _start(_trial_json(run_dir, resume=resume, checkpoint_at=every))
+        target = _losses(run_dir) + rng.randint(1, 3)
+        deadline = time.monotonic() + HANG_S
+        while group.poll() is None and _losses(run_dir) < target:
+            assert time.monotonic() < deadline, "the group hung"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.05))     # somewhere in the step, its log or its save
+        if rng.random() < 0.5:
+            group.kill()
+        else:
+            os.kill(group.pids[rng.randrange(2)], signal.SIGKILL)
+            _wait(group)
+        assert not any(_alive(pid) for pid in group.pids)
+    resume = RunDir(run_dir).saved_checkpoint()
+    code = _wait(_start(_trial_json(run_dir, resume=resume, checkpoint_at=every)))
     assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
     assert _products(run_dir) == _products(reference)
