@@ -4,9 +4,10 @@ processes beside 1 (DESIGN.md: overhead ≤ 2 % of the step).
 Each rank (gloo on the CPU, one thread) trains the same DDP MLP (256 → 512 → 512 → 10 with
 dropout, AdamW, 64 examples a step from its own shuffled ``StatefulDataLoader`` shard)
 ``--steps`` steps bare, then ``--steps`` steps with the trial API of a run of that many
-ranks (``trial.log`` with its stop-rule agreement and ``trial.maybe_checkpoint`` with its
-save agreement every step: two small ``all_reduce`` calls; saves after the first are pushed
-past the end by a long tolerated loss), in each of ``--rounds`` rounds. Printed, from rank 0:
+ranks (``trial.log`` and ``trial.maybe_checkpoint`` every step: one three-element
+``all_reduce`` decides the stop verdict and the save together; saves after the first are
+pushed past the end by a long tolerated loss), in each of ``--rounds`` rounds. Printed,
+from rank 0:
 
 1. hooks: seconds inside ``log`` + ``maybe_checkpoint`` per step (wall clock: the calls wait
    for the other rank), over the bare loop's median step time;

@@ -9,11 +9,12 @@ on the trial's own collectives run over that group:
 
 - rank 0 (the leader) alone writes ``measurements.jsonl``, ``done.json``, ``stop.json``
   and the checkpoints;
-- a stop rule that fires on any rank stops every rank: :meth:`Ranks.first_stop` (one
-  ``all_reduce`` per call) picks the lowest rank whose rule fired and hands its verdict to
-  all, so the run has one stop record;
+- a stop rule that fires on any rank stops every rank: :meth:`Ranks.agree` picks the
+  lowest rank whose rule fired and hands its verdict to all, so the run has one stop record;
 - whether to checkpoint at a step is the leader's measured interval, and a leave request
-  on any rank is honoured by all (:meth:`Ranks.agree_save`: one ``all_reduce``);
+  on any rank is honoured by all at the same step: decided in the same ``all_reduce`` as
+  the stop verdict of the ``log`` that comes before ``maybe_checkpoint`` (one collective a
+  step in the usual loop; a ``maybe_checkpoint`` without that ``log`` makes its own);
 - each rank's own state (its RNG streams, its loader's position, its ``extra`` objects)
   goes to the leader at the save (:meth:`Ranks.gather`), which writes it into the same
   step as ``state.pt``'s ``ranks`` entry; the model, optimizer, scheduler and scaler
@@ -117,34 +118,31 @@ class Ranks:
                   if dist.get_backend() == "nccl" else torch.device("cpu"))
         return torch.tensor(values, dtype=torch.int64, device=device)
 
-    def first_stop(self, stop: Stop | None) -> Stop | None:
-        """The verdict of the lowest rank whose rule fired (``stop`` from this rank, None
-        when none fired here), the same on every rank; ``stop`` itself with one rank.
-        Collective: every rank calls it at the same point."""
+    def agree(self, stop: Stop | None, due: bool, leave: bool | None
+              ) -> tuple[Stop | None, bool, bool | None]:
+        """What every rank acts on at this step, from one ``all_reduce`` (collective: every
+        rank calls it at the same point): the verdict of the lowest rank whose rule fired
+        (``stop``: this rank's, None when none fired here), the leader's ``due`` (its
+        measured interval passed, its writer free) and the strongest leave request of any
+        rank (None: none; False: checkpoint and go on; True: then stop). With one rank:
+        the arguments themselves."""
         if not self.distributed:
-            return stop
+            return stop, due, leave
         dist = self._group()
-        first = self._tensor([self.rank if stop is not None else self.world_size])
-        dist.all_reduce(first, op=dist.ReduceOp.MIN)
-        source = int(first.item())
-        if source == self.world_size:
-            return None
-        verdict: list[Any] = [stop]
-        dist.broadcast_object_list(verdict, src=source)
-        found: Stop = verdict[0]
-        return found
-
-    def agree_save(self, due: bool, leave: bool | None) -> tuple[bool, bool | None]:
-        """(save now, leave request) as every rank will act on them: the leader's ``due``
-        (its measured interval, its writer free), and the strongest leave request of any
-        rank (None: none; False: checkpoint and go on; True: then stop). Collective."""
-        if not self.distributed:
-            return due, leave
-        dist = self._group()
-        flags = self._tensor([int(due and self.leader), _LEAVE_CODES[leave]])
+        flags = self._tensor([self.world_size - self.rank if stop is not None else 0,
+                              int(due and self.leader), _LEAVE_CODES[leave]])
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        agreed_due, code = (int(v) for v in flags.tolist())
-        return bool(agreed_due), {0: None, 1: False, 2: True}[code]
+        first, agreed_due, code = (int(v) for v in flags.tolist())
+        agreed_stop = None
+        if first:
+            verdict: list[Any] = [stop]
+            dist.broadcast_object_list(verdict, src=self.world_size - first)
+            agreed_stop = verdict[0]
+        return agreed_stop, bool(agreed_due), {0: None, 1: False, 2: True}[code]
+
+    def first_stop(self, stop: Stop | None) -> Stop | None:
+        """The stop verdict of :meth:`agree` alone. Collective."""
+        return self.agree(stop, False, None)[0]
 
     def gather(self, value: Any) -> list[Any] | None:
         """Every rank's ``value`` (picklable), in rank order, on the leader; None elsewhere.

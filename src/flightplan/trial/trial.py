@@ -130,6 +130,7 @@ class Trial:
         self._started_s = time.monotonic()
         self._leave: bool | None = None  # a request to leave the flight: True = then stop
         self._ranks = Ranks.from_env()
+        self._agreed: tuple[int, bool, bool | None] | None = None  # log's (step, due, leave)
         self.rank, self.world_size = self._ranks.rank, self._ranks.world_size
 
     # -- construction -------------------------------------------------------------------
@@ -411,7 +412,14 @@ class Trial:
         self._write(Measurement(step, time.time(), values))
         if step >= self._steps_done:
             self._steps_done = step + 1
-        if self._log_rules:
+        if self._ranks.distributed:  # the stop verdict and the step's save in one collective
+            stop = next((v for v in (r.on_log(step, values) for r in self._log_rules)
+                         if v is not None), None)
+            stop, due, leave = self._ranks.agree(stop, self._save_due(), self._leave)
+            self._agreed = (step, due, leave)
+            if stop is not None:
+                self._stop(stop)
+        elif self._log_rules:
             self._first_stop(rule.on_log(step, values) for rule in self._log_rules)
 
     def log_setup(self, **measurements: Any) -> None:
@@ -463,6 +471,7 @@ class Trial:
         """
         self._begin_loop()
         self._writer.wait()
+        self._agreed = None  # a save now: log()'s decision for this step is spent
         if epoch is not None:
             self.epoch = epoch
         if micro_step is not None:
@@ -497,9 +506,13 @@ class Trial:
                 this save was made at once and is durable.
         """
         self._writer.raise_if_failed()
-        due = not self._writer.busy and self._schedule.due(time.monotonic())
-        due, self._leave = self._ranks.agree_save(due, self._leave)
-        if self._leave is not None:
+        agreed, self._agreed = self._agreed, None
+        if agreed is not None and agreed[0] == step:   # agreed by this step's log()
+            _, due, leave = agreed
+        else:
+            _, due, leave = self._ranks.agree(None, self._save_due(), self._leave)
+        if leave is not None:
+            self._leave = leave
             self.checkpoint(step, epoch=epoch, micro_step=micro_step)
             self._writer.wait()
             self._left(step + 1)
@@ -508,6 +521,10 @@ class Trial:
             return False
         self.checkpoint(step, epoch=epoch, micro_step=micro_step)
         return True
+
+    def _save_due(self) -> bool:
+        """Whether the measured interval wants a save now and no save is in flight."""
+        return not self._writer.busy and self._schedule.due(time.monotonic())
 
     def request_leave(self, *, stop: bool) -> None:
         """Ask for a checkpoint at the next step boundary (the next :meth:`maybe_checkpoint`

@@ -34,8 +34,8 @@ def test_one_rank_decides_alone_without_torch_distributed() -> None:
     ranks = Ranks()
     stop = Stop("non_finite_loss", 3, float("nan"), None, "loss is nan at step 3")
     assert ranks.first_stop(stop) is stop and ranks.first_stop(None) is None
-    assert ranks.agree_save(True, None) == (True, None)
-    assert ranks.agree_save(False, True) == (False, True)
+    assert ranks.agree(None, True, None) == (None, True, None)
+    assert ranks.agree(stop, False, True) == (stop, False, True)
     assert ranks.gather({"a": 1}) == [{"a": 1}]
     assert ranks.broadcast("step-000003") == "step-000003"
     ranks.barrier()
