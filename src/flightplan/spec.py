@@ -257,6 +257,9 @@ class Run(_Strict):
     power figures are computed at it (:mod:`flightplan.plan.power`). ``seeds`` (optional)
     overrides ``[campaign] seeds`` for this run: it executes that many times, its integer
     ``params.seed`` replaced by ``seed``, ``seed + 1``, … (:meth:`replicate_params`).
+    ``processes`` (default 1) is the number of worker processes one execution starts, the
+    ranks of a data-parallel run (docs/distributed.md); on a machine with GPUs at most
+    ``gpus``, one GPU each (checked against the executor when the runs start).
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -268,6 +271,7 @@ class Run(_Strict):
     duration: DurationField
     steps: Int | None = Field(default=None, gt=0)
     gpus: Int = Field(default=1, ge=1)
+    processes: Int = Field(default=1, ge=1)
     gpu_memory_gb: Float | None = Field(default=None, gt=0)
     after: list[str] = Field(default_factory=list)
     seeds: Int | None = Field(default=None, ge=1, le=MAX_SEEDS)

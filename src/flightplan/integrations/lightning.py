@@ -241,13 +241,19 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
             ``ckpt_path``: flightplan chooses it).
 
     Raises:
-        ArgumentError: ``ckpt_path`` given, a ``ModelCheckpoint`` on the trainer, or a train
-            dataloader that cannot resume mid-epoch (before the first batch).
+        ArgumentError: ``ckpt_path`` given, a ``ModelCheckpoint`` on the trainer, a run of
+            several processes (``trial.world_size`` > 1), or a train dataloader that cannot
+            resume mid-epoch (before the first batch).
         TrialStopped: a stop rule fired (``no_usable_resume`` before training).
     """
     if "ckpt_path" in fit_kwargs:
         raise ArgumentError("fit(..., ckpt_path=...): flightplan picks the newest verified "
                             "checkpoint itself; drop the argument")
+    if trial.world_size > 1:
+        raise ArgumentError(f"this run has {trial.world_size} processes ([[run]] processes); "
+                            f"the flightplan Lightning integration runs one process per run: "
+                            f"give processes = 1, or train with plain PyTorch DDP "
+                            f"(docs/distributed.md)")
     # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
     # does not declare it
     callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set, not declared

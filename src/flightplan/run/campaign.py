@@ -54,7 +54,8 @@ from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
                                      rank_variants, replan_from_options, with_value_cuts)
 from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult,
-                                               ClusterJoined, check_gpus)
+                                               ClusterJoined, check_gpus,
+                                               check_processes)
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.campaign_lock import CampaignLock
@@ -270,7 +271,8 @@ class _Campaign:
             result = replace(run_pilot(
                 trial_document(self.spec, control, resume=False), self.dir, report,
                 task=self.tasks[control.run.name], executor=self.executor, on_start=self._bar,
-                on_progress=self._progress), control_id=control.run_id)
+                on_progress=self._progress, processes=control.run.processes),
+                control_id=control.run_id)
             for key in (pilot_id(control.run_id), _resumed(pilot_id(control.run_id))):
                 self._running.ended(key)         # both pilot processes
             self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
@@ -497,7 +499,8 @@ class _Campaign:
             planned.run_dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(RunDir(planned.run_dir).trial_json,
                               trial_document(self.spec, planned, resume=resume))
-            jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus))
+            jobs.append(Job(planned.run_id, planned.run_dir, gpus=planned.run.gpus,
+                            processes=planned.run.processes))
         return jobs
 
     def _longest_first(self, jobs: list[Job]) -> list[Job]:
@@ -682,7 +685,10 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
                              run.task, source=spec.source)
     executor = executor or LocalExecutor()
     joined = executor.connect()
-    check_gpus(spec.runs, executor.gpu_limit(), source=spec.source)
+    limit = executor.gpu_limit()
+    check_gpus(spec.runs, limit, source=spec.source)
+    check_processes(spec.runs, limit, launches_ranks=executor.launches_ranks,
+                    source=spec.source)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             (observer(spec) if observer else contextlib.nullcontext()), \

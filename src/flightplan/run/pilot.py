@@ -25,6 +25,10 @@ pilot process exited 3 or was stopped by a rule; its log and stop.json say why),
 ``no_checkpoint``, ``losses_differ`` and ``nothing_compared`` (no usable resume), or
 ``missing_figure``.
 
+A control with ``[[run]] processes = N`` runs both pilot executions as N ranks each
+(:mod:`flightplan.run.executors.ranks`): the resume check restores every rank's state at
+the run's own world size, and the step time measured is that of N processes.
+
 Usage::
 
     result = run_pilot(control_trial, campaign_dir, data_check, task=loaded_task,
@@ -186,7 +190,7 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
               task: LoadedTask, executor: Executor,
               on_progress: Callable[[Job, RunProgress], None] | None = None,
               on_start: Callable[[Job], None] | None = None,
-              steps: int = PILOT_STEPS) -> PilotResult:
+              steps: int = PILOT_STEPS, processes: int = 1) -> PilotResult:
     """Run the pilot of the control (see the module docstring); starts from a clean folder
     (an earlier pilot's is moved aside to ``runs/pilot-<id>.restarted-<n>``).
 
@@ -198,6 +202,9 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
         executor: runs the two processes.
         on_progress, on_start: passed to the executor (progress bars).
         steps: the pilot's step cap.
+        processes: the control's ``[[run]] processes``: each pilot execution runs as that
+            many ranks (one GPU each where there are GPUs), so the resume check and the
+            measured step time are those of the run's own world size.
 
     Returns:
         The result; ``ok`` false names what failed (a crashed or stopped pilot process,
@@ -221,7 +228,8 @@ def run_pilot(control_trial: dict[str, Any], campaign_dir: Path, data_check: Dat
         return PilotResult(False, message, cause, started_at=started, ended_at=time.time(),
                            **extra)
 
-    first_job, resume_job = Job(run_id, pilot_dir), Job(run_id, resume_dir)
+    held = {"gpus": processes, "processes": processes} if processes > 1 else {}
+    first_job, resume_job = Job(run_id, pilot_dir, **held), Job(run_id, resume_dir, **held)
     second: JobResult | None = None
     if executor.saves_on_flight:  # a flight's checkpoint is at home only once it came home
         first = _one(executor, first_job, on_start, on_progress)

@@ -10,7 +10,10 @@ module imports torch, its intra-op threads are set to ``$FLIGHTPLAN_TORCH_THREAD
 (default 1) before ``train``, so every task computes with the count its run records.
 Before it loads anything it writes a ``process_start`` row (:class:`flightplan.rows.ProcessStart`)
 stamped with the time the kernel created the process, which :mod:`flightplan.goodput` reads
-to tell the executor's start of the execution from the process's own start and load.
+to tell the executor's start of the execution from the process's own start and load. Of
+the ranks of a run with several processes (``WORLD_SIZE`` > 1) rank 0 alone writes it, and
+every line each rank prints is prefixed ``[rank R] ``
+(:func:`flightplan.trial.distributed.label_output`).
 
 Exit codes:
 
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m flightplan.run.worker RUN_DIR/trial.json", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from flightplan.trial.distributed import label_output
     from flightplan.trial.trial import Trial
     from flightplan.trial.trial_file import TRIAL_ENV
 
@@ -85,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    _log_process_start(trial.run_dir)
+    if trial.world_size > 1:  # the ranks of one run share its log.txt
+        label_output(trial.rank)
+    if trial.rank == 0:  # one execution, one start (its other ranks start with it)
+        _log_process_start(trial.run_dir)
     install_leave_handlers(trial)  # before the task loads: a request may come at any time
     os.environ[TRIAL_ENV] = os.path.abspath(args[0])
     from flightplan.tasks.loader import load_task

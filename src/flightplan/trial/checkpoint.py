@@ -214,21 +214,42 @@ class Snapshot:
         optimizer = None
         if parts.optimizer is not None:
             optimizer = self._tree(parts.optimizer.state_dict(), "optimizer")
-        state: dict[str, Any] = {"counters": dict(counters), "rng": capture_rng()}
-        for name in ("scheduler", "scaler", "loader"):
+        own = self._own_state(parts)
+        state: dict[str, Any] = {"counters": dict(counters), "rng": own.pop("rng")}
+        for name in ("scheduler", "scaler"):
             obj = getattr(parts, name)
             if obj is not None:
                 state[name] = self._tree(obj.state_dict(), name)
-        if parts.loader is not None:
-            state["generators"] = {k: g.get_state()
-                                   for k, g in _loader_generators(parts.loader).items()}
-        state["extra"] = {k: self._tree(obj.state_dict(), f"extra/{k}")
-                          for k, obj in parts.extra.items()}
+        state.update(own)
         event = None
         if self._cuda:
             event = torch.cuda.Event()
             event.record()  # on the side stream when there is one (the current stream here)
         return Captured(model=model, optimizer=optimizer, state=state, cuda_event=event)
+
+
+    def _own_state(self, parts: Components) -> dict[str, Any]:
+        """The state each rank of a data-parallel run holds apart (its RNG streams, its
+        loader's position, its ``extra`` objects), in the buffers: ``rng``, ``loader`` and
+        ``generators`` (with a loader), ``extra``."""
+        own: dict[str, Any] = {"rng": capture_rng()}
+        if parts.loader is not None:
+            own["loader"] = self._tree(parts.loader.state_dict(), "loader")
+            own["generators"] = {k: g.get_state()
+                                 for k, g in _loader_generators(parts.loader).items()}
+        own["extra"] = {k: self._tree(obj.state_dict(), f"extra/{k}")
+                        for k, obj in parts.extra.items()}
+        return own
+
+    def capture_own(self, parts: Components) -> dict[str, Any]:
+        """What a rank other than the leader saves (:meth:`_own_state`; the model and the
+        optimizer are the leader's replicas): copied into the buffers on one thread."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # see the class docstring
+        try:
+            return self._own_state(parts)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def apply_state(name: str, obj: Any, files: CheckpointFiles) -> None:

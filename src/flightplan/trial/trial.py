@@ -38,7 +38,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, CheckpointError, TrialPreempted, TrialStopped
@@ -46,6 +46,7 @@ from flightplan.trial.checkpoint import (BackgroundWriter, Components, Rejection
                                          Snapshot, apply_state, prune, restore_rng,
                                          select_checkpoint)
 from flightplan.trial.checkpoint_io import CheckpointFiles, load_checkpoint, step_dir_name
+from flightplan.trial.distributed import RANK_STATE_KEY, WORLD_SIZE_KEY, Ranks, rank_files
 from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
@@ -86,6 +87,12 @@ class Trial:
             needs it).
         run_dir: the run directory.   epoch, micro_step: counters saved with each checkpoint
             (set them in the loop; restored by :meth:`restore`).
+        rank, world_size: this process's place in a run of several processes (``RANK``,
+            ``WORLD_SIZE``; 0 and 1 alone): :mod:`flightplan.trial.distributed`.
+
+    With several ranks, every rank makes the same calls in the same order (``restore``,
+    ``log``, ``evaluate``, ``check_truncation``, ``maybe_checkpoint``, ``checkpoint`` and
+    ``finish`` are collective); rank 0 alone writes the run's files.
     """
 
     def __init__(self, run_dir: Path | str, config: TrialFile) -> None:
@@ -122,6 +129,9 @@ class Trial:
         self._steps_done = 0
         self._started_s = time.monotonic()
         self._leave: bool | None = None  # a request to leave the flight: True = then stop
+        self._ranks = Ranks.from_env()
+        self._agreed: tuple[int, bool, bool | None] | None = None  # log's (step, due, leave)
+        self.rank, self.world_size = self._ranks.rank, self._ranks.world_size
 
     # -- construction -------------------------------------------------------------------
 
@@ -244,6 +254,7 @@ class Trial:
         files, path, rejected = self._select(load_checkpoint)
         if files is None or path is None:
             return 0
+        files = rank_files(files, self.rank, self.world_size, path.name)
         for key in _COMPONENTS:
             obj = getattr(self._parts, key)
             if obj is not None:
@@ -284,6 +295,24 @@ class Trial:
         """The newest valid checkpoint (partials removed, bad ones set aside, both logged);
         with none: the ``no_usable_resume`` stop when it applies, else a ``restore`` row."""
         self._restore_called = True
+        if not self._ranks.leader:  # the leader settles the folder; the others load its pick
+            chosen, stop = self._ranks.broadcast(None)
+            if stop is not None:
+                self._stop(stop)
+            if chosen is None:
+                return None, None, []
+            path = self.run_dir / "checkpoints" / chosen
+            return load(path), path, []
+        files, path, rejected, stop = self._select_here(load)
+        self._ranks.broadcast((path.name if path is not None else None, stop))
+        if stop is not None:
+            self._stop(stop)
+        return files, path, rejected
+
+    def _select_here(self, load: Callable[[Path], CheckpointFiles]
+                     ) -> tuple[CheckpointFiles | None, Path | None, list[Rejection], Stop | None]:
+        """:meth:`_select` in the leader: the folder settled, rows written, the stop (if
+        one applies) returned rather than raised."""
         files, path, rejected, partial = select_checkpoint(self.run_dir / "checkpoints",
                                                            self.run_id, self.config_hash,
                                                            load=load)
@@ -303,11 +332,12 @@ class Trial:
                                                 if removed else "")
                     + (f"; to train it from step 0 on purpose run flightplan run CAMPAIGN_FILE "
                        f"--restart {self.name}" if self.name else "")]
-                self._stop(NoUsableResume().verdict(found, rejected=len(rejected)))
+                return None, None, rejected, NoUsableResume().verdict(found,
+                                                                      rejected=len(rejected))
             self._write(Restore(0, time.time(), source=None, resume_requested=self.resume,
                                 rejected=tuple(r.name for r in rejected),
                                 message="no checkpoint of this run; starting at step 0"))
-        return files, path, rejected
+        return files, path, rejected, None
 
     def _begin_loop(self) -> None:
         if self._loop_started:
@@ -329,6 +359,8 @@ class Trial:
         """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`);
         ``durable``: fsync it before returning (it then survives the machine, not only the
         process)."""
+        if not self._ranks.leader:  # rank 0 writes the run's rows
+            return
         line = encode_row(row)
         with self._lock:  # one write(2) per row: a SIGKILL loses no row that was logged
             if self._log_fd is None:
@@ -340,15 +372,26 @@ class Trial:
                 os.fsync(self._log_fd)
 
     def _stop(self, stop: Stop) -> None:
-        """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped."""
+        """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped
+        (with several ranks: the leader writes, and every rank raises once it has)."""
         try:
             self._writer.wait()
         except CheckpointError as exc:
             print(f"flightplan: {exc}", file=sys.stderr)
         record = stop_record(self.run_id, stop)
-        write_json_atomic(self.run_dir / RunDir.STOP, record)
-        self._write(StopEvent(stop.step, time.time(), rule=stop.rule, message=stop.message))
+        if self._ranks.leader:
+            write_json_atomic(self.run_dir / RunDir.STOP, record)
+            self._write(StopEvent(stop.step, time.time(), rule=stop.rule, message=stop.message))
+        self._ranks.barrier()  # no rank ends (and has the others killed) before stop.json
         raise TrialStopped(record)
+
+    def _first_stop(self, verdicts: Iterable[Stop | None]) -> None:
+        """Stop at the first verdict of ``verdicts`` (an iterable of ``Stop | None``, rules
+        applied lazily) of the lowest rank where one fired (:meth:`Ranks.first_stop`)."""
+        stop = next((v for v in verdicts if v is not None), None)
+        stop = self._ranks.first_stop(stop)
+        if stop is not None:
+            self._stop(stop)
 
     def log(self, step: int, **measurements: Any) -> None:
         """Append ``{"step", "time" (unix s), **measurements}`` to measurements.jsonl and apply
@@ -369,10 +412,15 @@ class Trial:
         self._write(Measurement(step, time.time(), values))
         if step >= self._steps_done:
             self._steps_done = step + 1
-        for rule in self._log_rules:
-            stop = rule.on_log(step, values)
+        if self._ranks.distributed:  # the stop verdict and the step's save in one collective
+            stop = next((v for v in (r.on_log(step, values) for r in self._log_rules)
+                         if v is not None), None)
+            stop, due, leave = self._ranks.agree(stop, self._save_due(), self._leave)
+            self._agreed = (step, due, leave)
             if stop is not None:
                 self._stop(stop)
+        elif self._log_rules:
+            self._first_stop(rule.on_log(step, values) for rule in self._log_rules)
 
     def log_setup(self, **measurements: Any) -> None:
         """Append a row of the work before the training loop (data preparation, an embedding
@@ -398,10 +446,8 @@ class Trial:
         self._begin_loop()
         values = {k: _item(v) for k, v in metrics.items()}
         self._write(Evaluation(step, time.time(), values))
-        for rule in self._rules:
-            stop = rule.on_evaluate(step, values, self.planned_steps)
-            if stop is not None:
-                self._stop(stop)
+        self._first_stop(rule.on_evaluate(step, values, self.planned_steps)
+                         for rule in self._rules)
 
     def check_truncation(self, fraction: float) -> None:
         """Record the fraction (0–1) of essential inputs longer than ``max_length`` and apply
@@ -411,10 +457,7 @@ class Trial:
             TrialStopped: more than the allowed fraction would be truncated.
         """
         self._write(Truncation(0, time.time(), fraction=float(_item(fraction))))
-        for rule in self._rules:
-            stop = rule.on_truncation(fraction)
-            if stop is not None:
-                self._stop(stop)
+        self._first_stop(rule.on_truncation(fraction) for rule in self._rules)
 
     # -- checkpoints --------------------------------------------------------------------
 
@@ -428,17 +471,25 @@ class Trial:
         """
         self._begin_loop()
         self._writer.wait()
+        self._agreed = None  # a save now: log()'s decision for this step is spent
         if epoch is not None:
             self.epoch = epoch
         if micro_step is not None:
             self.micro_step = micro_step
         start = time.monotonic()
+        if not self._ranks.leader:  # its own state goes to the leader, which saves the step
+            self._ranks.gather(self._snapshot.capture_own(self._parts))
+            return
         counters = {"step": step + 1, "epoch": self.epoch, "micro_step": self.micro_step}
         captured = self._snapshot.capture(self._parts, counters)
-        stall_s = time.monotonic() - start
-        self._schedule.record_start(start)
         meta = {"run_id": self.run_id, "config_hash": self.config_hash, "epoch": self.epoch,
                 "micro_step": self.micro_step, "saved_at": time.time()}
+        if self._ranks.distributed:
+            others = self._ranks.gather(None) or []
+            captured.state[RANK_STATE_KEY] = {str(r): own for r, own in enumerate(others) if r}
+            meta[WORLD_SIZE_KEY] = self.world_size
+        stall_s = time.monotonic() - start
+        self._schedule.record_start(start)
         self._writer.submit(step + 1, captured, meta, stall_s)
 
     def maybe_checkpoint(self, step: int, *, epoch: int | None = None,
@@ -455,15 +506,25 @@ class Trial:
                 this save was made at once and is durable.
         """
         self._writer.raise_if_failed()
-        if self._leave is not None:
+        agreed, self._agreed = self._agreed, None
+        if agreed is not None and agreed[0] == step:   # agreed by this step's log()
+            _, due, leave = agreed
+        else:
+            _, due, leave = self._ranks.agree(None, self._save_due(), self._leave)
+        if leave is not None:
+            self._leave = leave
             self.checkpoint(step, epoch=epoch, micro_step=micro_step)
             self._writer.wait()
             self._left(step + 1)
             return True
-        if self._writer.busy or not self._schedule.due(time.monotonic()):
+        if not due:
             return False
         self.checkpoint(step, epoch=epoch, micro_step=micro_step)
         return True
+
+    def _save_due(self) -> bool:
+        """Whether the measured interval wants a save now and no save is in flight."""
+        return not self._writer.busy and self._schedule.due(time.monotonic())
 
     def request_leave(self, *, stop: bool) -> None:
         """Ask for a checkpoint at the next step boundary (the next :meth:`maybe_checkpoint`
@@ -487,6 +548,7 @@ class Trial:
         name = step_dir_name(steps_done)
         self._write(ForcedCheckpoint(steps_done, time.time(), name=name,
                                      then="stop" if stop else "continue"))
+        self._ranks.barrier()  # the save and its row are durable before any rank ends
         if stop:
             raise TrialPreempted(self.run_id, steps_done, name)
 
@@ -610,6 +672,10 @@ class Trial:
             CheckpointError: the last background save failed.
         """
         self._writer.close()
+        self._ranks.barrier()  # every rank reached the end before the run counts as done
+        if not self._ranks.leader:
+            self.finished = True
+            return
         write_json_atomic(self.run_dir / RunDir.DONE, {
             "run_id": self.run_id, "steps": self._steps_done,
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -89,6 +89,23 @@ def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) ->
     assert not [r for r in _rows(tmp_path / "run") if "loss" in r]
 
 
+def test_a_run_of_several_processes_is_refused_before_anything_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flightplan.integrations.lightning import fit
+    from flightplan.trial.trial import Trial
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    trial = Trial.local(tmp_path / "run")
+    with pytest.raises(ArgumentError) as refused:
+        fit(object(), object(), trial)  # type: ignore[arg-type]  # refused before either is read
+    assert str(refused.value) == (
+        "this run has 2 processes ([[run]] processes); the flightplan Lightning integration "
+        "runs one process per run: give processes = 1, or train with plain PyTorch DDP "
+        "(docs/distributed.md)")
+    assert not (tmp_path / "run" / "measurements.jsonl").exists()
+
+
 def test_a_nan_loss_stops_with_stop_json_and_no_save_after_it(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     with pytest.raises(TrialStopped, match="'non_finite_loss': loss is nan at step 5"):

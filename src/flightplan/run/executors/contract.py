@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "JobResult", "Interruption", "RunProgress", "MeasurementTail", "Executor",
            "GpuLimit", "ClusterJoined", "worker_argv", "lost_execution", "left_execution", "check_gpus",
+           "check_processes",
            "WORKER_MODULE", "EXIT_NO_FLIGHT"]
 
 WORKER_MODULE = "flightplan.run.worker"
@@ -59,12 +60,15 @@ has, or every flight is gone); the reason is appended to its ``log.txt``."""
 
 @dataclass(frozen=True)
 class Job:
-    """One run to execute: its id, its directory (which holds ``trial.json``) and the GPUs
-    its ``[[run]]`` declares (one flight's GPUs; an executor never shares one)."""
+    """One run to execute: its id, its directory (which holds ``trial.json``), the GPUs
+    its ``[[run]]`` declares (one flight's GPUs; an executor never shares one) and the
+    worker processes one execution starts (``[[run]] processes``: the ranks of a
+    data-parallel run, :mod:`flightplan.run.executors.ranks`)."""
 
     run_id: str
     run_dir: Path
     gpus: int = 1
+    processes: int = 1
 
     @property
     def trial_json(self) -> Path:
@@ -267,6 +271,31 @@ def check_gpus(runs: Sequence[Run], limit: GpuLimit | None, *, source: str | Non
                 file=source, field=f"run[{index}].gpus", value=run.gpus)
 
 
+def check_processes(runs: Sequence[Run], limit: GpuLimit | None, *, launches_ranks: bool,
+                    source: str | None) -> None:
+    """Refuse a campaign one of whose runs asks for ``processes`` the executor cannot give:
+    more than one where the executor starts one process per run (``launches_ranks``
+    False), or, on a machine with GPUs (``limit``), more than the run's ``gpus`` (each rank
+    computes on a GPU of its own). On a machine without GPUs any number of ranks runs on
+    the CPU.
+
+    Raises:
+        SpecError: the first such run, naming ``run[i].processes`` and the fix.
+    """
+    for index, run in enumerate(runs):
+        if run.processes > 1 and not launches_ranks:
+            raise SpecError(f"{run.name!r} asks for {run.processes} processes ([[run]] "
+                            f"processes) but this executor starts one process per run; run "
+                            f"it with the local executor or give processes = 1",
+                            file=source, field=f"run[{index}].processes", value=run.processes)
+        if limit is not None and run.processes > run.gpus:
+            raise SpecError(f"{run.name!r} asks for {run.processes} processes but holds "
+                            f"{run.gpus} GPU{'s' if run.gpus > 1 else ''} ([[run]] gpus); "
+                            f"each process computes on a GPU of its own: give gpus = "
+                            f"{run.processes} or processes = {run.gpus}",
+                            file=source, field=f"run[{index}].processes", value=run.processes)
+
+
 @dataclass(frozen=True)
 class ClusterJoined:
     """The cluster this invocation's runs execute on, as the ledger records it (event
@@ -312,6 +341,9 @@ class Executor(ABC):
     committed home (:func:`flightplan.rows.records_a_save`)."""
 
     saves_on_flight: bool = False
+    launches_ranks: bool = False
+    """Whether a job's ``processes`` > 1 start as that many ranks (the local executor);
+    an executor without it refuses such a campaign (:func:`check_processes`)."""
 
     @abstractmethod
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,

@@ -15,7 +15,9 @@ with its recorded thread count, so running side by side changes no result. A wor
 with the runner (``PR_SET_PDEATHSIG`` on Linux, set by the worker itself before it starts:
 :mod:`flightplan.run.executors.tether`), so a killed runner never leaves a process writing
 into a run directory that the next runner resumes, and ignores SIGINT: a Ctrl-C in the
-terminal stops the runner, which kills its workers on the way out.
+terminal stops the runner, which kills its workers on the way out. A run with
+``[[run]] processes = N`` executes as N ranks started and ended together
+(:mod:`flightplan.run.executors.ranks`), all appending to its ``log.txt``.
 
 Usage::
 
@@ -38,6 +40,7 @@ from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, GpuLimi
                                                Interruption, Job, JobResult, MeasurementTail,
                                                RunProgress, left_execution, worker_argv)
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
+from flightplan.run.executors.ranks import RankGroup
 from flightplan.run.executors.tether import tethered
 from flightplan.trial.accelerator import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV,
                                      cpu_slots, torch_threads)
@@ -60,8 +63,10 @@ def gpu_count() -> int:
 
 class LocalExecutor(Executor):
     """Processes on this machine: each run on the GPUs its job holds, or on a machine
-    without GPUs ``cores // threads`` runs at once (each worker gets
-    ``$FLIGHTPLAN_TORCH_THREADS`` = threads).
+    without GPUs ``cores // threads`` worker processes at once (each worker gets
+    ``$FLIGHTPLAN_TORCH_THREADS`` = threads). A job with ``processes`` > 1 starts that many
+    ranks (:class:`~flightplan.run.executors.ranks.RankGroup`), which count as that many
+    of the slots (a job that needs more than all of them runs alone).
 
     Args:
         slots: processes at once; default: the number of GPUs, or without GPUs
@@ -90,6 +95,8 @@ class LocalExecutor(Executor):
         self._argv = argv
         self._poll_s = poll_s
 
+    launches_ranks = True
+
     def _visible(self) -> list[str]:
         """The names of this machine's GPUs as its workers see them: the runner's own
         ``CUDA_VISIBLE_DEVICES`` entries (device ``i`` is the i-th), else ``0 … n−1``."""
@@ -105,7 +112,7 @@ class LocalExecutor(Executor):
         return GpuLimit(self._gpus, f"this machine (CUDA_VISIBLE_DEVICES="
                                     f"{','.join(self._visible())})")
 
-    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen[bytes]:
+    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen[bytes] | RankGroup:
         env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
                    PYTHONUNBUFFERED="1")
         if self._gpus:
@@ -117,12 +124,18 @@ class LocalExecutor(Executor):
             env[THREADS_ENV] = str(self.threads)
             env.setdefault(OMP_ENV, str(self.threads))  # BLAS/OpenMP of any library too
             where = f"device cpu, {self.threads} thread(s)"
+        if job.processes > 1:
+            where += f", {job.processes} processes"
         with open(RunDir(job.run_dir).log, "ab") as log:
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
                       f"({where}) ---\n".encode())
-            return subprocess.Popen(tethered(self._argv(job.trial_json)), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    cwd=str(job.run_dir))
+
+            def launch(extra: dict[str, str]) -> subprocess.Popen[bytes]:
+                return subprocess.Popen(tethered(self._argv(job.trial_json)), stdout=log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env={**env, **extra}, cwd=str(job.run_dir))
+
+            return RankGroup.start(job.processes, launch) if job.processes > 1 else launch({})
 
     def _needs(self, job: Job) -> int:
         """GPUs ``job`` holds here (0 on a machine without GPUs)."""
@@ -156,7 +169,8 @@ class LocalExecutor(Executor):
 
         try:
             while queue or running:
-                while queue and len(running) < self.slots:   # start what fits, in order
+                while queue and (not running or sum(p.job.processes for p in running)
+                                 + queue[0].processes <= self.slots):  # what fits, in order
                     job = queue[0]
                     if self._needs(job) > self._gpus:
                         ended(self._not_placeable(queue.pop(0)))
@@ -203,11 +217,12 @@ class LocalExecutor(Executor):
 
 @dataclass
 class _Process:
-    """One worker process of :meth:`LocalExecutor.run`: its job, the process, its unix
-    start, its measurement tail, the GPUs it holds and its leave watch (or None)."""
+    """One execution of :meth:`LocalExecutor.run`: its job, the worker process (or the
+    :class:`RankGroup` of a run with ``processes`` > 1), its unix start, its measurement
+    tail, the GPUs it holds and its leave watch (or None)."""
 
     job: Job
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | RankGroup
     started_at: float
     tail: MeasurementTail
     devices: list[int]

@@ -150,3 +150,27 @@ def test_on_gpus_one_run_per_gpu_with_deterministic_cublas(tmp_path, monkeypatch
     assert "(device 0)" in logs[0] and "gpu 5 cublas :4096:8" in logs[0]
     assert "(device 1)" in logs[1] and "gpu 7 cublas :4096:8" in logs[1]
     assert "gpu 5" in logs[2] or "gpu 7" in logs[2]       # the first GPU to free up
+
+
+_RANK_WORKER = ("import os, time; e = os.environ; time.sleep(0.3); "
+                "print('rank', e.get('RANK', '-'), 'of', e.get('WORLD_SIZE', '-'), "
+                "e.get('LOCAL_RANK', '-'), e.get('MASTER_ADDR', '-'), e.get('MASTER_PORT', '-'))")
+
+
+def test_a_job_of_several_processes_starts_ranks_with_torchruns_environment(tmp_path):
+    ddp = Job("ddp-1", tmp_path / "runs" / "ddp-1", processes=2)
+    alone = Job("one-2", tmp_path / "runs" / "one-2")
+    for job in (ddp, alone):
+        job.run_dir.mkdir(parents=True)
+    executor = LocalExecutor(slots=2, argv=lambda _: [sys.executable, "-c", _RANK_WORKER],
+                             gpus=0)
+    results = {r.run_id: r for r in executor.run([ddp, alone])}
+    assert {k: r.exit_code for k, r in results.items()} == {"ddp-1": 0, "one-2": 0}
+    lines = (ddp.run_dir / "log.txt").read_text().splitlines()
+    assert lines[0].endswith("(device cpu, 1 thread(s), 2 processes) ---")
+    ranks = sorted(line.split() for line in lines[1:])
+    assert [r[:5] for r in ranks] == [["rank", "0", "of", "2", "0"], ["rank", "1", "of", "2", "1"]]
+    assert {r[5] for r in ranks} == {"127.0.0.1"} and ranks[0][6] == ranks[1][6] != "-"
+    assert (alone.run_dir / "log.txt").read_text().splitlines()[1] == "rank - of - - - -"
+    # the two ranks took both slots: the one-process job started once they had ended
+    assert results["one-2"].started_at >= results["ddp-1"].ended_at

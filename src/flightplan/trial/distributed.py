@@ -1,0 +1,234 @@
+"""The trial across the ranks of a data-parallel run: who writes, and what is decided together.
+
+A run with ``[[run]] processes = N`` executes as N worker processes (the ranks,
+:mod:`flightplan.run.executors.ranks`), each with a :class:`~flightplan.trial.trial.Trial`
+that reads its place from the environment ``torchrun`` sets (:meth:`Ranks.from_env`:
+``RANK``, ``WORLD_SIZE``). The task initialises ``torch.distributed`` itself
+(``init_process_group``, gloo on CPU, NCCL on GPUs) before ``trial.restore()``; from then
+on the trial's own collectives run over that group:
+
+- rank 0 (the leader) alone writes ``measurements.jsonl``, ``done.json``, ``stop.json``
+  and the checkpoints;
+- a stop rule that fires on any rank stops every rank: :meth:`Ranks.agree` picks the
+  lowest rank whose rule fired and hands its verdict to all, so the run has one stop record;
+- whether to checkpoint at a step is the leader's measured interval, and a leave request
+  on any rank is honoured by all at the same step: decided in the same ``all_reduce`` as
+  the stop verdict of the ``log`` that comes before ``maybe_checkpoint`` (one collective a
+  step in the usual loop; a ``maybe_checkpoint`` without that ``log`` makes its own);
+- each rank's own state (its RNG streams, its loader's position, its ``extra`` objects)
+  goes to the leader at the save (:meth:`Ranks.gather`), which writes it into the same
+  step as ``state.pt``'s ``ranks`` entry; the model, optimizer, scheduler and scaler
+  are replicas under DDP and only the leader's copy is saved.
+
+With one process (no ``WORLD_SIZE``, or 1) nothing here calls ``torch.distributed``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping, TextIO
+
+from flightplan.errors import ArgumentError, CheckpointError
+from flightplan.trial.checkpoint_io import CheckpointFiles
+from flightplan.trial.stop_rules import Stop
+
+__all__ = ["Ranks", "rank_files", "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
+
+RANK_STATE_KEY = "ranks"
+"""Key of ``state.pt`` holding ``{"1": state of rank 1, …}`` (each: ``rng``, and ``loader``,
+``generators``, ``extra`` when registered) in a checkpoint of several ranks."""
+
+WORLD_SIZE_KEY = "world_size"
+"""Manifest key of the number of ranks that saved a checkpoint (absent: 1)."""
+
+_LEAVE_CODES = {None: 0, False: 1, True: 2}   # no request, checkpoint and go on, then stop
+
+
+def _env_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    value = environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ArgumentError(f"{name}={value!r} is not an integer; the launcher sets it "
+                            f"(flightplan run, torchrun)") from None
+
+
+class Ranks:
+    """This process's place in its run: ``rank`` of ``world_size`` (0 of 1 alone).
+
+    Raises:
+        ArgumentError: ``rank`` is not in ``0 … world_size − 1``.
+    """
+
+    def __init__(self, rank: int = 0, world_size: int = 1) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ArgumentError(f"RANK={rank} of WORLD_SIZE={world_size} is not a place in a "
+                                f"run; the launcher sets both (flightplan run, torchrun)")
+        self.rank = rank
+        self.world_size = world_size
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Ranks":
+        """From ``RANK`` and ``WORLD_SIZE`` (default 0 and 1).
+
+        Raises:
+            ArgumentError: a value is not an integer, or not a place in the run.
+        """
+        env = os.environ if environ is None else environ
+        return cls(_env_int(env, "RANK", 0), _env_int(env, "WORLD_SIZE", 1))
+
+    @property
+    def leader(self) -> bool:
+        """Whether this is rank 0, the one that writes the run's files."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether the run has more than one rank."""
+        return self.world_size > 1
+
+    def _group(self) -> Any:
+        """``torch.distributed``, checked to be initialised with this world size.
+
+        Raises:
+            CheckpointError: the task has not initialised it, or with another world size.
+        """
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            raise CheckpointError(f"this run has {self.world_size} processes but "
+                                  f"torch.distributed is not initialised; call "
+                                  f"torch.distributed.init_process_group() before "
+                                  f"trial.restore() (docs/distributed.md)")
+        if dist.get_world_size() != self.world_size:
+            raise CheckpointError(f"torch.distributed was initialised with world size "
+                                  f"{dist.get_world_size()} but WORLD_SIZE is "
+                                  f"{self.world_size}; initialise it from the environment")
+        return dist
+
+    def _tensor(self, values: list[int]) -> Any:
+        """An int64 tensor of ``values`` on the device the group's backend computes on."""
+        import torch
+
+        dist = self._group()
+        device = (torch.device("cuda", torch.cuda.current_device())
+                  if dist.get_backend() == "nccl" else torch.device("cpu"))
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    def agree(self, stop: Stop | None, due: bool, leave: bool | None
+              ) -> tuple[Stop | None, bool, bool | None]:
+        """What every rank acts on at this step, from one ``all_reduce`` (collective: every
+        rank calls it at the same point): the verdict of the lowest rank whose rule fired
+        (``stop``: this rank's, None when none fired here), the leader's ``due`` (its
+        measured interval passed, its writer free) and the strongest leave request of any
+        rank (None: none; False: checkpoint and go on; True: then stop). With one rank:
+        the arguments themselves."""
+        if not self.distributed:
+            return stop, due, leave
+        dist = self._group()
+        flags = self._tensor([self.world_size - self.rank if stop is not None else 0,
+                              int(due and self.leader), _LEAVE_CODES[leave]])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        first, agreed_due, code = (int(v) for v in flags.tolist())
+        agreed_stop = None
+        if first:
+            verdict: list[Any] = [stop]
+            dist.broadcast_object_list(verdict, src=self.world_size - first)
+            agreed_stop = verdict[0]
+        return agreed_stop, bool(agreed_due), {0: None, 1: False, 2: True}[code]
+
+    def first_stop(self, stop: Stop | None) -> Stop | None:
+        """The stop verdict of :meth:`agree` alone. Collective."""
+        return self.agree(stop, False, None)[0]
+
+    def gather(self, value: Any) -> list[Any] | None:
+        """Every rank's ``value`` (picklable), in rank order, on the leader; None elsewhere.
+        Collective."""
+        if not self.distributed:
+            return [value]
+        dist = self._group()
+        gathered: list[Any] | None = [None] * self.world_size if self.leader else None
+        dist.gather_object(value, gathered, dst=0)
+        return gathered
+
+    def broadcast(self, value: Any) -> Any:
+        """The leader's ``value`` (picklable) on every rank. Collective."""
+        if not self.distributed:
+            return value
+        dist = self._group()
+        holder = [value if self.leader else None]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def barrier(self) -> None:
+        """Wait until every rank reached this point (nothing with one rank). Collective."""
+        if self.distributed:
+            self._group().barrier()
+
+
+def rank_files(files: CheckpointFiles, rank: int, world_size: int, name: str) -> CheckpointFiles:
+    """The checkpoint ``files`` as rank ``rank`` restores it: the replicas (model, optimizer,
+    scheduler, scaler) as saved, and this rank's own entries (``rng``, ``loader``,
+    ``generators``, ``extra``) in place of the leader's.
+
+    Args:
+        name: the checkpoint's folder name (named in the error).
+
+    Raises:
+        CheckpointError: the checkpoint was saved by another number of ranks (one line,
+            naming both).
+    """
+    saved = int(files.manifest.get(WORLD_SIZE_KEY, 1))
+    if saved != world_size:
+        raise CheckpointError(
+            f"{name} was saved by {saved} process{'es' if saved > 1 else ''} but this run "
+            f"has {world_size}; resuming at another world size is not bitwise: give "
+            f"[[run]] processes = {saved}, or start the run over with flightplan run "
+            f"CAMPAIGN_FILE --restart NAME")
+    if rank == 0:
+        return files
+    own = files.state[RANK_STATE_KEY][str(rank)]
+    state = {**files.state, **own}
+    return CheckpointFiles(model=files.model, optimizer=files.optimizer, state=state,
+                           manifest=files.manifest)
+
+
+class _Labelled:
+    """A text stream that starts every line it writes with ``label``."""
+
+    def __init__(self, stream: TextIO, label: str) -> None:
+        self._stream = stream
+        self._label = label
+        self._line_start = True
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        lines = text.split("\n")
+        out = []
+        for index, line in enumerate(lines):
+            if line and self._line_start:
+                out.append(self._label)
+            out.append(line)
+            if index < len(lines) - 1:
+                out.append("\n")
+                self._line_start = True
+            elif line:
+                self._line_start = False
+        self._stream.write("".join(out))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def label_output(rank: int) -> None:
+    """Start every line this process writes through ``sys.stdout``/``sys.stderr`` with
+    ``[rank R] `` (the ranks of a run share its ``log.txt``). Output written below Python
+    (a C library's own prints) is not labelled."""
+    label = f"[rank {rank}] "
+    sys.stdout = _Labelled(sys.stdout, label)
+    sys.stderr = _Labelled(sys.stderr, label)

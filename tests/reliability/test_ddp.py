@@ -1,0 +1,240 @@
+"""Data-parallel runs (two ranks on the CPU with gloo) killed and resumed: the whole group
+SIGKILLed after a checkpoint, one rank alone SIGKILLed after a checkpoint, each resumed in
+new processes to final weights, optimizer state, predictions and metrics bitwise equal to an
+uninterrupted run; a resume at another world size refused in one line; a rank that raises
+ends the run as crashed with its traceback in the log; a non-finite loss on one rank stops
+every rank with one stop record; the leave signal sent to every rank ends both with the
+same durable checkpoint (exit 75), from which the run resumes bitwise. The ranks are
+started as the local executor starts them (:class:`~flightplan.run.executors.ranks.RankGroup`,
+the real worker), the task is ``ddp_task.py`` beside this file."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flightplan.run.executors.contract import Job
+from flightplan.run.executors.local import LocalExecutor
+from flightplan.run.executors.ranks import RankGroup
+from flightplan.rundir import RunDir
+from flightplan.run.worker import EXIT_CRASHED, EXIT_PREEMPTED, EXIT_STOPPED
+
+HERE = Path(__file__).resolve().parent
+HANG_S = 300.0
+"""A group that takes longer has hung (a safety net, not a speed check)."""
+STEPS = 12
+PRODUCTS = ("final/model.safetensors", "final/optimizer.safetensors", "predictions.csv",
+            "metrics.json")
+
+pytestmark = pytest.mark.slow
+
+
+def _trial_json(run_dir: Path, *, resume: bool = False, **params: object) -> Path:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "trial.json"
+    path.write_text(json.dumps({
+        "run_id": "ddp-0123456789", "name": "ddp", "task": "ddp_task.py",
+        "campaign_dir": str(HERE), "resume": resume,
+        "params": {"steps": STEPS, "checkpoint_at": [2, 5, 8], **params}}))
+    return path
+
+
+def _start(trial_json: Path, world_size: int = 2) -> RankGroup:
+    env = dict(os.environ, FLIGHTPLAN_TORCH_THREADS="1", PYTHONUNBUFFERED="1")
+
+    def launch(extra: dict[str, str]) -> subprocess.Popen[bytes]:
+        with open(trial_json.parent / "log.txt", "ab") as log:
+            return subprocess.Popen([sys.executable, "-m", "flightplan.run.worker",
+                                     str(trial_json)], stdout=log, stderr=subprocess.STDOUT,
+                                    env={**env, **extra}, cwd=trial_json.parent)
+    return RankGroup.start(world_size, launch)
+
+
+def _wait(group: RankGroup) -> int:
+    deadline = time.monotonic() + HANG_S
+    while group.poll() is None:
+        assert time.monotonic() < deadline, "the group hung"
+        time.sleep(0.05)
+    assert group.returncode is not None
+    return group.returncode
+
+
+def _products(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in PRODUCTS}
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "measurements.jsonl").read_text().splitlines()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("ddp") / "reference"
+    code = _wait(_start(_trial_json(run_dir)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    return run_dir
+
+
+def test_an_uninterrupted_run_writes_once_and_saves_every_ranks_state(reference: Path) -> None:
+    rows = _rows(reference)
+    assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))  # rank 0's rows only
+    assert sum(1 for r in rows if r.get("event") == "process_start") == 1
+    done = json.loads((reference / "done.json").read_text())
+    assert done["steps"] == STEPS
+    manifest = json.loads((reference / "checkpoints" / "step-000009" / "manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    assert {"state/ranks/1/rng/torch_cpu", "state/rng/torch_cpu",
+            "state/ranks/1/generators/sampler"} <= set(manifest["tensors"])
+    assert "[rank 1] " in (reference / "log.txt").read_text()
+
+
+def _paused(run_dir: Path, after: int) -> RankGroup:
+    group = _start(_trial_json(run_dir, pause_after=after))
+    deadline = time.monotonic() + HANG_S
+    while not (run_dir / "paused").exists():
+        assert group.poll() is None, (run_dir / "log.txt").read_text()[-3000:]
+        assert time.monotonic() < deadline, "never paused"
+        time.sleep(0.05)
+    return group
+
+
+def test_the_whole_group_killed_after_a_checkpoint_resumes_bitwise(reference: Path,
+                                                                   tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    group = _paused(run_dir, after=5)
+    group.kill()
+    assert group.poll() == -signal.SIGKILL
+    code = _wait(_start(_trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(reference)
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == "step-000006"
+
+
+def test_one_rank_killed_ends_the_group_and_the_run_resumes_bitwise(reference: Path,
+                                                                    tmp_path: Path) -> None:
+    run_dir = tmp_path / "one-rank"
+    group = _paused(run_dir, after=8)
+    os.kill(group.pids[1], signal.SIGKILL)
+    assert _wait(group) == -signal.SIGKILL
+    assert not any(_alive(pid) for pid in group.pids)           # rank 0 killed and reaped
+    code = _wait(_start(_trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(reference)
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == "step-000009"
+
+
+def test_a_resume_at_another_world_size_is_refused_in_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "resized"
+    group = _paused(run_dir, after=2)
+    group.kill()
+    code = _wait(_start(_trial_json(run_dir, resume=True), world_size=1))
+    assert code == EXIT_CRASHED
+    lines = (run_dir / "log.txt").read_text().splitlines()
+    refusal = [line for line in lines if "was saved by" in line]
+    assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
+                       "but this run has 1; resuming at another world size is not bitwise: give "
+                       "[[run]] processes = 2, or start the run over with flightplan run "
+                       "CAMPAIGN_FILE --restart NAME"]
+    assert not (run_dir / "done.json").exists()
+
+
+def test_a_rank_that_raises_ends_the_run_as_crashed_with_its_traceback(tmp_path: Path) -> None:
+    run_dir = tmp_path / "raises"
+    _trial_json(run_dir, raise_at=[1, 4])
+    results = LocalExecutor(slots=2, env={"FLIGHTPLAN_TORCH_THREADS": "1"}).run(
+        [Job("ddp-0123456789", run_dir, processes=2)])
+    assert [r.exit_code for r in results] == [EXIT_CRASHED]
+    log = (run_dir / "log.txt").read_text()
+    assert "2 processes" in log.splitlines()[0]
+    assert "[rank 1] Traceback (most recent call last):" in log
+    assert "[rank 1] RuntimeError: rank 1 fails at step 4" in log
+    assert not (run_dir / "done.json").exists()
+
+
+def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_one_record(tmp_path: Path) -> None:
+    run_dir = tmp_path / "nan"
+    code = _wait(_start(_trial_json(run_dir, nan_at=[1, 3])))
+    assert code == EXIT_STOPPED
+    stop = json.loads((run_dir / "stop.json").read_text())
+    assert stop["rule"] == "non_finite_loss"
+    rows = _rows(run_dir)
+    assert [r["rule"] for r in rows if r.get("event") == "stop"] == ["non_finite_loss"]
+    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3]   # rank 0's, finite
+    log = (run_dir / "log.txt").read_text()
+    assert log.count("stopped:") == 2                      # both ranks, one record
+
+
+def test_the_leave_signal_reaches_every_rank_and_the_run_resumes_bitwise(
+        reference: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "left"
+    group = _start(_trial_json(run_dir, step_sleep_s=0.2))
+    deadline = time.monotonic() + HANG_S
+    while not (run_dir / "measurements.jsonl").exists() or \
+            sum('"loss"' in line for line in (run_dir / "measurements.jsonl").read_text()
+                .splitlines()) < 4:
+        assert group.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
+    assert _wait(group) == EXIT_PREEMPTED
+    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
+    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
+    assert len(forced) == 1 and forced[0]["then"] == "stop"
+    manifest = json.loads((run_dir / "checkpoints" / forced[0]["name"] / "manifest.json")
+                          .read_text())
+    assert manifest["world_size"] == 2
+    code = _wait(_start(_trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(reference)
+
+
+def _losses(run_dir: Path) -> int:
+    path = run_dir / "measurements.jsonl"
+    return path.read_text().count('"loss"') if path.exists() else 0
+
+
+def test_killed_at_random_points_saving_every_step_it_ends_bitwise(reference: Path,
+                                                                   tmp_path: Path) -> None:
+    """Three SIGKILLs at seeded random points of a run that saves after every step (so
+    they land inside saves, renames and prunes as well as between them), each of the whole
+    group or of one rank, each followed by a resume as the runner starts one (``resume``
+    once a save was recorded)."""
+    run_dir = tmp_path / "random"
+    rng = random.Random(32)
+    every = list(range(STEPS))
+    for _ in range(3):
+        resume = RunDir(run_dir).saved_checkpoint() if run_dir.exists() else False
+        group = _start(_trial_json(run_dir, resume=resume, checkpoint_at=every))
+        target = _losses(run_dir) + rng.randint(1, 3)
+        deadline = time.monotonic() + HANG_S
+        while group.poll() is None and _losses(run_dir) < target:
+            assert time.monotonic() < deadline, "the group hung"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0.0, 0.05))     # somewhere in the step, its log or its save
+        if rng.random() < 0.5:
+            group.kill()
+        else:
+            os.kill(group.pids[rng.randrange(2)], signal.SIGKILL)
+            _wait(group)
+        assert not any(_alive(pid) for pid in group.pids)
+    resume = RunDir(run_dir).saved_checkpoint()
+    code = _wait(_start(_trial_json(run_dir, resume=resume, checkpoint_at=every)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(reference)

@@ -1,0 +1,85 @@
+"""The trial's place among the ranks of a run: the environment it reads, the one-rank
+no-ops, a checkpoint restored by another rank or at another world size, labelled output."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from flightplan.errors import ArgumentError, CheckpointError
+from flightplan.trial.checkpoint_io import CheckpointFiles
+from flightplan.trial.distributed import Ranks, _Labelled, rank_files
+from flightplan.trial.stop_rules import Stop
+
+
+def test_ranks_come_from_torchruns_variables() -> None:
+    ranks = Ranks.from_env({"RANK": "1", "WORLD_SIZE": "2"})
+    assert (ranks.rank, ranks.world_size, ranks.leader, ranks.distributed) == (1, 2, False, True)
+    alone = Ranks.from_env({})
+    assert (alone.rank, alone.world_size, alone.leader, alone.distributed) == (0, 1, True, False)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "RANK='x' is not an integer"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 of WORLD_SIZE=2 is not a place in a run"),
+    ({"WORLD_SIZE": "0"}, "RANK=0 of WORLD_SIZE=0")])
+def test_a_bad_place_is_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ArgumentError, match=message):
+        Ranks.from_env(env)
+
+
+def test_one_rank_decides_alone_without_torch_distributed() -> None:
+    ranks = Ranks()
+    stop = Stop("non_finite_loss", 3, float("nan"), None, "loss is nan at step 3")
+    assert ranks.first_stop(stop) is stop and ranks.first_stop(None) is None
+    assert ranks.agree(None, True, None) == (None, True, None)
+    assert ranks.agree(stop, False, True) == (stop, False, True)
+    assert ranks.gather({"a": 1}) == [{"a": 1}]
+    assert ranks.broadcast("step-000003") == "step-000003"
+    ranks.barrier()
+
+
+def test_several_ranks_without_a_process_group_are_told_to_initialise_it() -> None:
+    with pytest.raises(CheckpointError, match="this run has 2 processes but torch.distributed "
+                                              "is not initialised"):
+        Ranks(1, 2).barrier()
+
+
+def _files(world_size: int) -> CheckpointFiles:
+    state = {"counters": {"step": 4}, "rng": {"torch_cpu": torch.tensor([0], dtype=torch.uint8)},
+             "loader": {"pos": 0}, "scheduler": {"last_epoch": 4},
+             "ranks": {"1": {"rng": {"torch_cpu": torch.tensor([1], dtype=torch.uint8)},
+                             "loader": {"pos": 1}, "extra": {}}}}
+    return CheckpointFiles(model={"w": torch.zeros(2)}, optimizer=None, state=state,
+                           manifest={"step": 4, "world_size": world_size})
+
+
+def test_each_rank_restores_its_own_state_and_the_shared_replicas() -> None:
+    files = _files(2)
+    assert rank_files(files, 0, 2, "step-000004") is files
+    own = rank_files(files, 1, 2, "step-000004")
+    assert own.state["loader"] == {"pos": 1} and own.state["rng"]["torch_cpu"].item() == 1
+    assert own.state["scheduler"] == {"last_epoch": 4} and own.model is files.model
+
+
+def test_another_world_size_is_refused_in_one_line_naming_both() -> None:
+    with pytest.raises(CheckpointError) as refused:
+        rank_files(_files(2), 0, 3, "step-000004")
+    assert str(refused.value) == (
+        "step-000004 was saved by 2 processes but this run has 3; resuming at another world "
+        "size is not bitwise: give [[run]] processes = 2, or start the run over with "
+        "flightplan run CAMPAIGN_FILE --restart NAME")
+    one = CheckpointFiles(model={}, optimizer=None, state={}, manifest={"step": 4})
+    with pytest.raises(CheckpointError, match="saved by 1 process but this run has 2"):
+        rank_files(one, 0, 2, "step-000004")
+
+
+def test_labelled_output_starts_every_line_with_the_rank() -> None:
+    out = io.StringIO()
+    labelled = _Labelled(out, "[rank 1] ")
+    labelled.write("Traceback (most recent call last):\n  File")
+    labelled.write(" x.py\n\nRuntimeError: boom\n")
+    assert out.getvalue() == ("[rank 1] Traceback (most recent call last):\n[rank 1]   File"
+                              " x.py\n\n[rank 1] RuntimeError: boom\n")
