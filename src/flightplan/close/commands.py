@@ -185,7 +185,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     section = spec.campaign
     doing("comparing each variant with its reference (paired bootstrap)")
     conclusion = conclude(question=section.question, metric=section.metric, goal=section.goal,
-                          min_gain=section.min_gain,
+                          min_gain=section.min_gain, multiple=section.multiple,
                           comparisons=comparisons(results, spec, verdicts))
     _write_json(results, "conclusion.json", conclusion, written)
     budget = _write_budget(results, spec, ledger, runs, verdicts, written)
@@ -325,9 +325,11 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
     Prints the campaign's answer (``yes``/``no``/``inconclusive``) and verdict, the
-    accepted runs, the budget and the verification; ``--json``: one object with keys
-    ``answer``, ``verdict``, ``verified``, ``findings``, ``results_dir``, ``accepted`` and
-    ``budget`` (money as decimal strings).
+    family-wise level of its "yes", the accepted runs, the budget and the verification;
+    ``--json``: one object with keys ``answer``, ``verdict``, ``multiple`` and
+    ``family_wise_level`` (how the answer is controlled for the number of comparisons,
+    :mod:`flightplan.close.multiple`), ``verified``, ``findings``, ``results_dir``,
+    ``accepted`` and ``budget`` (money as decimal strings).
 
     ``open_ledger(campaign_dir)`` opens the campaign's ledger for reading (the command
     line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). Close
@@ -351,7 +353,8 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
         ledger.close()
     conclusion = outcome["conclusion"]
     if as_json:
-        print(json.dumps({**{k: conclusion[k] for k in ("answer", "verdict")},
+        print(json.dumps({**{k: conclusion[k] for k in ("answer", "verdict", "multiple",
+                                                        "family_wise_level")},
                           **{k: outcome[k] for k in ("verified", "findings", "results_dir",
                                                      "accepted", "not_accepted", "budget",
                                                      "unfinished")}}))
@@ -363,6 +366,9 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
         print(f"results: {outcome['results_dir']}")
         print(f"answer: {conclusion['answer']}")
         print(f"verdict: {conclusion['verdict']}")
+        print(f"family-wise level: {conclusion['family_wise_level']:.1%} "
+              f"(multiple = {conclusion['multiple']}, {conclusion['comparisons_made']} "
+              f"comparison(s))")
         print(f"accepted: {', '.join(outcome['accepted']) or 'none'}")
         for rejected in outcome["not_accepted"]:
             print(f"not accepted: {rejected['run_id']}: {'; '.join(rejected['reasons'])}")

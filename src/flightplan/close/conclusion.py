@@ -21,9 +21,16 @@ signed by ``goal``):
   (:func:`flightplan.plan.power.examples_to_settle`);
 - ``not_available``: V or R has no usable predictions (stopped, missing, not accepted).
 
-The campaign's answer is ``yes`` when some variant meets the threshold; else
-``inconclusive`` when some comparison is inconclusive (the test set could not tell);
-else ``no``, the clearly stated negative: "No variant meets the threshold".
+Each comparison also carries the one-sided p-value of H0: gain < ``min_gain`` from the
+same resamples, and beside its own verdict an *adjusted* one: with ``[campaign] multiple =
+"holm"`` (the default) Holm's step-down procedure over the campaign's comparisons holds the
+chance of any false "meets" to 2.5 % (:mod:`flightplan.close.multiple`); with ``"none"``
+the adjusted verdict is its own.
+
+The campaign's answer is ``yes`` when some variant meets the threshold (its adjusted
+verdict); else ``inconclusive`` when some comparison is inconclusive (the test set could
+not tell) or meets only on its own, before Holm's adjustment; else ``no``, the clearly
+stated negative: "No variant meets the threshold".
 
 Usage::
 
@@ -38,6 +45,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.stats import bootstrap
 
+from flightplan.close.multiple import FAMILY_LEVEL, adjust, family_wise_level, p_value
 from flightplan.metrics import CONFIDENCE, N_RESAMPLES, SEED, Metric, Predictions, paired
 from flightplan.plan.power import (MAX_COUNT, NO_PRACTICAL_SIZE, examples_to_settle,
                                    rounded_count)
@@ -57,7 +65,9 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
 
     Returns:
         ``{reference_value, variant_value, difference, gain, ci_low, ci_high,
-        confidence_level, n_examples, n_resamples, seed, verdict, examples_to_settle}``;
+        confidence_level, n_examples, n_resamples, seed, verdict, examples_to_settle,
+        p_value}``; ``p_value``: the one-sided p-value of H0: gain < ``min_gain`` from the
+        same resamples (:func:`flightplan.close.multiple.p_value`);
         ``difference`` and its interval are ``variant - reference``; ``gain`` is the
         difference signed by ``goal``; values rounded to 6 places; ``examples_to_settle``
         (test examples in all) only for an inconclusive verdict, else None.
@@ -78,8 +88,10 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
                            n_resamples=N_RESAMPLES, confidence_level=CONFIDENCE,
                            method="percentile", rng=np.random.default_rng(SEED))
         low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        resampled = np.asarray(result.bootstrap_distribution, dtype=np.float64)
     else:  # every resample gives the same difference: the interval is the point
         low = high = point
+        resampled = np.full(N_RESAMPLES, point)
     gain = sign * point
     gain_low, gain_high = sorted((sign * low, sign * high))
     settle = None
@@ -97,7 +109,7 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
             "ci_low": round(low, 6), "ci_high": round(high, 6),
             "confidence_level": CONFIDENCE, "n_examples": int(n),
             "n_resamples": N_RESAMPLES, "seed": SEED, "verdict": verdict,
-            "examples_to_settle": settle}
+            "examples_to_settle": settle, "p_value": p_value(sign * resampled, min_gain)}
 
 
 def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric | str,
@@ -112,22 +124,37 @@ def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric
 
 
 def conclude(*, question: str, metric: str, goal: str, min_gain: float,
-             comparisons: list[dict[str, Any]]) -> dict[str, Any]:
+             comparisons: list[dict[str, Any]], multiple: str = "none") -> dict[str, Any]:
     """The campaign's answer from the per-variant comparisons.
 
     Args:
-        comparisons: ``[{variant, reference, verdict, ...}]`` (from :func:`compare`, plus
-            names and run ids; ``verdict`` ``not_available`` with a ``reason`` when a side
-            is missing).
+        comparisons: ``[{variant, reference, verdict, p_value, ...}]`` (from
+            :func:`compare`, plus names and run ids; ``verdict`` ``not_available`` with a
+            ``reason`` when a side is missing).
+        multiple: ``"holm"`` (the answer from the verdicts adjusted by Holm's procedure,
+            :mod:`flightplan.close.multiple`) or ``"none"`` (from each comparison's own
+            verdict); the campaign's ``[campaign] multiple``.
 
     Returns:
         ``{question, metric, goal, min_gain, answer ("yes"/"no"/"inconclusive"), verdict
-        (one paragraph), comparisons}``; an inconclusive comparison's sentence says how
-        many test examples would likely settle it. "no" only when every comparison was
-        made and none meets: a variant that could not be compared (``not_available``)
-        leaves the answer inconclusive, since its result could have met.
+        (one paragraph), comparisons, multiple, comparisons_made, comparison_level,
+        family_wise_level}``; ``comparison_level``: the one-sided level of one
+        comparison's *meets* (0.025);
+        each made comparison gains ``p_value_adjusted`` and ``verdict_adjusted``
+        (:func:`~flightplan.close.multiple.adjust`); ``family_wise_level``: the most the
+        chance of a false "yes" can be (:func:`~flightplan.close.multiple.family_wise_level`),
+        which the paragraph states when two or more comparisons were made. An
+        inconclusive comparison's sentence says how many test examples would likely
+        settle it; one that meets on its own but not after Holm says so with both
+        p-values. "no" only when every comparison was made and none meets: a variant that
+        could not be compared (``not_available``) leaves the answer inconclusive, since
+        its result could have met.
     """
-    winners = [c for c in comparisons if c["verdict"] == "meets"]
+    comparisons = adjust(comparisons, multiple=multiple)
+    made = sum(1 for c in comparisons if c["verdict"] != "not_available")
+    level = family_wise_level(multiple, made)
+    winners = [c for c in comparisons if c.get("verdict_adjusted") == "meets"]
+    held = [c for c in comparisons if c["verdict"] == "meets" and c not in winners]
     unsure = [c for c in comparisons if c["verdict"] == "inconclusive"]
     unit = f"{min_gain:+g} {metric}" + ("" if goal == "max" else " (lower is better: a gain is "
                                                                 "a lower value)")
@@ -135,6 +162,7 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
         answer = "yes"
         names = ", ".join(f"{c['variant']} ({_gain_text(c, goal)})" for c in winners)
         verdict = f"Yes: {names} meets the threshold of {unit}."
+        verdict += "".join(f" {_held_text(c, goal)}." for c in held)
     else:
         missing = [c["variant"] for c in comparisons if c["verdict"] == "not_available"]
         if unsure:
@@ -145,6 +173,12 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
                        f"{'does' if len(unsure) == 1 else 'do'}.")
             for c in unsure:
                 verdict += f" {c['variant']} ({_gain_text(c, goal)}): {_settle_text(c, min_gain)}."
+            verdict += "".join(f" {_held_text(c, goal)}." for c in held)
+        elif held:
+            answer = "inconclusive"
+            verdict = (f"Inconclusive: no variant meets the threshold of {unit} at the "
+                       f"campaign's family-wise level."
+                       + "".join(f" {_held_text(c, goal)}." for c in held))
         elif missing:
             answer = "inconclusive"
             which = ("no variant compared" if len(missing) < len(comparisons)
@@ -155,8 +189,30 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             verdict = f"No variant meets the threshold of {unit}."
         if missing:
             verdict += f" Not compared (no usable predictions): {', '.join(missing)}."
+    if made >= 2:
+        verdict += f" {_level_text(multiple, made, level)}"
     return {"question": question, "metric": metric, "goal": goal, "min_gain": min_gain,
-            "answer": answer, "verdict": verdict, "comparisons": comparisons}
+            "answer": answer, "verdict": verdict, "comparisons": comparisons,
+            "multiple": multiple, "comparisons_made": made, "comparison_level": FAMILY_LEVEL,
+            "family_wise_level": level}
+
+
+def _level_text(multiple: str, made: int, level: float) -> str:
+    """The sentence that states the family-wise level of the answer's "yes"."""
+    if multiple == "holm":
+        return (f"Holm's procedure over the {made} comparisons holds the chance that any of "
+                f"them falsely meets its threshold to {level:.1%} (the family-wise level).")
+    return (f"Each of the {made} comparisons is taken at its own {FAMILY_LEVEL:.1%} level "
+            f"(multiple = \"none\"), so the chance that any of them falsely meets its "
+            f"threshold is up to {level:.1%}.")
+
+
+def _held_text(comparison: dict[str, Any], goal: str) -> str:
+    """A comparison that meets on its own but not after Holm's adjustment, with both
+    p-values."""
+    return (f"{comparison['variant']} ({_gain_text(comparison, goal)}) meets the threshold on "
+            f"its own (p = {comparison['p_value']:.4f}) but not after Holm's adjustment "
+            f"(adjusted p = {comparison['p_value_adjusted']:.4f}, above {FAMILY_LEVEL:g})")
 
 
 def _settle_text(comparison: dict[str, Any], min_gain: float) -> str:

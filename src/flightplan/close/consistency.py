@@ -12,8 +12,9 @@ its manifest entry was rewritten to match:
    :func:`~flightplan.close.conclusion.compare_runs` on the two runs' predictions with the
    conclusion's own ``metric``, ``goal`` and ``min_gain`` (the paired bootstrap's fixed
    seed makes it repeat exactly);
-3. ``answer`` and ``verdict`` are :func:`~flightplan.close.conclusion.conclude`'s on those
-   comparisons.
+3. ``answer``, ``verdict`` and ``family_wise_level`` are
+   :func:`~flightplan.close.conclusion.conclude`'s on those comparisons, under the
+   conclusion's own ``multiple`` (``"none"`` when it states none: written before Holm).
 
 Each disagreement is an ``inconsistent`` finding that names the file, the figure, the value
 the file states and the value its predictions give. A predictions file that is missing,
@@ -147,8 +148,9 @@ def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[F
                                                 for key in differ)))
         recomputed.append({**entry, **fresh})
     answer = conclude(question=str(conclusion.get("question", "")), metric=metric, goal=goal,
-                      min_gain=min_gain, comparisons=recomputed)
-    for key in ("answer", "verdict"):
+                      min_gain=min_gain, comparisons=recomputed,
+                      multiple=str(conclusion.get("multiple", "none")))
+    for key in ("answer", "verdict", "family_wise_level"):
         if conclusion.get(key) != answer[key]:
             findings.append(Finding(CHECK, _CONCLUSION, f"{key} states "
                                     f"{conclusion.get(key)!r}, but its comparisons give "

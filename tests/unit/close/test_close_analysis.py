@@ -153,7 +153,10 @@ def test_the_answer_is_inconclusive_when_no_variant_meets_and_one_straddles():
         "threshold; about 34,000 test examples (now 379) would likely settle it. "
         "lora-r8-len256 (gain +0.0203 over lora-r8, 95% CI of the difference [-0.0435, "
         "+0.0837]): its interval straddles the threshold; about 3,600 test examples (now 379) "
-        "would likely settle it.")
+        "would likely settle it. Each of the 3 comparisons is taken at its own 2.5% level "
+        "(multiple = \"none\"), so the chance that any of them falsely meets its threshold is "
+        "up to 7.5%.")
+    assert result["family_wise_level"] == 0.075 and result["comparisons_made"] == 3
     assert conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
                     comparisons=[short])["answer"] == "no"
     won = dict(lora, verdict="meets")

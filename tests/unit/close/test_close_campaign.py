@@ -84,6 +84,14 @@ def test_budget_and_conclusion(closed):
     assert comparison["difference"] == round(205 / 273 - 1, 6)
     assert comparison["verdict"] == "does_not_meet"
     assert comparison["ci_low"] <= comparison["difference"] <= comparison["ci_high"] < 0
+    # one comparison: Holm (the default) leaves it as it is, at the family-wise level 2.5 %
+    assert (conclusion["multiple"], conclusion["comparisons_made"],
+            conclusion["family_wise_level"]) == ("holm", 1, 0.025)
+    assert comparison["p_value"] == comparison["p_value_adjusted"] == 1.0
+    assert comparison["verdict_adjusted"] == "does_not_meet"
+    report = (Path(outcome["results_dir"]) / "report.html").read_text()
+    assert "Family-wise level 2.5 %: Holm's step-down procedure over the 1 comparison(s)" \
+        in report
 
 
 def test_the_report_says_what_would_settle_an_inconclusive_comparison(closed):
