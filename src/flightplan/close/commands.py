@@ -34,6 +34,7 @@ from flightplan.close.conclusion import conclude
 from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
+from flightplan.close.seed_notice import calibrated_seed_spread, with_seed_spread
 from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
@@ -186,7 +187,8 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     doing("comparing each variant with its reference (paired bootstrap)")
     conclusion = conclude(question=section.question, metric=section.metric, goal=section.goal,
                           min_gain=section.min_gain, multiple=section.multiple,
-                          comparisons=comparisons(results, spec, verdicts))
+                          comparisons=with_seed_spread(spec, comparisons(results, spec, verdicts),
+                                                       calibrated_seed_spread(spec)))
     _write_json(results, "conclusion.json", conclusion, written)
     budget = _write_budget(results, spec, ledger, runs, verdicts, written)
     goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))

@@ -46,6 +46,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from flightplan.close.multiple import FAMILY_LEVEL, adjust, family_wise_level, p_value
+from flightplan.close.seed_notice import notice_text, seed_notice
 from flightplan.metrics import CONFIDENCE, N_RESAMPLES, SEED, Metric, Predictions, paired
 from flightplan.plan.power import (MAX_COUNT, NO_PRACTICAL_SIZE, examples_to_settle,
                                    rounded_count)
@@ -135,6 +136,13 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             :mod:`flightplan.close.multiple`) or ``"none"`` (from each comparison's own
             verdict); the campaign's ``[campaign] multiple``.
 
+    A comparison with a ``seed_notice`` (``{seed_sd, seed_sd_source}``: both sides ran
+    one seed, :func:`flightplan.close.seed_notice.with_seed_spread`) gets it completed
+    with the interval the seed spread would make and that interval's verdict
+    (:func:`~flightplan.close.seed_notice.seed_notice`), and the paragraph ends with the
+    notice (:func:`~flightplan.close.seed_notice.notice_text`); its own verdict and the
+    answer do not change.
+
     Returns:
         ``{question, metric, goal, min_gain, answer ("yes"/"no"/"inconclusive"), verdict
         (one paragraph), comparisons, multiple, comparisons_made, comparison_level,
@@ -150,7 +158,9 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
         could not be compared (``not_available``) leaves the answer inconclusive, since
         its result could have met.
     """
-    comparisons = adjust(comparisons, multiple=multiple)
+    comparisons = [c | ({"seed_notice": seed_notice(c, goal=goal, min_gain=min_gain)}
+                        if c.get("seed_notice") is not None else {})
+                   for c in adjust(comparisons, multiple=multiple)]
     made = sum(1 for c in comparisons if c["verdict"] != "not_available")
     level = family_wise_level(multiple, made)
     winners = [c for c in comparisons if c.get("verdict_adjusted") == "meets"]
@@ -191,6 +201,8 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             verdict += f" Not compared (no usable predictions): {', '.join(missing)}."
     if made >= 2:
         verdict += f" {_level_text(multiple, made, level)}"
+    notice = notice_text(comparisons, goal=goal, metric=metric)
+    verdict += f" {notice}" if notice else ""
     return {"question": question, "metric": metric, "goal": goal, "min_gain": min_gain,
             "answer": answer, "verdict": verdict, "comparisons": comparisons,
             "multiple": multiple, "comparisons_made": made, "comparison_level": FAMILY_LEVEL,

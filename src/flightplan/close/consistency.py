@@ -12,7 +12,8 @@ its manifest entry was rewritten to match:
    :func:`~flightplan.close.conclusion.compare_runs` on the two runs' predictions with the
    conclusion's own ``metric``, ``goal`` and ``min_gain`` (the paired bootstrap's fixed
    seed makes it repeat exactly);
-3. ``answer``, ``verdict`` and ``family_wise_level`` are
+3. ``answer``, ``verdict`` and ``family_wise_level``, and each comparison's
+   ``p_value_adjusted``, ``verdict_adjusted`` and ``seed_notice``, are
    :func:`~flightplan.close.conclusion.conclude`'s on those comparisons, under the
    conclusion's own ``multiple`` (``"none"`` when it states none: written before Holm).
 
@@ -123,7 +124,7 @@ def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[F
     except (KeyError, TypeError, ValueError):
         return [Finding(CHECK, _CONCLUSION, "lacks metric, goal, min_gain or comparisons, so "
                                             "its answer cannot be computed again")]
-    findings, recomputed = [], []
+    findings, recomputed, moved = [], [], set()
     for i, entry in enumerate(stated):
         if not isinstance(entry, dict) or entry.get("verdict") == "not_available":
             recomputed.append(entry)
@@ -141,6 +142,7 @@ def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[F
             continue
         differ = [key for key in sorted(fresh) if entry.get(key) != fresh[key]]
         if differ:
+            moved.add(i)
             findings.append(Finding(CHECK, _CONCLUSION, f"comparisons[{i}] "
                                     f"({entry.get('variant')} vs {entry.get('reference')}): "
                                     + "; ".join(f"{key} states {entry.get(key)!r}, the "
@@ -150,9 +152,33 @@ def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[F
     answer = conclude(question=str(conclusion.get("question", "")), metric=metric, goal=goal,
                       min_gain=min_gain, comparisons=recomputed,
                       multiple=str(conclusion.get("multiple", "none")))
+    findings += _derived(stated, answer["comparisons"], moved)
     for key in ("answer", "verdict", "family_wise_level"):
         if conclusion.get(key) != answer[key]:
             findings.append(Finding(CHECK, _CONCLUSION, f"{key} states "
                                     f"{conclusion.get(key)!r}, but its comparisons give "
                                     f"{answer[key]!r}"))
+    return findings
+
+
+_DERIVED = ("p_value_adjusted", "verdict_adjusted", "seed_notice")
+"""The keys :func:`~flightplan.close.conclusion.conclude` adds to each comparison."""
+
+
+def _derived(stated: list[Any], recomputed: list[dict[str, Any]], moved: set[int]
+             ) -> list[Finding]:
+    """A finding per comparison whose adjusted verdict or seed notice is not the one its
+    figures give; not for those in ``moved`` (their figures already have a finding, which
+    these follow from), nor for a key the file does not state (one written before it; a
+    key removed is the checksum's finding)."""
+    findings = []
+    for i, (entry, fresh) in enumerate(zip(stated, recomputed)):
+        if not isinstance(entry, dict) or i in moved:
+            continue
+        differ = [key for key in _DERIVED if key in entry and entry[key] != fresh.get(key)]
+        if differ:
+            findings.append(Finding(CHECK, _CONCLUSION, f"comparisons[{i}] "
+                                    f"({entry.get('variant')} vs {entry.get('reference')}): "
+                                    + "; ".join(f"{key} states {entry[key]!r}, its figures "
+                                                f"give {fresh.get(key)!r}" for key in differ)))
     return findings

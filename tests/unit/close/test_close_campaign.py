@@ -92,6 +92,12 @@ def test_budget_and_conclusion(closed):
     report = (Path(outcome["results_dir"]) / "report.html").read_text()
     assert "Family-wise level 2.5 %: Holm's step-down procedure over the 1 comparison(s)" \
         in report
+    # one seed a side: the notice, with the default spread, beside the unchanged verdict
+    notice = comparison["seed_notice"]
+    assert (notice["seeds_measured"], notice["seed_sd"]) == (False, 0.025)
+    assert notice["ci_low"] < comparison["ci_low"] and notice["ci_high"] > comparison["ci_high"]
+    assert "Seed variance was not measured: each side ran one seed" in conclusion["verdict"]
+    assert 'id="seed-notice"' in report
 
 
 def test_the_report_says_what_would_settle_an_inconclusive_comparison(closed):

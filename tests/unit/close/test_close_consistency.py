@@ -83,5 +83,9 @@ def test_nothing_is_computed_from_a_file_that_failed_its_checksum(copy):
     report = verify_results(copy, reload=False)           # the manifest was not rewritten
     assert [(f["check"], f["path"]) for f in report["findings"]] == [("checksum", rel)]
     assert consistency_findings(copy, read_manifest(copy), changed=frozenset({rel})) == []
-    assert [f[:2] for f in _found(copy)] == [("inconsistent", "MANIFEST.json"),
-                                             ("inconsistent", "conclusion.json")]
+    # the comparison's figures, and the verdict's seed notice, which states its interval
+    found = _found(copy)
+    assert [f[:2] for f in found] == [("inconsistent", "MANIFEST.json"),
+                                      ("inconsistent", "conclusion.json"),
+                                      ("inconsistent", "conclusion.json")]
+    assert found[2][2].startswith("verdict states ")
