@@ -105,3 +105,22 @@ def test_plan_refuses_results_that_do_not_verify(closed, capsys, tmp_path):
         plan_command(Path(spec.source), extend=[], gantt=None, as_json=True,
                      calibrate_from=copy, verify=VERIFY)
     capsys.readouterr()
+
+
+def test_the_seed_notice_takes_the_spread_an_earlier_campaign_measured(closed, tmp_path):
+    from flightplan.close.seed_notice import calibrated_seed_spread
+    from flightplan.spec import load_spec
+
+    spec, results = closed
+    copy = tmp_path / "earlier" / "results"
+    shutil.copytree(results, copy)
+    record = json.loads((copy / "calibration.json").read_text())
+    record["runs"][1]["seed_sd"] = 0.0123          # the variant, over its replicates
+    (copy / "calibration.json").write_text(json.dumps(record))
+    later = Path(spec.source).with_name("later.toml")
+    later.write_text(Path(spec.source).read_text() + f'\n[calibrate]\nfrom = "{copy}"\n')
+    assert calibrated_seed_spread(load_spec(later)) == {
+        "variant": (0.0123, "measured in campaign fixture (variant over its replicates)")}
+    assert calibrated_seed_spread(spec) == {}          # no [calibrate]: the default applies
+    (copy / "calibration.json").unlink()              # unreadable: the default applies
+    assert calibrated_seed_spread(load_spec(later)) == {}
