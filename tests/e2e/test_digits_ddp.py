@@ -34,10 +34,16 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return folder, steps
 
 
+def _log_tails(folder: Path) -> str:
+    """The last lines of every run's log (what a rank printed before it ended)."""
+    return "".join(f"\n--- {log.relative_to(folder)}:\n" + "\n".join(log.read_text().splitlines()[-15:])
+                   for log in sorted((folder / "runs").rglob("log.txt")))
+
+
 def test_the_ddp_example_runs_plan_to_verify(campaign: tuple[Path, dict]) -> None:
     folder, steps = campaign
     for verb, done in steps.items():
-        assert done.returncode == 0, f"{verb}: {done.stderr[-3000:]}"
+        assert done.returncode == 0, f"{verb}: {done.stderr[-3000:]}{_log_tails(folder)}"
     outcome = json.loads(steps["run"].stdout)
     assert outcome["statuses"] == {"control": "finished", "hidden-128": "finished"}
     assert outcome["pilot"]["ok"] is True, outcome["pilot"]["message"]

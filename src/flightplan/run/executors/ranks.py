@@ -3,9 +3,9 @@
 A run with ``[[run]] processes = N`` (N > 1) executes as N worker processes started
 together, each with the environment ``torchrun`` gives its workers (:func:`rank_env`):
 ``RANK`` and ``LOCAL_RANK`` (0 … N−1, one flight: the same), ``WORLD_SIZE`` and
-``LOCAL_WORLD_SIZE`` (N), ``MASTER_ADDR=127.0.0.1`` and ``MASTER_PORT`` (a port free on the
-loopback interface when the group starts: :func:`free_port`; never an address beyond this
-machine). On a machine with GPUs every rank sees the run's GPUs (``CUDA_VISIBLE_DEVICES``)
+``LOCAL_WORLD_SIZE`` (N), ``MASTER_ADDR=127.0.0.1`` and ``MASTER_PORT`` (a loopback port
+the group holds from before its ranks start until it ended: :class:`PortReservation`;
+never an address beyond this machine). On a machine with GPUs every rank sees the run's GPUs (``CUDA_VISIBLE_DEVICES``)
 and uses the one at its ``LOCAL_RANK``, as under ``torchrun``.
 
 :class:`RankGroup` holds the processes as one unit, with the part of the
@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from flightplan.errors import TrialPreempted, TrialStopped
 
-__all__ = ["RankGroup", "rank_env", "free_port", "LOOPBACK", "ORDERLY_EXITS", "GRACE_S"]
+__all__ = ["RankGroup", "rank_env", "PortReservation", "LOOPBACK", "ORDERLY_EXITS", "GRACE_S"]
 
 LOOPBACK = "127.0.0.1"
 """``MASTER_ADDR`` of every group: the ranks of a local run meet on the loopback interface."""
@@ -42,18 +42,35 @@ GRACE_S = 10.0
 """Seconds the other ranks get to end after one ended with an :data:`ORDERLY_EXITS` code."""
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port free on ``host`` now (the kernel picks it: bind to port 0). Another
-    process may take it before rank 0 binds it; the run then fails to start its group and
-    ends as crashed, with the error in its log.
+class PortReservation:
+    """A loopback TCP port held for a group's ``MASTER_PORT`` until :meth:`release`.
+
+    The kernel picks a free port (bind to port 0) and this socket keeps it bound, with
+    ``SO_REUSEADDR`` and never listening: while it is held the kernel gives the port to no
+    other ``bind`` to port 0 and to no outgoing connection's local end, so the seconds a
+    rank spends importing before rank 0 listens on it cannot lose it to another process
+    (a Ray node's or an MLflow server's port, a client's connection). Rank 0's store binds
+    it beside the reservation (it sets ``SO_REUSEADDR`` too, and nothing listens here).
 
     Raises:
         OSError: no port could be bound.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
+
+    def __init__(self, host: str = LOOPBACK) -> None:
+        self._socket: socket.socket | None = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._socket.bind((host, 0))
+        except OSError:
+            self._socket.close()
+            raise
+        self.port: int = self._socket.getsockname()[1]
+
+    def release(self) -> None:
+        """Let the port go (idempotent): the group that used it ended."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
 
 def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
@@ -78,11 +95,12 @@ class RankGroup:
     """
 
     def __init__(self, processes: Sequence[subprocess.Popen[bytes]], *,
-                 grace_s: float = GRACE_S) -> None:
+                 grace_s: float = GRACE_S, port: PortReservation | None = None) -> None:
         self.processes = list(processes)
         self.returncode: int | None = None
         self._grace_s = grace_s
         self._orderly_since: float | None = None
+        self._port = port
 
     @classmethod
     def start(cls, world_size: int, launch: Callable[[dict[str, str]], subprocess.Popen[bytes]],
@@ -92,17 +110,20 @@ class RankGroup:
 
         Args:
             launch: starts one worker with these extra environment variables.
-            port: ``MASTER_PORT`` (default :func:`free_port`).
+            port: ``MASTER_PORT`` (default: a :class:`PortReservation` the group holds
+                until it ended).
         """
-        port = free_port() if port is None else port
+        reservation = PortReservation() if port is None else None
+        master_port = reservation.port if reservation is not None else port
+        assert master_port is not None
         started: list[subprocess.Popen[bytes]] = []
         try:
             for rank in range(world_size):
-                started.append(launch(rank_env(rank, world_size, port)))
+                started.append(launch(rank_env(rank, world_size, master_port)))
         except BaseException:
-            cls(started).kill()
+            cls(started, port=reservation).kill()
             raise
-        return cls(started)
+        return cls(started, port=reservation)
 
     @property
     def pids(self) -> list[int]:
@@ -127,6 +148,7 @@ class RankGroup:
             self.returncode = failed[0]
         elif all(code == 0 for code in codes):
             self.returncode = 0
+            self._release_port()
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
@@ -142,6 +164,11 @@ class RankGroup:
                 process.kill()
         for process in self.processes:
             process.wait()
+        self._release_port()
+
+    def _release_port(self) -> None:
+        if self._port is not None:
+            self._port.release()
 
     def wait(self) -> int:
         """Wait until the group ended (see :meth:`poll`); its exit code."""

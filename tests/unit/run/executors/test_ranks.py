@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from flightplan.run.executors.ranks import LOOPBACK, RankGroup, free_port, rank_env
+from flightplan.run.executors.ranks import LOOPBACK, PortReservation, RankGroup, rank_env
 
 HANG_S = 60.0
 
@@ -46,11 +46,22 @@ def test_rank_env_is_torchruns_on_loopback() -> None:
         rank_env(2, 2, 29511)
 
 
-def test_free_port_can_be_bound_on_loopback() -> None:
-    port = free_port()
+def test_a_reserved_port_is_taken_by_no_other_bind_but_rank_zeros_store_listens_on_it() -> None:
+    reservation = PortReservation()
+    port = reservation.port
     assert 0 < port < 65536
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, port))                      # free: nobody holds it
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        with pytest.raises(OSError):
+            other.bind((LOOPBACK, port))                 # a process without SO_REUSEADDR
+    store = ("import datetime, sys, torch.distributed as dist; "
+             f"s = dist.TCPStore('127.0.0.1', {port}, 1, True, "
+             "timeout=datetime.timedelta(seconds=30)); s.set('k', 'v'); "
+             "sys.exit(0 if s.get('k') == b'v' else 1)")
+    assert subprocess.run(_python(store), timeout=120).returncode == 0
+    reservation.release()
+    reservation.release()                                # idempotent
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as after:
+        after.bind((LOOPBACK, port))                     # let go: anyone may have it now
 
 
 def test_every_rank_gets_its_environment() -> None:
