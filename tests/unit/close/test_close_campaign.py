@@ -275,9 +275,13 @@ def test_close_says_why_each_run_was_not_accepted(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     reason = "macro_f1 0.7509 is below accept_at_least 0.99"
     assert lines[lines.index(f"accepted: {CONTROL}") + 1] == f"not accepted: {VARIANT}: {reason}"
+    # the answer's family-wise level, under the verdict
+    assert lines[lines.index(f"accepted: {CONTROL}") - 1] == \
+        "family-wise level: 2.5% (multiple = holm, 1 comparison(s))"
     close_command(spec.source, as_json=True, open_ledger=lambda _: ledger)
-    assert json.loads(capsys.readouterr().out)["not_accepted"] == [
-        {"run_id": VARIANT, "reasons": [reason]}]
+    closed = json.loads(capsys.readouterr().out)
+    assert closed["not_accepted"] == [{"run_id": VARIANT, "reasons": [reason]}]
+    assert (closed["multiple"], closed["family_wise_level"]) == ("holm", 0.025)
 
 
 def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys):
