@@ -1,8 +1,8 @@
 """Holm's step-down procedure over a campaign's comparisons, and the bootstrap p-value.
 
-References: a table of adjusted p-values worked out by hand (statsmodels, whose
-``multipletests(method="holm")`` would be the library reference, is not installed in the
-project's environment), Holm's procedure written again here in its sequential form
+References: statsmodels' ``multipletests(method="holm")`` (the library reference, a test
+dependency), a table of adjusted p-values worked out by hand, Holm's procedure written
+again here in its sequential form
 (reject p(i) ≤ α/(m − i + 1) until the first that is not), and the exact binomial
 distribution of a bootstrap whose per-example differences are 0 or 1.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.stats import binom
+from statsmodels.stats.multitest import multipletests
 
 from flightplan.close.conclusion import compare_runs, conclude
 from flightplan.close.multiple import FAMILY_LEVEL, adjust, family_wise_level, holm, p_value
@@ -57,6 +58,17 @@ def test_holm_rejects_what_the_sequential_procedure_rejects():
         p = np.round(rng.uniform(0, 0.06, m) ** rng.uniform(0.5, 2), 3)
         rejected, _ = holm(p, FAMILY_LEVEL)
         assert rejected == _sequential_holm(p, FAMILY_LEVEL).tolist(), p
+
+
+def test_holm_matches_statsmodels_multipletests():
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        m = int(rng.integers(1, 9))
+        p = np.round(rng.uniform(0, 0.08, m) ** rng.uniform(0.5, 2), 4)
+        rejected, adjusted = holm(p, FAMILY_LEVEL)
+        want_rejected, want_adjusted, _, _ = multipletests(p, alpha=FAMILY_LEVEL, method="holm")
+        assert rejected == want_rejected.tolist(), p
+        assert adjusted == [round(float(a), 6) for a in want_adjusted], p
 
 
 def test_the_p_value_is_the_share_of_resamples_short_of_the_threshold_plus_one():
