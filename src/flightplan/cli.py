@@ -31,6 +31,7 @@ import typer
 
 from flightplan.errors import FlightplanError
 from flightplan.interrupts import Stoppable, StopNotice
+from flightplan.redact import redact
 
 __all__ = ["app", "main", "StdoutOutlivesReader"]
 
@@ -133,9 +134,10 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
             except FlightplanError as exc:
                 if debug or _state["debug"]:
                     traceback.print_exc(file=sys.stderr)
-                print(f"error: {exc}", file=sys.stderr)
+                message = redact(str(exc))     # a store's URI may carry a credential
+                print(f"error: {message}", file=sys.stderr)
                 if kwargs.get("json"):
-                    _json_error(str(exc), exc.exit_code)
+                    _json_error(message, exc.exit_code)
                 raise typer.Exit(exc.exit_code) from None
             raise typer.Exit(stop.exit_code if stop.signum is not None else code or 0)
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from flightplan.errors import ArgumentError, VerificationFailed
 from flightplan.findings import Finding
+from flightplan.redact import redact
 from flightplan.tracking.store import (
     MetricPoint, MlflowRun, MlflowStore, default_tracking_uri, flatten, metric_key,
     metric_points, require_mlflow)
@@ -219,7 +220,7 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
         experiment: the experiment name; default the campaign name.
 
     Returns:
-        ``{tracking_uri, experiment, experiment_id, runs: [{run_id, mlflow_run_id,
+        ``{tracking_uri (its credentials masked), experiment, experiment_id, runs: [{run_id, mlflow_run_id,
         status, points, sent}], summary_run_id}``; ``sent`` counts the metric points
         this call added (0 on a repeated export).
 
@@ -286,7 +287,7 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
     for file_name in _SUMMARY_FILES:
         if (results / file_name).is_file():
             store.log_artifact(run, results / file_name, None)
-    return {"tracking_uri": uri, "experiment": name, "experiment_id": experiment_id,
+    return {"tracking_uri": redact(uri), "experiment": name, "experiment_id": experiment_id,
             "runs": out_runs, "summary_run_id": run.mlflow_run_id}
 
 
