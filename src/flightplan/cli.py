@@ -251,11 +251,24 @@ def note(name: str = typer.Argument(..., help="Stage or run the note explains.")
 @_verb("flightplan close {spec}", kept="every file of results/ written so far is kept",
        again="to complete and verify results/")
 def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+          again: bool = typer.Option(False, "--again",
+                                     help="Close again even when nothing changed since the "
+                                          "last close."),
           json: bool = JSON) -> int:
     """Complete and verify results/: conclusion, budget, plan vs execution, report."""
     from flightplan.close.commands import close_command
     from flightplan.run.ledger import Ledger       # close reads it; the CLI wires the stages
-    return close_command(spec, as_json=json, open_ledger=Ledger.open_existing)
+    return close_command(spec, as_json=json, open_ledger=Ledger.open_existing, again=again)
+
+
+@app.command()
+@_verb("flightplan report {spec}")
+def report(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML)."),
+           open_: bool = typer.Option(False, "--open", help="Open it in the web browser."),
+           json: bool = JSON) -> int:
+    """Say where the closed campaign's report is (results/report.html), or open it."""
+    from flightplan.close.commands import report_command
+    return report_command(spec, open_browser=open_, as_json=json)
 
 
 @app.command()
