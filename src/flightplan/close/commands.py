@@ -40,6 +40,7 @@ from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verif
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.goodput import ledger_goodput
+from flightplan.ids import pilot_id
 from flightplan.ledger_rows import PlanVersionRow, RunRow
 from flightplan.metrics import read_predictions
 from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
@@ -48,7 +49,8 @@ from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
 from flightplan.publish.close_record import (CloseRecord, manifest_sha256, report_path,
                                              write_close_record)
 from flightplan.publish.manifest import MANIFEST_NAME, read_manifest, update_manifest
-from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
+from flightplan.publish.results import (portable, publish_pilot, publish_plan, publish_run,
+                                        results_dir_of)
 from flightplan.rows import Row, parse_rows
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks import BUILTIN_TASKS
@@ -243,14 +245,19 @@ def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
 
 def _publish_runs(spec: CampaignSpec, ledger: LedgerReader, original: PlanVersionRow
                   ) -> list[RunRow]:
-    """Publish the original plan and every run the campaign owes (again: what a runner
-    killed before publishing left out); returns those runs."""
+    """Publish the original plan, every run the campaign owes (again: what a runner
+    killed before publishing left out) and the rows of the latest pilot (its control's, in
+    the ledger's last ``pilot`` event); returns those runs."""
     publish_plan(spec.campaign_dir, original.plan)
     runs = _latest_runs(ledger)
     for done, run in enumerate(runs):
         doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
         if (spec.campaign_dir / "runs" / run.run_id / "trial.json").is_file():
             publish_run(spec.campaign_dir, run.run_id)
+    controls = [str(e.data["control_id"]) for e in ledger.events(kind="pilot")
+                if isinstance(e.data, dict) and e.data.get("control_id")]
+    if controls:
+        publish_pilot(spec.campaign_dir, pilot_id(controls[-1]))
     return runs
 
 

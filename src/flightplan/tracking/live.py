@@ -18,8 +18,8 @@ stopping it:
   runner has already killed its workers), then stops it, counts from the run folders
   what the store lacks (:class:`MirrorOutcome`) and says it in one line, with the command
   that sends it: running ``flightplan run`` again when runs are left to resume, else
-  ``flightplan export mlflow`` after ``close`` (which sends everything but the pilot's
-  rows, which ``results/`` does not hold).
+  ``flightplan export mlflow`` after ``close`` (which sends every row, the pilot's too:
+  ``results/pilot/`` holds them).
 
 Usage (the CLI gives the runner :func:`observer`)::
 
@@ -283,11 +283,8 @@ def left_line(outcome: MirrorOutcome, *, uri: str, spec_file: str, campaign_dir:
     if resume or outcome.incomplete:
         return f"{head}; {again}"
     results = _shown(Path(campaign_dir) / RESULTS_DIRNAME)
-    pilot = sum(n for run_id, n in outcome.missing_points.items() if run_id.startswith("pilot-"))
     return (f"{head}; `flightplan export mlflow {results} --tracking-uri {uri}` after "
-            f"`flightplan close {spec_file}` sends them"
-            + (f", all but the pilot's {pilot} point(s) ({RESULTS_DIRNAME}/ does not hold its "
-               f"rows; {again})" if pilot else ""))
+            f"`flightplan close {spec_file}` sends them")
 
 
 @contextlib.contextmanager
