@@ -154,11 +154,28 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
 
 JSON = typer.Option(False, "--json", help="Print one JSON object on stdout.")
 DEFAULT_SPEC = Path("campaign.toml")
+SPEC_HELP = "Campaign file (TOML), or the folder holding its campaign.toml."
+
+
+def _campaign_file(path: Path) -> Path:
+    """A campaign argument as the verbs take it: a folder holding ``campaign.toml`` stands
+    for that file (``flightplan plan examples/drug-reviews``); anything else is kept as
+    given (the verb names what is wrong with it).
+
+    Raises:
+        typer.BadParameter: a folder without ``campaign.toml`` (exit 2).
+    """
+    if not path.is_dir():
+        return path
+    if (path / DEFAULT_SPEC).is_file():
+        return path / DEFAULT_SPEC
+    raise typer.BadParameter(f"{path} is a folder without a {DEFAULT_SPEC}; give the campaign "
+                             f"file, or the folder holding its {DEFAULT_SPEC}")
 
 
 @app.command()
 @_verb("flightplan plan {spec}")
-def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+def plan(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
          extend: list[str] = typer.Option([], "--extend", metavar="NAME=+DURATION",
                                           help="Lengthen a stage or run, e.g. lora-r8=+30h (repeatable)."),
          gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a PNG Gantt chart here."),
@@ -193,7 +210,7 @@ def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"
 @app.command()
 @_verb("flightplan run {spec}", kept="finished runs and saved checkpoints are kept",
        again="to resume from the last checkpoint")
-def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+def run(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
         restart: list[str] = typer.Option([], "--restart", metavar="NAME",
@@ -228,7 +245,7 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 @app.command()
 @_verb("flightplan status {spec}")
-def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML)."),
+def status(spec: Path = typer.Argument(DEFAULT_SPEC, help=SPEC_HELP, callback=_campaign_file),
            json: bool = JSON) -> int:
     """Show the ledger: plan versions, runs, events, expenses, notes."""
     from flightplan.run.commands import status_command
@@ -240,7 +257,7 @@ def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML).
        again="if `flightplan status` does not list it")
 def note(name: str = typer.Argument(..., help="Stage or run the note explains."),
          text: str = typer.Argument(..., help="The explanation."),
-         spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+         spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
          json: bool = JSON) -> int:
     """Record why a stage or run deviated from the plan."""
     from flightplan.run.commands import note_command
@@ -250,7 +267,7 @@ def note(name: str = typer.Argument(..., help="Stage or run the note explains.")
 @app.command()
 @_verb("flightplan close {spec}", kept="every file of results/ written so far is kept",
        again="to complete and verify results/")
-def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+def close(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
           again: bool = typer.Option(False, "--again",
                                      help="Close again even when nothing changed since the "
                                           "last close."),
@@ -263,7 +280,7 @@ def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 @app.command()
 @_verb("flightplan report {spec}")
-def report(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML)."),
+def report(spec: Path = typer.Argument(DEFAULT_SPEC, help=SPEC_HELP, callback=_campaign_file),
            open_: bool = typer.Option(False, "--open", help="Open it in the web browser."),
            json: bool = JSON) -> int:
     """Say where the closed campaign's report is (results/report.html), or open it."""
@@ -298,7 +315,7 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
 @_verb("flightplan stage start {name} --spec {spec}", kept="a mark is recorded whole or not at all",
        again="if `flightplan status` does not show it")
 def stage_start(name: str = typer.Argument(..., help="A \\[\\[stage]] of the campaign file."),
-                spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+                spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
                 json: bool = JSON) -> int:
     """Record that a stage flightplan does not execute (a review, an install) started now."""
     from flightplan.run.commands import stage_command
@@ -312,7 +329,7 @@ def stage_done(name: str = typer.Argument(..., help="A \\[\\[stage]] of the camp
                took: Optional[str] = typer.Option(None, "--took", metavar="DURATION",
                                                   help="It ended now and took this long "
                                                        "(e.g. 2h), when it was not started."),
-               spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+               spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
                json: bool = JSON) -> int:
     """Record that a stage ended now; plan vs execution compares its observed time."""
     from flightplan.run.commands import stage_command

@@ -471,3 +471,41 @@ def test_debug_before_or_after_the_verb_shows_the_traceback_and_keeps_exit_2(
     lines = proc.stderr.strip().splitlines()
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[-1].startswith("error: ") and "choose one of 3, 7, 30 days" in lines[-1]
+
+
+def test_plan_of_a_folder_takes_its_campaign_toml(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    by_file = json.loads(_invoke(["plan", str(path), "--json"]).stdout)
+    by_folder = _invoke(["plan", str(tmp_path), "--json"])
+    assert by_folder.exit_code == 0, by_folder.stderr
+    assert json.loads(by_folder.stdout) == by_file
+    assert (by_file["reserved_hours"], by_file["recommendation"]["total_price"]) == (48.0, "47.14")
+    (tmp_path / "empty").mkdir()
+    bare = _invoke(["plan", str(tmp_path / "empty")])
+    assert bare.exit_code == 2
+    assert (f"{tmp_path / 'empty'} is a folder without a campaign.toml; give the campaign "
+            f"file, or the folder holding its campaign.toml") in " ".join(
+                re.sub(r"[│╭╮╰╯─]", " ", bare.output).split())
+
+
+def test_plan_after_the_campaign_ran_says_what_from_results_would_use(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    results = tmp_path / "results"
+
+    def noted() -> list[dict[str, str]]:
+        data = json.loads(_invoke(["plan", str(path), "--json"]).stdout)
+        return [w for w in data["warnings"] if w["code"] == "measured-figures"]
+
+    assert noted() == []                                   # it never ran
+    instead = ("plans from its measured durations and disagreements instead of the file's "
+               "guesses and the default disagreement")
+    results.mkdir()
+    (results / "MANIFEST.json").write_text("{}")           # the runner has published
+    assert noted() == [{"code": "measured-figures", "subject": "calibrate", "message": (
+        f"this campaign has run: once `flightplan close {path}` has written "
+        f"{results / 'calibration.json'}, `flightplan plan {path} --from {results}` {instead}")}]
+    (results / "calibration.json").write_text("{}")        # close has written it
+    closed = (f"this campaign was closed: `flightplan plan {path} --from {results}` {instead}")
+    assert noted() == [{"code": "measured-figures", "subject": "calibrate", "message": closed}]
+    text = _invoke(["plan", str(path)])
+    assert f"note: {closed}" in " ".join(text.stdout.split())

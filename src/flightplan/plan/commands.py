@@ -57,6 +57,10 @@ CORPUS_MISSING = "corpus-missing"
 """Code of the ``plan --json`` warning that the corpus folder, package or a file is not
 there yet (``run`` refuses a missing folder or package, its data check missing files)."""
 
+MEASURED_FIGURES = "measured-figures"
+"""Code of the ``plan --json`` warning that the campaign has run (or was closed) and that
+``--from`` its ``results/`` would plan from the measured figures instead of the guesses."""
+
 ResultsVerifier = Callable[[Path], Mapping[str, Any]]
 """Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
 [{check, path, message}, ...]}`` (the command line passes
@@ -237,10 +241,14 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
                                 f"curve to draw")
         _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
+    measured_note = None if source is not None else _measured_note(spec)
     if as_json:
         plan = result.to_json()
         if missing is not None:
             plan["warnings"].append(LintWarning(CORPUS_MISSING, "corpus", missing).to_json())
+        if measured_note is not None:
+            plan["warnings"].append(
+                LintWarning(MEASURED_FIGURES, "calibrate", measured_note).to_json())
         print(json.dumps(plan | left | {
             "power": power.to_json(),
             "calibration": None if source is None else {
@@ -255,11 +263,30 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     _print_plan(console, result, left)
     _print_uncertainties(console, uncertain, measured, calibrated.campaign, source)
     _print_power(console, power)
+    if measured_note is not None:
+        console.print(f"[bold]note:[/bold] {escape(measured_note)}")
     if gantt is not None:
         console.print(f"Gantt chart written to {escape(str(gantt))}")
     if power_plot is not None:
         console.print(f"power curves written to {escape(str(power_plot))}")
     return 0
+
+
+def _measured_note(spec: CampaignSpec) -> str | None:
+    """The note that this campaign's own ``results/`` holds measured figures ``--from``
+    would plan from (once closed: its ``calibration.json``), or will once closed (it has
+    run: a manifest); None when it never ran. (``results`` is
+    :data:`flightplan.publish.results.RESULTS_DIRNAME`, a later layer than this one.)"""
+    results = spec.campaign_dir / "results"
+    plan_from = f"`flightplan plan {spec.source} --from {results}`"
+    instead = ("plans from its measured durations and disagreements instead of the file's "
+               "guesses and the default disagreement")
+    if (results / FILE_NAME).is_file():
+        return f"this campaign was closed: {plan_from} {instead}"
+    if (results / "MANIFEST.json").is_file():
+        return (f"this campaign has run: once `flightplan close {spec.source}` has written "
+                f"{results / FILE_NAME}, {plan_from} {instead}")
+    return None
 
 
 def _write_png(option: str, path: Path, png: bytes) -> None:

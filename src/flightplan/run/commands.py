@@ -30,10 +30,8 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     if not directory.is_dir():
         raise ArgumentError(f"{directory}: no such directory; give a checkpoint folder "
                             f"such as runs/<run_id>/checkpoints/step-000010")
-    steps = sorted(p.name for p in directory.glob("step-*") if p.is_dir())
-    if steps and not (directory / "manifest.json").exists():
-        raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
-                            f"not one; give one of them, e.g. {directory / steps[-1]}")
+    if not (directory / "manifest.json").exists():
+        _not_a_checkpoint(directory)
     with WaitDisplay():
         doing(f"reloading {directory.name} and checking its digests")
         report = verify_checkpoint(directory)
@@ -46,6 +44,32 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
         for finding in report["findings"]:
             print(f"{directory}: {finding['check']}: {finding['path']}: {finding['message']}")
     return 0 if report["verified"] else 1
+
+
+def _not_a_checkpoint(directory: Path) -> None:
+    """Refuse a folder that holds checkpoints (a ``checkpoints/`` folder, or a run folder
+    whose ``checkpoints/`` does) with the checkpoint to give instead; return for any other
+    folder (the verifier then says what it lacks).
+
+    Raises:
+        ArgumentError: ``directory`` is a run folder or a ``checkpoints/`` folder.
+    """
+    from flightplan.rundir import RunDir
+
+    run_folder = RunDir(directory).trial_json.is_file() or (directory / "checkpoints").is_dir()
+    folder = directory / "checkpoints" if run_folder else directory
+    steps = sorted(p.name for p in folder.glob("step-*")
+                   if p.is_dir() and (p / "manifest.json").is_file())
+    if run_folder and not steps:
+        raise ArgumentError(f"{directory} is a run folder, not a checkpoint, and its "
+                            f"checkpoints/ holds no finished checkpoint to verify")
+    if steps and run_folder:
+        raise ArgumentError(f"{directory} is a run folder, not a checkpoint; give one of its "
+                            f"checkpoints ({', '.join(steps[-3:])} in {folder}), e.g. "
+                            f"{folder / steps[-1]}")
+    if steps:
+        raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
+                            f"not one; give one of them, e.g. {folder / steps[-1]}")
 
 
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
