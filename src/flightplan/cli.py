@@ -196,15 +196,21 @@ def plan(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_fil
 
 
 @app.command()
-@_verb("flightplan quote --offer '{offer}' --hours {hours:g}")
-def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"RTX 4090\"."),
-          hours: float = typer.Option(..., "--hours", help="Length of one continuous job (hours)."),
+@_verb("flightplan quote")    # instant: the interruption line need not repeat its options
+def quote(offer: Optional[str] = typer.Option(None, "--offer",
+                                              help="Catalog offer, e.g. \"RTX 4090\"."),
+          hours: Optional[float] = typer.Option(None, "--hours",
+                                                help="Length of one continuous job (hours)."),
           gpus: int = typer.Option(1, "--gpus", help="GPUs the job needs at once."),
           catalog: Optional[Path] = typer.Option(None, "--catalog", help="User catalog file (TOML)."),
+          list_: bool = typer.Option(False, "--list",
+                                     help="List the catalog's offers and their packages."),
           json: bool = JSON) -> int:
-    """List the packages that cover one continuous job, cheapest first."""
+    """List the packages that cover one continuous job, cheapest first (or, with --list,
+    every offer of the catalog)."""
     from flightplan.plan.commands import quote_command
-    return quote_command(offer=offer, hours=hours, gpus=gpus, catalog=catalog, as_json=json)
+    return quote_command(offer=offer, hours=hours, gpus=gpus, catalog=catalog, as_json=json,
+                         list_offers=list_)
 
 
 @app.command()
