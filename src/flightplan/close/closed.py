@@ -30,17 +30,25 @@ def _runs_listing(runs_dir: Path) -> list[str]:
         dirs.sort()
         for name in sorted(files):
             path = Path(root) / name
-            info = path.lstat()
-            listing.append(f"{path.relative_to(runs_dir)}\t{info.st_size}\t{info.st_mtime_ns}")
+            listing.append(f"{path.relative_to(runs_dir)}\t{_stat(path)}")
     return listing
+
+
+def _stat(path: Path) -> str:
+    """``size<TAB>mtime_ns`` of ``path``, or ``missing``."""
+    try:
+        info = path.stat()
+    except OSError:
+        return "missing"
+    return f"{info.st_size}\t{info.st_mtime_ns}"
 
 
 def inputs_fingerprint(spec: CampaignSpec, ledger: LedgerReader) -> str:
     """sha256 (hex) over what ``close`` reads: the campaign file's settings, every ledger
     table (rows as the reader returns them), the path, size and modification time of every
-    file under ``runs/``, and the code version of every task the runs name. Any write a
-    run, a note, an expense or an edit makes changes it; reading nothing is never
-    mistaken for unchanged (a missing file or table hashes as its absence)."""
+    file under ``runs/`` and of the corpus files of a ``[corpus] path``, and the code
+    version of every task the runs name. Any write a run, a note, an expense or an edit
+    makes changes it (a missing file hashes as ``missing``)."""
     digest = hashlib.sha256()
 
     def add(label: str, text: str) -> None:
@@ -53,6 +61,10 @@ def inputs_fingerprint(spec: CampaignSpec, ledger: LedgerReader) -> str:
                         ("stage_times", ledger.stage_times())):
         add(table, repr(rows))
     add("runs/", "\n".join(_runs_listing(Path(spec.campaign_dir) / "runs")))
+    if spec.corpus is not None and spec.corpus.path is not None:   # (a package: left out)
+        folder = Path(spec.campaign_dir) / spec.corpus.path
+        add("corpus", "\n".join(f"{name}\t{_stat(folder / name)}"
+                                for name in sorted(spec.corpus.sha256)))
     for task in sorted({run.task for run in spec.runs}):
         add(f"task {task}", resolve_task(task, spec.campaign_dir).code_version)
     return digest.hexdigest()
