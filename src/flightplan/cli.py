@@ -31,6 +31,7 @@ import typer
 
 from flightplan.errors import FlightplanError
 from flightplan.interrupts import Stoppable, StopNotice
+from flightplan.redact import redact
 
 __all__ = ["app", "main", "StdoutOutlivesReader"]
 
@@ -133,9 +134,10 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
             except FlightplanError as exc:
                 if debug or _state["debug"]:
                     traceback.print_exc(file=sys.stderr)
-                print(f"error: {exc}", file=sys.stderr)
+                message = redact(str(exc))     # a store's URI may carry a credential
+                print(f"error: {message}", file=sys.stderr)
                 if kwargs.get("json"):
-                    _json_error(str(exc), exc.exit_code)
+                    _json_error(message, exc.exit_code)
                 raise typer.Exit(exc.exit_code) from None
             raise typer.Exit(stop.exit_code if stop.signum is not None else code or 0)
 
@@ -152,11 +154,28 @@ def _verb(resume: str, *, kept: str = "it had changed nothing", again: str = "to
 
 JSON = typer.Option(False, "--json", help="Print one JSON object on stdout.")
 DEFAULT_SPEC = Path("campaign.toml")
+SPEC_HELP = "Campaign file (TOML), or the folder holding its campaign.toml."
+
+
+def _campaign_file(path: Path) -> Path:
+    """A campaign argument as the verbs take it: a folder holding ``campaign.toml`` stands
+    for that file (``flightplan plan examples/drug-reviews``); anything else is kept as
+    given (the verb names what is wrong with it).
+
+    Raises:
+        typer.BadParameter: a folder without ``campaign.toml`` (exit 2).
+    """
+    if not path.is_dir():
+        return path
+    if (path / DEFAULT_SPEC).is_file():
+        return path / DEFAULT_SPEC
+    raise typer.BadParameter(f"{path} is a folder without a {DEFAULT_SPEC}; give the campaign "
+                             f"file, or the folder holding its {DEFAULT_SPEC}")
 
 
 @app.command()
 @_verb("flightplan plan {spec}")
-def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+def plan(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
          extend: list[str] = typer.Option([], "--extend", metavar="NAME=+DURATION",
                                           help="Lengthen a stage or run, e.g. lora-r8=+30h (repeatable)."),
          gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a PNG Gantt chart here."),
@@ -177,21 +196,27 @@ def plan(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 
 @app.command()
-@_verb("flightplan quote --offer '{offer}' --hours {hours:g}")
-def quote(offer: str = typer.Option(..., "--offer", help="Catalog offer, e.g. \"RTX 4090\"."),
-          hours: float = typer.Option(..., "--hours", help="Length of one continuous job (hours)."),
+@_verb("flightplan quote")    # instant: the interruption line need not repeat its options
+def quote(offer: Optional[str] = typer.Option(None, "--offer",
+                                              help="Catalog offer, e.g. \"RTX 4090\"."),
+          hours: Optional[float] = typer.Option(None, "--hours",
+                                                help="Length of one continuous job (hours)."),
           gpus: int = typer.Option(1, "--gpus", help="GPUs the job needs at once."),
           catalog: Optional[Path] = typer.Option(None, "--catalog", help="User catalog file (TOML)."),
+          list_: bool = typer.Option(False, "--list",
+                                     help="List the catalog's offers and their packages."),
           json: bool = JSON) -> int:
-    """List the packages that cover one continuous job, cheapest first."""
+    """List the packages that cover one continuous job, cheapest first (or, with --list,
+    every offer of the catalog)."""
     from flightplan.plan.commands import quote_command
-    return quote_command(offer=offer, hours=hours, gpus=gpus, catalog=catalog, as_json=json)
+    return quote_command(offer=offer, hours=hours, gpus=gpus, catalog=catalog, as_json=json,
+                         list_offers=list_)
 
 
 @app.command()
 @_verb("flightplan run {spec}", kept="finished runs and saved checkpoints are kept",
        again="to resume from the last checkpoint")
-def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+def run(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),
         restart: list[str] = typer.Option([], "--restart", metavar="NAME",
@@ -226,7 +251,7 @@ def run(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
 
 @app.command()
 @_verb("flightplan status {spec}")
-def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML)."),
+def status(spec: Path = typer.Argument(DEFAULT_SPEC, help=SPEC_HELP, callback=_campaign_file),
            json: bool = JSON) -> int:
     """Show the ledger: plan versions, runs, events, expenses, notes."""
     from flightplan.run.commands import status_command
@@ -238,7 +263,7 @@ def status(spec: Path = typer.Argument(DEFAULT_SPEC, help="Campaign file (TOML).
        again="if `flightplan status` does not list it")
 def note(name: str = typer.Argument(..., help="Stage or run the note explains."),
          text: str = typer.Argument(..., help="The explanation."),
-         spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+         spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
          json: bool = JSON) -> int:
     """Record why a stage or run deviated from the plan."""
     from flightplan.run.commands import note_command
@@ -248,12 +273,25 @@ def note(name: str = typer.Argument(..., help="Stage or run the note explains.")
 @app.command()
 @_verb("flightplan close {spec}", kept="every file of results/ written so far is kept",
        again="to complete and verify results/")
-def close(spec: Path = typer.Argument(..., help="Campaign file (TOML)."),
+def close(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
+          again: bool = typer.Option(False, "--again",
+                                     help="Close again even when nothing changed since the "
+                                          "last close."),
           json: bool = JSON) -> int:
     """Complete and verify results/: conclusion, budget, plan vs execution, report."""
     from flightplan.close.commands import close_command
     from flightplan.run.ledger import Ledger       # close reads it; the CLI wires the stages
-    return close_command(spec, as_json=json, open_ledger=Ledger.open_existing)
+    return close_command(spec, as_json=json, open_ledger=Ledger.open_existing, again=again)
+
+
+@app.command()
+@_verb("flightplan report {spec}")
+def report(spec: Path = typer.Argument(DEFAULT_SPEC, help=SPEC_HELP, callback=_campaign_file),
+           open_: bool = typer.Option(False, "--open", help="Open it in the web browser."),
+           json: bool = JSON) -> int:
+    """Say where the closed campaign's report is (results/report.html), or open it."""
+    from flightplan.close.commands import report_command
+    return report_command(spec, open_browser=open_, as_json=json)
 
 
 @app.command()
@@ -283,7 +321,7 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
 @_verb("flightplan stage start {name} --spec {spec}", kept="a mark is recorded whole or not at all",
        again="if `flightplan status` does not show it")
 def stage_start(name: str = typer.Argument(..., help="A \\[\\[stage]] of the campaign file."),
-                spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+                spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
                 json: bool = JSON) -> int:
     """Record that a stage flightplan does not execute (a review, an install) started now."""
     from flightplan.run.commands import stage_command
@@ -297,7 +335,7 @@ def stage_done(name: str = typer.Argument(..., help="A \\[\\[stage]] of the camp
                took: Optional[str] = typer.Option(None, "--took", metavar="DURATION",
                                                   help="It ended now and took this long "
                                                        "(e.g. 2h), when it was not started."),
-               spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help="Campaign file (TOML)."),
+               spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
                json: bool = JSON) -> int:
     """Record that a stage ended now; plan vs execution compares its observed time."""
     from flightplan.run.commands import stage_command

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from flightplan.findings import Finding
+from flightplan.redact import redact
 
 __all__ = [
     "FlightplanError",
@@ -221,9 +222,11 @@ class LockHeld(CheckFailed):
 
 class TrackingFailed(CheckFailed):
     """The tracking store (MLflow) could not be reached or refused a write. ``uri`` names it;
-    ``reason`` is the cause alone (``"unreachable: [Errno 111] Connection refused"``)."""
+    ``reason`` is the cause alone (``"unreachable: [Errno 111] Connection refused"``). All
+    three are kept with their credentials masked (:func:`flightplan.redact.redact`): the
+    error is printed, logged and sent between processes."""
 
     def __init__(self, message: str, *, uri: str, reason: str | None = None) -> None:
-        self.uri = uri
-        self.reason = reason or message
-        super().__init__(message)
+        self.uri = redact(uri)
+        self.reason = redact(reason or message)
+        super().__init__(redact(message))

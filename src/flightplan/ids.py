@@ -34,7 +34,7 @@ from typing import Any, Mapping
 from flightplan.canonical import canonical_json
 
 __all__ = ["canonical_json", "config_hash", "run_config", "run_id", "slug", "HASH_CHARS",
-           "CORPUS_VIEW_KEYS", "corpus_view"]
+           "CORPUS_VIEW_KEYS", "corpus_view", "pilot_id"]
 
 HASH_CHARS = 10
 """Hex digits of the config hash kept in a run id (40 bits: collisions need ~10^6 runs)."""
@@ -110,3 +110,9 @@ def run_id(name: str, task: str, params: Mapping[str, Any], corpus_sha256: Mappi
     digest = config_hash(run_config(task, params, corpus_sha256, base_revision, code_version,
                                     view))
     return f"{slug(name)}-{digest[:HASH_CHARS]}"
+
+
+def pilot_id(control_id: str) -> str:
+    """The pilot's run id (and directory name under ``runs/``): ``pilot-<control_id>``,
+    ``control_id`` being the control run's id."""
+    return f"pilot-{control_id}"

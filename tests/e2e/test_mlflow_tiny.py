@@ -127,6 +127,11 @@ def test_live_tracking_survives_a_locked_store_and_export_completes_it(tmp_path)
     if live_pilot:                                            # created live, completed by export
         assert pilot.data.tags["flightplan.live"] == "true"
     assert pilot.data.tags["flightplan.pilot"] == "true"
+    # the pilot's rows are in results/ and in the store, each point once
+    pilot_rows = [json.loads(line) for line in (results / "pilot" / f"pilot-{control_id}.jsonl")
+                  .read_text().splitlines()]
+    assert sorted((m.step, m.value) for m in client.get_metric_history(pilot.info.run_id, "loss")) \
+        == sorted((r["step"], r["loss"]) for r in pilot_rows if "loss" in r) != []
     for run_id in manifest["expected_run_ids"]:
         run = runs[run_id][0]
         stored = sum(len(client.get_metric_history(run.info.run_id, key))

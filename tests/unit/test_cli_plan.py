@@ -471,3 +471,75 @@ def test_debug_before_or_after_the_verb_shows_the_traceback_and_keeps_exit_2(
     lines = proc.stderr.strip().splitlines()
     assert lines[0] == "Traceback (most recent call last):"
     assert lines[-1].startswith("error: ") and "choose one of 3, 7, 30 days" in lines[-1]
+
+
+def test_plan_of_a_folder_takes_its_campaign_toml(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    by_file = json.loads(_invoke(["plan", str(path), "--json"]).stdout)
+    by_folder = _invoke(["plan", str(tmp_path), "--json"])
+    assert by_folder.exit_code == 0, by_folder.stderr
+    assert json.loads(by_folder.stdout) == by_file
+    assert (by_file["reserved_hours"], by_file["recommendation"]["total_price"]) == (48.0, "47.14")
+    (tmp_path / "empty").mkdir()
+    script = Path(sys.executable).with_name("flightplan")     # the console script's line
+    bare = subprocess.run([str(script), "plan", str(tmp_path / "empty")], capture_output=True,
+                          text=True, timeout=300)
+    assert (bare.returncode, bare.stdout) == (2, "")
+    assert bare.stderr == (f"error: Invalid value for 'spec': {tmp_path / 'empty'} is a folder "
+                           f"without a campaign.toml; give the campaign file, or the folder "
+                           f"holding its campaign.toml\n")
+
+
+def test_plan_after_the_campaign_ran_says_what_from_results_would_use(tmp_path: Path) -> None:
+    path = _write(tmp_path, ILLUSTRATION)
+    results = tmp_path / "results"
+
+    def noted() -> list[dict[str, str]]:
+        data = json.loads(_invoke(["plan", str(path), "--json"]).stdout)
+        return [w for w in data["warnings"] if w["code"] == "measured-figures"]
+
+    assert noted() == []                                   # it never ran
+    instead = ("plans from its measured durations and disagreements instead of the file's "
+               "guesses and the default disagreement")
+    results.mkdir()
+    (results / "MANIFEST.json").write_text("{}")           # the runner has published
+    assert noted() == [{"code": "measured-figures", "subject": "calibrate", "message": (
+        f"this campaign has run: once `flightplan close {path}` has written "
+        f"{results / 'calibration.json'}, `flightplan plan {path} --from {results}` {instead}")}]
+    (results / "calibration.json").write_text("{}")        # close has written it
+    closed = (f"this campaign was closed: `flightplan plan {path} --from {results}` {instead}")
+    assert noted() == [{"code": "measured-figures", "subject": "calibrate", "message": closed}]
+    text = _invoke(["plan", str(path)])
+    assert f"note: {closed}" in " ".join(text.stdout.split())
+
+
+def test_quote_list_shows_every_offer_and_the_documented_catalog_adds_to_it(tmp_path: Path
+                                                                            ) -> None:
+    builtin = _invoke(["quote", "--list", "--json"])
+    assert builtin.exit_code == 0, builtin.stderr
+    assert json.loads(builtin.stdout) == {"sources": ["built-in"], "offers": [
+        {"name": "B200", "gpus_per_flight": 2, "gpu_memory_gb": None, "currency": None,
+         "packages": []},
+        {"name": "RTX 4090", "gpus_per_flight": 1, "gpu_memory_gb": 24.0, "currency": "USD",
+         "packages": [{"days": 3, "price": "47.14"}, {"days": 7, "price": "110.00"},
+                      {"days": 30, "price": "390.00"}]}]}
+    text = " ".join(_invoke(["quote", "--list"]).stdout.split())
+    assert "RTX 4090 │ 1 │ 24 GB │ 3 d 47.14 USD, 7 d 110.00 USD, 30 d 390.00 USD" in text
+    assert "B200 │ 2 │ not given │ no prices given: a --catalog file can add them" in text
+
+    # the example of docs/campaign.md, as written there
+    doc = (ROOT / "docs" / "campaign.md").read_text(encoding="utf-8")
+    example = doc[doc.index("## The catalog file"):].split("```toml\n")[1].split("```")[0]
+    catalog = _write(tmp_path, example, "offers.toml")
+    listed = json.loads(_invoke(["quote", "--list", "--catalog", str(catalog), "--json"]).stdout)
+    assert listed["sources"] == ["built-in", str(catalog)]
+    assert [(o["name"], o["gpus_per_flight"], o["gpu_memory_gb"], o["packages"])
+            for o in listed["offers"]] == [
+        ("B200", 2, 180.0, [{"days": 7, "price": "999.00"}]),
+        ("L40S", 1, 48.0, [{"days": 3, "price": "60.00"}]),
+        ("RTX 4090", 1, 24.0, [{"days": 3, "price": "47.14"}, {"days": 7, "price": "110.00"},
+                               {"days": 30, "price": "390.00"}])]
+    neither = _invoke(["quote", "--hours", "5"])
+    assert neither.exit_code == 2
+    assert neither.stderr == ("error: quote needs --offer and --hours (one job to price), or "
+                              "--list (every offer of the catalog with its packages)\n")

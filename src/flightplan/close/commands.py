@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
+import webbrowser
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from flightplan.close.acceptance import (Verdict, accept_runs, accepted_product_
                                          comparisons)
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
+from flightplan.close.closed import inputs_fingerprint, unchanged_close
 from flightplan.close.conclusion import conclude
 from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
@@ -39,20 +42,24 @@ from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verif
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.goodput import ledger_goodput
+from flightplan.ids import pilot_id
 from flightplan.ledger_rows import PlanVersionRow, RunRow
 from flightplan.metrics import read_predictions
 from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
 from flightplan.plan.catalog import flight_gpus
 from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
+from flightplan.publish.close_record import (CloseRecord, manifest_sha256, report_path,
+                                             write_close_record)
 from flightplan.publish.manifest import MANIFEST_NAME, read_manifest, update_manifest
-from flightplan.publish.results import portable, publish_plan, publish_run, results_dir_of
+from flightplan.publish.results import (portable, publish_pilot, publish_plan, publish_run,
+                                        results_dir_of)
 from flightplan.rows import Row, parse_rows
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import reload_argv
 from flightplan.units import time_unit
 
-__all__ = ["close_campaign", "close_command", "verify_command"]
+__all__ = ["close_campaign", "close_command", "report_command", "verify_command"]
 
 # ledger statuses of runs the campaign no longer owes a product for
 _NOT_OWED = ("cut", "superseded")
@@ -241,14 +248,19 @@ def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
 
 def _publish_runs(spec: CampaignSpec, ledger: LedgerReader, original: PlanVersionRow
                   ) -> list[RunRow]:
-    """Publish the original plan and every run the campaign owes (again: what a runner
-    killed before publishing left out); returns those runs."""
+    """Publish the original plan, every run the campaign owes (again: what a runner
+    killed before publishing left out) and the rows of the latest pilot (its control's, in
+    the ledger's last ``pilot`` event); returns those runs."""
     publish_plan(spec.campaign_dir, original.plan)
     runs = _latest_runs(ledger)
     for done, run in enumerate(runs):
         doing("publishing runs into results/", done=done, total=len(runs), unit="runs")
         if (spec.campaign_dir / "runs" / run.run_id / "trial.json").is_file():
             publish_run(spec.campaign_dir, run.run_id)
+    controls = [str(e.data["control_id"]) for e in ledger.events(kind="pilot")
+                if isinstance(e.data, dict) and e.data.get("control_id")]
+    if controls:
+        publish_pilot(spec.campaign_dir, pilot_id(controls[-1]))
     return runs
 
 
@@ -323,15 +335,23 @@ def _print_findings(findings: list[dict[str, str]]) -> None:
         print(f"  {f['check']}: {f['path']}: {f['message']}")
 
 
-def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) -> int:
-    """``flightplan close SPEC [--json]``: exit 0 when results/ verifies, 1 otherwise.
+def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener,
+                  again: bool = False) -> int:
+    """``flightplan close SPEC [--again] [--json]``: exit 0 when results/ verifies, 1 otherwise.
 
     Prints the campaign's answer (``yes``/``no``/``inconclusive``) and verdict, the
     family-wise level of its "yes", the accepted runs, the budget and the verification;
     ``--json``: one object with keys ``answer``, ``verdict``, ``multiple`` and
     ``family_wise_level`` (how the answer is controlled for the number of comparisons,
     :mod:`flightplan.close.multiple`), ``verified``, ``findings``, ``results_dir``,
-    ``accepted`` and ``budget`` (money as decimal strings).
+    ``accepted``, ``not_accepted``, ``budget`` (money as decimal strings), ``unfinished``,
+    ``already_closed`` and ``closed_at`` (unix seconds of the close that wrote results/).
+
+    A campaign closed before whose inputs have not changed since and whose ``results/``
+    still verifies (:func:`flightplan.close.closed.unchanged_close`) is not closed again:
+    the command says it is already closed and verified and prints that close's answer
+    (``already_closed``: true), unless ``again``. Every close leaves its record
+    (:mod:`flightplan.publish.close_record`), which ``flightplan status`` shows.
 
     ``open_ledger(campaign_dir)`` opens the campaign's ledger for reading (the command
     line passes ``run``'s; ``close`` reads it only through :class:`LedgerReader`). Close
@@ -350,37 +370,85 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener) 
     ledger = open_ledger(spec.campaign_dir)      # refuses a campaign that never ran
     try:
         with CampaignLock(spec.campaign_dir, verb="close"), WaitDisplay():
-            outcome = close_campaign(spec, ledger)
+            record = None if again else unchanged_close(spec, ledger)
+            already = record is not None
+            if record is None:
+                outcome = close_campaign(spec, ledger)
+                conclusion = outcome["conclusion"]
+                summary = {**{k: conclusion[k] for k in ("answer", "verdict", "multiple",
+                                                         "family_wise_level",
+                                                         "comparisons_made")},
+                           **{k: outcome[k] for k in ("verified", "findings", "results_dir",
+                                                      "accepted", "not_accepted", "budget",
+                                                      "unfinished")}}
+                record = CloseRecord(time.time(), inputs_fingerprint(spec, ledger),
+                                     manifest_sha256(spec.campaign_dir) or "", summary)
+                write_close_record(spec.campaign_dir, record)
     finally:
         ledger.close()
-    conclusion = outcome["conclusion"]
+    summary = record.summary
     if as_json:
-        print(json.dumps({**{k: conclusion[k] for k in ("answer", "verdict", "multiple",
-                                                        "family_wise_level")},
-                          **{k: outcome[k] for k in ("verified", "findings", "results_dir",
-                                                     "accepted", "not_accepted", "budget",
-                                                     "unfinished")}}))
-    else:
-        budget = outcome["budget"]
-        per = budget["rental_per_accepted"]
-        if outcome["unfinished"]:
-            print(_unfinished_line(outcome["unfinished"], spec_path))
-        print(f"results: {outcome['results_dir']}")
-        print(f"answer: {conclusion['answer']}")
-        print(f"verdict: {conclusion['verdict']}")
-        print(f"family-wise level: {conclusion['family_wise_level']:.1%} "
-              f"(multiple = {conclusion['multiple']}, {conclusion['comparisons_made']} "
-              f"comparison(s))")
-        print(f"accepted: {', '.join(outcome['accepted']) or 'none'}")
-        for rejected in outcome["not_accepted"]:
-            print(f"not accepted: {rejected['run_id']}: {'; '.join(rejected['reasons'])}")
-        print(f"budget: committed {budget['committed_total']} {budget['currency']}, other "
-              f"{budget['external_total']}, per accepted product "
-              f"{per if per is not None else 'undefined'}")
-        print("verified" if outcome["verified"] else
-              f"NOT verified: {len(outcome['findings'])} finding(s)")
-        _print_findings(outcome["findings"])
-    return 0 if outcome["verified"] else 1
+        print(json.dumps(summary | {"already_closed": already, "closed_at": record.closed_at}))
+        return 0 if summary["verified"] else 1
+    if already:
+        print(f"already closed and verified at {_local_time(record.closed_at)}; nothing close "
+              f"reads has changed since, so nothing was redone (`flightplan close "
+              f"{shlex.quote(str(spec_path))} --again` redoes it)")
+    budget = summary["budget"]
+    per = budget["rental_per_accepted"]
+    if summary["unfinished"]:
+        print(_unfinished_line(summary["unfinished"], spec_path))
+    print(f"results: {summary['results_dir']}")
+    print(f"answer: {summary['answer']}")
+    print(f"verdict: {summary['verdict']}")
+    print(f"family-wise level: {summary['family_wise_level']:.1%} "
+          f"(multiple = {summary['multiple']}, {summary['comparisons_made']} comparison(s))")
+    print(f"accepted: {', '.join(summary['accepted']) or 'none'}")
+    for rejected in summary["not_accepted"]:
+        print(f"not accepted: {rejected['run_id']}: {'; '.join(rejected['reasons'])}")
+    print(f"budget: committed {budget['committed_total']} {budget['currency']}, other "
+          f"{budget['external_total']}, per accepted product "
+          f"{per if per is not None else 'undefined'}")
+    print("verified" if summary["verified"] else
+          f"NOT verified: {len(summary['findings'])} finding(s)")
+    _print_findings(summary["findings"])
+    return 0 if summary["verified"] else 1
+
+
+def _local_time(at: float) -> str:
+    """``2026-12-05 07:12`` in local time."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
+
+
+def report_command(spec_path: Path, *, open_browser: bool, as_json: bool) -> int:
+    """``flightplan report [SPEC] [--open] [--json]``: print where the closed campaign's
+    report is (``results/report.html``, an absolute path, and its ``README.md``); with
+    ``open_browser``, also open the report with :func:`webbrowser.open` (which honours
+    ``$BROWSER``), saying where to open it by hand when no browser can be started.
+    ``--json``: ``{report, readme, opened}`` (``opened``: null without ``--open``).
+
+    Raises:
+        SpecError: the campaign file is missing or invalid.
+        ArgumentError: there is no report yet (the campaign was never closed).
+    """
+    spec = load_spec(spec_path)
+    path = report_path(spec.campaign_dir)
+    if path is None:
+        raise ArgumentError(f"{spec_path}: no report yet (`flightplan close` writes "
+                            f"results/report.html); run `flightplan close "
+                            f"{shlex.quote(str(spec_path))}` first")
+    opened: bool | None = None
+    if open_browser:
+        opened = webbrowser.open(path.as_uri())
+    readme = path.with_name("README.md")
+    if as_json:
+        print(json.dumps({"report": str(path), "readme": str(readme), "opened": opened}))
+        return 0
+    print(f"report: {path}")
+    print(f"README: {readme}")
+    if opened is False:
+        print(f"no web browser could be started here; open {path.as_uri()} in one")
+    return 0
 
 
 def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path) -> str:

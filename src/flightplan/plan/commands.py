@@ -40,7 +40,7 @@ from flightplan.metrics import Predictions, read_predictions
 from flightplan.plan.calibration import (FILE_NAME, GUESS_FACTOR, Calibrated, Calibration,
                                          Uncertainty, calibrate, uncertainties)
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
-from flightplan.plan.catalog import builtin_catalog, load_catalog
+from flightplan.plan.catalog import Catalog, builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table
 from flightplan.plan.lint import LintWarning
 from flightplan.plan.power import (PRACTICAL_FACTOR, TARGET_POWER, CampaignPower, ComparisonPower, TestSplit,
@@ -56,6 +56,10 @@ __all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split
 CORPUS_MISSING = "corpus-missing"
 """Code of the ``plan --json`` warning that the corpus folder, package or a file is not
 there yet (``run`` refuses a missing folder or package, its data check missing files)."""
+
+MEASURED_FIGURES = "measured-figures"
+"""Code of the ``plan --json`` warning that the campaign has run (or was closed) and that
+``--from`` its ``results/`` would plan from the measured figures instead of the guesses."""
 
 ResultsVerifier = Callable[[Path], Mapping[str, Any]]
 """Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
@@ -237,10 +241,14 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
                                 f"curve to draw")
         _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
+    measured_note = None if source is not None else _measured_note(spec)
     if as_json:
         plan = result.to_json()
         if missing is not None:
             plan["warnings"].append(LintWarning(CORPUS_MISSING, "corpus", missing).to_json())
+        if measured_note is not None:
+            plan["warnings"].append(
+                LintWarning(MEASURED_FIGURES, "calibrate", measured_note).to_json())
         print(json.dumps(plan | left | {
             "power": power.to_json(),
             "calibration": None if source is None else {
@@ -255,11 +263,30 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     _print_plan(console, result, left)
     _print_uncertainties(console, uncertain, measured, calibrated.campaign, source)
     _print_power(console, power)
+    if measured_note is not None:
+        console.print(f"[bold]note:[/bold] {escape(measured_note)}")
     if gantt is not None:
         console.print(f"Gantt chart written to {escape(str(gantt))}")
     if power_plot is not None:
         console.print(f"power curves written to {escape(str(power_plot))}")
     return 0
+
+
+def _measured_note(spec: CampaignSpec) -> str | None:
+    """The note that this campaign's own ``results/`` holds measured figures ``--from``
+    would plan from (once closed: its ``calibration.json``), or will once closed (it has
+    run: a manifest); None when it never ran. (``results`` is
+    :data:`flightplan.publish.results.RESULTS_DIRNAME`, a later layer than this one.)"""
+    results = spec.campaign_dir / "results"
+    plan_from = f"`flightplan plan {spec.source} --from {results}`"
+    instead = ("plans from its measured durations and disagreements instead of the file's "
+               "guesses and the default disagreement")
+    if (results / FILE_NAME).is_file():
+        return f"this campaign was closed: {plan_from} {instead}"
+    if (results / "MANIFEST.json").is_file():
+        return (f"this campaign has run: once `flightplan close {spec.source}` has written "
+                f"{results / FILE_NAME}, {plan_from} {instead}")
+    return None
 
 
 def _write_png(option: str, path: Path, png: bytes) -> None:
@@ -544,6 +571,34 @@ def _warning(c: ComparisonPower) -> str:
     return text + " Fixes: " + "; ".join(fixes) + "."
 
 
+def _list_offers(catalog: Catalog, *, as_json: bool) -> int:
+    """``quote --list``: every offer of ``catalog`` (built-in, merged with ``--catalog``),
+    by name: GPUs per flight, GPU memory, and each package's days and price of one flight;
+    an offer without packages says that it cannot be quoted. ``--json``: ``{"sources":
+    [...], "offers": [{name, gpus_per_flight, gpu_memory_gb, currency, packages: [{days,
+    price}]}]}`` (prices as decimal strings)."""
+    offers = [catalog.offers[name] for name in sorted(catalog.offers, key=str.lower)]
+    if as_json:
+        print(json.dumps({"sources": list(catalog.sources), "offers": [{
+            "name": o.name, "gpus_per_flight": o.gpus_per_flight,
+            "gpu_memory_gb": o.gpu_memory_gb, "currency": o.currency,
+            "packages": [{"days": d, "price": str(o.packages[d])} for d in o.package_days]}
+            for o in offers]}))
+        return 0
+    console = _console()
+    table = Table(title=f"offers ({escape(', '.join(catalog.sources))})", title_justify="left")
+    for header in ("OFFER", "GPUS / FLIGHT", "GPU MEMORY", "PACKAGES (price of one flight)"):
+        table.add_column(header, no_wrap=header != "PACKAGES (price of one flight)",
+                         justify="right" if header.startswith("GPU") else "left")
+    for o in offers:
+        packages = ", ".join(f"{d} d {o.packages[d].display()}" for d in o.package_days)
+        table.add_row(escape(o.name), str(o.gpus_per_flight),
+                      "not given" if o.gpu_memory_gb is None else f"{o.gpu_memory_gb:g} GB",
+                      packages or "no prices given: a --catalog file can add them")
+    console.print(table)
+    return 0
+
+
 def _print_options(console: Console, quote: Quote, *, title: str,
                    chosen: tuple[str, int, int] | None = None) -> None:
     currencies = {o.total_price.currency for o in quote.options}
@@ -578,20 +633,29 @@ def _print_options(console: Console, quote: Quote, *, title: str,
                       + (f", dropping {escape(', '.join(best.dropped))}" if best.dropped else ""))
 
 
-def quote_command(*, offer: str, hours: float, gpus: int, catalog: Path | None, as_json: bool) -> int:
-    """List the packages of ``offer`` that cover one continuous job of ``hours`` hours.
+def quote_command(*, offer: str | None, hours: float | None, gpus: int, catalog: Path | None,
+                  as_json: bool, list_offers: bool = False) -> int:
+    """List the packages of ``offer`` that cover one continuous job of ``hours`` hours; with
+    ``list_offers``, list the catalog's offers and their packages instead
+    (:func:`list_offers_command`).
 
     Raises:
-        ArgumentError: ``hours`` or ``gpus`` not positive.
+        ArgumentError: ``hours`` or ``gpus`` not positive; neither ``--list`` nor both
+            ``--offer`` and ``--hours``.
         CatalogError: unknown offer, offer without prices, or a bad ``--catalog`` file.
     """
+    offers = builtin_catalog()
+    if catalog is not None:
+        offers = offers.merged(load_catalog(catalog))
+    if list_offers:
+        return _list_offers(offers, as_json=as_json)
+    if offer is None or hours is None:
+        raise ArgumentError("quote needs --offer and --hours (one job to price), or --list "
+                            "(every offer of the catalog with its packages)")
     if not hours > 0:
         raise ArgumentError(f"--hours {hours:g}: a job length must be more than 0 hours")
     if gpus < 1:
         raise ArgumentError(f"--gpus {gpus}: a job needs at least 1 GPU")
-    offers = builtin_catalog()
-    if catalog is not None:
-        offers = offers.merged(load_catalog(catalog))
     quote = quote_for_job(offer, hours, gpus, offers)
     if as_json:
         print(json.dumps(quote.to_json()))

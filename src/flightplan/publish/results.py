@@ -23,12 +23,17 @@ the only change a copy undergoes: a file without such a path is copied byte for 
                                   lost_at, lost_reason}`` (unix s, hours at the loss)
     tasks/<hex[:12]>/...          the source of a file or module task (flightplan.tasks.archive),
                                   named by the run's manifest entry ``task``
+    pilot/<pilot_id>.jsonl        the pilot's measurements as logged (``runs/pilot-<control
+                                  id>/measurements.jsonl``: the evidence that resume works)
+    pilot/<pilot_id>.resume.jsonl those of its second process, resumed from its early
+                                  checkpoint (``runs/pilot-<control id>/resume/``)
 
 Usage (from the runner)::
 
     publish_plan(campaign_dir, plan_json)
     publish_data_check(campaign_dir, record)
     publish_run(campaign_dir, run_id)
+    publish_pilot(campaign_dir, pilot_run_id)
 """
 
 from __future__ import annotations
@@ -53,10 +58,13 @@ __all__ = [
     "publish_plan",
     "publish_data_check",
     "publish_run",
+    "publish_pilot",
     "publish_flights",
+    "PILOT_DIRNAME",
 ]
 
 RESULTS_DIRNAME = "results"
+PILOT_DIRNAME = "pilot"     # results/pilot/: the pilot's measurement rows
 # trial.json keys that hold paths of the machine that ran the trial
 _MACHINE_KEYS = ("campaign_dir", "root")
 
@@ -254,6 +262,31 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
     meta["expected_run_ids"] = sorted(with_run)
     update_manifest(results, written=written, removed_prefixes=[artifact_prefix], meta=meta,
                     runs={run_id: facts})
+    return sorted(written)
+
+
+def publish_pilot(campaign_dir: Path, pilot_run_id: str) -> list[str]:
+    """Copy the pilot's measurement rows into ``results/pilot/`` and list them: those of
+    ``runs/<pilot_run_id>/measurements.jsonl`` as ``pilot/<pilot_run_id>.jsonl`` and those
+    of its resumed process (``resume/measurements.jsonl``) as
+    ``pilot/<pilot_run_id>.resume.jsonl``, whichever exist; publishing again replaces them.
+    The pilot is no product of the campaign: it is not among ``expected_run_ids``.
+
+    Returns:
+        The relative paths written, sorted (empty when the pilot logged no row).
+    """
+    campaign_dir = Path(campaign_dir)
+    pilot = RunDir.of(campaign_dir, pilot_run_id)
+    results = results_dir_of(campaign_dir)
+    written = []
+    for source, rel in ((pilot.measurements, f"{PILOT_DIRNAME}/{pilot_run_id}.jsonl"),
+                        (RunDir(pilot.path / "resume").measurements,
+                         f"{PILOT_DIRNAME}/{pilot_run_id}.resume.jsonl")):
+        if source.is_file():
+            _copy_file(source, results / rel, campaign_dir)
+            written.append(rel)
+    if written:
+        update_manifest(results, written=written)
     return sorted(written)
 
 

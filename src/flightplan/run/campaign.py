@@ -39,7 +39,8 @@ from rich.console import Console
 from flightplan import activity
 from flightplan.corpus import check_corpus_source
 from flightplan.durable import write_json_atomic
-from flightplan.publish.results import publish_data_check, publish_plan
+from flightplan.ids import pilot_id
+from flightplan.publish.results import publish_data_check, publish_pilot, publish_plan
 from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
                                TaskHookFailed)
 from flightplan.plan.campaign_plan import plan_campaign
@@ -60,8 +61,7 @@ from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.campaign_lock import CampaignLock
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
-from flightplan.run.pilot import (METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, pilot_id,
-                                  run_pilot)
+from flightplan.run.pilot import METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, run_pilot
 from flightplan.run.progress import ProgressBoard, RunActivity, format_stop
 from flightplan.run.records import RunRecorder
 from flightplan.run.rental import RentalClock, left_flight, run_needs_s, waiting_reasons
@@ -275,6 +275,7 @@ class _Campaign:
                 control_id=control.run_id)
             for key in (pilot_id(control.run_id), _resumed(pilot_id(control.run_id))):
                 self._running.ended(key)         # both pilot processes
+            publish_pilot(self.dir, pilot_id(control.run_id))   # its rows: the evidence
             self.ledger.record_stage(PILOT_STAGE, started_at=result.started_at,
                                      ended_at=result.ended_at, event="pilot",
                                      data=result.to_json())

@@ -30,10 +30,8 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     if not directory.is_dir():
         raise ArgumentError(f"{directory}: no such directory; give a checkpoint folder "
                             f"such as runs/<run_id>/checkpoints/step-000010")
-    steps = sorted(p.name for p in directory.glob("step-*") if p.is_dir())
-    if steps and not (directory / "manifest.json").exists():
-        raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
-                            f"not one; give one of them, e.g. {directory / steps[-1]}")
+    if not (directory / "manifest.json").exists():
+        _not_a_checkpoint(directory)
     with WaitDisplay():
         doing(f"reloading {directory.name} and checking its digests")
         report = verify_checkpoint(directory)
@@ -46,6 +44,32 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
         for finding in report["findings"]:
             print(f"{directory}: {finding['check']}: {finding['path']}: {finding['message']}")
     return 0 if report["verified"] else 1
+
+
+def _not_a_checkpoint(directory: Path) -> None:
+    """Refuse a folder that holds checkpoints (a ``checkpoints/`` folder, or a run folder
+    whose ``checkpoints/`` does) with the checkpoint to give instead; return for any other
+    folder (the verifier then says what it lacks).
+
+    Raises:
+        ArgumentError: ``directory`` is a run folder or a ``checkpoints/`` folder.
+    """
+    from flightplan.rundir import RunDir
+
+    run_folder = RunDir(directory).trial_json.is_file() or (directory / "checkpoints").is_dir()
+    folder = directory / "checkpoints" if run_folder else directory
+    steps = sorted(p.name for p in folder.glob("step-*")
+                   if p.is_dir() and (p / "manifest.json").is_file())
+    if run_folder and not steps:
+        raise ArgumentError(f"{directory} is a run folder, not a checkpoint, and its "
+                            f"checkpoints/ holds no finished checkpoint to verify")
+    if steps and run_folder:
+        raise ArgumentError(f"{directory} is a run folder, not a checkpoint; give one of its "
+                            f"checkpoints ({', '.join(steps[-3:])} in {folder}), e.g. "
+                            f"{folder / steps[-1]}")
+    if steps:
+        raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
+                            f"not one; give one of them, e.g. {folder / steps[-1]}")
 
 
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------
@@ -158,7 +182,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner
     that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
     left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
-    it authenticates and whether the network was stated trusted, or null; a pending
+    it authenticates and whether the network was stated trusted, or null; ``results``:
+    whether results/ exists and, once closed, the answer: :func:`_add_results`; a pending
     run that was not started because its flight's package ends first has that ``reason``;
     ``goodput`` per run and for the campaign: :func:`_add_goodput`; ``progress`` of each
     running or interrupted run: :func:`_add_progress`).
@@ -186,11 +211,32 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
             if run["status"] == "running":
                 run["status"] = "interrupted"
     _add_progress(snapshot, spec.campaign_dir, now=time.time())
+    _add_results(snapshot, spec.campaign_dir)
     if as_json:
         print(json.dumps(snapshot, indent=2, default=str))
         return 0
     _print_status(snapshot, metric=spec.campaign.metric)
     return 0
+
+
+def _add_results(snapshot: dict[str, Any], campaign_dir: Path) -> None:
+    """Add ``results``: ``{dir, exists (results/ holds a manifest), report (the path of
+    report.html, or null), closed}``; ``closed`` is null until ``flightplan close`` ran,
+    then ``{at, answer, verdict, verified, accepted}`` of its last close
+    (:mod:`flightplan.publish.close_record`)."""
+    from flightplan.publish.close_record import read_close_record, report_path
+    from flightplan.publish.manifest import MANIFEST_NAME
+    from flightplan.publish.results import RESULTS_DIRNAME
+
+    results = Path(campaign_dir) / RESULTS_DIRNAME
+    record = read_close_record(campaign_dir)
+    report = report_path(campaign_dir)
+    snapshot["results"] = {
+        "dir": str(results), "exists": (results / MANIFEST_NAME).is_file(),
+        "report": str(results / report.name) if report else None,
+        "closed": None if record is None else {
+            "at": record.closed_at, "verified": record.verified,
+            **{key: record.summary.get(key) for key in ("answer", "verdict", "accepted")}}}
 
 
 def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -> None:

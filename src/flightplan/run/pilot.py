@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from flightplan.durable import write_json_atomic
+from flightplan.ids import pilot_id
 from flightplan.tasks.estimate import PilotFigures, figures_from_rows
 from flightplan.run.data_check import DataCheckReport
 from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
@@ -54,7 +55,7 @@ from flightplan.rundir import RunDir
 from flightplan.tasks.loader import LoadedTask
 
 __all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "METRIC_UNAVAILABLE", "PilotResult",
-           "pilot_id", "pilot_limits", "compare_losses", "run_pilot"]
+           "pilot_limits", "compare_losses", "run_pilot"]
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
@@ -68,11 +69,6 @@ RESUME_CAUSES = ("no_checkpoint", "losses_differ", "nothing_compared")
 METRIC_UNAVAILABLE = "metric_unavailable"
 """The cause the runner records when the pilot passed but its predictions cannot give the
 campaign's decision metric (the pilot itself is then whole and kept)."""
-
-
-def pilot_id(control_id: str) -> str:
-    """The pilot's run id (and directory name): ``pilot-<control_id>``."""
-    return f"pilot-{control_id}"
 
 
 @dataclass

@@ -239,6 +239,36 @@ def _flight_when(flight: dict[str, Any], *, now: float) -> str:
     return ("ends " if flight["hours_left"] > 0 else "at ") + clock(flight["ends_at"], now=now)
 
 
+def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now: float
+                  ) -> list[str]:
+    """The lines on ``results/`` under the campaign line: once closed, the answer, the
+    verdict, whether it verified and where the report is; before, that results/ holds
+    what the runs published so far and that ``close`` completes it; nothing when there is
+    no results/ yet.
+
+    Args:
+        results: the snapshot's ``results`` (``flightplan.run.commands._add_results``).
+        spec: the campaign file, for the ``close`` command shown.
+        width: terminal columns. now: unix seconds (see :func:`clock`).
+    """
+    if not results:
+        return []
+    closed = results.get("closed")
+    if closed is None:
+        if not results.get("exists"):
+            return []
+        return [cut(f"results: {results['dir']} holds what the runs published so far; "
+                    f"`flightplan close {spec}` completes it", width)]
+    state = "verified" if closed.get("verified") else "NOT verified"
+    lines = [cut(f"closed {clock(closed.get('at'), now=now)}: answer {closed.get('answer')}, "
+                 f"results {state} in {results['dir']}", width)]
+    lines.append(cut(f"  verdict: {closed.get('verdict')}", width))
+    if results.get("report"):
+        lines.append(cut(f"  report: {results['report']} (`flightplan report --open` opens it)",
+                         width))
+    return lines
+
+
 def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: float
                  ) -> list[str]:
     """The ``flightplan status`` text of a ledger snapshot.
@@ -266,6 +296,8 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                width)]
     if snapshot.get("cluster"):
         out.append(cut(ClusterJoined(**snapshot["cluster"]).line(), width))
+    out += results_lines(snapshot.get("results"), spec=campaign.get("spec_path", "?"),
+                         width=width, now=now)
     out += ["", "plan versions"]
     versions = snapshot.get("plan_versions") or []
     if versions:

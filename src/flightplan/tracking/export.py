@@ -23,9 +23,11 @@ one that does not verify. What it writes (names are the contract the tests read 
   artifacts at their results paths ``predictions/<id>.csv, metrics/<id>.json,
   params/<id>.json, measurements/<id>.jsonl, errors/<id>.json, errors/<id>.md`` and
   ``artifact/`` (the reloadable artifact);
-- the pilot (tag ``flightplan.pilot = true``, id ``pilot-<control run id>``): its figures
-  as ``pilot/<name>`` metrics, FINISHED when its resume check passed, else FAILED (its
-  measurement rows are not in ``results/``: only live tracking sends them);
+- the pilot (tag ``flightplan.pilot = true``, id ``pilot-<control run id>``): the metric
+  history of its first process's rows (``pilot/<pilot id>.jsonl``; the resumed process's
+  rows, ``pilot/<pilot id>.resume.jsonl``, stay in ``results/``: they repeat its steps)
+  and its figures as ``pilot/<name>`` metrics, FINISHED when its resume check passed,
+  else FAILED;
 - a summary run (``flightplan.run_id = summary``, ``flightplan.summary = true``) holding
   README.md, report.html, conclusion.json, budget.json, plan.json, plan_vs_execution.*,
   data_check.json, stops.json and MANIFEST.json.
@@ -45,6 +47,9 @@ from typing import Any
 
 from flightplan.errors import ArgumentError, VerificationFailed
 from flightplan.findings import Finding
+from flightplan.ids import pilot_id
+from flightplan.publish.results import PILOT_DIRNAME
+from flightplan.redact import redact
 from flightplan.tracking.store import (
     MetricPoint, MlflowRun, MlflowStore, default_tracking_uri, flatten, metric_key,
     metric_points, require_mlflow)
@@ -185,7 +190,9 @@ def _experiment_tags(manifest: dict[str, Any], conclusion: dict[str, Any],
 
 
 def _pilot(results: Path) -> dict[str, Any] | None:
-    """The pilot, from plan_vs_execution.json's decisions (None when it holds none)."""
+    """The pilot, from plan_vs_execution.json's decisions (None when it holds none): its
+    measurement rows (``pilot/<pilot id>.jsonl``, the first process's, as live tracking
+    sends them) and its figures."""
     pve = _json(results / "plan_vs_execution.json", {})
     check = next((d for d in pve.get("decisions", []) if d.get("kind") == "pilot_check"), None)
     if check is None:
@@ -199,9 +206,13 @@ def _pilot(results: Path) -> dict[str, Any] | None:
     hours = stage.get("observed_hours")
     start_ms = end_ms - int(round(hours * 3_600_000)) \
         if hours is not None and end_ms is not None else end_ms
-    points = _numbers("pilot/", figures, 0, end_ms or 0)
     control_id = check.get("control_id")
-    return {"run_id": f"pilot-{control_id}" if control_id else "pilot",
+    run_id = pilot_id(control_id) if control_id else "pilot"
+    path = results / PILOT_DIRNAME / f"{run_id}.jsonl"     # the pilot's rows (first process)
+    rows = parse_rows(path.read_bytes())[0] if control_id and path.is_file() else []
+    points = [p for row in rows for p in metric_points(row)]
+    points += _numbers("pilot/", figures, 0, end_ms or 0)
+    return {"run_id": run_id,
             "name": "pilot", "params": {}, "points": points, "start_ms": start_ms,
             "end_ms": end_ms, "status": "FINISHED" if check.get("ok") else "FAILED",
             "tags": {"flightplan.pilot": "true", "flightplan.status_reason": str(check.get("message")),
@@ -219,7 +230,7 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
         experiment: the experiment name; default the campaign name.
 
     Returns:
-        ``{tracking_uri, experiment, experiment_id, runs: [{run_id, mlflow_run_id,
+        ``{tracking_uri (its credentials masked), experiment, experiment_id, runs: [{run_id, mlflow_run_id,
         status, points, sent}], summary_run_id}``; ``sent`` counts the metric points
         this call added (0 on a repeated export).
 
@@ -286,7 +297,7 @@ def export_results(results: Path, *, tracking_uri: str | None = None,
     for file_name in _SUMMARY_FILES:
         if (results / file_name).is_file():
             store.log_artifact(run, results / file_name, None)
-    return {"tracking_uri": uri, "experiment": name, "experiment_id": experiment_id,
+    return {"tracking_uri": redact(uri), "experiment": name, "experiment_id": experiment_id,
             "runs": out_runs, "summary_run_id": run.mlflow_run_id}
 
 

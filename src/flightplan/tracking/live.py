@@ -18,8 +18,8 @@ stopping it:
   runner has already killed its workers), then stops it, counts from the run folders
   what the store lacks (:class:`MirrorOutcome`) and says it in one line, with the command
   that sends it: running ``flightplan run`` again when runs are left to resume, else
-  ``flightplan export mlflow`` after ``close`` (which sends everything but the pilot's
-  rows, which ``results/`` does not hold).
+  ``flightplan export mlflow`` after ``close`` (which sends every row, the pilot's too:
+  ``results/pilot/`` holds them).
 
 Usage (the CLI gives the runner :func:`observer`)::
 
@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import IO, Callable, ContextManager, Iterator
 
 from flightplan.publish.results import RESULTS_DIRNAME
+from flightplan.redact import redact
 from flightplan.rundir import RunDir
 from flightplan.run.executors.tether import tethered
 from flightplan.spec import CampaignSpec
 from flightplan.tracking.mirror import (
-    FINAL_COMMAND, POLL_S, TERMINAL_STATUSES, MirrorReport)
+    FINAL_COMMAND, POLL_S, TERMINAL_STATUSES, URI_VARIABLE, MirrorReport)
 from flightplan.tracking.store import metric_points
 
 __all__ = ["LiveMirror", "MirrorOutcome", "mirror_runs", "observer", "resolve_tracking_uri",
@@ -152,6 +153,7 @@ class LiveMirror:
         self.report: MirrorReport | None = None   # the latest report of the mirror
         self._process: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
+        self._logger: threading.Thread | None = None    # copies its stderr into the log
         self._ended = threading.Event()           # the last report came, or the pipe closed
 
     @property
@@ -173,18 +175,31 @@ class LiveMirror:
         """Start the mirror process; it dies with the runner and ignores Ctrl-C (the
         runner stops it), like the workers (:func:`flightplan.run.executors.tether.tethered`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # the URI may carry a credential: it goes through the environment (readable by this
+        # user alone), never on the command line (`ps` shows that to every user)
         argv = [sys.executable, "-m", "flightplan.tracking.mirror", str(self.campaign_dir),
-                self.uri, "--experiment", self.experiment, "--poll-s", str(self.poll_s)]
+                "--experiment", self.experiment, "--poll-s", str(self.poll_s)]
         with open(self.log_path, "ab") as log:
-            log.write(f"--- flightplan live tracking into {self.uri} started "
+            log.write(f"--- flightplan live tracking into {redact(self.uri)} started "
                       f"{time.strftime('%Y-%m-%dT%H:%M:%S')} ---\n".encode())
-            log.flush()
-            self._process = subprocess.Popen(
-                tethered(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self._process = subprocess.Popen(
+            tethered(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONUNBUFFERED="1", **{URI_VARIABLE: self.uri}))
         self._reader = threading.Thread(target=self._read, args=(self._process.stdout,),
                                         name="flightplan-mlflow-mirror", daemon=True)
+        self._logger = threading.Thread(target=self._log, args=(self._process.stderr,),
+                                        name="flightplan-mlflow-mirror-log", daemon=True)
         self._reader.start()
+        self._logger.start()
+
+    def _log(self, stream: IO[bytes]) -> None:
+        """Append the mirror's stderr (MLflow's own lines) to :attr:`log_path`, each line
+        with its credentials masked (MLflow may name the store's URI)."""
+        with open(self.log_path, "ab") as log:
+            for line in stream:
+                log.write(redact(line.decode("utf-8", "replace")).encode())
+                log.flush()
 
     def _read(self, stream: IO[bytes]) -> None:
         for line in stream:
@@ -222,8 +237,9 @@ class LiveMirror:
             if process.poll() is None:
                 process.kill()
             process.wait()
-        if self._reader is not None:
-            self._reader.join(timeout=1.0)
+        for thread in (self._reader, self._logger):
+            if thread is not None:
+                thread.join(timeout=1.0)
         report = self.report
         complete = report is not None and report.final
         if not complete and why is None:
@@ -248,13 +264,14 @@ def left_line(outcome: MirrorOutcome, *, uri: str, spec_file: str, campaign_dir:
 
     Args:
         outcome: what the store lacks.
-        uri: the store.
+        uri: the store (shown with its credentials masked).
         spec_file: the campaign file as given to ``flightplan run``.
         campaign_dir: the campaign folder (``results/`` is in it).
         resume: the runner was interrupted or failed: running it again is the next step.
     """
     if not outcome.runs:
         return None
+    uri = redact(uri)
     parts = []
     if outcome.points:
         parts.append(f"{outcome.points} metric point(s) of {len(outcome.missing_points)} run(s)")
@@ -266,11 +283,8 @@ def left_line(outcome: MirrorOutcome, *, uri: str, spec_file: str, campaign_dir:
     if resume or outcome.incomplete:
         return f"{head}; {again}"
     results = _shown(Path(campaign_dir) / RESULTS_DIRNAME)
-    pilot = sum(n for run_id, n in outcome.missing_points.items() if run_id.startswith("pilot-"))
     return (f"{head}; `flightplan export mlflow {results} --tracking-uri {uri}` after "
-            f"`flightplan close {spec_file}` sends them"
-            + (f", all but the pilot's {pilot} point(s) ({RESULTS_DIRNAME}/ does not hold its "
-               f"rows; {again})" if pilot else ""))
+            f"`flightplan close {spec_file}` sends them")
 
 
 @contextlib.contextmanager

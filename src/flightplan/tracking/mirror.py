@@ -2,9 +2,11 @@
 
 ``flightplan run`` with live tracking (:mod:`flightplan.tracking.live`) starts::
 
-    python -m flightplan.tracking.mirror CAMPAIGN_DIR TRACKING_URI --experiment NAME [--poll-s S]
+    FLIGHTPLAN_MIRROR_TRACKING_URI=URI python -m flightplan.tracking.mirror CAMPAIGN_DIR \
+        --experiment NAME [--poll-s S]
 
-at the runner's own CPU priority. It opens the store and the experiment at once (a new
+at the runner's own CPU priority (the URI, which may carry a credential, comes through the
+environment: a command line is shown to every user by ``ps``). It opens the store and the experiment at once (a new
 SQLite store's tables are created while the data check runs, not when the first rows
 come), then every ``poll_s`` seconds reads the complete rows appended to
 ``runs/<run_id>/measurements.jsonl`` of every run (the pilot too, tagged
@@ -38,18 +40,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from flightplan.errors import TrackingFailed
+from flightplan.redact import redact
 from flightplan.rundir import RunDir
 from flightplan.tracking.store import (
     MetricPoint, MlflowRun, MlflowStore, flatten, metric_points, require_mlflow)
 
 __all__ = ["Mirror", "MirrorReport", "RunReport", "serve", "main", "POLL_S", "MAX_BACKOFF_S",
-           "FINAL_COMMAND", "TERMINAL_STATUSES"]
+           "FINAL_COMMAND", "TERMINAL_STATUSES", "URI_VARIABLE"]
 
 POLL_S = 2.0          # seconds between passes while the store answers: each run's new rows
                       # go as one log_batch (~4.5 ms of CPU a call + ~0.07 ms a point on
                       # SQLite, measured here), so rows are batched for that long
 MAX_BACKOFF_S = 30.0  # longest wait between attempts while the store fails
 FINAL_COMMAND = "final"
+URI_VARIABLE = "FLIGHTPLAN_MIRROR_TRACKING_URI"   # the environment variable giving the store
 TERMINAL_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
@@ -278,7 +282,7 @@ def serve(mirror: Mirror, *, commands: int, emit: Callable[[dict[str, Any]], Non
             error, wait = failed, min(max(wait, poll_s) * 2, MAX_BACKOFF_S)
         else:
             if error is not None:
-                emit({"say": f"live tracking: MLflow at {mirror.uri} answers again; the rows "
+                emit({"say": f"live tracking: MLflow at {redact(mirror.uri)} answers again; the rows "
                              f"kept meanwhile are sent"})
             error, wait = None, poll_s
         report = mirror.report(error=error, final=final)
@@ -299,10 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flightplan.tracking.mirror",
                                      description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("campaign_dir", type=Path)
-    parser.add_argument("tracking_uri")
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--poll-s", type=float, default=POLL_S)
     args = parser.parse_args(argv)
+    uri = os.environ.get(URI_VARIABLE)
+    if not uri:
+        parser.error(f"${URI_VARIABLE} names no tracking store; set it to the MLflow URI")
     # the protocol keeps stdout; anything a library prints goes to stderr (the log) instead
     channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -312,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         channel.flush()
 
     require_mlflow()   # imported now, while the runner checks the data, not at the first rows
-    serve(Mirror(args.campaign_dir, args.tracking_uri, experiment=args.experiment),
+    serve(Mirror(args.campaign_dir, uri, experiment=args.experiment),
           commands=sys.stdin.fileno(), emit=emit, poll_s=args.poll_s)
     return 0
 

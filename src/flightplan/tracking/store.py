@@ -55,6 +55,7 @@ from flightplan.rows import Row, UnknownEvent, as_number
 __all__ = [
     "RUN_ID_TAG",
     "HTTP_SETTINGS",
+    "QUIET_SETTINGS",
     "MetricPoint",
     "MlflowRun",
     "MlflowStore",
@@ -85,6 +86,11 @@ HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
 that :class:`MlflowStore` sets where the environment does not: 2 retries, 1 s backoff factor
 (waits of about 1–3 s, jitter included), 20 s for an answer. A request to a server that is
 down fails within seconds; one that stops answering, within 3 × 20 s."""
+
+QUIET_SETTINGS = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+"""Set by :class:`MlflowStore` whatever the environment says: MLflow's client otherwise
+writes "View run … at: URL" lines to stdout for an HTTP store when a run ends, the URL
+with the store's user and password in it, breaking ``--json``'s one object."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +272,7 @@ class MlflowStore:
 
         for name, value in HTTP_SETTINGS.items():
             os.environ.setdefault(name, value)
+        os.environ.update(QUIET_SETTINGS)
         self.uri = tracking_uri
         try:   # the client opens the store (a new SQLite one is created whole first)
             create_sqlite_store(tracking_uri)

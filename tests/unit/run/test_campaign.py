@@ -191,6 +191,17 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
                                                                "finished"]
     stops = json.loads((tmp_path / "results" / "stops.json").read_text())
     assert [s["run_id"] for s in stops] == [rows["lora-r4"]["run_id"]]
+    # the pilot's rows, both processes', are published as they were logged
+    pilot = f"pilot-{control_id}"
+    for source, published in ((f"runs/{pilot}/measurements.jsonl", f"pilot/{pilot}.jsonl"),
+                              (f"runs/{pilot}/resume/measurements.jsonl",
+                               f"pilot/{pilot}.resume.jsonl")):
+        rows_logged = (tmp_path / source).read_bytes()
+        assert rows_logged.count(b"\n") >= 2
+        assert (tmp_path / "results" / published).read_bytes() == rows_logged
+    manifest = json.loads((tmp_path / "results" / "MANIFEST.json").read_text())
+    assert {f"pilot/{pilot}.jsonl", f"pilot/{pilot}.resume.jsonl"} <= {
+        f["path"] for f in manifest["files"]}
 
     # 2. --decide continue: only the cut run executes now; it crashes: exit 1, the reason
     #    names its log; the stopped run is not retried. results/ lost meanwhile (as if the

@@ -16,7 +16,8 @@ from flightplan.run.executors.local import LocalExecutor
 from flightplan.rows import CheckpointSaved, Measurement, Restore, parse_row
 from flightplan.rundir import RunDir
 from flightplan.run.data_check import DataCheckReport, SplitReport
-from flightplan.run.pilot import compare_losses, pilot_id, run_pilot
+from flightplan.ids import pilot_id
+from flightplan.run.pilot import compare_losses, run_pilot
 from flightplan.tasks.estimate import figures_from_rows
 from flightplan.tasks.loader import load_task
 

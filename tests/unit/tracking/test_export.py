@@ -246,3 +246,37 @@ def test_an_export_prints_no_mlflow_log_lines_and_names_a_blocked_path(exported,
     assert done.stderr == (f"error: MLflow at {uri}: opening the store failed ([Errno 17] File "
                            f"exists: '{tmp_path}/blocked'); check that the tracking store is "
                            f"reachable and writable\n")
+
+
+def test_the_pilots_rows_are_published_by_close_and_exported(tmp_path, monkeypatch):
+    """The pilot's rows (3 of its first process, 2 of the process resumed at step 1) are in
+    results/pilot/ as logged, and the export sends the first process's loss history."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKES), *sys.path]))
+    spec, ledger = make_campaign(tmp_path)
+    pilot_id = f"pilot-{CONTROL}"
+    pilot = tmp_path / "camp" / "runs" / pilot_id
+    (pilot / "resume").mkdir(parents=True)
+    first = [{"step": s, "time": T0 + 5 + s, "loss": 2.0 / (s + 1)} for s in range(3)]
+    resumed = [{"step": s, "time": T0 + 9 + s, "loss": 2.0 / (s + 1)} for s in (1, 2)]
+    (pilot / "measurements.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first))
+    (pilot / "resume" / "measurements.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in resumed))
+    ledger.event_rows[0]["data"]["control_id"] = CONTROL       # the runner's pilot event
+    closed = close_campaign(spec, ledger)
+    assert closed["verified"], closed["findings"]
+    results = Path(closed["results_dir"])
+    assert (results / "pilot" / f"{pilot_id}.jsonl").read_bytes() == \
+        (pilot / "measurements.jsonl").read_bytes()
+    assert (results / "pilot" / f"{pilot_id}.resume.jsonl").read_bytes() == \
+        (pilot / "resume" / "measurements.jsonl").read_bytes()
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = export_results(results, tracking_uri=uri)
+    exported = next(r for r in outcome["runs"] if r["run_id"] == pilot_id)
+    assert (exported["points"], exported["sent"]) == (3, 3)     # the fixture's pilot: no figures
+    client = MlflowClient(tracking_uri=uri)
+    run = _runs(uri)[pilot_id]
+    assert run.data.tags["flightplan.pilot"] == "true"
+    assert sorted((m.step, m.value, m.timestamp)
+                  for m in client.get_metric_history(run.info.run_id, "loss")) == [
+        (0, 2.0, (T0 + 5) * 1000), (1, 1.0, (T0 + 6) * 1000), (2, 2 / 3, (T0 + 7) * 1000)]

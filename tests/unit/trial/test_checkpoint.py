@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import pickle
 import random
 
@@ -111,6 +112,23 @@ def test_verify_command_given_the_checkpoints_folder_names_a_step_folder(tmp_pat
         checkpoint_verify_command(step_dir.parent, as_json=False)
     with pytest.raises(ArgumentError, match="no such directory"):
         checkpoint_verify_command(tmp_path / "nowhere", as_json=False)
+
+
+def test_verify_command_given_a_run_folder_names_its_newest_checkpoint(tmp_path):
+    _, _, step_dir = _saved(tmp_path)
+    run_dir = step_dir.parent.parent
+    assert step_dir == run_dir / "checkpoints" / "step-000005"
+    (run_dir / "checkpoints" / "step-000009.tmp").mkdir()        # a save never finished
+    with pytest.raises(ArgumentError) as refused:
+        checkpoint_verify_command(run_dir, as_json=False)
+    assert str(refused.value) == (
+        f"{run_dir} is a run folder, not a checkpoint; give one of its checkpoints "
+        f"(step-000005 in {run_dir / 'checkpoints'}), e.g. {step_dir}")
+    shutil.rmtree(step_dir)
+    with pytest.raises(ArgumentError) as refused:
+        checkpoint_verify_command(run_dir, as_json=False)
+    assert str(refused.value) == (f"{run_dir} is a run folder, not a checkpoint, and its "
+                                  f"checkpoints/ holds no finished checkpoint to verify")
 
 
 class Payload:
