@@ -131,8 +131,10 @@ class Snapshot:
     (e.g. optimizer state appearing after the first step). Buffers are pinned when the
     source is on a GPU, and copies from a GPU are asynchronous on a side stream
     (``cuda_event`` marks their end; see :meth:`_guard` for what waits for them).
-    CPU copies run on one thread: torch's parallel copy stalls far longer on a busy CPU
-    (252 MB: 50 ms on one thread, 130–320 ms on two, on the 2-core development machine).
+    CPU copies run on one thread, whatever the run's thread count: the copy stalls the
+    training loop, and torch's parallel copy waits on every peer thread, which a CPU shared
+    with other runs deschedules (:data:`flightplan.trial.accelerator.TORCH_THREADS`), while
+    one thread's copy time depends only on the bytes.
     """
 
     def __init__(self) -> None:
