@@ -61,9 +61,9 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from flightplan.durable import fsync_tree, replace_path, write_json_atomic
+from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
-from flightplan.integrations.outputs import write_predictions_and_metrics
+from flightplan.integrations.outputs import new_artifact, write_predictions_and_metrics
 from flightplan.rundir import RunDir
 from flightplan.trial import Trial, capture_rng, restore_rng
 
@@ -283,10 +283,8 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     """Write what close needs into the run directory: ``predictions.csv`` (one row per test
     example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
 
-    The artifact is written into ``artifact.tmp/`` and put in place of the previous one
-    only once it is whole and durable (:func:`flightplan.durable.replace_path`): a kill
-    at any moment leaves the previous artifact whole or the new one, never a mix (between
-    the two renames the previous one lies whole in ``artifact.deleting/``).
+    The artifact replaces the previous one only once it is whole and durable
+    (:func:`~flightplan.integrations.outputs.new_artifact`).
 
     ``artifact/`` holds ``model.safetensors``, the module's ``state_dict`` (parameters and
     buffers; ``safetensors.torch.save_model``: a tensor shared by two names is stored once,
@@ -311,15 +309,10 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     from safetensors.torch import save_model
 
     write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
-    run = RunDir(trial.run_dir)
-    staging = run.artifact_staging
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    save_model(module, str(staging / MODEL_FILE), metadata={"format": "pt"})
-    write_json_atomic(staging / "artifact.json", {
-        "task": trial.task, "params": trial.params,
-        "library": {"lightning": _version("lightning"), "torch": torch.__version__},
-        **dict(extra or {})})
-    fsync_tree(staging)
-    replace_path(run.artifact, staging)
-    return run.artifact
+    with new_artifact(trial.run_dir) as staging:
+        save_model(module, str(staging / MODEL_FILE), metadata={"format": "pt"})
+        write_json_atomic(staging / "artifact.json", {
+            "task": trial.task, "params": trial.params,
+            "library": {"lightning": _version("lightning"), "torch": torch.__version__},
+            **dict(extra or {})})
+    return RunDir(trial.run_dir).artifact
