@@ -9,7 +9,7 @@ given to exactly one cause, so the parts add up to the wall time by construction
 ==================  =============================================================================
 ``waiting``         from the executor starting the execution to the worker process's creation
                     (its ``process_start`` row): on a Ray flight the checkpoint sent there to
-                    resume from and the launch; on this machine the fork
+                    resume from and the launch; for the local executor the fork
 ``start_load``      the interpreter, imports, and the task's own loading until its first step
                     began (the corpus, the tokenizer, the model) — less the two causes below
 ``data``            data preparation the task timed before its first step: ``data_s`` (the
@@ -164,23 +164,27 @@ def _stated(row: Row, name: str) -> float:
 
 
 class _Timeline:
-    """Seconds of one execution handed out cause by cause, never more than the window."""
+    """Seconds of one execution charged to causes in time order, never more than the window:
+    a cursor ``at`` that only moves forward, and the split it fills."""
 
     def __init__(self, split: GoodputSplit, start: float) -> None:
         self.split, self.at = split, start
 
-    def give(self, cause: str, until: float) -> float:
-        """Give ``[at, until)`` to ``cause``; returns the seconds given."""
+    def charge_until(self, cause: str, until: float) -> float:
+        """Charge ``[at, until)`` to ``cause`` and move the cursor to ``until``; returns the
+        seconds charged (0 when ``until`` is not after the cursor)."""
         seconds = max(0.0, until - self.at)
         self.split.parts[cause] += seconds
         self.at = max(self.at, until)
         return seconds
 
-    def take(self, frm: str, to: str, seconds: float, limit: float) -> None:
-        """Move up to ``seconds`` (at most ``limit``) from cause ``frm`` to cause ``to``."""
-        moved = max(0.0, min(seconds, limit, self.split.parts[frm]))
-        self.split.parts[frm] -= moved
-        self.split.parts[to] += moved
+    def reassign(self, source: str, target: str, seconds: float, limit: float) -> None:
+        """Move up to ``seconds`` (at most ``limit``, at most what ``source`` holds) already
+        charged to cause ``source`` over to cause ``target`` (a stall a row states inside a
+        gap charged to another cause); the cursor does not move."""
+        moved = max(0.0, min(seconds, limit, self.split.parts[source]))
+        self.split.parts[source] -= moved
+        self.split.parts[target] += moved
 
 
 def _stalls(rows: Iterable[Row]) -> dict[int, float]:
@@ -209,56 +213,56 @@ def _execution(split: GoodputSplit, rows: Sequence[Row], window: Execution,
     for row in rows:
         at = min(max(row.time, timeline.at), end)
         if isinstance(row, ProcessStart):
-            timeline.give("waiting", at)
+            timeline.charge_until("waiting", at)
             last_marker = at
         elif _is_step(row):
             cause = "lost" if row.step < done_before else "steps"
             stated = _stated(row, "step_s")
             if not in_loop and stated > 0:      # its gap before the first step began
                 covered = max(1, row.step + 1 - (row.step if resumed_at is None else resumed_at))
-                timeline.give("start_load", at - covered * stated)
-            gap = timeline.give(cause, at)
-            timeline.take(cause, "checkpoint", pending_stall, gap)
+                timeline.charge_until("start_load", at - covered * stated)
+            gap = timeline.charge_until(cause, at)
+            timeline.reassign(cause, "checkpoint", pending_stall, gap)
             pending_stall = stalls.get(row.step + 1, 0.0)
             done = max(done, row.step + 1)
             in_loop = True
             last_marker = at
         elif isinstance(row, Evaluation):
             cause = "lost" if row.step in evaluated_before else "evaluation"
-            gap = timeline.give(cause, at)
-            timeline.take(cause, "checkpoint", pending_stall, gap)
+            gap = timeline.charge_until(cause, at)
+            timeline.reassign(cause, "checkpoint", pending_stall, gap)
             pending_stall = 0.0
             last_marker = at
         elif isinstance(row, Measurement) and "output_s" in row.values:
-            gap = timeline.give("output", at)
-            timeline.take("output", "checkpoint", pending_stall, gap)
+            gap = timeline.charge_until("output", at)
+            timeline.reassign("output", "checkpoint", pending_stall, gap)
             pending_stall = 0.0
             last_marker = at
         elif not in_loop and isinstance(row, (Measurement, Restore)):
-            gap = timeline.give("start_load", at)
+            gap = timeline.charge_until("start_load", at)
             if isinstance(row, Restore):
-                timeline.take("start_load", "restore", row.restore_s or 0.0, gap)
+                timeline.reassign("start_load", "restore", row.restore_s or 0.0, gap)
                 resumed_at = row.step
             else:
                 # data_s and encode_s state work done anywhere since the process began (the
                 # built-in task tokenizes and embeds before it restores, and a task may log
                 # such a figure after the work): up to this execution's start and load so far
                 for name in ("encode_s", "data_s"):
-                    timeline.take("start_load", "data", _stated(row, name), float("inf"))
+                    timeline.reassign("start_load", "data", _stated(row, name), float("inf"))
             last_marker = at
         elif isinstance(row, (Finished, StopEvent, ForcedCheckpoint)):
             cause = "output" if in_loop else "start_load"
-            gap = timeline.give(cause, at)
-            timeline.take(cause, "checkpoint", pending_stall, gap)
+            gap = timeline.charge_until(cause, at)
+            timeline.reassign(cause, "checkpoint", pending_stall, gap)
             pending_stall = 0.0
             last_marker = at
     tail_transfer = sum(r.fetch_s + r.commit_s for r in rows
                         if isinstance(r, CheckpointTransfer) and r.time > last_marker)
     if window.finished:
-        timeline.give("output", end)
-        timeline.take("output", "transfer", tail_transfer, end - last_marker)
+        timeline.charge_until("output", end)
+        timeline.reassign("output", "transfer", tail_transfer, end - last_marker)
     else:
-        timeline.give("lost" if in_loop else "start_load", end)
+        timeline.charge_until("lost" if in_loop else "start_load", end)
     return done, evaluated_before | {r.step for r in rows if isinstance(r, Evaluation)}
 
 

@@ -10,6 +10,8 @@ Who writes what (docs/internals.md, "Run directory")::
     predictions.csv     the task            one row per test example
     metrics.json        the task            the task's figures
     artifact/           the task            what reloads the model
+    artifact.tmp/       an integration      the next artifact/ being written (never read;
+                                            durable.replace_path puts it in place whole)
     log.txt             the executor        the worker's stdout and stderr
     transfer.json       the Ray executor    on a flight only: how long a checkpoint takes
                                             to come home (transfer_time.py)
@@ -35,6 +37,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flightplan.durable import fsync_dir
 from flightplan.rows import Row, parse_rows, records_a_save
 
 __all__ = ["RunDir", "list_checkpoints"]
@@ -70,6 +73,7 @@ class RunDir:
     PREDICTIONS = "predictions.csv"
     METRICS = "metrics.json"
     ARTIFACT = "artifact"
+    ARTIFACT_STAGING = "artifact.tmp"
     LOG = "log.txt"
     TRANSFER = "transfer.json"
     NO_CHECKPOINT = "no-checkpoint"
@@ -89,7 +93,9 @@ class RunDir:
 
     def set_aside(self) -> Path | None:
         """Move the folder aside to ``<name>.restarted-<n>`` (the first ``n`` free), so that
-        a run (or a pilot) can start over without deleting what an earlier one left.
+        a run (or a pilot) can start over without deleting what an earlier one left. The
+        parent folder is fsync'd after the rename, so once this returns a power loss cannot
+        bring the old folder back under the run's name.
 
         Returns:
             The new path, or None when the folder does not exist.
@@ -101,6 +107,7 @@ class RunDir:
             n += 1
         target = self.path.with_name(f"{self.path.name}.restarted-{n}")
         self.path.rename(target)
+        fsync_dir(self.path.parent)
         return target
 
     @property
@@ -142,6 +149,13 @@ class RunDir:
     def artifact(self) -> Path:
         """``artifact/``."""
         return self.path / self.ARTIFACT
+
+    @property
+    def artifact_staging(self) -> Path:
+        """``artifact.tmp/``: where an integration writes the next ``artifact/`` before
+        :func:`flightplan.durable.replace_path` puts it in place (emptied before each write;
+        never read)."""
+        return self.path / self.ARTIFACT_STAGING
 
     @property
     def log(self) -> Path:

@@ -31,7 +31,7 @@ _MAX_AMOUNT = Decimal(10) ** 12
 
 def hours(seconds: float, *, places: int = 6) -> float:
     """``seconds`` as hours, rounded to ``places`` decimals: how JSON gives durations
-    (6 places: 3.6 ms, finer than any figure measured here)."""
+    (6 places: 3.6 ms, finer than any duration flightplan plans, schedules or reports)."""
     return round(seconds / SECONDS_PER_HOUR, places)
 
 

@@ -63,7 +63,7 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
-from flightplan.integrations.outputs import write_predictions_and_metrics
+from flightplan.integrations.outputs import new_artifact, write_predictions_and_metrics
 from flightplan.rundir import RunDir
 from flightplan.trial import Trial, capture_rng, restore_rng
 
@@ -283,6 +283,9 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     """Write what close needs into the run directory: ``predictions.csv`` (one row per test
     example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
 
+    The artifact replaces the previous one only once it is whole and durable
+    (:func:`~flightplan.integrations.outputs.new_artifact`).
+
     ``artifact/`` holds ``model.safetensors``, the module's ``state_dict`` (parameters and
     buffers; ``safetensors.torch.save_model``: a tensor shared by two names is stored once,
     and ``safetensors.torch.load_model(module, path)`` reloads it into a module built the
@@ -306,12 +309,10 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     from safetensors.torch import save_model
 
     write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
-    artifact = RunDir(trial.run_dir).artifact
-    shutil.rmtree(artifact, ignore_errors=True)
-    artifact.mkdir(parents=True)
-    save_model(module, str(artifact / MODEL_FILE), metadata={"format": "pt"})
-    write_json_atomic(artifact / "artifact.json", {
-        "task": trial.task, "params": trial.params,
-        "library": {"lightning": _version("lightning"), "torch": torch.__version__},
-        **dict(extra or {})})
-    return artifact
+    with new_artifact(trial.run_dir) as staging:
+        save_model(module, str(staging / MODEL_FILE), metadata={"format": "pt"})
+        write_json_atomic(staging / "artifact.json", {
+            "task": trial.task, "params": trial.params,
+            "library": {"lightning": _version("lightning"), "torch": torch.__version__},
+            **dict(extra or {})})
+    return RunDir(trial.run_dir).artifact

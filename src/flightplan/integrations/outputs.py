@@ -1,5 +1,6 @@
-"""The run outputs every integration writes the same way: ``predictions.csv`` and
-``metrics.json`` (``artifact/`` is each library's own; :mod:`.transformers`, :mod:`.lightning`).
+"""The run outputs every integration writes the same way: ``predictions.csv``,
+``metrics.json``, and how ``artifact/`` is put in place (:func:`new_artifact`; what it holds
+is each library's own: :mod:`.transformers`, :mod:`.lightning`).
 
 A task's ``reload_predictions`` hook writes its re-created predictions with
 :func:`write_predictions` too, so ``close`` and ``verify`` compare files written alike.
@@ -8,20 +9,24 @@ Usage::
 
     write_predictions_and_metrics(trial.run_dir, predictions=rows, metrics={"accuracy": 0.97})
     write_predictions(out, rows)       # in a reload hook
+    with new_artifact(trial.run_dir) as folder:
+        save_model(module, str(folder / "model.safetensors"))
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-from flightplan.durable import write_atomic, write_json_atomic
+from flightplan.durable import fsync_tree, replace_path, write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.rundir import RunDir
 
-__all__ = ["write_predictions", "write_predictions_and_metrics"]
+__all__ = ["write_predictions", "write_predictions_and_metrics", "new_artifact"]
 
 
 def write_predictions(path: Path | str, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -50,3 +55,24 @@ def write_predictions_and_metrics(run_dir: Path, *, predictions: Sequence[Mappin
     """
     write_predictions(RunDir(run_dir).predictions, predictions)
     write_json_atomic(RunDir(run_dir).metrics, dict(metrics))
+
+
+@contextmanager
+def new_artifact(run_dir: Path) -> Iterator[Path]:
+    """The folder to write a run's next ``artifact/`` into: ``artifact.tmp/``, emptied and
+    created. When the block ends without an error, every file in it is fsync'd and the
+    folder is put in place of the previous artifact (:func:`flightplan.durable.replace_path`):
+    a kill at any moment leaves the previous artifact whole or the new one, never a mix
+    (between the two renames the previous one lies whole in ``artifact.deleting/``). On an
+    error the previous artifact is left as it was.
+
+    Yields:
+        The staging folder.
+    """
+    run = RunDir(run_dir)
+    staging = run.artifact_staging
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    yield staging
+    fsync_tree(staging)
+    replace_path(run.artifact, staging)

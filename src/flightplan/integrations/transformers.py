@@ -51,7 +51,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, Trai
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TaskError, TrialStopped
-from flightplan.integrations.outputs import write_predictions_and_metrics
+from flightplan.integrations.outputs import new_artifact, write_predictions_and_metrics
+from flightplan.rundir import RunDir
 from flightplan.trial import Trial
 
 __all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
@@ -233,6 +234,9 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     """Write what close needs into the run directory: ``predictions.csv`` (one row per test
     example, columns from the first row's keys), ``metrics.json`` and ``artifact/``.
 
+    The artifact replaces the previous one only once it is whole and durable
+    (:func:`~flightplan.integrations.outputs.new_artifact`).
+
     ``artifact/`` holds ``trainer.save_model`` (for a PEFT model: the adapter only,
     ``adapter_model.safetensors`` + ``adapter_config.json``, whose
     ``base_model_name_or_path`` is set to the base revision's ``package`` instead of this
@@ -264,22 +268,21 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
         raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
                             "model: package, version, weights_sha256) to be reloadable")
     write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
-    artifact = trial.run_dir / "artifact"
-    shutil.rmtree(artifact, ignore_errors=True)
-    trainer.save_model(str(artifact))
-    (artifact / _PICKLED_ARGS).unlink(missing_ok=True)
-    if isinstance(model, peft.PeftModel) and base_revision:
-        # the adapter names its base by this machine's path: name it by package
-        (artifact / "README.md").unlink(missing_ok=True)   # PEFT's model card, with the path
-        config = json.loads((artifact / "adapter_config.json").read_text())
-        config["base_model_name_or_path"] = base_revision.get("package")
-        for key, value in vars(model.peft_config[model.active_adapter]).items():
-            if isinstance(value, set):    # target_modules: PEFT writes its set in hash order
-                config[key] = sorted(value)
-        write_json_atomic(artifact / "adapter_config.json", config)
-    write_json_atomic(artifact / "artifact.json", {
-        "task": trial.task, "params": trial.params, "base_revision": base_revision,
-        "library": {"transformers": transformers.__version__, "peft": peft.__version__},
-        "peft": json.loads((artifact / "adapter_config.json").read_text()) if is_peft else None,
-        **dict(extra or {})})
-    return artifact
+    with new_artifact(trial.run_dir) as staging:
+        trainer.save_model(str(staging))
+        (staging / _PICKLED_ARGS).unlink(missing_ok=True)
+        if isinstance(model, peft.PeftModel) and base_revision:
+            # the adapter names its base by this machine's path: name it by package
+            (staging / "README.md").unlink(missing_ok=True)  # PEFT's model card, with the path
+            config = json.loads((staging / "adapter_config.json").read_text())
+            config["base_model_name_or_path"] = base_revision.get("package")
+            for key, value in vars(model.peft_config[model.active_adapter]).items():
+                if isinstance(value, set):   # target_modules: PEFT writes its set in hash order
+                    config[key] = sorted(value)
+            write_json_atomic(staging / "adapter_config.json", config)
+        adapter = json.loads((staging / "adapter_config.json").read_text()) if is_peft else None
+        write_json_atomic(staging / "artifact.json", {
+            "task": trial.task, "params": trial.params, "base_revision": base_revision,
+            "library": {"transformers": transformers.__version__, "peft": peft.__version__},
+            "peft": adapter, **dict(extra or {})})
+    return RunDir(trial.run_dir).artifact

@@ -97,6 +97,7 @@ from flightplan.plan.problem import Problem, Slot
 from flightplan.plan.schedule import Schedule
 from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
 from flightplan.spec import CampaignSpec, Run, Stage
+from flightplan.tasks.estimate import step_times
 from flightplan.transfer_time import TransferTally
 from flightplan.units import SECONDS_PER_HOUR, Duration, hours
 
@@ -136,8 +137,11 @@ class RunFigures:
     """What one run's measurement rows say about its time (seconds, counts, tokens).
 
     Attributes:
-        steps: optimizer step rows. train_s: Σ step times (``step_s`` where logged, else
-            the gap since the row before). step_s: train_s / steps.
+        steps: optimizer step rows. train_s: Σ their times, warm-up included; step_s: the
+            steady step time, first step of each process left out (both
+            :func:`flightplan.tasks.estimate.step_times`, the reading the pilot's
+            re-estimate uses too: ``step_s`` where logged, else the gap since the row
+            before).
         tokens_per_step: mean ``tokens`` of the step rows (None: not logged).
         load_s: ``load_s`` where logged, else from the first row to the first step row.
         evaluations: evaluation rows. eval_s: Σ their ``eval_s`` (else the gap before
@@ -175,25 +179,16 @@ def run_figures(rows: Sequence[Row]) -> RunFigures:
     rows of every process of a resumed run count."""
     timed = sorted(rows, key=lambda r: r.time)
     first = timed[0].time if timed else 0.0
-    train_s, tokens, steps = 0.0, [], 0
-    load_s: float | None = None
-    first_step: float | None = None
+    steps = step_times(timed, first)
+    tokens = [v for r in steps.rows if (v := r.number("tokens")) is not None]
+    load_s = next((v for r in timed if isinstance(r, Measurement)
+                   and (v := r.number("load_s")) is not None), None)
     eval_s, evaluations, eval_examples = 0.0, 0, None
     last = first
     for row in timed:
         gap = row.time - last
         last = row.time
-        if isinstance(row, Measurement):
-            if load_s is None and row.number("load_s") is not None:
-                load_s = row.number("load_s")
-            if row.is_step:
-                steps += 1
-                first_step = row.time if first_step is None else first_step
-                logged = row.number("step_s")
-                train_s += gap if logged is None else logged
-                if row.number("tokens") is not None:
-                    tokens.append(row.number("tokens"))
-        elif isinstance(row, Evaluation):
+        if isinstance(row, Evaluation):
             evaluations += 1
             logged = row.number("eval_s")
             eval_s += gap if logged is None else logged
@@ -205,10 +200,10 @@ def run_figures(rows: Sequence[Row]) -> RunFigures:
                 if isinstance(r, Restore) and r.source and r.restore_s is not None]
     tally = TransferTally.from_rows(rows)
     if load_s is None:
-        load_s = (first_step - first) if first_step is not None else 0.0
+        load_s = (steps.rows[0].time - first) if steps.rows else 0.0
     return RunFigures(
-        steps=steps, train_s=train_s, step_s=train_s / steps if steps else 0.0,
-        tokens_per_step=sum(t for t in tokens if t is not None) / len(tokens) if tokens else None,
+        steps=len(steps.rows), train_s=steps.train_s, step_s=steps.step_s,
+        tokens_per_step=sum(tokens) / len(tokens) if tokens else None,
         load_s=float(load_s), evaluations=evaluations, eval_s=eval_s,
         eval_examples=eval_examples, checkpoints=len(saves),
         save_stall_s=sum(r.stall_s for r in saves),

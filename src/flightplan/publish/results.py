@@ -39,13 +39,14 @@ Usage (from the runner)::
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from flightplan.canonical import plan_sha256
 from flightplan.durable import write_atomic, write_json_atomic
-from flightplan.errors import RunDirectoryDamaged
+from flightplan.errors import RunDirectoryDamaged, UnsafeFileError
 from flightplan.publish.manifest import update_manifest
 from flightplan.rundir import RunDir
 from flightplan.tasks.archive import keep_task_source
@@ -182,6 +183,54 @@ def _copy_file(source: Path, target: Path, campaign_dir: Path) -> None:
     write_atomic(target, portable_bytes(source.read_bytes(), campaign_dir))
 
 
+def _checked(path: Path, run_root: Path) -> Path:
+    """``path`` when it is a plain file, or a link to a file of the run folder (resolved
+    ``run_root``); a link out of the run folder, or to a folder, is refused.
+
+    Raises:
+        UnsafeFileError: names the link and where it points.
+    """
+    if not path.is_symlink():
+        return path
+    target = path.resolve()
+    if not target.is_relative_to(run_root):
+        raise UnsafeFileError(f"{path}: a symbolic link out of the run folder (to {target}); "
+                              f"refused, nothing of the run copied into results/: put the "
+                              f"file itself there")
+    if target.is_dir():
+        raise UnsafeFileError(f"{path}: a symbolic link to a folder (to {target}); refused, "
+                              f"nothing of the run copied into results/: put the folder "
+                              f"itself there")
+    return path
+
+
+def _files_to_copy(run: RunDir, run_id: str, artifact_prefix: str) -> list[tuple[Path, str]]:
+    """(source, path under ``results/``) of each file :func:`publish_run` copies: the
+    measurements, metrics and predictions that exist, then every file of ``artifact/``
+    (sorted). Links are not followed while listing; each one is checked first.
+
+    Raises:
+        UnsafeFileError: a link out of the run folder or to a folder (:func:`_checked`).
+    """
+    run_root = run.path.resolve()
+    copies = [(_checked(source, run_root), rel)
+              for source, rel in ((run.measurements, f"measurements/{run_id}.jsonl"),
+                                  (run.metrics, f"metrics/{run_id}.json"),
+                                  (run.predictions, f"predictions/{run_id}.csv"))
+              if source.is_file() or source.is_symlink()]
+    artifact = _checked(run.artifact, run_root)
+    if not artifact.is_dir():
+        return copies
+    found = []
+    for root, dirs, files in os.walk(artifact):  # a link to a folder: in dirs, not walked
+        found += [Path(root) / name for name in files]
+        found += [Path(root) / name for name in dirs if (Path(root) / name).is_symlink()]
+    for source in sorted(found):
+        rel = artifact_prefix + source.relative_to(artifact).as_posix()
+        copies.append((_checked(source, run_root), rel))
+    return copies
+
+
 def _publish_stop(results: Path, record: dict[str, Any] | None, run_id: str) -> None:
     path = results / "stops.json"
     stops = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
@@ -203,6 +252,8 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
 
     Raises:
         RunDirectoryDamaged: ``runs/<run_id>/trial.json`` is missing or unreadable.
+        UnsafeFileError: a file to copy is a symbolic link out of the run folder, or a link
+            to a folder (:func:`_files_to_copy`); nothing of the run is written then.
     """
     campaign_dir = Path(campaign_dir)
     run = RunDir.of(campaign_dir, run_id)
@@ -215,27 +266,18 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
     results = results_dir_of(campaign_dir)
     written: list[str] = []
 
+    artifact_prefix = f"artifacts/{run_id}/"
+    copies = _files_to_copy(run, run_id, artifact_prefix)
     params = portable(trial, campaign_dir)
     write_json_atomic(results / "params" / f"{run_id}.json", params)
     written.append(f"params/{run_id}.json")
-    for source, rel in ((run.measurements, f"measurements/{run_id}.jsonl"),
-                        (run.metrics, f"metrics/{run_id}.json"),
-                        (run.predictions, f"predictions/{run_id}.csv")):
-        if source.is_file():
-            _copy_file(source, results / rel, campaign_dir)
-            written.append(rel)
-
-    artifact_prefix = f"artifacts/{run_id}/"
     target = results / "artifacts" / run_id
     if target.is_dir():
         for old in sorted(target.rglob("*"), reverse=True):
             old.rmdir() if old.is_dir() and not old.is_symlink() else old.unlink()
-    artifact = run.artifact
-    if artifact.is_dir():
-        for source in sorted(p for p in artifact.rglob("*") if p.is_file()):
-            rel = artifact_prefix + source.relative_to(artifact).as_posix()
-            _copy_file(source, results / rel, campaign_dir)
-            written.append(rel)
+    for source, rel in copies:
+        _copy_file(source, results / rel, campaign_dir)
+        written.append(rel)
 
     task, kept = keep_task_source(results, trial.get("task_source"), str(trial.get("task")))
     written += kept
@@ -247,8 +289,8 @@ def publish_run(campaign_dir: Path, run_id: str) -> list[str]:
 
     done = _read_json(run.done_json) if status == "finished" else {}
     revision = None
-    if (artifact / "artifact.json").is_file():
-        revision = _read_json(artifact / "artifact.json").get("base_revision")
+    if (run.artifact / "artifact.json").is_file():
+        revision = _read_json(run.artifact / "artifact.json").get("base_revision")
     facts = {"name": trial.get("name"), "tier": trial.get("tier"), "status": status,
              "config_hash": trial.get("config_hash"), "steps": done.get("steps"),
              "wall_s": done.get("wall_s"), "stop_rule": (stop or {}).get("rule"), "task": task}

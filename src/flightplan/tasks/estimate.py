@@ -60,11 +60,13 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from flightplan.goodput import Execution, GoodputSplit, run_goodput
-from flightplan.rows import CheckpointSaved, Evaluation, Measurement, Restore, Row
+from flightplan.rows import (CheckpointSaved, Evaluation, Measurement, ProcessStart, Restore,
+                             Row)
 from flightplan.transfer_time import TransferTally
 from flightplan.trial import choose_interval
 
-__all__ = ["PilotFigures", "PilotRecord", "ASSUMED_EVALUATIONS", "figures_from_rows",
+__all__ = ["PilotFigures", "PilotRecord", "ASSUMED_EVALUATIONS", "StepTimes", "step_times",
+           "figures_from_rows",
            "run_seconds", "estimate_run_seconds", "require_figure", "control_steps",
            "mean_or_zero"]
 
@@ -80,8 +82,8 @@ class PilotFigures:
         setup_s: the data check's wall time.
         load_s: from the process start to the first step (the task's ``load_s`` when
             it logs one).
-        step_s: the steady step time (mean ``step_s`` without the first step, else the
-            mean gap between step rows).
+        step_s: the steady step time (:func:`step_times`: each step row's logged
+            ``step_s``, else its gap since the row before, the first step left out).
         eval_s: one evaluation on the pilot's test examples (``eval_s``, else the gap
             before the evaluation row; 0 without an evaluation).
         save_stall_s: ``C``, the loop's stall per checkpoint.
@@ -169,6 +171,69 @@ def _gaps(rows: Sequence[Row], start: float) -> list[tuple[Row, float]]:
     return out
 
 
+@dataclass(frozen=True)
+class StepTimes:
+    """The step rows of a run read once (:func:`step_times`; seconds).
+
+    Attributes:
+        rows: the step rows (each carries ``loss``), in time order.
+        seconds: each one's time: its logged ``step_s``, else its gap (the seconds since
+            the row before it, of any kind; the first row's: since the start).
+        warmup: whether each is the first step row of its process (warm-up).
+        step_s: the steady step time: the mean of ``seconds`` over the rows that are not
+            warm-up (over all of them when every one is); 0.0 without step rows.
+    """
+
+    rows: list[Measurement]
+    seconds: list[float]
+    warmup: list[bool]
+    step_s: float
+
+    @property
+    def train_s(self) -> float:
+        """Σ the step rows' times, warm-up included (seconds)."""
+        return float(sum(self.seconds))
+
+
+def step_times(rows: Sequence[Row], start: float) -> StepTimes:
+    """Step times read from measurement rows: the one reading shared by the pilot's
+    re-estimate (:func:`figures_from_rows`) and ``plan --from`` (:func:`flightplan.plan.
+    calibration.run_figures`), so both give the same ``step_s`` for the same rows.
+
+    A step row's time is the ``step_s`` it logged, else the seconds since the row before it
+    of any kind (a checkpoint's stall, an evaluation, a restart have rows of their own and
+    are not counted as step time; the first row's: since ``start``).
+
+    Warm-up rule: the first step row of each process (the first of all, and the first after
+    each ``process_start`` or ``restore`` row) holds one-time costs (lazy initialisation,
+    compilation, caches, the allocator) and is left out of the steady step time; it counts
+    only when no other step row exists.
+
+    Args:
+        rows: one run's rows, of one process or several (sorted here by time, stably).
+        start: unix seconds the first process started (the first row's gap is read from it).
+
+    Returns:
+        :class:`StepTimes`.
+    """
+    steps: list[Measurement] = []
+    seconds: list[float] = []
+    warmup: list[bool] = []
+    fresh, last = True, start
+    for row in sorted(rows, key=lambda r: r.time):
+        gap, last = row.time - last, row.time
+        if isinstance(row, (ProcessStart, Restore)):
+            fresh = True
+        elif isinstance(row, Measurement) and row.is_step:
+            logged = row.number("step_s")
+            steps.append(row)
+            seconds.append(gap if logged is None else logged)
+            warmup.append(fresh)
+            fresh = False
+    steady = [t for t, first in zip(seconds, warmup) if not first] or seconds
+    return StepTimes(steps, seconds, warmup, mean_or_zero(steady))
+
+
 def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_train: int,
                       n_test: int, setup_s: float, pilot_n_train: int | None,
                       pilot_n_test: int | None, started_at: float, ended_at: float
@@ -177,9 +242,9 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
 
     A figure the task logged (``load_s``, ``step_s``, ``eval_s``, ``output_s``) is taken
     as logged; otherwise it is read off the rows' ``time`` stamps: load = first step row −
-    process start, step = mean time between consecutive step rows, evaluation =
-    the gap before each evaluation row, output = process end − last row. A logged step
-    time leaves the first step out (warm-up). C and D are the means of the ``checkpoint``
+    process start, evaluation = the gap before each evaluation row, output = process end −
+    last row. The step time is :func:`step_times`' steady one (its warm-up rule leaves the
+    first step out). C and D are the means of the ``checkpoint``
     rows, R the resumed process's ``restore`` row; the transfer figures come from the
     ``checkpoint_transfer`` rows of both processes (none: the pilot ran at home, X = 0).
 
@@ -192,20 +257,17 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
     Raises:
         ValueError: a figure the re-estimate needs is missing (names it).
     """
-    gaps = _gaps(rows, started_at)
-    steps = [(row, gap) for row, gap in gaps if isinstance(row, Measurement) and row.is_step]
-    require_figure("loss", [gap for _, gap in steps])
-    logged_steps = [v for r, _ in steps if (v := r.number("step_s")) is not None]
+    timed = step_times(rows, started_at)
+    steps = timed.rows
+    require_figure("loss", timed.seconds)
+    logged_steps = [v for r in steps if (v := r.number("step_s")) is not None]
     split = run_goodput(rows, [Execution(started_at, ended_at, finished=True)]) \
         if ended_at > started_at else GoodputSplit()
-    times = [r.time for r, _ in steps]
-    between = [b - a for a, b in zip(times, times[1:])]
-    step_s = mean_or_zero(logged_steps[1:] or logged_steps) if logged_steps else \
-        mean_or_zero(between or [steps[0][1]])
+    step_s = timed.step_s
     measured = [r for r in rows if isinstance(r, Measurement)]
     loads = [v for r in measured if (v := r.number("load_s")) is not None]
-    load_s = loads[0] if loads else steps[0][0].time - started_at
-    evals = [(r, gap) for r, gap in gaps if isinstance(r, Evaluation)]
+    load_s = loads[0] if loads else steps[0].time - started_at
+    evals = [(r, gap) for r, gap in _gaps(rows, started_at) if isinstance(r, Evaluation)]
     eval_s = mean_or_zero([gap if (v := r.number("eval_s")) is None else v for r, gap in evals])
     outputs = [v for r in measured if (v := r.number("output_s")) is not None]
     last = rows[-1].time if rows else ended_at
@@ -215,7 +277,7 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
     planned = [int(v) for r in measured if (v := r.number("planned_steps")) is not None]
     transfers = TransferTally.from_rows([*rows, *resumed_rows])
     output_s = float(sum(outputs)) if outputs else max(0.0, ended_at - last)
-    stated = sum(v * _covered(steps, i) for i, (r, _) in enumerate(steps)
+    stated = sum(v * _covered(steps, i) for i, r in enumerate(steps)
                  if (v := r.number("step_s")) is not None)
     before = split.parts["start_load"] + split.parts["data"] + split.parts["restore"]
     return PilotFigures(
@@ -236,12 +298,12 @@ def figures_from_rows(rows: Sequence[Row], resumed_rows: Sequence[Row], *, n_tra
         exit_s=max(0.0, split.parts["output"] - output_s))
 
 
-def _covered(steps: Sequence[tuple[Row, float]], index: int) -> int:
+def _covered(steps: Sequence[Row], index: int) -> int:
     """Optimizer steps the ``index``-th step row covers: since the step row before it (a
     library logs every few steps), 1 for the first."""
     if index == 0:
         return 1
-    return max(1, steps[index][0].step - steps[index - 1][0].step)
+    return max(1, steps[index].step - steps[index - 1].step)
 
 
 def run_seconds(figures: PilotFigures, *, steps: int, step_s: float, load_s: float,

@@ -37,10 +37,11 @@ __all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV"
 
 TORCH_THREADS = 1
 """Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
-:func:`torch_threads`). One, not the machine's two cores: on this shared 2-core machine,
-while other processes ran, two OpenMP threads spin-waiting for a descheduled peer made a
-one-review forward pass 40× slower (2.0 s vs 0.05 s with one thread) and a LoRA step 3×
-slower (29 s vs 10 s). The executor uses the other cores by running other runs at once."""
+:func:`torch_threads`; docs/internals.md, "Threads"). One whatever the core count: the
+executor runs one run per core at once (:func:`cpu_slots`), and OpenMP threads spin-wait
+for one another, so on cores shared with other runs a descheduled thread stalls every peer
+of its parallel region; a run of one thread never waits on a peer. A machine that runs a
+single run can raise it."""
 THREADS_ENV = "FLIGHTPLAN_TORCH_THREADS"
 OMP_ENV = "OMP_NUM_THREADS"
 """Set to the same count for a CPU worker (unless already set): OpenMP and BLAS of any

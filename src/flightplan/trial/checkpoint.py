@@ -43,12 +43,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from flightplan.durable import fsync_dir
+from flightplan.durable import DELETING, fsync_dir, replace_path
 from flightplan.errors import CheckpointError, UnsafeFileError
 from flightplan.rundir import list_checkpoints
-from flightplan.trial.checkpoint_io import (DELETING, BadCheckpoint, CheckpointFiles,
-                                            load_checkpoint, read_manifest, replace_dir,
-                                            step_dir_name, write_checkpoint)
+from flightplan.trial.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint,
+                                            read_manifest, step_dir_name, write_checkpoint)
 
 __all__ = ["Components", "Captured", "Snapshot", "SaveResult", "BackgroundWriter",
            "capture_rng", "restore_rng", "apply_state", "set_aside",
@@ -132,8 +131,10 @@ class Snapshot:
     (e.g. optimizer state appearing after the first step). Buffers are pinned when the
     source is on a GPU, and copies from a GPU are asynchronous on a side stream
     (``cuda_event`` marks their end; see :meth:`_guard` for what waits for them).
-    CPU copies run on one thread: torch's parallel copy stalls far longer on a busy CPU
-    (252 MB: 50 ms on one thread, 130–320 ms on two, on the 2-core development machine).
+    CPU copies run on one thread, whatever the run's thread count: the copy stalls the
+    training loop, and torch's parallel copy waits on every peer thread, which a CPU shared
+    with other runs deschedules (:data:`flightplan.trial.accelerator.TORCH_THREADS`), while
+    one thread's copy time depends only on the bytes.
     """
 
     def __init__(self) -> None:
@@ -397,13 +398,13 @@ def prune(parent: Path, keep_last: int) -> list[Path]:
     """Delete complete checkpoints beyond the newest ``keep_last``; the deleted paths.
 
     Each is first renamed ``<name>.deleting`` (one atomic step out of the candidates,
-    :func:`~flightplan.trial.checkpoint_io.replace_dir`), so a kill in the middle never
+    :func:`~flightplan.durable.replace_path`), so a kill in the middle never
     leaves a half-deleted ``step-NNNNNN``; leftovers of earlier kills are removed.
     """
     complete, _ = list_checkpoints(parent)
     doomed = [path for _, path in complete[keep_last:]]
     for path in doomed:
-        replace_dir(path)
+        replace_path(path)
     for path in parent.glob(f"step-*{DELETING}"):
         shutil.rmtree(path, ignore_errors=True)
     return doomed

@@ -15,11 +15,12 @@ hashed while it is written (one pass over memory; for the tensor files in a thre
 own, a piece behind the writes, and each tensor's crc32 for the manifest in another thread
 from the same cached piece: no second pass over the bytes) and fsync'd in another thread
 while the next one is written; the manifest is written and fsync'd last; the directory is
-fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd (:func:`replace_dir`: a checkpoint of
-the same step already there is first renamed ``step-NNNNNN.deleting`` and deleted only once the
-new one is in place). A directory without a manifest is never loaded; a ``.tmp`` one only after
-:func:`flightplan.trial.checkpoint.recover_checkpoints` found it finished (its manifest written:
-a save whose last rename a kill cut off) and renamed it into place.
+fsync'd, renamed to ``step-NNNNNN/`` and the parent fsync'd
+(:func:`~flightplan.durable.replace_path`: a checkpoint of the same step already there is
+first renamed ``step-NNNNNN.deleting`` and deleted only once the new one is in place). A
+directory without a manifest is never loaded; a ``.tmp`` one only after
+:func:`flightplan.trial.checkpoint.recover_checkpoints` found it finished (its manifest
+written: a save whose last rename a kill cut off) and renamed it into place.
 
 Loading (:func:`load_checkpoint`) re-hashes every file against the manifest, refuses files
 the manifest does not list, opens ``.pt`` files only if they are torch zip archives and only
@@ -46,14 +47,14 @@ from typing import Any, BinaryIO, Callable, Mapping, cast
 
 import torch
 
-from flightplan.durable import fsync_dir, hash_file
+from flightplan.durable import fsync_dir, hash_file, replace_path
 from flightplan.errors import CheckpointError, UnsafeFileError
 from flightplan.findings import Finding
 
 __all__ = ["FORMAT", "MANIFEST", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "BadCheckpoint",
            "CheckpointFiles", "FileRecord", "write_checkpoint", "read_manifest",
            "load_checkpoint", "tensor_digests",
-           "step_dir_name", "check_files", "replace_dir", "commit_checkpoint", "DELETING"]
+           "step_dir_name", "check_files", "commit_checkpoint"]
 
 FORMAT = "flightplan-checkpoint/1"
 MANIFEST = "manifest.json"
@@ -63,9 +64,6 @@ STATE_FILE = "state.pt"
 _REF = "__safetensors__"  # stands for a tensor of optimizer.safetensors inside state.pt
 _OPTIMIZER_KEY = "optimizer"  # the optimizer state_dict's structure, inside state.pt
 _CHUNK_BYTES = 4 << 20  # written and hashed in 4 MiB pieces, so hashing reads from cache
-DELETING = ".deleting"
-"""Suffix of a checkpoint folder set aside to be deleted (replaced by a new save of the same
-step, or pruned): out of the checkpoints that count in one rename, then deleted."""
 
 _SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
                        "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
@@ -262,40 +260,6 @@ def _digest(tensor: Any, crc: int) -> dict[str, Any]:
             "shape": list(tensor.shape)}
 
 
-def replace_dir(final: Path, new: Path | None = None) -> None:
-    """Rename the finished folder ``new`` to ``final`` (or, without ``new``, delete
-    ``final``) so that a kill at any moment leaves no half-deleted folder under a name that
-    counts:
-
-    1. an existing ``final`` is renamed ``<final>.deleting`` (one atomic step out of the
-       checkpoints; a ``.deleting`` folder left by an earlier kill is removed first);
-    2. ``new`` is renamed ``final`` and the parent folder fsync'd;
-    3. the ``.deleting`` folder is deleted.
-
-    A kill between 1 and 2 leaves ``new`` whole under its own name (a finished ``.tmp``,
-    which :func:`flightplan.trial.checkpoint.recover_checkpoints` renames into place at the
-    next restore); a kill during 3 leaves part of a ``.deleting`` folder, never loaded and
-    removed by that recovery or the next prune.
-
-    Raises:
-        OSError: from the disk (when the rename of ``new`` fails, ``final`` is put back).
-    """
-    aside = final.with_name(final.name + DELETING)
-    if final.exists():
-        if aside.exists():
-            shutil.rmtree(aside)
-        os.rename(final, aside)
-    if new is not None:
-        try:
-            os.rename(new, final)
-        except BaseException:
-            if aside.exists() and not final.exists():
-                os.rename(aside, final)  # the rename failed: the old one counts again
-            raise
-        fsync_dir(final.parent)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def write_checkpoint(parent: Path, steps_done: int, *, model: Mapping[str, Any],
                      optimizer: Any, state: Mapping[str, Any], meta: Mapping[str, Any],
                      before_commit: Callable[[Path], None] | None = None) -> tuple[Path, int]:
@@ -361,7 +325,8 @@ def commit_checkpoint(final: Path, tmp: Path,
                       before_commit: Callable[[Path], None] | None) -> None:
     """Put the finished, fsync'd folder ``tmp`` in place as ``final``: ``before_commit(final)``
     first (the trial's ``checkpoint_saving`` row, durable before the rename), then
-    :func:`replace_dir` (the same step saved again after a resume: same run, same state).
+    :func:`~flightplan.durable.replace_path` (the same step saved again after a resume: same
+    run, same state).
 
     Raises:
         whatever ``before_commit`` or the renames raise; ``tmp`` is removed first, and
@@ -370,7 +335,7 @@ def commit_checkpoint(final: Path, tmp: Path,
     try:
         if before_commit is not None:
             before_commit(final)
-        replace_dir(final, tmp)
+        replace_path(final, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -8,7 +8,7 @@ the library writes into a staging folder flightplan never loads from, and
 :func:`commit_library_checkpoint` turns the finished folder into ``checkpoints/step-NNNNNN/``
 with flightplan's manifest (each file's size and sha256, ``kind`` = the library): moved to
 ``checkpoints/step-NNNNNN.tmp`` once the manifest is written, then renamed into place like a
-checkpoint flightplan writes itself (:func:`~flightplan.trial.checkpoint_io.replace_dir`).
+checkpoint flightplan writes itself (:func:`~flightplan.durable.replace_path`).
 :func:`load_library_checkpoint` re-checks every byte before the library may load it;
 :meth:`flightplan.trial.trial.Trial.restore_library` picks the newest such checkpoint.
 
@@ -47,7 +47,7 @@ def commit_library_checkpoint(source: Path, parent: Path, steps_done: int, *,
     Every file of ``source`` is fsync'd, hashed and listed in ``manifest.json`` (written
     atomically into ``source``); the finished folder is renamed ``parent/step-NNNNNN.tmp``
     and ``parent`` fsync'd, then renamed into place by
-    :func:`~flightplan.trial.checkpoint_io.replace_dir` (a checkpoint of the same step
+    :func:`~flightplan.durable.replace_path` (a checkpoint of the same step
     already there is set aside first and deleted last). A kill before the manifest leaves
     ``source`` in a staging folder that is never loaded; after it, a finished ``.tmp`` that
     the next restore puts in place; the previous checkpoints are untouched either way.

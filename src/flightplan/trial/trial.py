@@ -40,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from flightplan.durable import write_json_atomic
+from flightplan.durable import fsync_dir, write_json_atomic
 from flightplan.errors import ArgumentError, CheckpointError, TrialPreempted, TrialStopped
 from flightplan.trial.checkpoint import (BackgroundWriter, Components, Rejection, SaveResult,
                                          Snapshot, apply_state, prune, restore_rng,
@@ -121,6 +121,7 @@ class Trial:
                                         before_commit=self._saving)
         self._lock = threading.Lock()
         self._log_fd: int | None = None
+        self._log_name_durable = False
         self._restored: CheckpointFiles | None = None
         self._pending: set[str] = set()
         self._loop_started = False
@@ -358,7 +359,8 @@ class Trial:
     def _write(self, row: Row, *, durable: bool = False) -> None:
         """Append ``row`` to measurements.jsonl (:func:`flightplan.rows.encode_row`);
         ``durable``: fsync it before returning (it then survives the machine, not only the
-        process)."""
+        process; the first durable row of a process fsyncs the run folder too, since this
+        process or its worker may have just created the file)."""
         if not self._ranks.leader:  # rank 0 writes the run's rows
             return
         line = encode_row(row)
@@ -370,6 +372,9 @@ class Trial:
             os.write(self._log_fd, line)
             if durable:
                 os.fsync(self._log_fd)
+                if not self._log_name_durable:  # the file may be new: its name too, once
+                    fsync_dir(self.run_dir)
+                    self._log_name_durable = True
 
     def _stop(self, stop: Stop) -> None:
         """Wait for the save in flight, write stop.json, log the stop and raise TrialStopped

@@ -16,6 +16,7 @@ Usage (a test)::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -28,8 +29,8 @@ import torch
 
 from flightplan.errors import TrialStopped
 
-__all__ = ["SRC", "FINAL", "parse_kill", "die", "script_main", "run_child", "save_final",
-           "assert_same_final_state", "measurement_rows"]
+__all__ = ["SRC", "FINAL", "parse_kill", "die", "script_main", "run_child", "run_code",
+           "artifact_hashes", "save_final", "assert_same_final_state", "measurement_rows"]
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 FINAL = "final.pt"
@@ -74,6 +75,22 @@ def run_child(script: Path, run_dir: Path, kill: str | None) -> int:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, str(script), str(run_dir)] + (["--kill", kill] if kill else [])
     return subprocess.run(command, env=env, capture_output=True, timeout=300).returncode
+
+
+def run_code(code: str, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c code RUN_DIR`` in a child that imports flightplan from this tree and
+    the scripts of this folder; its result (``returncode`` -9: killed)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(SRC), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", code, str(run_dir)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def artifact_hashes(artifact: Path) -> dict[str, str]:
+    """sha256 of each file of an artifact folder, by name (what a test compares before and
+    after a kill)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(artifact.iterdir())}
 
 
 def save_final(run_dir: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import lightning_script  # pytest puts this folder on sys.path
-from script_support import assert_same_final_state, measurement_rows as _rows, run_child
+from script_support import (artifact_hashes, assert_same_final_state, measurement_rows as _rows,
+                            run_child, run_code)
 
 from flightplan.errors import ArgumentError, TrialPreempted, TrialStopped
 from flightplan.rundir import RunDir
@@ -144,3 +145,36 @@ def test_docs_tasks_shows_the_lightning_example_as_it_is() -> None:
     assert docs.count(marker) == 1
     shown = docs.split(marker, 1)[1].split("```", 1)[0]
     assert shown == (SCRIPT.parents[3] / "examples" / "digits-lightning" / "train.py").read_text()
+
+
+KILLED_REWRITE = """
+import json, sys
+from pathlib import Path
+import torch
+from lightning_script import Module
+from script_support import artifact_hashes, die
+from flightplan.integrations.lightning import write_outputs
+from flightplan.trial.trial import Trial
+
+run_dir = Path(sys.argv[1])
+trial = Trial.local(run_dir, name="mlp", run_id="mlp-0123456789")
+module = Module(steps=1)
+rows = [{"example_id": "e0", "gold": "a", "predicted": "a"}]
+write_outputs(trial, module, predictions=rows, metrics={"accuracy": 1.0}, extra={"write": 1})
+print(json.dumps(artifact_hashes(run_dir / "artifact")), flush=True)
+with torch.no_grad():
+    for parameter in module.parameters():
+        parameter.add_(1.0)
+module.state_dict = lambda *args, **kwargs: die()   # inside safetensors' save of the new one
+write_outputs(trial, module, predictions=rows, metrics={"accuracy": 1.0}, extra={"write": 2})
+"""
+
+
+def test_a_kill_while_the_next_artifact_is_saved_leaves_the_previous_one_whole(
+        tmp_path: Path) -> None:
+    done = run_code(KILLED_REWRITE, tmp_path)
+    assert done.returncode == -9, done.stderr[-2000:]
+    first = json.loads(done.stdout.splitlines()[0])
+    assert sorted(first) == ["artifact.json", "model.safetensors"]
+    assert artifact_hashes(tmp_path / "artifact") == first
+    assert json.loads((tmp_path / "artifact" / "artifact.json").read_text())["write"] == 1

@@ -19,7 +19,8 @@ from flightplan.trial.library_checkpoint import commit_library_checkpoint
 from flightplan.trial.trial import Trial
 
 import trainer_script  # pytest puts this folder on sys.path
-from script_support import SRC, assert_same_final_state, measurement_rows as _rows, run_child
+from script_support import (SRC, artifact_hashes, assert_same_final_state,
+                            measurement_rows as _rows, run_child, run_code)
 
 SCRIPT = Path(trainer_script.__file__)
 
@@ -180,3 +181,42 @@ def test_a_lora_artifact_is_the_same_bytes_whatever_the_hash_seed(tmp_path: Path
     config = json.loads((artifacts[0] / "adapter_config.json").read_text())
     assert config["target_modules"] == ["dense", "key", "query", "value"]
     assert json.loads((artifacts[0] / "artifact.json").read_text())["peft"] == config
+
+
+KILLED_REWRITE = """
+import json, sys
+from pathlib import Path
+import torch
+from trainer_script import build_trainer
+from script_support import artifact_hashes, die
+from flightplan.integrations.transformers import write_outputs
+from flightplan.trial.trial import Trial
+
+run_dir = Path(sys.argv[1])
+trainer = build_trainer(run_dir / "scratch", steps=1, save_steps=None)
+trial = Trial.local(run_dir, name="bert", run_id="bert-0123456789")
+rows = [{"example_id": "e0", "gold": "a", "predicted": "a"}]
+write_outputs(trial, trainer, predictions=rows, metrics={"accuracy": 1.0}, extra={"write": 1})
+print(json.dumps(artifact_hashes(run_dir / "artifact")), flush=True)
+with torch.no_grad():
+    for parameter in trainer.model.parameters():
+        parameter.add_(1.0)
+save_pretrained = trainer.model.save_pretrained
+
+def save_then_die(*args, **kwargs):   # the new weights are written, artifact.json is not
+    save_pretrained(*args, **kwargs)
+    die()
+
+trainer.model.save_pretrained = save_then_die
+write_outputs(trial, trainer, predictions=rows, metrics={"accuracy": 1.0}, extra={"write": 2})
+"""
+
+
+def test_a_kill_after_the_trainer_saved_the_next_artifact_leaves_the_previous_one_whole(
+        tmp_path: Path) -> None:
+    done = run_code(KILLED_REWRITE, tmp_path)
+    assert done.returncode == -9, done.stderr[-2000:]
+    first = json.loads(done.stdout.splitlines()[-1])
+    assert {"artifact.json", "config.json", "model.safetensors"} <= set(first)
+    assert artifact_hashes(tmp_path / "artifact") == first
+    assert json.loads((tmp_path / "artifact" / "artifact.json").read_text())["write"] == 1

@@ -64,8 +64,10 @@ def _typed(rows):
 def test_generic_figures_by_hand_from_time_stamps():
     figures = figures_from_rows(_typed(TIMED), _typed(RESUMED), **SPLITS, pilot_n_train=48, pilot_n_test=8,
                                 started_at=100.0, ended_at=105.0)
-    # load: first step row − process start; steps: (0.6 + 0.8) / 2 between step rows
-    assert figures.load_s == pytest.approx(2.5) and figures.step_s == pytest.approx(0.7)
+    # load: first step row − process start; steps: each gap since the row before, the
+    # first step (warm-up) left out: step 1 0.5 s after the checkpoint row (whose stall is
+    # not step time), step 2 0.8 s → 0.65 s
+    assert figures.load_s == pytest.approx(2.5) and figures.step_s == pytest.approx(0.65)
     # evaluation: the gap before its row; output: process end − last row
     assert figures.eval_s == pytest.approx(0.4) and figures.output_s == pytest.approx(0.7)
     assert (figures.save_stall_s, figures.persist_s, figures.restore_s) == (0.02, 0.3, 0.7)

@@ -269,3 +269,43 @@ def test_setup_rows_come_before_restore_and_not_after_the_loop_began(tmp_path):
     setup = [r for r in rows if "encode_s" in r]
     assert [(r["step"], r["encode_s"], r["tokens"]) for r in setup] == [(0, 0.25, 40)]
     assert rows.index(setup[0]) < next(i for i, r in enumerate(rows) if r.get("event") == "restore")
+
+
+def test_the_first_durable_row_makes_the_measurements_file_name_durable_too(
+        tmp_path, monkeypatch) -> None:
+    """The ``checkpoint_saving`` row must survive the machine before the checkpoint is
+    renamed into place: the file's bytes are fsync'd, and (once a process) the run folder
+    that holds its name, before the commit's renames."""
+    import os
+    import stat
+
+    real_fsync, real_rename, seen = os.fsync, os.rename, []
+
+    def traced_fsync(fd: int) -> None:
+        info = os.fstat(fd)
+        seen.append(("fsync", info.st_ino, stat.S_ISDIR(info.st_mode)))
+        real_fsync(fd)
+
+    def traced_rename(source, target, **kwargs) -> None:
+        seen.append(("rename", str(target)))
+        real_rename(source, target, **kwargs)
+
+    trial = Trial.local(tmp_path / "run", name="lib", run_id="lib-0123456789")
+    assert trial.restore_library(required={"model.safetensors": "weights"}) is None
+    for steps in (2, 4):
+        source = tmp_path / f"staging-{steps}"
+        source.mkdir()
+        (source / "model.safetensors").write_bytes(b"weights")
+        if steps == 2:
+            monkeypatch.setattr(os, "fsync", traced_fsync)
+            monkeypatch.setattr(os, "rename", traced_rename)
+        trial.commit_library_checkpoint(source, steps, kind="transformers", save_s=0.1)
+    measurements, run = (tmp_path / "run" / "measurements.jsonl").stat().st_ino, \
+        (tmp_path / "run").stat().st_ino
+    first = seen.index(("fsync", measurements, False))
+    assert seen[first + 1] == ("fsync", run, True)
+    final = str(tmp_path / "run" / "checkpoints" / "step-000002")
+    assert first < seen.index(("rename", final))
+    # the second save: the file's bytes again, the run folder not again
+    assert seen.count(("fsync", measurements, False)) == 2
+    assert seen.count(("fsync", run, True)) == 1

@@ -90,9 +90,11 @@ __all__ = ["CHUNK_BYTES", "DEPTH", "Chunk", "Rewind", "Committed", "Outcome",
            "CheckpointSender", "CheckpointReceiver"]
 
 CHUNK_BYTES = 8 << 20
-"""Bytes of checkpoint data in one chunk (8 MiB): on this project's 2-core machine 8 MiB
-chunks three deep moved as fast as any size tried from 2 to 32 MiB
-(``bench/distributed.py``)."""
+"""Bytes of checkpoint data in one chunk (8 MiB). It bounds memory: each side holds at most
+three chunks at a time whatever the checkpoint's size (docs/distributed.md, "What travels
+over the network"); and it is large enough that a chunk's fixed costs (a poll or a frame, a
+CRC-32 call, a ``pwrite``) are a small share of moving its bytes. ``bench/distributed.py``
+measures the transfer rate and the memory held (docs/distributed.md, "Measured")."""
 
 DEPTH = 3
 """Chunks asked for before the first of them is home (the executor's polls in flight while
@@ -393,8 +395,8 @@ class _ReceivedFile:
     def write(self, data: memoryview, offset: int) -> None:
         """All of ``data`` at ``offset``: its whole blocks of :data:`DIRECT_ALIGN` bytes
         from a block-aligned ``offset`` straight to the disk (``O_DIRECT``: no copy into
-        the page cache and none of its write-back work here; measured on this project's
-        machine: 0.04 against 0.66 CPU-s per GB), the rest through the page cache. The
+        the page cache and none of its write-back work on this side: the disk's DMA reads
+        the buffer), the rest through the page cache. The
         kernel refuses a buffer at an unaligned address (``EINVAL``, nothing written):
         that chunk goes through the page cache whole.
 
@@ -418,7 +420,7 @@ class _ReceivedFile:
         # start writing it back now (the final fsync then waits for little), and drop from
         # the page cache what was written back since (pages still dirty cannot go): the
         # cache never holds the whole checkpoint, and the next writes reuse freed pages
-        # instead of making the kernel reclaim others (measured here: a third less CPU)
+        # instead of making the kernel reclaim others
         os.posix_fadvise(self.fd, offset + start, done - start, os.POSIX_FADV_DONTNEED)
         behind = offset - _DROP_BEHIND
         if behind > self.dropped:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from flightplan.durable import fsync_dir, hash_file
+from flightplan.durable import fsync_dir, hash_file, replace_path
 from flightplan.errors import CheckpointError, TransferError
 from flightplan.rundir import RunDir, list_checkpoints
 from flightplan.trial.checkpoint import prune, set_aside
@@ -221,19 +221,6 @@ def commit_checkpoint(parent: Path, name: str, blobs: list[Blob], *,
     return True
 
 
-def _replace(source: Path, target: Path) -> None:
-    """Rename ``source`` onto ``target`` (a folder replaces a folder via a side name)."""
-    if target.is_dir() and not target.is_symlink():
-        old = target.with_name(f".{target.name}.old")
-        if old.exists():
-            shutil.rmtree(old)
-        target.rename(old)
-        source.rename(target)
-        shutil.rmtree(old)
-    else:
-        os.replace(source, target)
-
-
 def commit_outputs(run_dir: Path, blobs: list[Blob]) -> list[str]:
     """Commit a run's outputs into ``run_dir`` (see the module docstring).
 
@@ -262,8 +249,7 @@ def commit_outputs(run_dir: Path, blobs: list[Blob]) -> list[str]:
     order = [n for n in tops if n not in STATUS_MARKERS] + [n for n in STATUS_MARKERS
                                                               if n in tops]
     for top in order:
-        _replace(staging / top, run_dir / top)
-    fsync_dir(run_dir)
+        replace_path(run_dir / top, staging / top)
     shutil.rmtree(staging)
     return order
 

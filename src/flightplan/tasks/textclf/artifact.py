@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 import torch
 
-from flightplan.durable import write_atomic, write_json_atomic
+from flightplan.durable import replace_path, write_atomic, write_json_atomic
 from flightplan.corpus import Example
 from flightplan.errors import VerificationFailed
 from flightplan.findings import Finding
@@ -77,17 +77,7 @@ def save_artifact(artifact_dir: Path, model: TextClassifier, *, params: dict[str
     shutil.rmtree(staging, ignore_errors=True)
     write_atomic(staging / ARTIFACT_WEIGHTS, save(state, metadata={"task": TASK}))
     write_json_atomic(staging / ARTIFACT_JSON, config)
-    old = artifact_dir.with_name(artifact_dir.name + ".old")
-    if artifact_dir.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        artifact_dir.rename(old)
-    staging.rename(artifact_dir)
-    shutil.rmtree(old, ignore_errors=True)
-    dir_fd = os.open(artifact_dir.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_path(artifact_dir, staging)
 
 
 class Predictor:
