@@ -203,7 +203,7 @@ class RunRecorder:
                       + f"; see {RunDir(planned.run_dir).log.relative_to(self.dir)}")
         elif status == "cut":
             reason = "cut at the decision point"
-        return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
+        return {"run_id": planned.run_id, "name": planned.name, "tier": planned.run.tier,
                 "status": status, "metric": None if entry is None else entry.metric,
                 "wall_s": None if entry is None else entry.wall_s,
                 "stop": None if entry is None else entry.stop, "reason": reason,
