@@ -503,6 +503,13 @@ class CampaignSpec(_Strict):
         """How many replicates ``run`` executes: its own ``seeds``, else ``[campaign] seeds``."""
         return run.seeds if run.seeds is not None else self.campaign.seeds
 
+    def run_named(self, name: str) -> Run:
+        """The ``[[run]]`` called ``name``. Raises KeyError if none."""
+        found = next((r for r in self.run if r.name == name), None)
+        if found is None:
+            raise KeyError(name)
+        return found
+
     def replicates(self, run: Run) -> list["Replicate"]:
         """The executions of ``run``: one :class:`Replicate` per seed, in seed order.
 

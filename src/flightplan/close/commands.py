@@ -27,10 +27,11 @@ from typing import Any
 from flightplan.activity import WaitDisplay, doing
 from flightplan.campaign_lock import CampaignLock
 from flightplan.close.acceptance import (Verdict, accept_runs, accepted_product_count,
-                                         comparisons)
+                                         comparisons, replicate_verdicts)
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.conclusion import conclude
+from flightplan.close.replicates import run_seed_spreads, with_seed_spread
 from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
@@ -184,9 +185,12 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
 
     section = spec.campaign
     doing("comparing each variant with its reference (paired bootstrap)")
-    conclusion = conclude(question=section.question, metric=section.metric, goal=section.goal,
-                          min_gain=section.min_gain,
-                          comparisons=comparisons(results, spec, verdicts))
+    conclusion = with_seed_spread(
+        conclude(question=section.question, metric=section.metric, goal=section.goal,
+                 min_gain=section.min_gain, comparisons=comparisons(results, spec, verdicts)),
+        run_seed_spreads({name: [v.metric_value for v in group
+                                 if v.usable and v.metric_value is not None]
+                          for name, group in replicate_verdicts(spec, verdicts).items()}))
     _write_json(results, "conclusion.json", conclusion, written)
     budget = _write_budget(results, spec, ledger, runs, verdicts, written)
     goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
@@ -278,7 +282,7 @@ def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs:
                 "reason": (r.stop or {}).get("message")}
                for r in runs if r.status == "stopped"]
     budget = build_budget(packages=packages, external=external,
-                          accepted_products=accepted_product_count(verdicts),
+                          accepted_products=accepted_product_count(verdicts, spec),
                           rejections=[{"run_id": v.run_id, "reasons": v.reasons}
                                       for v in verdicts if not v.accepted],
                           stopped_runs=stopped)
