@@ -188,7 +188,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     conclusion = with_seed_spread(
         conclude(question=section.question, metric=section.metric, goal=section.goal,
                  min_gain=section.min_gain, comparisons=comparisons(results, spec, verdicts)),
-        run_seed_spreads({name: [v.metric_value for v in group
+        run_seed_spreads({name: [(v.run_id, v.metric_value) for v in group
                                  if v.usable and v.metric_value is not None]
                           for name, group in replicate_verdicts(spec, verdicts).items()}))
     _write_json(results, "conclusion.json", conclusion, written)
@@ -197,7 +197,9 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     pve = portable(plan_vs_execution(ledger, goodput=goodput), spec.campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
-    _write_calibration(results, spec, runs, pve, written)
+    _write_calibration(results, spec, runs, pve, written,
+                       seed_sd={name: spread["sd"] for name, spread
+                                in (conclusion.get("seed_spread") or {}).items()})
     _write_pages(results, spec, runs, {"conclusion": conclusion, "products": verdicts,
                                        "plan_vs_execution": pve, "budget": budget,
                                        "runs": analyses}, written)
@@ -224,9 +226,11 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
 
 
 def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
-                       pve: dict[str, Any], written: list[str]) -> None:
+                       pve: dict[str, Any], written: list[str], *,
+                       seed_sd: dict[str, float]) -> None:
     """``calibration.json``: what the next campaign plans from (``plan --from``,
-    :func:`flightplan.plan.calibration.calibration_record`)."""
+    :func:`flightplan.plan.calibration.calibration_record`), with ``seed_sd`` (run name →
+    its metric's sd over its replicates) on each replicate of a run of several seeds."""
     trials, rows, predictions = _published(results, runs)
     data_check = results / "data_check.json"
     calibration = calibration_record(
@@ -236,7 +240,7 @@ def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
                    for r in runs},
         plan_vs_execution=pve,
         data_check=json.loads(data_check.read_text(encoding="utf-8"))
-        if data_check.is_file() else None)
+        if data_check.is_file() else None, seed_sd=seed_sd)
     _write_json(results, CALIBRATION_FILE, portable(calibration.to_json(), spec.campaign_dir),
                 written)
 

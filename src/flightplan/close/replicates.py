@@ -31,7 +31,7 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -151,19 +151,23 @@ def compare_replicated_runs(reference: Sequence[Predictions], variant: Sequence[
     return compare_replicates(statistic, arrays[:k], arrays[k:], goal=goal, min_gain=min_gain)
 
 
-def run_seed_spreads(values: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
-    """Run name → :func:`seed_spread` of its replicates' metric values, for each run with
-    at least two values (``values``: run name → the metric of each usable replicate)."""
-    return {name: seed_spread(vals) for name, vals in values.items() if len(vals) >= 2}
+def run_seed_spreads(values: Mapping[str, Sequence[tuple[str, float]]]
+                     ) -> dict[str, dict[str, Any]]:
+    """Run name → :func:`seed_spread` of its replicates' metric values plus ``run_ids``
+    (whose predictions gave them), for each run with at least two (``values``: run name →
+    ``(run_id, metric)`` of each usable replicate)."""
+    return {name: seed_spread([v for _, v in pairs]) | {"run_ids": [r for r, _ in pairs]}
+            for name, pairs in values.items() if len(pairs) >= 2}
 
 
 def with_seed_spread(conclusion: dict[str, Any], spreads: dict[str, dict[str, Any]]
                      ) -> dict[str, Any]:
-    """The conclusion with ``seed_spread`` (run name → :func:`seed_spread`) and, when a
-    run has one, a sentence after its verdict: ``Seed spread of macro_f1: control sd
+    """The conclusion with ``seed_spread`` (run name → :func:`seed_spread` and its
+    ``run_ids``) and a sentence after its verdict (unchanged when no run has two
+    replicates): ``Seed spread of macro_f1: control sd
     0.0250, range [0.4217, 0.4930] over 5 replicates; …``."""
-    if not spreads:
-        return conclusion | {"seed_spread": {}}
+    if not spreads:              # one seed a run: the conclusion as it was
+        return conclusion
     parts = [f"{name} sd {s['sd']:.4f}, range [{s['min']:.4f}, {s['max']:.4f}] over "
              f"{s['replicates']} replicates" for name, s in spreads.items()]
     sentence = f" Seed spread of {conclusion['metric']}: {'; '.join(parts)}."

@@ -112,7 +112,11 @@ def test_seed_spread_is_the_sample_sd_and_range():
     assert spread["sd"] == pytest.approx(0.02845, abs=1e-4)
     assert (spread["min"], spread["max"], spread["replicates"]) == (0.4217, 0.4930, 5)
     assert seed_spread([0.5])["sd"] is None
-    assert run_seed_spreads({"a": values, "b": [0.4]}) == {"a": spread}
+    assert run_seed_spreads({"a": [(f"a{i}", v) for i, v in enumerate(values)],
+                             "b": [("b0", 0.4)]}) == {
+        "a": spread | {"run_ids": ["a0", "a1", "a2", "a3", "a4"]}}
+    assert with_seed_spread({"metric": "m", "verdict": "V."}, {}) == {"metric": "m",
+                                                                    "verdict": "V."}
     conclusion = with_seed_spread({"metric": "macro_f1", "verdict": "No variant meets it."},
                                   {"lora-r8": spread})
     assert conclusion["verdict"] == ("No variant meets it. Seed spread of macro_f1: lora-r8 "
