@@ -57,6 +57,11 @@ class PlannedRun:
         return self.replicate.name
 
     @property
+    def replicate_of(self) -> str | None:
+        """The run this execution replicates when the run has several seeds, else None."""
+        return self.run.name if self.replicate.count > 1 else None
+
+    @property
     def params(self) -> dict[str, Any]:
         """The params it trains with (``params.seed`` replaced for replicate i ≥ 1)."""
         return self.replicate.params
@@ -107,7 +112,7 @@ def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> 
         corpus = dict(spec.corpus.model_dump(mode="json"),
                       root=corpus_root(spec.corpus, spec.campaign_dir))
     return {"run_id": planned.run_id, "name": planned.name,
-            "replicate_of": planned.run.name if planned.replicate.count > 1 else None,
+            "replicate_of": planned.replicate_of,
             "tier": planned.run.tier,
             "task": planned.run.task, "params": planned.params, "planned_steps": None,
             "stop": spec.stop.model_dump(mode="json"),

@@ -205,7 +205,7 @@ class RunRecorder:
         elif status == "cut":
             reason = "cut at the decision point"
         return {"run_id": planned.run_id, "name": planned.name, "tier": planned.run.tier,
-                "replicate_of": planned.run.name if planned.replicate.count > 1 else None,
+                "replicate_of": planned.replicate_of,
                 "status": status, "metric": None if entry is None else entry.metric,
                 "wall_s": None if entry is None else entry.wall_s,
                 "stop": None if entry is None else entry.stop, "reason": reason,
