@@ -52,7 +52,8 @@ from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_dat
 from flightplan.plan.calibration import Calibrated
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
-                                     rank_variants, replan_from_options, with_value_cuts)
+                                     rank_variants, replan_from_options, runs_done,
+                                     with_value_cuts)
 from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult,
                                                ClusterJoined, check_gpus,
                                                check_processes)
@@ -378,8 +379,8 @@ class _Campaign:
         """The spec's runs whose every execution (each replicate) ended, finished or
         stopped: their time is spent, so they are never dropped."""
         ended = {r.run_id for r in self.ledger.runs() if r.status in ("finished", "stopped")}
-        return {run.name for run in self.spec.runs
-                if all(p.run_id in ended for p in self.planned if p.run.name == run.name)}
+        return runs_done({run.name: [p.run_id for p in self.planned if p.run.name == run.name]
+                          for run in self.spec.runs}, ended)
 
     def _value_ranking(self, report: DataCheckReport, estimates: Mapping[str, Any],
                        done: set[str]) -> ValueRanking:

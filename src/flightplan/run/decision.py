@@ -48,7 +48,7 @@ from flightplan.plan.power import (DEFAULT_DISAGREEMENT, Z_INTERVAL, PairedModel
 from flightplan.spec import CampaignSpec
 
 __all__ = ["Choice", "Decision", "DECISIONS", "ASSUMED_DISAGREEMENT_RANGE", "ValueRanking",
-           "cut_steps", "choose",
+           "cut_steps", "choose", "runs_done",
            "replan_from_options", "rank_variants", "with_value_cuts"]
 
 DECISIONS = ("continue", "cut", "stop")
@@ -226,6 +226,14 @@ def cut_steps(runs: list[tuple[str, str]], *, done: AbstractSet[str] = frozenset
             dropped = dropped + more
             steps.append(list(dropped))
     return steps
+
+
+def runs_done(executions: Mapping[str, Sequence[str]], ended: AbstractSet[str]) -> set[str]:
+    """The runs whose every execution ended (finished or stopped): ``executions`` maps a
+    run's name to the ids of its executions (its replicates, or itself with one seed),
+    ``ended`` holds the ids that ended. A run of several seeds with one replicate still to
+    run is not done: its remaining replicates may still be cut."""
+    return {name for name, ids in executions.items() if ids and all(i in ended for i in ids)}
 
 
 def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]) -> Choice:

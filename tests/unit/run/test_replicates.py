@@ -155,3 +155,16 @@ def test_replicates_of_a_parsed_spec_without_files():
     assert spec.replicate_named("a seed=8").run.name == "a"
     assert spec.replicate_named("b").run.name == "b"
     assert spec.replicate_named("a") is None
+
+
+def test_a_replicated_run_is_done_only_when_every_replicate_ended():
+    from flightplan.run.decision import cut_steps, runs_done
+    executions = {"control": ["control-1"], "lora": ["lora-seed-0-a", "lora-seed-1-b"],
+                  "len": ["len-seed-0-c", "len-seed-1-d"]}
+    ended = {"control-1", "lora-seed-0-a", "lora-seed-1-b", "len-seed-0-c"}
+    done = runs_done(executions, ended)
+    assert done == {"control", "lora"}
+    # len (useful) has a replicate left: the cut may still drop it; lora (done) never
+    steps = cut_steps([("control", "essential"), ("lora", "useful"), ("len", "useful")],
+                      done=done)
+    assert steps == [[], ["len"]]
