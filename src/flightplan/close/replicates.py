@@ -15,10 +15,11 @@ side's replicates. Its 95 % interval is a two-level paired bootstrap (Davison & 
 The interval is the percentile interval of :data:`~flightplan.metrics.N_RESAMPLES` draws,
 from a generator seeded with :data:`~flightplan.metrics.SEED` (the same predictions
 always give the same interval). Measured on synthetic campaigns (tests/unit/close/
-test_close_replicates.py, docs/decisions.md "Replicates"): 95 % coverage when the seed
-spread is small beside the examples' sampling; conservative (wider) when the replicates
-also disagree example by example, since that noise is counted at both levels; short when
-the seed spread dominates and each side has few replicates (5 or fewer).
+test_close_replicates.py, docs/decisions.md "Replicates"): 94.5 % coverage with 10
+replicates a side and a seed part two thirds of the examples' sampling; conservative
+(99.5 %) when the replicates also disagree example by example, since that noise is counted
+at both levels; short (88.75 %) when the seed spread is as large as the examples' sampling
+and each side has 5 replicates.
 
 A run's seed spread is the standard deviation (ddof = 1) and the range of the metric over
 its replicates (:func:`seed_spread`).

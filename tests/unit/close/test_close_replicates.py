@@ -149,3 +149,32 @@ def test_a_replicated_run_is_one_product_when_all_its_replicates_are_accepted():
     assert accepted_product_count(verdicts) == 5
     # a replicate that has not run (not among the verdicts) keeps its run from counting
     assert accepted_product_count(verdicts[1:], spec) == 1
+
+
+def _outcomes(rng: np.random.Generator, *, count: int, k: int, n: int, sd_seed: float,
+              truth: float) -> tuple[np.ndarray, np.ndarray]:
+    """Simulated 0/1 outcomes (right or wrong on each example): an example's chance of
+    being right is its difficulty (0.15 + 0.7 · Beta(2, 2), shared by both sides) plus the
+    replicate's offset (sd ``sd_seed``), the variant's ``truth`` higher (the chances stay
+    inside (0, 1) but with odds under 10^-5, so the true difference is ``truth``); each
+    replicate then draws its own outcome on every example, so replicates also disagree
+    example by example."""
+    difficulty = 0.15 + 0.7 * rng.beta(2.0, 2.0, (count, 1, n))
+    def side(shift: float) -> np.ndarray:
+        chance = np.clip(difficulty + shift + rng.normal(0.0, sd_seed, (count, k, 1)), 0, 1)
+        return (rng.random((count, k, n)) < chance).astype(float)
+    return side(0.0), side(truth)
+
+
+def test_the_limits_stated_in_the_docs():
+    # few replicates and a seed spread as large as the test sampling's: short
+    reference, variant = _campaigns(np.random.default_rng(31), count=400, k=5, n=200,
+                                    sd_seed=0.05, truth=0.03)
+    short = _coverage(reference, variant, 0.03, draws=300)
+    # replicates that disagree example by example: that noise counts at both levels
+    reference, variant = _outcomes(np.random.default_rng(32), count=400, k=5, n=200,
+                                   sd_seed=0.025, truth=0.03)
+    wide = _coverage(reference, variant, 0.03, draws=300)
+    # measured: 0.8875 and 0.995
+    assert short == pytest.approx(0.89, abs=0.03)
+    assert wide >= 0.98
