@@ -41,10 +41,17 @@ def _tiny(tmp_path: Path, *, campaign: str = "", runs: dict[str, str] | None = N
     return path
 
 
-def test_one_seed_keeps_every_run_id_of_the_tiny_campaign():
+MAIN_IDS = {"control": "control-34e88d51b5", "lora-r8": "lora-r8-174d689da4",
+            "lora-r8-len256": "lora-r8-len256-7dc6f84de5"}
+"""The main job's run ids (examples/drug-reviews), computed on main before this change."""
+
+
+def test_one_seed_keeps_every_run_id_of_the_tiny_campaign_and_the_main_job():
     planned = plan_runs(load_spec(TINY))
     assert {p.name: p.run_id for p in planned} == TINY_IDS
     assert all(p.name == p.run.name and p.replicate.count == 1 for p in planned)
+    main = plan_runs(load_spec(REPO / "examples" / "drug-reviews" / "campaign.toml"))
+    assert {p.name: p.run_id for p in main} == MAIN_IDS
 
 
 def test_seeds_3_executes_each_run_three_times_with_its_own_name_params_and_id(tmp_path):
