@@ -184,7 +184,9 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
     Returns:
         One entry per run with a ``reference``: ``{variant, reference, variant_run_id,
         reference_run_id, ...compare() keys}`` or ``{..., verdict: "not_available",
-        reason}``.
+        reason}``; when either side runs several seeds, also ``variant_run_ids``,
+        ``reference_run_ids`` (the usable replicates) and ``replicates_used``, with the
+        keys of :func:`flightplan.close.replicates.compare_replicates`.
     """
     by_name = {v.name: v for v in verdicts}
     section = spec.campaign
