@@ -564,7 +564,7 @@ def ledger_goodput(ledger: LedgerRows, spec: CampaignSpec, *, gpus_per_flight: i
                    ) -> CampaignGoodput:
     """:func:`campaign_goodput` of a campaign from its ledger and its run directories
     (``runs/<run_id>/``, with the folders ``--restart`` set aside), each run holding its
-    ``[[run]] gpus``.
+    ``[[run]] gpus`` (each replicate of a run of several seeds too).
 
     Args:
         ledger: the campaign's ledger. spec: the campaign (its folder, its runs' GPUs).
@@ -573,4 +573,5 @@ def ledger_goodput(ledger: LedgerRows, spec: CampaignSpec, *, gpus_per_flight: i
     return campaign_goodput(
         runs=ledger.runs(), stage_times=ledger.stage_times(), events=ledger.events(),
         rows_of=lambda run_id: RunDir.of(spec.campaign_dir, run_id).rows_across_restarts(),
-        gpus_of={run.name: run.gpus for run in spec.runs}, gpus_per_flight=gpus_per_flight)
+        gpus_of={rep.name: rep.run.gpus for rep in spec.executions},   # each replicate
+        gpus_per_flight=gpus_per_flight)

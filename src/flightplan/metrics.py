@@ -68,7 +68,7 @@ from flightplan.errors import CheckFailed, SpecError
 __all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "CONFIDENCE",
            "N_RESAMPLES", "SEED", "parse_metric", "check_goal", "read_predictions",
            "read_predictions_or_none",
-           "metric_value", "paired", "union_labels", "confusion", "from_confusion"]
+           "metric_value", "paired", "aligned", "union_labels", "confusion", "from_confusion"]
 
 CONFIDENCE = 0.95
 """Confidence level of the paired bootstrap interval of a variant's difference."""
@@ -374,6 +374,51 @@ def union_labels(reference: Predictions, variant: Predictions) -> list[str]:
     """The classes two runs are compared on: the reference's, then the variant's others
     (sorted)."""
     return reference.labels + sorted(set(variant.labels) - set(reference.labels))
+
+
+def aligned(metric: Metric | str, runs: Sequence[Predictions], *, source: str = "predictions"
+            ) -> tuple[Callable[..., np.ndarray], list[tuple[np.ndarray, ...]]]:
+    """:func:`paired` for several runs (the replicates of two runs, reference first): all
+    aligned on the example ids every one of them has (the first run's order) and, for a
+    classification metric, on the union of their classes (the first run's, then the
+    others' sorted); gold labels come from the first run.
+
+    Returns:
+        ``(statistic, arrays)``: ``statistic(*arrays[j], axis=-1)`` maps run j's arrays of
+        shape (..., N) to (...), as in :func:`paired`.
+
+    Raises:
+        CheckFailed: a run lacks what the metric needs. ValueError: ``runs`` is empty.
+    """
+    metric = parse_metric(metric) if isinstance(metric, str) else metric
+    if not runs:
+        raise ValueError("aligned() needs at least one run")
+    first = runs[0]
+    common = set(first.ids).intersection(*(set(run.ids) for run in runs[1:]))
+    indices = []
+    for run in runs:
+        position = {example_id: i for i, example_id in enumerate(run.ids)}
+        indices.append(np.array([position[e] for e in first.ids if e in common],
+                                dtype=np.int64))
+    if metric.kind == "column":
+        def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+            return np.asarray(np.mean(values, axis=axis))
+        return mean, [(_column(metric, run, f"{source} ({j})")[index],)
+                      for j, (run, index) in enumerate(zip(runs, indices))]
+    needed_by = f"the decision metric {metric.name}"
+    for j, run in enumerate(runs):
+        run.labelled(needed_by, f"{source} ({j})")
+    others = set().union(*(set(run.labels) for run in runs[1:])) - set(first.labels)
+    labels = first.labels + sorted(others)
+    gold, _ = first.subset(indices[0], labels).labelled(needed_by, source)
+    arrays: list[tuple[np.ndarray, ...]] = [
+        (gold, run.subset(index, labels).labelled(needed_by, source)[1])
+        for run, index in zip(runs, indices)]
+    n_labels = len(labels)
+
+    def statistic(gold: np.ndarray, predicted: np.ndarray, axis: int = -1) -> np.ndarray:
+        return from_confusion(metric.name, confusion(gold, predicted, n_labels))
+    return statistic, arrays
 
 
 def paired(metric: Metric | str, reference: Predictions, variant: Predictions, *,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
@@ -39,6 +40,8 @@ __all__ = [
     "RentalSection",
     "Stage",
     "Run",
+    "Replicate",
+    "replicate_name",
     "Expense",
     "MinQuality",
     "StopRules",
@@ -296,6 +299,38 @@ class Run(_Strict):
         return {**self.params, "seed": seed + index}
 
 
+@dataclass(frozen=True)
+class Replicate:
+    """One execution of a run: replicate ``index`` (0-based) of ``count`` (the run's
+    ``seeds``). A run of one seed has one replicate, the run itself."""
+
+    run: Run
+    index: int
+    count: int
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The params this execution trains with (:meth:`Run.replicate_params`)."""
+        return self.run.replicate_params(self.index)
+
+    @property
+    def seed(self) -> Any:
+        """The ``params.seed`` of this execution (None when the params have none)."""
+        return self.params.get("seed")
+
+    @property
+    def name(self) -> str:
+        """The run's name with one seed; ``<name> seed=<seed>`` with several
+        (:func:`replicate_name`)."""
+        return self.run.name if self.count == 1 else replicate_name(self.run.name, self.seed)
+
+
+def replicate_name(name: str, seed: Any) -> str:
+    """The name of the replicate of run ``name`` that trains with ``seed``:
+    ``"lora-r8 seed=1"``."""
+    return f"{name} seed={seed}"
+
+
 class Expense(_Strict):
     """``[[expense]]``: a real cost outside the rental (kept apart from it)."""
 
@@ -468,6 +503,32 @@ class CampaignSpec(_Strict):
         """How many replicates ``run`` executes: its own ``seeds``, else ``[campaign] seeds``."""
         return run.seeds if run.seeds is not None else self.campaign.seeds
 
+    def run_named(self, name: str) -> Run:
+        """The ``[[run]]`` called ``name``. Raises KeyError if none."""
+        found = next((r for r in self.run if r.name == name), None)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def replicates(self, run: Run) -> list["Replicate"]:
+        """The executions of ``run``: one :class:`Replicate` per seed, in seed order.
+
+        With one seed it is the run itself (its name and params, so its run id is
+        unchanged); with K ≥ 2 replicate i is named ``<name> seed=<seed + i>`` and its
+        ``params.seed`` is ``seed + i`` (:meth:`Run.replicate_params`).
+        """
+        count = self.seeds_of(run)
+        return [Replicate(run, index, count) for index in range(count)]
+
+    @property
+    def executions(self) -> list["Replicate"]:
+        """Every run's replicates, runs in file order."""
+        return [rep for run in self.run for rep in self.replicates(run)]
+
+    def replicate_named(self, name: str) -> "Replicate | None":
+        """The execution called ``name`` (a replicate name, or a run of one seed), or None."""
+        return next((rep for rep in self.executions if rep.name == name), None)
+
     @property
     def control(self) -> Run:
         """The control: the first run without a reference."""
@@ -595,7 +656,8 @@ def _check_graph(spec: CampaignSpec, source: str) -> None:
 
 
 def _check_replicates(spec: CampaignSpec, source: str) -> None:
-    """A run that executes several replicates has an integer ``params.seed`` to replace."""
+    """A run that executes several replicates has an integer ``params.seed`` to replace,
+    and no replicate has the name of a stage, a run or another replicate."""
     for index, run in enumerate(spec.run):
         seed = run.params.get("seed")
         if spec.seeds_of(run) > 1 and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -603,6 +665,17 @@ def _check_replicates(spec: CampaignSpec, source: str) -> None:
                             f"each with params.seed replaced, but its params have no integer "
                             f"seed; add params.seed (e.g. seed = 0) or set seeds = 1 for this run",
                             file=source, field=f"run[{index}].params.seed", value=seed)
+    names = {e.name: f"{'run' if isinstance(e, Run) else 'stage'} {e.name!r}" for e in spec.items}
+    for index, run in enumerate(spec.run):
+        if spec.seeds_of(run) < 2:
+            continue
+        for rep in spec.replicates(run):
+            if rep.name in names:
+                raise SpecError(f"replicate {rep.name!r} of run {run.name!r} has the name of "
+                                f"{names[rep.name]}; rename one of them (replicates are named "
+                                f"'<run> seed=<seed>')", file=source, field=f"run[{index}].name",
+                                value=run.name)
+            names[rep.name] = f"replicate {rep.name!r} of run {run.name!r}"
 
 
 def _suggest_name(bad: str, known: list[str]) -> str:

@@ -13,7 +13,14 @@ A run's product is accepted only when all four hold:
    predictions and is at least ``accept_at_least`` (at most, when the goal is ``min``).
 
 Timing repeats of one configuration (the same config hash) are one product: the count of
-accepted products is the number of distinct config hashes among the accepted runs.
+accepted products is the number of distinct config hashes among the accepted runs. A run
+that executes several replicates (``seeds`` ≥ 2) is one product, counted when every one
+of its replicates is accepted (five seeds of one configuration are not five products).
+
+A comparison whose sides executed one replicate each is the paired bootstrap over test
+examples (:func:`flightplan.close.conclusion.compare_runs`); when either side executed
+several, the two-level bootstrap over its usable replicates and the test examples
+(:func:`flightplan.close.replicates.compare_replicated_runs`).
 
 Usage::
 
@@ -29,6 +36,7 @@ from typing import Any
 
 from flightplan.activity import doing
 from flightplan.close.conclusion import compare_runs
+from flightplan.close.replicates import compare_replicated_runs
 from flightplan.close.verify import reproduce_runs
 from flightplan.errors import CheckFailed
 from flightplan.findings import Finding
@@ -37,7 +45,8 @@ from flightplan.metrics import (Predictions, metric_value, parse_metric,
                                  read_predictions_or_none)
 from flightplan.spec import CampaignSpec
 
-__all__ = ["Verdict", "accept_runs", "accepted_product_count", "comparisons"]
+__all__ = ["Verdict", "accept_runs", "accepted_product_count", "comparisons",
+           "replicate_verdicts"]
 
 
 @dataclass(frozen=True)
@@ -134,9 +143,32 @@ def accept_runs(results: Path, runs: list[RunRow], *, spec: CampaignSpec,
     return verdicts
 
 
-def accepted_product_count(verdicts: list[Verdict]) -> int:
-    """Distinct products among the accepted runs (same config hash → one product)."""
-    return len({v.config_hash or v.run_id for v in verdicts if v.accepted})
+def accepted_product_count(verdicts: list[Verdict], spec: CampaignSpec | None = None) -> int:
+    """Distinct products among the accepted runs (same config hash → one product); with
+    ``spec``, a run of ``seeds`` ≥ 2 is one product when all its replicates are accepted
+    (none while one of them is not, or has not run)."""
+    products: set[str] = set()
+    replicated: dict[str, set[str]] = {}
+    for v in verdicts:
+        replicate = spec.replicate_named(v.name) if spec is not None else None
+        if replicate is not None and replicate.count > 1:
+            accepted = replicated.setdefault(replicate.run.name, set())
+            if v.accepted:
+                accepted.add(v.name)
+        elif v.accepted:
+            products.add(v.config_hash or v.run_id)
+    for name, accepted in replicated.items():
+        if spec is not None and len(accepted) == spec.seeds_of(spec.run_named(name)):
+            products.add(f"run {name}")
+    return len(products)
+
+
+def replicate_verdicts(spec: CampaignSpec, verdicts: list[Verdict]) -> dict[str, list[Verdict]]:
+    """Run name → the verdicts of its executions (its replicates in seed order, or the run
+    itself with one seed); a verdict whose name is no execution of the spec is left out."""
+    by_name = {v.name: v for v in verdicts}
+    return {run.name: [by_name[rep.name] for rep in spec.replicates(run) if rep.name in by_name]
+            for run in spec.runs}
 
 
 def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
@@ -152,13 +184,18 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
     Returns:
         One entry per run with a ``reference``: ``{variant, reference, variant_run_id,
         reference_run_id, ...compare() keys}`` or ``{..., verdict: "not_available",
-        reason}``.
+        reason}``; when either side runs several seeds, also ``variant_run_ids``,
+        ``reference_run_ids`` (the usable replicates) and ``replicates_used``, with the
+        keys of :func:`flightplan.close.replicates.compare_replicates`.
     """
     by_name = {v.name: v for v in verdicts}
     section = spec.campaign
     out = []
     for run in spec.runs:
         if run.reference is None:
+            continue
+        if max(spec.seeds_of(run), spec.seeds_of(spec.run_named(run.reference))) > 1:
+            out.append(_compare_replicated(results, spec, run.name, run.reference, verdicts))
             continue
         sides = [by_name.get(run.name), by_name.get(run.reference)]
         entry: dict[str, Any] = {"variant": run.name, "reference": run.reference,
@@ -184,3 +221,37 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
         except CheckFailed as exc:
             out.append(entry | {"verdict": "not_available", "reason": str(exc)})
     return out
+
+
+def _compare_replicated(results: Path, spec: CampaignSpec, variant: str, reference: str,
+                        verdicts: list[Verdict]) -> dict[str, Any]:
+    """One comparison where a side executed several replicates: over the usable
+    replicates of each side (``replicates_used``: ``{reference, variant}`` counts of the
+    planned ones), ``not_available`` when a side has none."""
+    groups = replicate_verdicts(spec, verdicts)
+    usable = {name: [v for v in groups[name] if v.usable] for name in (variant, reference)}
+    entry: dict[str, Any] = {
+        "variant": variant, "reference": reference,
+        "variant_run_id": usable[variant][0].run_id if usable[variant] else None,
+        "reference_run_id": usable[reference][0].run_id if usable[reference] else None,
+        "variant_run_ids": [v.run_id for v in usable[variant]],
+        "reference_run_ids": [v.run_id for v in usable[reference]],
+        "replicates_used": {side: f"{len(usable[name])} of "
+                                  f"{spec.seeds_of(spec.run_named(name))}"
+                            for side, name in (("reference", reference), ("variant", variant))}}
+    missing = [name for name in (variant, reference) if not usable[name]]
+    if missing:
+        return entry | {"verdict": "not_available",
+                        "reason": f"no usable replicate for {' and '.join(missing)}"}
+    loaded = {name: [_load(results, v.run_id) for v in usable[name]]
+              for name in (variant, reference)}
+    if any(p is None for side in loaded.values() for p in side):
+        return entry | {"verdict": "not_available", "reason": "predictions unreadable"}
+    section = spec.campaign
+    try:
+        return entry | compare_replicated_runs(
+            [p for p in loaded[reference] if p is not None],
+            [p for p in loaded[variant] if p is not None],
+            metric=section.metric, goal=section.goal, min_gain=section.min_gain)
+    except CheckFailed as exc:
+        return entry | {"verdict": "not_available", "reason": str(exc)}

@@ -65,7 +65,9 @@ def build_budget(*, packages: list[Package], external: list[ExternalExpense],
     Args:
         packages: committed rentals (at least one).
         external: other expenses, in the rental's currency.
-        accepted_products: distinct accepted products (timing repeats count once).
+        accepted_products: distinct accepted products (timing repeats count once; a run
+            of several replicates counts once, when all of them are accepted:
+            :func:`flightplan.close.acceptance.accepted_product_count`).
         rejections: ``[{run_id, reasons: [str]}]`` of the runs not accepted.
         stopped_runs: ``[{run_id, rule, reason}]``.
 

@@ -29,11 +29,12 @@ from typing import Any
 from flightplan.activity import WaitDisplay, doing
 from flightplan.campaign_lock import CampaignLock
 from flightplan.close.acceptance import (Verdict, accept_runs, accepted_product_count,
-                                         comparisons)
+                                         comparisons, replicate_verdicts)
 from flightplan.close.analysis import error_analysis, error_markdown
 from flightplan.close.budget import budget_inputs, build_budget
 from flightplan.close.closed import inputs_fingerprint, unchanged_close
 from flightplan.close.conclusion import conclude
+from flightplan.close.replicates import run_seed_spreads, with_run_seed_spreads
 from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
@@ -192,17 +193,23 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
 
     section = spec.campaign
     doing("comparing each variant with its reference (paired bootstrap)")
-    conclusion = conclude(question=section.question, metric=section.metric, goal=section.goal,
-                          min_gain=section.min_gain, multiple=section.multiple,
-                          comparisons=with_seed_spread(spec, comparisons(results, spec, verdicts),
-                                                       calibrated_seed_spread(spec)))
+    conclusion = with_run_seed_spreads(
+        conclude(question=section.question, metric=section.metric, goal=section.goal,
+                 min_gain=section.min_gain, multiple=section.multiple,
+                 comparisons=with_seed_spread(spec, comparisons(results, spec, verdicts),
+                                              calibrated_seed_spread(spec))),
+        run_seed_spreads({name: [(v.run_id, v.metric_value) for v in group
+                                 if v.usable and v.metric_value is not None]
+                          for name, group in replicate_verdicts(spec, verdicts).items()}))
     _write_json(results, "conclusion.json", conclusion, written)
     budget = _write_budget(results, spec, ledger, runs, verdicts, written)
     goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
     pve = portable(plan_vs_execution(ledger, goodput=goodput), spec.campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
-    _write_calibration(results, spec, runs, pve, written)
+    _write_calibration(results, spec, runs, pve, written,
+                       seed_sd={name: spread["sd"] for name, spread
+                                in (conclusion.get("seed_spread") or {}).items()})
     _write_pages(results, spec, runs, {"conclusion": conclusion, "products": verdicts,
                                        "plan_vs_execution": pve, "budget": budget,
                                        "runs": analyses}, written)
@@ -229,9 +236,11 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
 
 
 def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
-                       pve: dict[str, Any], written: list[str]) -> None:
+                       pve: dict[str, Any], written: list[str], *,
+                       seed_sd: dict[str, float]) -> None:
     """``calibration.json``: what the next campaign plans from (``plan --from``,
-    :func:`flightplan.plan.calibration.calibration_record`)."""
+    :func:`flightplan.plan.calibration.calibration_record`), with ``seed_sd`` (run name →
+    its metric's sd over its replicates) on each replicate of a run of several seeds."""
     trials, rows, predictions = _published(results, runs)
     data_check = results / "data_check.json"
     calibration = calibration_record(
@@ -241,7 +250,7 @@ def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
                    for r in runs},
         plan_vs_execution=pve,
         data_check=json.loads(data_check.read_text(encoding="utf-8"))
-        if data_check.is_file() else None)
+        if data_check.is_file() else None, seed_sd=seed_sd)
     _write_json(results, CALIBRATION_FILE, portable(calibration.to_json(), spec.campaign_dir),
                 written)
 
@@ -292,7 +301,7 @@ def _write_budget(results: Path, spec: CampaignSpec, ledger: LedgerReader, runs:
                 "reason": (r.stop or {}).get("message")}
                for r in runs if r.status == "stopped"]
     budget = build_budget(packages=packages, external=external,
-                          accepted_products=accepted_product_count(verdicts),
+                          accepted_products=accepted_product_count(verdicts, spec),
                           rejections=[{"run_id": v.run_id, "reasons": v.reasons}
                                       for v in verdicts if not v.accepted],
                           stopped_runs=stopped)

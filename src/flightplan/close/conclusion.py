@@ -51,7 +51,8 @@ from flightplan.metrics import CONFIDENCE, N_RESAMPLES, SEED, Metric, Prediction
 from flightplan.plan.power import (MAX_COUNT, NO_PRACTICAL_SIZE, examples_to_settle,
                                    rounded_count)
 
-__all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude"]
+__all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude",
+           "verdict_of"]
 
 
 def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, ...],
@@ -95,15 +96,7 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
         resampled = np.full(N_RESAMPLES, point)
     gain = sign * point
     gain_low, gain_high = sorted((sign * low, sign * high))
-    settle = None
-    if gain_low >= min_gain:
-        verdict = "meets"
-    elif gain_high < min_gain:
-        verdict = "does_not_meet"
-    else:
-        verdict = "inconclusive"
-        settle = examples_to_settle(gain=gain, gain_low=gain_low, gain_high=gain_high,
-                                    n_examples=n, min_gain=min_gain)
+    verdict, settle = verdict_of(gain, gain_low, gain_high, n_examples=n, min_gain=min_gain)
     return {"reference_value": round(float(statistic(*reference)), 6),
             "variant_value": round(float(statistic(*variant)), 6),
             "difference": round(point, 6), "gain": round(gain, 6),
@@ -111,6 +104,20 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
             "confidence_level": CONFIDENCE, "n_examples": int(n),
             "n_resamples": N_RESAMPLES, "seed": SEED, "verdict": verdict,
             "examples_to_settle": settle, "p_value": p_value(sign * resampled, min_gain)}
+
+
+def verdict_of(gain: float, gain_low: float, gain_high: float, *, n_examples: int,
+               min_gain: float) -> tuple[str, int | None]:
+    """The verdict of a gain whose interval is ``[gain_low, gain_high]`` against
+    ``min_gain`` (module docstring), and for ``inconclusive`` the test examples that
+    would likely settle it (:func:`flightplan.plan.power.examples_to_settle`), else None."""
+    if gain_low >= min_gain:
+        return "meets", None
+    if gain_high < min_gain:
+        return "does_not_meet", None
+    return "inconclusive", examples_to_settle(gain=gain, gain_low=gain_low,
+                                              gain_high=gain_high, n_examples=n_examples,
+                                              min_gain=min_gain)
 
 
 def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric | str,

@@ -11,11 +11,17 @@ its manifest entry was rewritten to match:
 2. each comparison in ``conclusion.json`` that was made is
    :func:`~flightplan.close.conclusion.compare_runs` on the two runs' predictions with the
    conclusion's own ``metric``, ``goal`` and ``min_gain`` (the paired bootstrap's fixed
-   seed makes it repeat exactly);
-3. ``answer``, ``verdict`` and ``family_wise_level``, and each comparison's
+   seed makes it repeat exactly); one over replicates (``reference_run_ids`` and
+   ``variant_run_ids``) is :func:`~flightplan.close.replicates.compare_replicated_runs` on
+   all of them;
+3. each run's ``seed_spread`` is :func:`~flightplan.close.replicates.seed_spread` of the
+   metric of its replicates' predictions (its ``run_ids``);
+4. ``answer``, ``verdict`` and ``family_wise_level``, and each comparison's
    ``p_value_adjusted``, ``verdict_adjusted`` and ``seed_notice``, are
    :func:`~flightplan.close.conclusion.conclude`'s on those comparisons, under the
-   conclusion's own ``multiple`` (``"none"`` when it states none: written before Holm).
+   conclusion's own ``multiple`` (``"none"`` when it states none: written before Holm),
+   with the seed spreads' sentence
+   (:func:`~flightplan.close.replicates.with_run_seed_spreads`).
 
 Each disagreement is an ``inconsistent`` finding that names the file, the figure, the value
 the file states and the value its predictions give. A predictions file that is missing,
@@ -34,6 +40,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from flightplan.close.conclusion import compare_runs, conclude
+from flightplan.close.replicates import compare_replicated_runs, run_seed_spreads, with_run_seed_spreads
 from flightplan.errors import CheckFailed, SpecError
 from flightplan.findings import Finding
 from flightplan.metrics import Predictions, metric_value, read_predictions_or_none
@@ -129,12 +136,19 @@ def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[F
         if not isinstance(entry, dict) or entry.get("verdict") == "not_available":
             recomputed.append(entry)
             continue
-        sides = predictions(entry.get("reference_run_id")), predictions(entry.get("variant_run_id"))
-        if sides[0] is None or sides[1] is None:
+        replicated = "reference_run_ids" in entry or "variant_run_ids" in entry
+        keys = ("reference_run_ids", "variant_run_ids") if replicated else \
+            ("reference_run_id", "variant_run_id")
+        sides = [[predictions(r) for r in (entry.get(key) or [])] if replicated
+                 else [predictions(entry.get(key))] for key in keys]
+        if any(not side or any(p is None for p in side) for side in sides):
             recomputed.append(entry)
             continue
+        ref, var = ([p for p in side if p is not None] for side in sides)
         try:
-            fresh = compare_runs(sides[0], sides[1], metric=metric, goal=goal, min_gain=min_gain)
+            fresh = compare_replicated_runs(ref, var, metric=metric, goal=goal,
+                                            min_gain=min_gain) if replicated else \
+                compare_runs(ref[0], var[0], metric=metric, goal=goal, min_gain=min_gain)
         except (CheckFailed, SpecError) as exc:
             findings.append(Finding(CHECK, _CONCLUSION, f"comparisons[{i}]: the predictions "
                                     f"cannot give it again: {exc}"))
@@ -149,9 +163,13 @@ def _conclusion(conclusion: dict[str, Any], predictions: _Predictions) -> list[F
                                                 f"predictions give {fresh[key]!r}"
                                                 for key in differ)))
         recomputed.append({**entry, **fresh})
+    spreads, spread_findings = _seed_spreads(conclusion, metric, predictions)
+    findings += spread_findings
     answer = conclude(question=str(conclusion.get("question", "")), metric=metric, goal=goal,
                       min_gain=min_gain, comparisons=recomputed,
                       multiple=str(conclusion.get("multiple", "none")))
+    if "seed_spread" in conclusion:
+        answer = with_run_seed_spreads(answer, spreads)
     findings += _derived(stated, answer["comparisons"], moved)
     for key in ("answer", "verdict", "family_wise_level"):
         if conclusion.get(key) != answer[key]:
@@ -182,3 +200,37 @@ def _derived(stated: list[Any], recomputed: list[dict[str, Any]], moved: set[int
                                     + "; ".join(f"{key} states {entry[key]!r}, its figures "
                                                 f"give {fresh.get(key)!r}" for key in differ)))
     return findings
+
+
+def _seed_spreads(conclusion: dict[str, Any], metric: str, predictions: _Predictions
+                  ) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+    """Each run's seed spread computed again from its replicates' predictions (a run whose
+    predictions cannot be read keeps the stated one), and a finding per figure that
+    differs."""
+    stated = conclusion.get("seed_spread")
+    if not isinstance(stated, dict):
+        return {}, []
+    spreads, findings = {}, []
+    for name, spread in stated.items():
+        ids = spread.get("run_ids") if isinstance(spread, dict) else None
+        made = [predictions(r) for r in ids or []]
+        if not ids or any(p is None for p in made):
+            spreads[name] = spread
+            continue
+        try:
+            values = [(r, round(metric_value(metric, p), 6))
+                      for r, p in zip(ids, made) if p is not None]
+        except (CheckFailed, SpecError) as exc:
+            findings.append(Finding(CHECK, _CONCLUSION, f"seed_spread.{name}: the predictions "
+                                    f"cannot give it again: {exc}"))
+            spreads[name] = spread
+            continue
+        fresh = run_seed_spreads({name: values}).get(name, {})
+        differ = [key for key in sorted(fresh) if spread.get(key) != fresh[key]]
+        if differ:
+            findings.append(Finding(CHECK, _CONCLUSION, f"seed_spread.{name}: "
+                                    + "; ".join(f"{key} states {spread.get(key)!r}, the "
+                                                f"predictions give {fresh[key]!r}"
+                                                for key in differ)))
+        spreads[name] = fresh or spread
+    return spreads, findings

@@ -372,7 +372,8 @@ def calibration_record(spec: CampaignSpec, *, runs: Sequence[Mapping[str, Any]],
                        trials: Mapping[str, Mapping[str, Any]],
                        rows: Mapping[str, Sequence[Row]], revisions: Mapping[str, Any],
                        predictions: Mapping[str, str], plan_vs_execution: Mapping[str, Any],
-                       data_check: Mapping[str, Any] | None) -> Calibration:
+                       data_check: Mapping[str, Any] | None,
+                       seed_sd: Mapping[str, float] | None = None) -> Calibration:
     """What ``close`` writes into ``results/calibration.json``.
 
     Args:
@@ -385,9 +386,11 @@ def calibration_record(spec: CampaignSpec, *, runs: Sequence[Mapping[str, Any]],
         plan_vs_execution: the ``plan_vs_execution.json`` object (observed durations,
             the decision point's pilot figures).
         data_check: ``data_check.json`` (split sizes), or None.
+        seed_sd: run name → the standard deviation of its decision metric over its
+            replicates (the conclusion's seed spread): every replicate of that run records
+            it as ``seed_sd`` (a later campaign matches any one of them).
     """
     observed = {i["name"]: i for i in plan_vs_execution.get("items", [])}
-    references = {r.name: r.reference for r in spec.runs}
     measured = []
     for run in runs:
         trial = trials.get(run["run_id"])
@@ -395,8 +398,10 @@ def calibration_record(spec: CampaignSpec, *, runs: Sequence[Mapping[str, Any]],
             continue
         item = observed.get(run["name"]) or {}
         run_rows = rows.get(run["run_id"])
+        replicate = spec.replicate_named(run["name"])
+        of = replicate.run if replicate is not None else None
         measured.append(MeasuredRun(
-            name=run["name"], run_id=run["run_id"], reference=references.get(run["name"]),
+            name=run["name"], run_id=run["run_id"], reference=of.reference if of else None,
             tier=str(run["tier"]), status=str(run["status"]), task=str(trial.get("task")),
             code_version=str(trial.get("code_version")), params=dict(trial.get("params") or {}),
             base_model=trial.get("base_model"), base_revision=revisions.get(run["run_id"]),
@@ -404,7 +409,9 @@ def calibration_record(spec: CampaignSpec, *, runs: Sequence[Mapping[str, Any]],
             observed_s=_seconds(item.get("observed_hours")),
             executions=int(item.get("executions") or 0),
             predictions=predictions.get(run["run_id"]),
-            figures=run_figures(run_rows) if run_rows else None))
+            figures=run_figures(run_rows) if run_rows else None,
+            seed_sd=(seed_sd or {}).get(of.name) if of and replicate and replicate.count > 1
+            else None))
     stages = []
     for stage in spec.stages:
         item = observed.get(stage.name) or {}

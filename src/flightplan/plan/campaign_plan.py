@@ -41,14 +41,23 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
                    extend: Mapping[str, Duration] | None = None) -> list[Task]:
     """The stages and runs of ``spec`` as schedule tasks (stages first, file order).
 
+    A run with ``seeds`` = K ≥ 2 is K tasks, one per replicate (named ``<name>
+    seed=<seed>``, :meth:`~flightplan.spec.CampaignSpec.replicates`), each of the run's
+    duration: the window, the quote, the reduced protocols and the cuts count K
+    executions. Whatever comes ``after`` such a run waits for all its replicates.
+
     Args:
-        durations: name → duration that replaces the estimate (measured at the pilot).
-        extend: name → duration added to it (what-if).
+        durations: name → duration that replaces the estimate (measured at the pilot); a
+            run's name sets all its replicates, a replicate's name that one.
+        extend: name → duration added to it (what-if), named the same way.
 
     Raises:
-        ArgumentError: a name in ``durations`` or ``extend`` is not a stage or run.
+        ArgumentError: a name in ``durations`` or ``extend`` is not a stage, run or
+            replicate.
     """
-    names = [e.name for e in spec.items]
+    expanded = {e.name: [rep.name for rep in spec.replicates(e)] if isinstance(e, Run)
+                else [e.name] for e in spec.items}
+    names = [*expanded, *(n for reps in expanded.values() for n in reps if n not in expanded)]
     for label, table in (("durations", durations), ("--extend", extend)):
         for name in table or {}:
             if name not in names:
@@ -56,15 +65,19 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
                                     f"{spec.source}{suggest(name, names)}")
     tasks = []
     for entry in spec.items:
-        seconds = (durations or {}).get(entry.name, entry.duration).seconds
-        seconds += (extend or {}).get(entry.name, Duration(0)).seconds
-        is_run = isinstance(entry, Run)
-        tasks.append(Task(
-            name=entry.name, kind="run" if is_run else "stage", tier=entry.tier,
-            seconds=max(1, seconds),
-            gpus=entry.gpus if "gpu" in entry.uses else 0,
-            person="person" in entry.uses, after=tuple(entry.after),
-            each_flight=isinstance(entry, Stage) and entry.each_flight))
+        after = tuple(name for dep in entry.after for name in expanded[dep])
+        for name in expanded[entry.name]:
+            seconds = (durations or {}).get(name, (durations or {}).get(
+                entry.name, entry.duration)).seconds
+            seconds += (extend or {}).get(name, (extend or {}).get(
+                entry.name, Duration(0))).seconds
+            is_run = isinstance(entry, Run)
+            tasks.append(Task(
+                name=name, kind="run" if is_run else "stage", tier=entry.tier,
+                seconds=max(1, seconds),
+                gpus=entry.gpus if "gpu" in entry.uses else 0,
+                person="person" in entry.uses, after=after,
+                each_flight=isinstance(entry, Stage) and entry.each_flight))
     return tasks
 
 

@@ -53,7 +53,8 @@ from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_dat
 from flightplan.plan.calibration import Calibrated
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
-                                     rank_variants, replan_from_options, with_value_cuts)
+                                     rank_variants, replan_from_options, runs_done,
+                                     with_value_cuts)
 from flightplan.run.executors.contract import (Executor, Interruption, Job, JobResult,
                                                ClusterJoined, check_gpus,
                                                check_processes)
@@ -201,7 +202,7 @@ class _Campaign:
         for interrupted in self.recorder.reset_interrupted():
             self.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
         for planned in self.planned:
-            ledger.ensure_run(run_id=planned.run_id, name=planned.run.name,
+            ledger.ensure_run(run_id=planned.run_id, name=planned.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)
 
     def _rule_correction(self) -> Mapping[str, Any] | None:
@@ -260,6 +261,7 @@ class _Campaign:
         publish_data_check(self.dir, report.to_json())
 
     def _control(self) -> PlannedRun:
+        """The control's first replicate: the one the pilot runs (its only one with one seed)."""
         return next(p for p in self.planned if p.run.name == self.spec.control.name)
 
     def pilot(self, report: DataCheckReport) -> PilotResult | CampaignOutcome:
@@ -344,11 +346,13 @@ class _Campaign:
         plan_result = plan_campaign(self.spec, catalog=self.catalog,
                                     durations={**self.calibrated, **durations})
         plan = plan_result.to_json()
-        done = {r.name for r in self.ledger.runs() if r.status in ("finished", "stopped")}
+        done = self._done_runs()
         value = self._value_ranking(report, estimates, done)
         steps = cut_steps([(r.name, r.tier) for r in self.spec.runs], done=done)
         computed = with_value_cuts(
-            choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs})), value,
+            choose(steps, replan_from_options(plan, {r.name for r in self.spec.runs},
+                                              replicates={p.name: p.run.name
+                                                          for p in self.planned})), value,
             [(r.name, r.tier, r.reference) for r in self.spec.runs])
         chosen, dropped = computed.decision, computed.dropped
         if self.decide is not None and self.decide != computed.decision:
@@ -372,11 +376,19 @@ class _Campaign:
         self._say_decision(made, plan_result.time_left())
         return made
 
+    def _done_runs(self) -> set[str]:
+        """The spec's runs whose every execution (each replicate) ended, finished or
+        stopped: their time is spent, so they are never dropped."""
+        ended = {r.run_id for r in self.ledger.runs() if r.status in ("finished", "stopped")}
+        return runs_done({run.name: [p.run_id for p in self.planned if p.run.name == run.name]
+                          for run in self.spec.runs}, ended)
+
     def _value_ranking(self, report: DataCheckReport, estimates: Mapping[str, Any],
                        done: set[str]) -> ValueRanking:
         """The variants not run yet, ranked by decision value per GPU-hour of their
         re-estimate, on the test split the data check counted, with the pilot's predictions
-        as evidence on the reference (:func:`flightplan.run.decision.rank_variants`)."""
+        as evidence on the reference (:func:`flightplan.run.decision.rank_variants`); a
+        run's GPU-hours count all its replicates."""
         split = report.splits.get("test") if report.splits else None
         test = TestSplit(split.rows, split.labels, "the data check") if split else None
         path = RunDir(self.dir / "runs" / pilot_id(self._control().run_id)).predictions
@@ -385,7 +397,8 @@ class _Campaign:
         except CheckFailed:
             reference = None
         gpu_hours = {run.name: float(estimates.get(run.name, {}).get(
-            "total_s", run.duration.seconds)) / 3600.0 * run.gpus for run in self.spec.runs}
+            "total_s", run.duration.seconds)) / 3600.0 * run.gpus * self.spec.seeds_of(run)
+            for run in self.spec.runs}          # every replicate of the run
         return rank_variants(
             self.spec, pending=[r.name for r in self.spec.runs
                                 if r.reference is not None and r.name not in done],
@@ -522,14 +535,14 @@ class _Campaign:
         planned = self._by_id[job.run_id]
         if not self.rental.admit(job.run_id, needs_s=run_needs_s(planned.run, self._decisions),
                                  flight=flight):
-            self.say(f"{planned.run.name} ({job.run_id}): "
+            self.say(f"{planned.name} ({job.run_id}): "
                      f"{waiting_reasons(self.ledger.events(job.run_id))[job.run_id]}")
             return False
         left = self.rental.window(flight).hours_left(time.time())
         self._flight_of[job.run_id] = f"{flight}, {left:.2f} h left"
         last = self.ledger.events(job.run_id)[-1:]
         if last and last[0].kind == "past_end":
-            self.say(f"{planned.run.name} ({job.run_id}): {(last[0].data or {})['message']}")
+            self.say(f"{planned.name} ({job.run_id}): {(last[0].data or {})['message']}")
         return True
 
     def _started(self, job: Job) -> None:
@@ -550,7 +563,7 @@ class _Campaign:
                  + (f"; {row['reason']}" if row.get("reason") else ""))
 
     def _interrupted(self, job: Job, info: Interruption) -> None:
-        name = self._by_id[job.run_id].run.name
+        name = self._by_id[job.run_id].name
         self._running.ended(job.run_id)
         self.recorder.interrupted(self._by_id[job.run_id], info)
         if info.cause == "flight_lost":
@@ -591,14 +604,14 @@ class _Campaign:
         checked them before anything was written) over on purpose: each run directory is
         moved aside to ``runs/<id>.restarted-<n>`` (nothing is deleted) and a
         ``restarted`` event is recorded, so earlier checkpoints no longer demand a resume.
+        A run's name restarts all its replicates; a replicate's name, that one alone.
         """
-        by_name = {p.run.name: p for p in self.planned}
         for name in names:
-            planned = by_name[name]
-            RunDir(planned.run_dir).set_aside()
-            self.ledger.set_run_status(planned.run_id, "pending", event="restarted",
-                                       data={"name": name})
-            self.say(f"{name} ({planned.run_id}) restarts from step 0 on purpose")
+            for planned in [p for p in self.planned if name in (p.name, p.run.name)]:
+                RunDir(planned.run_dir).set_aside()
+                self.ledger.set_run_status(planned.run_id, "pending", event="restarted",
+                                           data={"name": planned.name})
+                self.say(f"{planned.name} ({planned.run_id}) restarts from step 0 on purpose")
 
     def _bar(self, job: Job) -> None:
         flight = self._flight_of.get(job.run_id)
@@ -637,7 +650,8 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
         executor: where runs execute (default :class:`LocalExecutor`).
         console: where messages, bars and tables go (default stdout).
         quiet: print nothing (``--json``).
-        restart: run names to start over on purpose (:meth:`_Campaign.restart`).
+        restart: run (or replicate) names to start over on purpose
+            (:meth:`_Campaign.restart`).
         observer: watches the runs while the campaign holds its lock (:data:`Observer`;
             the CLI attaches the live MLflow mirror, :mod:`flightplan.tracking.live`).
         past_end: start runs that cannot finish before their flight's package ends
@@ -666,7 +680,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     """
     if decide is not None and decide not in DECISIONS:
         raise ArgumentError(f"--decide {decide}: not a decision; give continue, cut or stop")
-    runs = sorted(run.name for run in spec.runs)
+    runs = sorted({run.name for run in spec.runs} | {rep.name for rep in spec.executions})
     for name in restart:
         if name not in runs:
             raise ArgumentError(f"--restart {name}: not a run of the campaign; give one of "

@@ -186,7 +186,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     whether results/ exists and, once closed, the answer: :func:`_add_results`; a pending
     run that was not started because its flight's package ends first has that ``reason``;
     ``goodput`` per run and for the campaign: :func:`_add_goodput`; ``progress`` of each
-    running or interrupted run: :func:`_add_progress`).
+    running or interrupted run: :func:`_add_progress`; ``replicate_of``: the run a
+    replicate of a run of several seeds executes, else null).
 
     Raises:
         SpecError: the campaign file is missing or invalid.
@@ -201,6 +202,10 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     with ledger:
         snapshot = ledger.snapshot()
         _add_goodput(snapshot, spec, ledger)
+    for run in snapshot["runs"]:        # the run a replicate of several seeds belongs to
+        replicate = spec.replicate_named(run.get("name") or "")
+        run["replicate_of"] = replicate.run.name if replicate and replicate.count > 1 \
+            else None
     _add_rental(snapshot, now=time.time())
     holder = lock_holder(spec.campaign_dir)
     if holder is not None and holder.get("verb", "run") != "run":

@@ -48,7 +48,7 @@ from flightplan.plan.power import (DEFAULT_DISAGREEMENT, Z_INTERVAL, PairedModel
 from flightplan.spec import CampaignSpec
 
 __all__ = ["Choice", "Decision", "DECISIONS", "ASSUMED_DISAGREEMENT_RANGE", "ValueRanking",
-           "cut_steps", "choose",
+           "cut_steps", "choose", "runs_done",
            "replan_from_options", "rank_variants", "with_value_cuts"]
 
 DECISIONS = ("continue", "cut", "stop")
@@ -228,6 +228,14 @@ def cut_steps(runs: list[tuple[str, str]], *, done: AbstractSet[str] = frozenset
     return steps
 
 
+def runs_done(executions: Mapping[str, Sequence[str]], ended: AbstractSet[str]) -> set[str]:
+    """The runs whose every execution ended (finished or stopped): ``executions`` maps a
+    run's name to the ids of its executions (its replicates, or itself with one seed),
+    ``ended`` holds the ids that ended. A run of several seeds with one replicate still to
+    run is not done: its remaining replicates may still be cut."""
+    return {name for name, ids in executions.items() if ids and all(i in ended for i in ids)}
+
+
 def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]) -> Choice:
     """Decide from re-plans: ``replan(dropped)`` returns the plan JSON without ``dropped``.
 
@@ -258,7 +266,8 @@ def choose(steps: list[list[str]], replan: Callable[[list[str]], dict[str, Any]]
                                 f"essential runs; {tail}", option)
 
 
-def replan_from_options(plan: dict[str, Any], run_names: set[str]
+def replan_from_options(plan: dict[str, Any], run_names: set[str], *,
+                        replicates: Mapping[str, str] | None = None
                         ) -> Callable[[list[str]], dict[str, Any]]:
     """``replan(dropped)`` for :func:`choose`, read off one plan JSON (``plan --json``).
 
@@ -267,6 +276,12 @@ def replan_from_options(plan: dict[str, Any], run_names: set[str]
     ``dropped`` (it may also drop stages only they needed). The planner adds reduced
     options only while the full plan does not fit and stops at the first that fits; a
     cut it did not compute counts as not fitting.
+
+    Args:
+        run_names: the spec's run names (``dropped`` names runs, never replicates).
+        replicates: execution name → the run it replicates (``lora-r8 seed=1`` →
+            ``lora-r8``): the plan schedules each replicate of a run with ``seeds`` ≥ 2
+            as its own task, so an option that drops them drops their run.
     """
     rental = (plan.get("offer"), plan.get("package_days"), plan.get("flights"))
 
@@ -275,7 +290,8 @@ def replan_from_options(plan: dict[str, Any], run_names: set[str]
             return plan
         for option in plan.get("options", []):
             same = (option.get("offer"), option.get("package_days"), option.get("flights"))
-            runs_dropped = set(option.get("dropped") or []) & run_names
+            runs_dropped = {(replicates or {}).get(name, name)
+                            for name in option.get("dropped") or []} & run_names
             if same == rental and option.get("dropped") and runs_dropped == set(dropped):
                 return {"fits": bool(option.get("fits")),
                         "reserved_hours": option.get("reserved_hours") or 0.0,
@@ -334,7 +350,7 @@ def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapp
     Args:
         spec: the campaign (metric, goal, min_gain, expected gains and disagreement).
         pending: names of the variants whose comparison is still to be made.
-        gpu_hours: run name → GPU·h of its re-estimated run (duration × GPUs).
+        gpu_hours: run name → GPU·h of its re-estimated run (duration × GPUs × its seeds).
         test: the whole test split (None: unknown, ``why_unknown`` says why).
         reference: the pilot's predictions (the control's); None when there are none
             (then the default reference serves, as in ``plan``).

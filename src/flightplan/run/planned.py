@@ -1,9 +1,15 @@
-"""The runs of a campaign file as the runner carries them out: each run with its id, its
-task loaded as the worker will load it, and its ``trial.json``.
+"""The runs of a campaign file as the runner carries them out: each execution with its id,
+its task loaded as the worker will load it, and its ``trial.json``.
 
-A run's id is ``slug(name)-hash[:10]`` over its task, params, corpus hashes, base
+A run with ``seeds`` = K ≥ 2 executes K times, one :class:`PlannedRun` per replicate
+(:meth:`flightplan.spec.CampaignSpec.replicates`): replicate i is named ``<name>
+seed=<seed + i>`` and trains with ``params.seed`` = seed + i, so each has its own id,
+folder, checkpoints and rows. A run of one seed is planned as before (same name, same id).
+
+An execution's id is ``slug(name)-hash[:10]`` over its task, params, corpus hashes, base
 revision and code version (:mod:`flightplan.ids`); runs come in tier order
-(essential, useful, exploratory; file order within a tier).
+(essential, useful, exploratory; file order within a tier), a run's replicates in seed
+order.
 
 Usage::
 
@@ -20,7 +26,7 @@ from typing import Any, Mapping
 
 from flightplan.corpus import corpus_root
 from flightplan.ids import config_hash, corpus_view, run_config, run_id
-from flightplan.spec import BaseModelSection, CampaignSpec, Run
+from flightplan.spec import BaseModelSection, CampaignSpec, Replicate, Run
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
 
 __all__ = ["PlannedRun", "TIER_ORDER", "plan_runs", "trial_document", "load_run_task"]
@@ -31,13 +37,34 @@ TIER_ORDER = {"essential": 0, "useful": 1, "exploratory": 2}
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """A run of the spec with its id: ``run_id = slug(name)-hash[:10]`` (ids.py)."""
+    """One execution of a run of the spec with its id: ``run_id = slug(name)-hash[:10]``
+    (ids.py) over the replicate's name and params; ``run`` is the spec's run it executes."""
 
-    run: Run
+    replicate: Replicate
     run_id: str
     config_hash: str
     run_dir: Path
     task_source: TaskSource
+
+    @property
+    def run(self) -> Run:
+        """The spec's run this execution replicates (tier, task, GPUs, reference…)."""
+        return self.replicate.run
+
+    @property
+    def name(self) -> str:
+        """The execution's name: the run's, or ``<name> seed=<seed>`` for a replicate."""
+        return self.replicate.name
+
+    @property
+    def replicate_of(self) -> str | None:
+        """The run this execution replicates when the run has several seeds, else None."""
+        return self.run.name if self.replicate.count > 1 else None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The params it trains with (``params.seed`` replaced for replicate i ≥ 1)."""
+        return self.replicate.params
 
 
 def load_run_task(run: Run, spec: CampaignSpec) -> LoadedTask:
@@ -52,8 +79,8 @@ def load_run_task(run: Run, spec: CampaignSpec) -> LoadedTask:
 
 def plan_runs(spec: CampaignSpec, *, tasks: Mapping[str, LoadedTask] | None = None
               ) -> list[PlannedRun]:
-    """Every run of the spec with its id, in tier order (essential, useful,
-    exploratory; file order within a tier).
+    """Every execution of the spec's runs with its id, in tier order (essential, useful,
+    exploratory; file order within a tier; a run's replicates in seed order).
 
     Args:
         tasks: run name → its task, already loaded (:func:`load_run_task`); None: each
@@ -68,11 +95,13 @@ def plan_runs(spec: CampaignSpec, *, tasks: Mapping[str, LoadedTask] | None = No
     planned = []
     for run in sorted(spec.runs, key=lambda r: TIER_ORDER[r.tier]):
         task = tasks[run.name] if tasks is not None else load_run_task(run, spec)
-        identity = (run.task, run.params, corpus, task.base_revision(base_model, run.params),
-                    task.source.code_version, view)
-        ident = run_id(run.name, *identity)
-        planned.append(PlannedRun(run, ident, config_hash(run_config(*identity)),
-                                  spec.campaign_dir / "runs" / ident, task.source))
+        for rep in spec.replicates(run):
+            params = rep.params
+            identity = (run.task, params, corpus, task.base_revision(base_model, params),
+                        task.source.code_version, view)
+            ident = run_id(rep.name, *identity)
+            planned.append(PlannedRun(rep, ident, config_hash(run_config(*identity)),
+                                      spec.campaign_dir / "runs" / ident, task.source))
     return planned
 
 
@@ -82,8 +111,10 @@ def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> 
     if spec.corpus is not None:
         corpus = dict(spec.corpus.model_dump(mode="json"),
                       root=corpus_root(spec.corpus, spec.campaign_dir))
-    return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
-            "task": planned.run.task, "params": planned.run.params, "planned_steps": None,
+    return {"run_id": planned.run_id, "name": planned.name,
+            "replicate_of": planned.replicate_of,
+            "tier": planned.run.tier,
+            "task": planned.run.task, "params": planned.params, "planned_steps": None,
             "stop": spec.stop.model_dump(mode="json"),
             "checkpoint": spec.checkpoint.model_dump(mode="json"), "corpus": corpus,
             "base_model": None if spec.base_model is None

@@ -189,8 +189,9 @@ class RunRecorder:
                            [execution for execution, _ in executions]).to_json()
 
     def row(self, planned: "PlannedRun", *, exit_code: int | None = None) -> dict[str, Any]:
-        """The summary row ``{run_id, name, tier, status, metric, wall_s, stop, reason,
-        resumed_from, goodput}`` (``resumed_from``: the checkpoint its latest execution
+        """The summary row ``{run_id, name, tier, replicate_of, status, metric, wall_s, stop,
+        reason, resumed_from, goodput}`` (``replicate_of``: the run a replicate of several
+        seeds executes, else None) (``resumed_from``: the checkpoint its latest execution
         resumed from, or None; ``goodput``: :meth:`goodput`)."""
         entry = self.ledger.run(planned.run_id)
         status = "pending" if entry is None else entry.status
@@ -203,7 +204,8 @@ class RunRecorder:
                       + f"; see {RunDir(planned.run_dir).log.relative_to(self.dir)}")
         elif status == "cut":
             reason = "cut at the decision point"
-        return {"run_id": planned.run_id, "name": planned.run.name, "tier": planned.run.tier,
+        return {"run_id": planned.run_id, "name": planned.name, "tier": planned.run.tier,
+                "replicate_of": planned.replicate_of,
                 "status": status, "metric": None if entry is None else entry.metric,
                 "wall_s": None if entry is None else entry.wall_s,
                 "stop": None if entry is None else entry.stop, "reason": reason,

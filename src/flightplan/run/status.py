@@ -31,7 +31,7 @@ from flightplan.run.executors.contract import ClusterJoined
 from flightplan.run.progress import format_stop
 from flightplan.units import time_unit
 
-__all__ = ["status_lines", "run_lines", "goodput_lines", "flight_hours_lines", "clock", "cut"]
+__all__ = ["status_lines", "run_lines", "replicates_line", "goodput_lines", "flight_hours_lines", "clock", "cut"]
 
 _TIERS = ("essential", "useful", "exploratory")
 _EVENTS_SHOWN = 12
@@ -98,17 +98,38 @@ def _status_cell(run: dict[str, Any]) -> str:
     return f"{run['status']} {progress['steps_done']}" + (f"/{planned}" if planned else "")
 
 
+def replicates_line(name: str, replicates: list[dict[str, Any]], *, metric: str) -> str:
+    """The line above the replicates of run ``name``: ``  lora-r8: 3 replicates (2
+    finished, 1 running); macro_f1 mean 0.4530, sd 0.0100`` (mean and sd, ddof = 1, of
+    the replicates with a metric; the sd with two or more)."""
+    counts: dict[str, int] = {}
+    for r in replicates:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    values = [float(r["metric"]) for r in replicates if r.get("metric") is not None]
+    line = (f"  {name}: {len(replicates)} replicates ("
+            + ", ".join(f"{n} {status}" for status, n in counts.items()) + ")")
+    if values:
+        mean = sum(values) / len(values)
+        line += f"; {metric} mean {mean:.4f}"
+        if len(values) >= 2:
+            sd = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+            line += f", sd {sd:.4f}"
+    return line
+
+
 def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float,
               title: str = "runs") -> list[str]:
     """One line per run under its tier: full id, status, metric, wall time and (when the
     rows have ``started_at``) start; its reason at the end of the line or below it, cut.
+    The replicates of a run of several seeds (rows with ``replicate_of``) come under a
+    line naming their run (:func:`replicates_line`).
     A run id too long for its row to fit in ``width`` goes alone on its line, with its
     columns below; the id column is as wide as the longest id that fits, so one long id
     cuts neither the header nor the other runs' lines.
 
     Args:
         runs: ``{run_id, tier, status, metric, wall_s, stop, [started_at, superseded_by,
-            reason, progress]}`` per run (the ledger's rows, or ``flightplan run``'s summary rows).
+            reason, progress, replicate_of]}`` per run (the ledger's rows, or ``flightplan run``'s summary rows).
         metric: the campaign's decision metric (column header).
         width: terminal columns. now: unix seconds (times of today show without date).
         title: the first line.
@@ -129,11 +150,16 @@ def run_lines(runs: list[dict[str, Any]], *, metric: str, width: int, now: float
     out = [title, cut(f"  {header[0].ljust(id_width)}  {rest[0]}", width)]
     order = sorted(range(len(runs)), key=lambda i: (_TIERS.index(runs[i]["tier"])
                                                     if runs[i]["tier"] in _TIERS else 3, i))
-    tier = None
+    tier, group = None, None
     for i in order:
         if runs[i]["tier"] != tier:
-            tier = runs[i]["tier"]
+            tier, group = runs[i]["tier"], None
             out.append(f" {tier}")
+        if runs[i].get("replicate_of") and runs[i]["replicate_of"] != group:
+            group = runs[i]["replicate_of"]
+            out.append(cut(replicates_line(group, [r for r in runs
+                                                   if r.get("replicate_of") == group],
+                                           metric=metric), width))
         run_id, columns, reason = runs[i]["run_id"], rest[i + 1], _run_reason(runs[i])
         row = f"  {run_id.ljust(id_width)}  {columns}"
         if cell_len(run_id) <= id_width and cell_len(row) <= width:

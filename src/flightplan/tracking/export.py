@@ -14,7 +14,9 @@ one that does not verify. What it writes (names are the contract the tests read 
   ``measurements/<id>.jsonl`` (see :func:`.store.metric_points`) and the final
   metrics of ``metrics/<id>.json`` as ``final/<key>`` and ``final/<label>/<f1|…>`` at
   the last step; tags ``flightplan.config_hash, tier, task, reference, accepted,
-  reasons, status, status_reason, stop_rule, stop_reason, base_model.*``; status FINISHED
+  reasons, status, status_reason, stop_rule, stop_reason, base_model.*`` and, for a
+  replicate of a run of several seeds, ``flightplan.replicate_of`` (the run it
+  replicates, whose ``reference`` it carries); status FINISHED
   (finished), FAILED (stopped by a rule) or KILLED (neither finished nor stopped: crashed
   or interrupted), the reason in ``flightplan.status_reason``; start and end = the
   first and last measurement row's time (the stop record's time for a stopped run); the
@@ -122,8 +124,11 @@ def run_record(results: Path, run_id: str, manifest: dict[str, Any],
             "flightplan.accepted": "true" if facts.get("accepted") else "false",
             "flightplan.reasons": "; ".join(facts.get("reasons") or []),
             "mlflow.note.content": f"flightplan run `{run_id}`: {reason}"}
-    if name in references:
-        tags["flightplan.reference"] = references[name]
+    replicate_of = trial.get("replicate_of")
+    if replicate_of:
+        tags["flightplan.replicate_of"] = str(replicate_of)
+    if (replicate_of or name) in references:
+        tags["flightplan.reference"] = references[replicate_of or name]
     if stop:
         tags |= {"flightplan.stop_rule": str(stop.get("rule")),
                  "flightplan.stop_reason": str(stop.get("message"))}

@@ -10,8 +10,9 @@ environment: a command line is shown to every user by ``ps``). It opens the stor
 SQLite store's tables are created while the data check runs, not when the first rows
 come), then every ``poll_s`` seconds reads the complete rows appended to
 ``runs/<run_id>/measurements.jsonl`` of every run (the pilot too, tagged
-``flightplan.pilot``) and sends each run's new rows as one batch of metric points, the
-run's params and tags, and its status: RUNNING while it trains; FINISHED at ``done.json``;
+``flightplan.pilot``; a replicate of a run of several seeds ``flightplan.replicate_of``)
+and sends each run's new rows as one batch of metric points, the run's params and tags,
+and its status: RUNNING while it trains; FINISHED at ``done.json``;
 FAILED with the rule and reason at ``stop.json``; KILLED on the last pass when the run is
 neither finished nor stopped; RUNNING again when a later ``flightplan run`` resumes it.
 While the store fails, everything read is kept and sent when it answers again, the wait
@@ -203,6 +204,8 @@ class Mirror:
                     "flightplan.task": str(trial.get("task")), "flightplan.live": "true"}
             if run_id.startswith("pilot-"):
                 tags["flightplan.pilot"] = "true"
+            elif trial.get("replicate_of"):
+                tags["flightplan.replicate_of"] = str(trial["replicate_of"])
             run = store.run(self._experiment_id, run_id,
                             name="pilot" if run_id.startswith("pilot-") else str(trial.get("name")),
                             start_ms=state.first_ms, tags=tags)

@@ -389,3 +389,29 @@ def test_plan_from_takes_the_seed_spread_an_earlier_campaign_measured(tmp_path):
     assert (power.seeds.sd, power.seeds.source) == after.seed_spread["lora"]
     (default,) = campaign_power(spec, split).comparisons
     assert default.seeds.sd == 0.025 and power.resolution < default.resolution
+
+
+def test_close_records_the_seed_sd_on_every_replicate_of_a_run_of_several_seeds():
+    from flightplan.plan.calibration import calibration_record
+    from flightplan.spec import parse_spec
+    spec = parse_spec({
+        "campaign": {"name": "c", "question": "q?", "min_gain": 0.05, "seeds": 2},
+        "rental": {"offer": "RTX 4090", "package_days": 3},
+        "run": [{"name": "a", "tier": "essential", "duration": "1h", "params": {"seed": 0}},
+                {"name": "b", "tier": "essential", "duration": "1h", "reference": "a",
+                 "params": {"seed": 0}},
+                {"name": "c", "tier": "useful", "duration": "1h", "reference": "a",
+                 "seeds": 1, "params": {"seed": 0}}]})
+    names = ["a seed=0", "a seed=1", "b seed=0", "b seed=1", "c"]
+    runs = [{"run_id": f"id{i}", "name": n, "tier": "essential", "status": "finished"}
+            for i, n in enumerate(names)]
+    trials = {f"id{i}": {"task": "textclf", "code_version": "1", "params": {"seed": i % 2}}
+              for i in range(5)}
+    record = calibration_record(spec, runs=runs, trials=trials, rows={}, revisions={},
+                                predictions={}, plan_vs_execution={}, data_check=None,
+                                seed_sd={"a": 0.0125, "b": 0.03})
+    measured = {r.name: (r.reference, r.seed_sd) for r in record.runs}
+    assert measured == {"a seed=0": (None, 0.0125), "a seed=1": (None, 0.0125),
+                        "b seed=0": ("a", 0.03), "b seed=1": ("a", 0.03), "c": ("a", None)}
+    assert [r["seed_sd"] for r in record.to_json()["runs"]] == [0.0125, 0.0125, 0.03, 0.03,
+                                                                 None]

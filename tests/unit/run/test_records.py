@@ -34,7 +34,7 @@ def _planned(tmp_path, run_id, name="lr"):
     run_dir = tmp_path / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "trial.json").write_text(json.dumps({"run_id": run_id, "resume": False}))
-    return SimpleNamespace(run_id=run_id, run_dir=run_dir,
+    return SimpleNamespace(run_id=run_id, run_dir=run_dir, name=name, replicate_of=None,
                            run=SimpleNamespace(name=name, tier="essential"))
 
 

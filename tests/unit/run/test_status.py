@@ -272,3 +272,23 @@ def test_goodput_per_run_and_hours_bought_per_flight_at_80_and_120_columns():
         for line in status_lines(_with_goodput(), metric="macro_f1", width=width, now=NOW):
             ids = [r["run_id"] for r in SNAPSHOT["runs"] if line.startswith(f"  {r['run_id']}")]
             assert cell_len(line) <= width or ids, line
+
+
+def test_the_replicates_of_a_run_come_under_a_line_naming_it() -> None:
+    from flightplan.run.status import run_lines
+    rows = [{"run_id": "control-f36b1c050a", "tier": "essential", "status": "finished",
+             "metric": 0.40, "wall_s": 10.0, "stop": None},
+            *({"run_id": f"lora-seed-{i}-000000000{i}", "tier": "essential",
+               "replicate_of": "lora", "status": status, "metric": metric, "wall_s": 9.0,
+               "stop": None}
+              for i, (status, metric) in enumerate([("finished", 0.45), ("finished", 0.47),
+                                                    ("running", None)]))]
+    lines = run_lines(rows, metric="macro_f1", width=80, now=NOW)
+    # mean of 0.45 and 0.47 = 0.46; sd (ddof 1) = 0.02/√2 = 0.014142
+    assert lines[2:] == [
+        " essential",
+        "  control-f36b1c050a      finished    0.4000      10.0",
+        "  lora: 3 replicates (2 finished, 1 running); macro_f1 mean 0.4600, sd 0.0141",
+        "  lora-seed-0-0000000000  finished    0.4500       9.0",
+        "  lora-seed-1-0000000001  finished    0.4700       9.0",
+        "  lora-seed-2-0000000002  running          -       9.0"]
