@@ -434,3 +434,61 @@ def test_the_real_token_encoder_refuses_a_model_it_does_not_compute():
     del model.encoder.layer[1].attention.self.scaling            # the scale it reads
     with pytest.raises(TaskError, match=r"missing encoder\.layer\[1\]\.attention\.self\.scaling;"):
         RealTokenEncoder(model)
+
+
+def test_the_campaigns_runs_tokenise_once_and_read_the_tokens_tokenising_gives(tmp_path):
+    from flightplan.tasks.textclf.prepared import encoded_splits
+    from flightplan.trial.data_cache import CACHE_DIR, cached
+
+    campaign = tmp_path / "campaign"
+    control = {"max_length": 32, "lr": 0.1, "epochs": 1, "batch_size": 16, "seed": 0}
+    made = []
+    for name in ("first", "second"):
+        trial = _trial(campaign / "runs" / name, control, campaign_dir=str(campaign))
+        train(trial)
+        rows = [json.loads(line) for line in
+                (trial.run_dir / "measurements.jsonl").read_text().splitlines()]
+        made.append(next((r["data_cache"], r["data_cache_hit"]) for r in rows
+                         if "data_cache" in r))
+        assert next(r for r in rows if "data_s" in r)["data_s"] > 0
+    assert made[0][0] == made[1][0] and [hit for _, hit in made] == [False, True]
+    assert (campaign / "runs" / "first" / "predictions.csv").read_bytes() == \
+        (campaign / "runs" / "second" / "predictions.csv").read_bytes()
+    # what the cache holds is what the tokenizer gives, field by field
+    section, base = CorpusSection.model_validate(CORPUS), BaseModelSection.model_validate(BASE)
+    corpus = load_corpus(section, campaign)
+    tokenizer = load_tokenizer(base)
+    fresh = (encode_split(tokenizer, corpus.train, corpus.labels, 32),
+             encode_split(tokenizer, corpus.test, corpus.labels, 32))
+    calls = []
+
+    def cache(parts, build):
+        obj, use = cached(campaign / CACHE_DIR, parts, build)
+        calls.append(use)
+        return obj
+    assert encoded_splits(cache, corpus, section, base, max_length=32,
+                          code_version=CODE_VERSION) == fresh
+    assert calls[-1].hit and calls[-1].key == made[0][0]
+    # a tampered entry (another token id, same length) is rebuilt: the splits stay exact
+    entry = campaign / CACHE_DIR / f"{made[0][0]}.pt"
+    stored = torch.load(entry, weights_only=True)
+    stored["test"]["tokens"][1] += 1
+    torch.save(stored, entry)
+    assert encoded_splits(cache, corpus, section, base, max_length=32,
+                          code_version=CODE_VERSION) == fresh
+    assert not calls[-1].hit and "sha256" in calls[-1].rebuilt_because
+
+
+def test_a_reload_given_the_campaign_reads_its_cached_tokens_bitwise(lora_run, tmp_path):
+    from flightplan.trial.data_cache import CACHE_DIR
+
+    before = sorted(p.name for p in (lora_run / CACHE_DIR).iterdir())
+    out = tmp_path / "cached.csv"
+    assert predict_main([str(lora_run / "artifact"), "--out", str(out), "--campaign-dir",
+                         str(lora_run)]) == 0
+    assert out.read_bytes() == (lora_run / "predictions.csv").read_bytes()
+    assert sorted(p.name for p in (lora_run / CACHE_DIR).iterdir()) == before  # loaded, not built
+    assert predict_main([str(lora_run / "artifact"), "--out", str(tmp_path / "five.csv"),
+                         "--limit", "5", "--campaign-dir", str(lora_run)]) == 0
+    assert [r["example_id"] for r in _rows(tmp_path / "five.csv")] == \
+        [r["example_id"] for r in _rows(lora_run / "predictions.csv")[:5]]
