@@ -7,7 +7,9 @@ against the campaign directory), checks that its code is the code the run id was
 from (``task_source.code_version`` in trial.json), and calls its ``train(trial)``. If
 ``train`` returns without calling ``trial.finish()``, the worker calls it. When the task's
 module imports torch, its intra-op threads are set to ``$FLIGHTPLAN_TORCH_THREADS``
-(default 1) before ``train``, so every task computes with the count its run records.
+before ``train`` (the executor sets it to the flight's cores divided by the runs it holds
+at once, :func:`flightplan.trial.accelerator.flight_threads`; 1 when unset), so every task
+computes with the count its run records.
 Before it loads anything it writes a ``process_start`` row (:class:`flightplan.rows.ProcessStart`)
 stamped with the time the kernel created the process, which :mod:`flightplan.goodput` reads
 to tell the executor's start of the execution from the process's own start and load. Of

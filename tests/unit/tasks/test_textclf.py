@@ -492,3 +492,23 @@ def test_a_reload_given_the_campaign_reads_its_cached_tokens_bitwise(lora_run, t
                          "--limit", "5", "--campaign-dir", str(lora_run)]) == 0
     assert [r["example_id"] for r in _rows(tmp_path / "five.csv")] == \
         [r["example_id"] for r in _rows(lora_run / "predictions.csv")[:5]]
+
+
+def test_a_run_records_its_thread_count_and_a_reload_computes_with_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLIGHTPLAN_TORCH_THREADS", "2")      # what a flight's executor sets
+    run_dir = tmp_path / "two-threads"
+    control = {"max_length": 32, "lr": 0.1, "epochs": 1, "batch_size": 16, "seed": 1}
+    train(_trial(run_dir, control))
+    assert json.loads((run_dir / "artifact" / "artifact.json").read_text())["torch_threads"] == 2
+    torch.set_num_threads(1)
+    load_artifact(run_dir / "artifact")
+    assert torch.get_num_threads() == 2                      # the recorded count, not 1
+    # a fresh process whose own count is 1 reproduces the run's file bitwise
+    out = tmp_path / "again.csv"
+    done = subprocess.run([sys.executable, "-m", "flightplan.tasks.textclf.predict",
+                           str(run_dir / "artifact"), "--out", str(out)], capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "FLIGHTPLAN_TORCH_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == (run_dir / "predictions.csv").read_bytes()
+    torch.set_num_threads(1)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import torch
 
@@ -120,3 +122,22 @@ def test_trial_cached_stores_in_the_campaign_folder_and_logs_the_key(tmp_path):
     assert (campaign / CACHE_DIR / f"{key}.pt").is_file()
     assert [(r[0]["data_cache"], r[0]["data_cache_hit"]) for r in rows_of] == \
         [(key, False), (key, True)]
+
+
+def test_the_example_of_docs_tasks_builds_once_and_loads_after(tmp_path):
+    text = (Path(__file__).resolve().parents[3] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    source = re.search(r"<!-- snippet: cached -->\n```python\n(.*?)```", text, flags=re.S)[1]
+    namespace: dict = {}
+    exec(compile(source, "docs/tasks.md", "exec"), namespace)
+    rows = ["a b c", "de", "f g"]
+    got = []
+    for name in ("one", "two"):
+        trial = Trial.local(tmp_path / name, params={"window": 4})
+        trial.campaign_dir = str(tmp_path)          # as a campaign's runs share it
+        got.append(namespace["features"](trial, rows))
+        rows_logged = [json.loads(line) for line in
+                       (tmp_path / name / "measurements.jsonl").read_text().splitlines()]
+        assert rows_logged[0]["data_cache_hit"] is (name == "two")
+    assert got[1]["n"] == 3
+    assert torch.equal(got[1]["x"], torch.tensor([[5.0, 2.0], [2.0, 0.0], [3.0, 1.0]]))
+    assert torch.equal(got[0]["x"], got[1]["x"])
