@@ -48,7 +48,6 @@ from flightplan.errors import SpecError
 from flightplan.trial import autocast, device, grad_scaler, set_deterministic
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
-from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics,
                                                 example_embeddings, pooled,
                                                 predict_probabilities, prediction_rows,
@@ -56,7 +55,7 @@ from flightplan.tasks.textclf.inference import (EncodedSplit, classification_met
 from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
                                             build_classifier, torch_threads)
-from flightplan.tasks.textclf.prepared import encoded_splits
+from flightplan.tasks.textclf.prepared import read_and_encode
 
 __all__ = ["train", "lr_factor", "optimizer_and_schedule", "TrainStep"]
 
@@ -204,11 +203,9 @@ def train(trial: Any, *, code_version: str) -> None:
     set_deterministic(dev)
     corpus_section, base_section, campaign_dir = _sections(trial)
     data_began = time.perf_counter()
-    corpus = read_corpus(corpus_section, campaign_dir)
-    labels = corpus.labels
-    train_split, test_split = encoded_splits(trial.cached, corpus, corpus_section, base_section,
-                                             max_length=params.max_length,
-                                             code_version=code_version)
+    labels, train_split, test_split = read_and_encode(
+        trial.cached, corpus_section, base_section, campaign_dir, max_length=params.max_length,
+        code_version=code_version)
     data_s = time.perf_counter() - data_began
     n_inputs = len(train_split) + len(test_split)
     trial.check_truncation((sum(train_split.truncated) + sum(test_split.truncated)) / max(1, n_inputs))

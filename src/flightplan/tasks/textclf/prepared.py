@@ -33,13 +33,17 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from pathlib import Path
+
 from flightplan.corpus import Corpus
 from flightplan.ids import corpus_view
 from flightplan.spec import BaseModelSection, CorpusSection
+from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import EncodedSplit, encode_split
 from flightplan.tasks.textclf.model import load_tokenizer, model_dir
 
-__all__ = ["TOKENIZER_FILES", "key_parts", "encoded_splits", "to_stored", "from_stored"]
+__all__ = ["TOKENIZER_FILES", "key_parts", "encoded_splits", "read_and_encode", "to_stored",
+           "from_stored"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt")
@@ -136,3 +140,20 @@ def encoded_splits(cache: Cache, corpus: Corpus, corpus_section: CorpusSection,
     stored = cache(key_parts(corpus_section, base_section, labels, max_length, code_version),
                    build)
     return from_stored(stored, max_length)
+
+
+def read_and_encode(cache: Cache, corpus_section: CorpusSection, base_section: BaseModelSection,
+                    campaign_dir: Path, *, max_length: int, code_version: str
+                    ) -> tuple[list[str], EncodedSplit, EncodedSplit]:
+    """A run's data preparation, as the training loop does it (its ``data_s``): the corpus
+    read with its hashes checked (:func:`~flightplan.tasks.textclf.data.read_corpus`), then
+    :func:`encoded_splits`. Returns ``(labels, train, test)``.
+
+    Raises:
+        SpecError: ``[corpus]`` declares no label column; the base model is not installed.
+        CorpusMismatch: a corpus file differs from its frozen hash.
+    """
+    corpus = read_corpus(corpus_section, campaign_dir)
+    train, test = encoded_splits(cache, corpus, corpus_section, base_section,
+                                 max_length=max_length, code_version=code_version)
+    return corpus.labels, train, test
