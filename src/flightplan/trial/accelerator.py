@@ -35,7 +35,7 @@ from flightplan.errors import ArgumentError
 
 __all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV",
            "CUBLAS_WORKSPACE", "PRECISIONS", "Precision", "torch_threads", "cpu_count",
-           "cpu_slots", "flight_threads", "device", "set_deterministic", "autocast", "grad_scaler"]
+           "cpu_slots", "flight_threads", "DETERMINISTIC_ENV", "device", "set_deterministic", "autocast", "grad_scaler"]
 
 TORCH_THREADS = 1
 """Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
@@ -49,6 +49,10 @@ OMP_ENV = "OMP_NUM_THREADS"
 library the task uses (numpy, scikit-learn) then share the run's cores too."""
 DEVICE_ENV = "FLIGHTPLAN_DEVICE"
 """``cpu`` keeps a run on the CPU even where a GPU is visible (a reload, a test)."""
+DETERMINISTIC_ENV = "FLIGHTPLAN_DETERMINISTIC"
+"""``0`` when the run's ``[[run]] deterministic = false`` (the worker sets it from trial.json):
+:func:`set_deterministic` then lets an op without a deterministic kernel run, with torch's
+warning instead of its error."""
 CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_WORKSPACE = ":4096:8"
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -135,7 +139,9 @@ def device() -> Any:
 
 def set_deterministic(dev: Any) -> None:
     """Settings that make repeated runs bitwise equal on ``dev``. On CUDA: deterministic
-    algorithms (an op without one raises), cuDNN without autotuning, and the cuBLAS
+    algorithms (an op without one raises RuntimeError "... does not have a deterministic
+    implementation ..."; with ``$FLIGHTPLAN_DETERMINISTIC=0``, the run's ``deterministic =
+    false``, it warns and runs), cuDNN without autotuning, and the cuBLAS
     workspace setting (set here too when the executor did not, which works only before
     the first cuBLAS call). On a CPU nothing: its kernels are deterministic at a fixed
     thread count, and deterministic mode would also fill every new tensor with NaN
@@ -148,7 +154,8 @@ def set_deterministic(dev: Any) -> None:
     os.environ.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True,
+                                       warn_only=os.environ.get(DETERMINISTIC_ENV) == "0")
 
 
 def _check(precision: str) -> None:
