@@ -50,7 +50,8 @@ from flightplan.plan.decision_rule import (RULE_CHANGED, check_rule_unchanged, d
 from flightplan.plan.frozen_rental import check_rental_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
-from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
+from flightplan.run.data_check import (DataCheckReport, DataCheckSummary, prepare_data,
+                                       run_data_check)
 from flightplan.plan.calibration import Calibrated
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
@@ -235,6 +236,7 @@ class _Campaign:
         out = self.dir / ".flightplan" / "data_check.json"
         try:
             report = run_data_check(self.spec, out=out, tasks=self.tasks)
+            prepare_data(self.spec, self.tasks)      # the runs' data, once, into the cache
         except CorpusMismatch as exc:
             written = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
             mismatch = DataCheckReport("corpus_mismatch", float(written.get("wall_s", 0.0)),

@@ -512,3 +512,22 @@ def test_a_run_records_its_thread_count_and_a_reload_computes_with_it(tmp_path, 
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == (run_dir / "predictions.csv").read_bytes()
     torch.set_num_threads(1)
+
+
+def test_the_data_prepared_after_the_data_check_is_what_every_run_loads(tmp_path):
+    from flightplan.tasks.loader import load_task
+    from flightplan.trial.data_cache import CACHE_DIR
+
+    campaign = tmp_path / "campaign"
+    params = {"a": {"max_length": 32, "epochs": 1, "batch_size": 16, "seed": 0},
+              "b": {"max_length": 24, "epochs": 1, "batch_size": 16, "seed": 0}}
+    task = load_task("textclf", campaign)
+    assert task.prepare_data(CorpusSection.model_validate(CORPUS), params,
+                             BaseModelSection.model_validate(BASE), campaign_dir=campaign)
+    assert len(list((campaign / CACHE_DIR).glob("*.pt"))) == 2          # one per max_length
+    trial = _trial(campaign / "runs" / "a", params["a"], campaign_dir=str(campaign))
+    train(trial)
+    rows = [json.loads(line) for line in (trial.run_dir / "measurements.jsonl").read_text()
+            .splitlines()]
+    assert next(r["data_cache_hit"] for r in rows if "data_cache" in r) is True
+    assert len(list((campaign / CACHE_DIR).glob("*.pt"))) == 2          # nothing rebuilt

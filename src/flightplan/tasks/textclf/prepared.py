@@ -42,8 +42,8 @@ from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import EncodedSplit, encode_split
 from flightplan.tasks.textclf.model import load_tokenizer, model_dir
 
-__all__ = ["TOKENIZER_FILES", "key_parts", "encoded_splits", "read_and_encode", "to_stored",
-           "from_stored"]
+__all__ = ["TOKENIZER_FILES", "key_parts", "encoded_splits", "read_and_encode",
+           "prepare_campaign", "to_stored", "from_stored"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt")
@@ -157,3 +157,30 @@ def read_and_encode(cache: Cache, corpus_section: CorpusSection, base_section: B
     train, test = encoded_splits(cache, corpus, corpus_section, base_section,
                                  max_length=max_length, code_version=code_version)
     return corpus.labels, train, test
+
+
+def prepare_campaign(corpus_section: Any, params_by_run: Mapping[str, Mapping[str, Any]],
+                     base_model: Any, *, campaign_dir: Path, code_version: str) -> list[int]:
+    """Build the campaign's tokenised splits at every ``max_length`` of ``params_by_run``
+    (the task default where a run sets none) into ``campaign_dir``'s cache, as the runs'
+    own :func:`read_and_encode` would (same key, so they load them). Returns the lengths.
+
+    Raises:
+        SpecError: a run's ``max_length`` is not a token count; no label column; the base
+            model is not installed.
+        CorpusMismatch: a corpus file differs from its frozen hash.
+    """
+    from flightplan.tasks.textclf.data import max_lengths
+    from flightplan.trial.data_cache import CACHE_DIR, cached
+
+    section = corpus_section if isinstance(corpus_section, CorpusSection) else \
+        CorpusSection.model_validate(dict(corpus_section))
+    base = base_model if isinstance(base_model, BaseModelSection) else \
+        BaseModelSection.model_validate(dict(base_model or {}))
+    folder = Path(campaign_dir) / CACHE_DIR
+    corpus = read_corpus(section, Path(campaign_dir))
+    lengths = list(max_lengths(params_by_run))
+    for max_length in lengths:
+        encoded_splits(lambda parts, build: cached(folder, parts, build)[0], corpus, section,
+                       base, max_length=max_length, code_version=code_version)
+    return lengths
