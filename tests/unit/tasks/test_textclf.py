@@ -437,7 +437,7 @@ def test_the_real_token_encoder_refuses_a_model_it_does_not_compute():
 
 
 def test_the_campaigns_runs_tokenise_once_and_read_the_tokens_tokenising_gives(tmp_path):
-    from flightplan.tasks.textclf.prepared import encoded_splits
+    from flightplan.tasks.textclf.prepared import read_and_encode
     from flightplan.trial.data_cache import CACHE_DIR, cached
 
     campaign = tmp_path / "campaign"
@@ -466,16 +466,26 @@ def test_the_campaigns_runs_tokenise_once_and_read_the_tokens_tokenising_gives(t
         obj, use = cached(campaign / CACHE_DIR, parts, build)
         calls.append(use)
         return obj
-    assert encoded_splits(cache, corpus, section, base, max_length=32,
-                          code_version=CODE_VERSION) == fresh
+    # (the entry holds the whole corpus; the runs' 48 + 20 examples are its first ones)
+    assert read_and_encode(cache, section, base, campaign, max_length=32,
+                           code_version=CODE_VERSION) == (corpus.labels, *fresh)
+    assert calls[-1].hit and calls[-1].key == made[0][0]
+    # a cut that leaves out labels: gold indices follow the cut corpus's labels
+    few = CorpusSection.model_validate({**CORPUS, "train_limit": 3, "test_limit": 2})
+    small = load_corpus(few, campaign)
+    assert len(small.labels) < 3
+    assert read_and_encode(cache, few, base, campaign, max_length=32,
+                           code_version=CODE_VERSION) == \
+        (small.labels, encode_split(tokenizer, small.train, small.labels, 32),
+         encode_split(tokenizer, small.test, small.labels, 32))
     assert calls[-1].hit and calls[-1].key == made[0][0]
     # a tampered entry (another token id, same length) is rebuilt: the splits stay exact
     entry = campaign / CACHE_DIR / f"{made[0][0]}.pt"
     stored = torch.load(entry, weights_only=True)
     stored["test"]["tokens"][1] += 1
     torch.save(stored, entry)
-    assert encoded_splits(cache, corpus, section, base, max_length=32,
-                          code_version=CODE_VERSION) == fresh
+    assert read_and_encode(cache, section, base, campaign, max_length=32,
+                           code_version=CODE_VERSION) == (corpus.labels, *fresh)
     assert not calls[-1].hit and "sha256" in calls[-1].rebuilt_because
 
 

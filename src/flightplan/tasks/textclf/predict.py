@@ -45,27 +45,22 @@ def _campaign_dir(artifact_dir: Path, corpus: dict[str, Any], given: Path | None
                         f"the artifact; give --campaign-dir (the folder of the campaign file)")
 
 
-def _cached_test(predictor: Any, corpus: Any, section: Any, campaign_dir: Path,
-                 limit: int | None) -> Any:
+def _cached_test(predictor: Any, section: Any, campaign_dir: Path, limit: int | None) -> Any:
     """The test split the runs trained with, from ``campaign_dir``'s data cache (built
     there if absent), cut to the first ``limit`` examples: equal to tokenising them, as
-    the tokenizer reads each text on its own."""
+    the tokenizer reads each text on its own; None when its labels are not the model's."""
     from flightplan.spec import BaseModelSection
-    from flightplan.tasks.textclf.inference import EncodedSplit
-    from flightplan.tasks.textclf.prepared import encoded_splits
+    from flightplan.tasks.textclf.prepared import read_and_encode
     from flightplan.trial.data_cache import CACHE_DIR, cached
 
     config = predictor.config
-    _, test = encoded_splits(lambda parts, build: cached(campaign_dir / CACHE_DIR, parts,
-                                                         build)[0],
-                             corpus, section, BaseModelSection.model_validate(config["base_model"]),
-                             max_length=predictor.max_length,
-                             code_version=str(config["code_version"]))
-    if limit is None:
-        return test
-    return EncodedSplit(ids=test.ids[:limit], gold=test.gold[:limit],
-                        input_ids=test.input_ids[:limit], n_tokens=test.n_tokens[:limit],
-                        max_length=test.max_length, pad_id=test.pad_id)
+    cut = section.model_copy(update={"test_limit": min(limit, section.test_limit or limit)
+                                     if limit is not None else section.test_limit})
+    labels, _, test = read_and_encode(
+        lambda parts, build: cached(campaign_dir / CACHE_DIR, parts, build)[0], cut,
+        BaseModelSection.model_validate(config["base_model"]), campaign_dir,
+        max_length=predictor.max_length, code_version=str(config["code_version"]))
+    return test if labels == predictor.labels else None
 
 
 def predict_to_csv(artifact_dir: Path, out: Path, *, limit: int | None = None,
@@ -93,7 +88,7 @@ def predict_to_csv(artifact_dir: Path, out: Path, *, limit: int | None = None,
     split = None
     if campaign_dir is not None and corpus.labels == predictor.labels:
         try:                       # the campaign's tokenised splits (tokenised once)
-            split = _cached_test(predictor, corpus, section, Path(campaign_dir), limit)
+            split = _cached_test(predictor, section, Path(campaign_dir), limit)
         except OSError:            # a campaign folder this process cannot write: tokenise
             split = None
     if split is None:

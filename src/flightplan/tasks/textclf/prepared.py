@@ -8,7 +8,9 @@ the tokenizer's own, so a loaded split equals a freshly tokenised one exactly an
 result moves (``tests/unit/tasks/test_textclf_prepared.py`` checks it).
 
 The key (:func:`key_parts`) holds what the splits depend on: the corpus files' frozen
-sha256 and how they are read (:func:`flightplan.ids.corpus_view`), the labels, the
+sha256 and how they are read (:func:`flightplan.ids.corpus_view`, without the limits: an
+entry holds the whole corpus, and a run with ``train_limit``/``test_limit``, the pilot's
+and the kernel check's, takes its first examples from it), the labels, the
 tokenizer's files (sha256 of each) and the ``tokenizers``/``transformers`` versions,
 ``max_length``, and the task's ``CODE_VERSION`` (text clean-up). All but the library
 versions are already in the run id (corpus, base model package and version, params,
@@ -21,8 +23,9 @@ end, int64): example ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``.
 
 Usage::
 
-    train, test = encoded_splits(trial.cached, corpus, corpus_section, base_section,
-                                 max_length=128, code_version=CODE_VERSION)
+    labels, train, test = read_and_encode(trial.cached, corpus_section, base_section,
+                                          campaign_dir, max_length=128,
+                                          code_version=CODE_VERSION)
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import EncodedSplit, encode_split
 from flightplan.tasks.textclf.model import load_tokenizer, model_dir
 
-__all__ = ["TOKENIZER_FILES", "key_parts", "encoded_splits", "read_and_encode",
+__all__ = ["TOKENIZER_FILES", "LIMITS", "key_parts", "encoded_splits", "read_and_encode",
            "prepare_campaign", "to_stored", "from_stored"]
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -113,23 +116,36 @@ def from_stored(stored: Mapping[str, Any], max_length: int
             _split_from_stored(stored["test"], max_length, pad_id))
 
 
+LIMITS = ("train_limit", "test_limit")
+"""The ``[corpus]`` keys that cut a split to its first examples: not in the key, since a
+cut split is the whole one's first examples (:func:`read_and_encode`)."""
+
+
+def _whole(section: CorpusSection) -> CorpusSection:
+    return section.model_copy(update=dict.fromkeys(LIMITS))
+
+
 def encoded_splits(cache: Cache, corpus: Corpus, corpus_section: CorpusSection,
                    base_section: BaseModelSection, *, max_length: int, code_version: str
                    ) -> tuple[EncodedSplit, EncodedSplit]:
-    """``(train, test)`` of ``corpus`` tokenised at ``max_length``: from the campaign's cache,
-    or tokenised (:func:`~flightplan.tasks.textclf.inference.encode_split`, the tokenizer
-    loaded only then) and stored by ``cache``.
+    """``(train, test)`` of the whole ``corpus`` (no ``train_limit``/``test_limit``)
+    tokenised at ``max_length``: from the campaign's cache, or tokenised
+    (:func:`~flightplan.tasks.textclf.inference.encode_split`, the tokenizer loaded only
+    then) and stored by ``cache``.
 
     Args:
         cache: ``trial.cached`` (or a folder's :func:`~flightplan.trial.data_cache.cached`).
-        corpus: the corpus, its hashes checked against ``corpus_section``.
-        corpus_section, base_section: ``[corpus]`` and ``[base_model]``.
+        corpus: the whole corpus, its hashes checked against ``corpus_section``.
+        corpus_section, base_section: ``[corpus]`` without limits, and ``[base_model]``.
         max_length: tokens an input keeps (specials included).
         code_version: textclf's ``CODE_VERSION``.
 
     Raises:
+        ValueError: ``corpus_section`` sets a limit (use :func:`read_and_encode`).
         SpecError: the base model package is not installed.
     """
+    if any(getattr(corpus_section, key) is not None for key in LIMITS):
+        raise ValueError("encoded_splits takes the whole corpus; read_and_encode cuts it")
     labels = corpus.labels
 
     def build() -> dict[str, Any]:
@@ -142,28 +158,50 @@ def encoded_splits(cache: Cache, corpus: Corpus, corpus_section: CorpusSection,
     return from_stored(stored, max_length)
 
 
+def _first(split: EncodedSplit, count: int | None, whole: list[str], labels: list[str]
+           ) -> EncodedSplit:
+    """The first ``count`` examples of ``split`` (all when None), their gold indices moved
+    from the ``whole`` corpus's labels to ``labels`` (a cut corpus's, which may lack some)."""
+    index = {label: i for i, label in enumerate(labels)}
+    end = len(split) if count is None else count
+    return EncodedSplit(ids=split.ids[:end],
+                        gold=[-1 if g < 0 else index[whole[g]] for g in split.gold[:end]],
+                        input_ids=split.input_ids[:end], n_tokens=split.n_tokens[:end],
+                        max_length=split.max_length, pad_id=split.pad_id)
+
+
 def read_and_encode(cache: Cache, corpus_section: CorpusSection, base_section: BaseModelSection,
                     campaign_dir: Path, *, max_length: int, code_version: str
                     ) -> tuple[list[str], EncodedSplit, EncodedSplit]:
-    """A run's data preparation, as the training loop does it (its ``data_s``): the corpus
-    read with its hashes checked (:func:`~flightplan.tasks.textclf.data.read_corpus`), then
-    :func:`encoded_splits`. Returns ``(labels, train, test)``.
+    """A run's data preparation, as the training loop does it (its ``data_s``): the whole
+    corpus read with its hashes checked (:func:`~flightplan.tasks.textclf.data.read_corpus`),
+    :func:`encoded_splits` of it, then each split cut to ``train_limit``/``test_limit``
+    (the pilot's and the kernel check's), as :func:`flightplan.corpus.load_corpus` cuts
+    them: the first examples, labels those of the cut corpus. Equal to tokenising the cut
+    corpus, since the tokenizer reads each text on its own. Returns ``(labels, train,
+    test)``.
 
     Raises:
         SpecError: ``[corpus]`` declares no label column; the base model is not installed.
         CorpusMismatch: a corpus file differs from its frozen hash.
     """
-    corpus = read_corpus(corpus_section, campaign_dir)
-    train, test = encoded_splits(cache, corpus, corpus_section, base_section,
+    whole_section = _whole(corpus_section)
+    corpus = read_corpus(whole_section, campaign_dir)
+    train, test = encoded_splits(cache, corpus, whole_section, base_section,
                                  max_length=max_length, code_version=code_version)
-    return corpus.labels, train, test
+    cut_train = corpus.train[:corpus_section.train_limit]
+    cut_test = corpus.test[:corpus_section.test_limit]
+    labels = sorted({e.label for e in (*cut_train, *cut_test) if e.label is not None})
+    return (labels, _first(train, corpus_section.train_limit, corpus.labels, labels),
+            _first(test, corpus_section.test_limit, corpus.labels, labels))
 
 
 def prepare_campaign(corpus_section: Any, params_by_run: Mapping[str, Mapping[str, Any]],
                      base_model: Any, *, campaign_dir: Path, code_version: str) -> list[int]:
     """Build the campaign's tokenised splits at every ``max_length`` of ``params_by_run``
     (the task default where a run sets none) into ``campaign_dir``'s cache, as the runs'
-    own :func:`read_and_encode` would (same key, so they load them). Returns the lengths.
+    own :func:`read_and_encode` would (same key, so they, the pilot and the kernel check
+    load them). Returns the lengths.
 
     Raises:
         SpecError: a run's ``max_length`` is not a token count; no label column; the base
@@ -178,9 +216,8 @@ def prepare_campaign(corpus_section: Any, params_by_run: Mapping[str, Mapping[st
     base = base_model if isinstance(base_model, BaseModelSection) else \
         BaseModelSection.model_validate(dict(base_model or {}))
     folder = Path(campaign_dir) / CACHE_DIR
-    corpus = read_corpus(section, Path(campaign_dir))
     lengths = list(max_lengths(params_by_run))
     for max_length in lengths:
-        encoded_splits(lambda parts, build: cached(folder, parts, build)[0], corpus, section,
-                       base, max_length=max_length, code_version=code_version)
+        read_and_encode(lambda parts, build: cached(folder, parts, build)[0], section, base,
+                        Path(campaign_dir), max_length=max_length, code_version=code_version)
     return lengths
