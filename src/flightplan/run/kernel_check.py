@@ -23,7 +23,9 @@ the same fault with their full inputs and say why.
 
 Runs on the CPU need no check (their kernels are deterministic at a fixed thread count and
 :func:`~flightplan.trial.accelerator.set_deterministic` leaves them alone), so the runner
-calls it when the executor has GPUs (:func:`kernel_check_due`).
+calls it when the executor knows its GPUs before the runs start (:func:`kernel_check_due`:
+the local executor on a GPU machine; a Ray executor, which meets its flights' GPUs only
+when runs start, is not checked yet).
 
 Usage::
 
