@@ -263,6 +263,9 @@ class Run(_Strict):
     ``processes`` (default 1) is the number of worker processes one execution starts, the
     ranks of a data-parallel run (docs/distributed.md); on a machine with GPUs at most
     ``gpus``, one GPU each (checked against the executor when the runs start).
+    ``deterministic`` (default true): the run computes with deterministic kernels only, so
+    resume is bitwise; false lets an op without one run (a warning instead of an error;
+    resume is then checked within a tolerance, not bit for bit). Not part of the run id.
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -278,6 +281,7 @@ class Run(_Strict):
     gpu_memory_gb: Float | None = Field(default=None, gt=0)
     after: list[str] = Field(default_factory=list)
     seeds: Int | None = Field(default=None, ge=1, le=MAX_SEEDS)
+    deterministic: bool = True
 
     @property
     def uses(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""Carry out a campaign: data check, pilot, decision point, then the runs.
+"""Carry out a campaign: data check, kernel check (on GPUs), pilot, decision point, then the
+runs.
 
 The runs start longest first (by the decision point's re-estimates) when all of them fit,
 one after another, in the time the rental has left; otherwise in tier order.
@@ -15,7 +16,8 @@ directory.
 
 Exit code of :func:`run_campaign` (in :class:`CampaignOutcome`): 0 when every run that
 was not cut ended, finished or stopped by its own rule; 1 when the campaign was stopped
-(corpus mismatch, ``no_usable_resume`` in the pilot, the decision ``stop``) or a run's
+(corpus mismatch, an op without a deterministic kernel in the kernel check,
+``no_usable_resume`` in the pilot, the decision ``stop``) or a run's
 process crashed (running again retries it).
 
 Usage::
@@ -49,7 +51,8 @@ from flightplan.plan.decision_rule import (RULE_CHANGED, check_rule_unchanged, d
 from flightplan.plan.frozen_rental import check_rental_unchanged
 from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_against_catalog,
                                      expense_rows)
-from flightplan.run.data_check import DataCheckReport, DataCheckSummary, run_data_check
+from flightplan.run.data_check import (DataCheckReport, DataCheckSummary, prepare_data,
+                                       run_data_check)
 from flightplan.plan.calibration import Calibrated
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
@@ -61,6 +64,8 @@ from flightplan.run.executors.contract import (Executor, Interruption, Job, JobR
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.ledger import Ledger
 from flightplan.campaign_lock import CampaignLock
+from flightplan.run.kernel_check import (KernelCheck, KernelCheckResult, kernel_check_due,
+                                         run_kernel_check)
 from flightplan.run.planned import PlannedRun, load_run_task, plan_runs, trial_document
 from flightplan.run.pilot import METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, run_pilot
 from flightplan.run.progress import ProgressBoard, RunActivity, format_stop
@@ -85,6 +90,7 @@ run; the CLI attaches the live MLflow mirror (:func:`flightplan.tracking.live.ob
 
 DATA_CHECK_STAGE = "data-check"
 PILOT_STAGE = "pilot"
+KERNEL_CHECK_EVENT = "kernel_check"
 RUNNER_LOG = Path(".flightplan") / "runner.log"
 """Where the runner appends the traceback of a task hook that raised (relative to the
 campaign folder); the error itself is one line."""
@@ -92,8 +98,8 @@ campaign folder); the error itself is one line."""
 
 @dataclass
 class CampaignOutcome:
-    """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``, ``"pilot"``
-    or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
+    """How ``flightplan run`` ended. ``stopped_by``: None, ``"data_check"``,
+    ``"kernel_check"``, ``"pilot"`` or ``"decision"``; ``runs``: summary rows ``{run_id, name, tier, status, metric,
     wall_s, stop, reason, resumed_from, goodput}`` (:meth:`RunRecorder.row`);
     ``data_check``, ``pilot`` and ``decision`` as far as the campaign got."""
 
@@ -231,6 +237,7 @@ class _Campaign:
         out = self.dir / ".flightplan" / "data_check.json"
         try:
             report = run_data_check(self.spec, out=out, tasks=self.tasks)
+            prepare_data(self.spec, self.tasks)      # the runs' data, once, into the cache
         except CorpusMismatch as exc:
             written = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
             mismatch = DataCheckReport("corpus_mismatch", float(written.get("wall_s", 0.0)),
@@ -263,6 +270,36 @@ class _Campaign:
     def _control(self) -> PlannedRun:
         """The control's first replicate: the one the pilot runs (its only one with one seed)."""
         return next(p for p in self.planned if p.run.name == self.spec.control.name)
+
+    def kernel_check(self, report: DataCheckReport) -> KernelCheckResult | CampaignOutcome | None:
+        """One step of every run on the flight's GPUs (:mod:`.kernel_check`), once per set
+        of run ids (a passed check in the ledger for the same ids is kept); None where the
+        runs compute on CPUs. An op without a deterministic kernel stops the campaign."""
+        if not kernel_check_due(self.executor):
+            return None
+        first: dict[str, PlannedRun] = {}
+        for planned in self.planned:          # one replicate of each run: the same ops
+            first.setdefault(planned.run.name, planned)
+        ids = sorted(p.run_id for p in first.values())
+        for event in reversed(self.ledger.events(kind=KERNEL_CHECK_EVENT)):
+            data = event.data or {}
+            if data.get("ok") and data.get("run_ids") == ids:
+                return None
+        activity.doing("the kernel check")
+        self.say(f"kernel check: one step of {len(first)} run(s) on the runs' device")
+        result = run_kernel_check(
+            [KernelCheck(p.run.name, trial_document(self.spec, p, resume=False),
+                         self.tasks[p.run.name], gpus=p.run.gpus, processes=p.run.processes)
+             for p in first.values()], self.dir, report, executor=self.executor)
+        self.ledger.add_event(KERNEL_CHECK_EVENT, data={
+            **result.to_json(), "run_ids": ids,
+            "resume_check": {name: "loss and metric within a tolerance" if name in result.skipped
+                             else "bitwise" for name in first}})
+        if not result.ok:
+            return self._stopped(KERNEL_CHECK_EVENT, f"campaign stopped by the kernel check: "
+                                                     f"{result.message()}")
+        self.say(result.message())
+        return result
 
     def pilot(self, report: DataCheckReport) -> PilotResult | CampaignOutcome:
         control = self._control()
@@ -739,6 +776,9 @@ def _carry_out(campaign: _Campaign, restart: Sequence[str],
     report = campaign.data_check()
     if isinstance(report, CampaignOutcome):
         return report
+    kernels = campaign.kernel_check(report)
+    if isinstance(kernels, CampaignOutcome):
+        return kernels
     pilot = campaign.pilot(report)
     if isinstance(pilot, CampaignOutcome):
         return pilot

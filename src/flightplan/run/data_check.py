@@ -26,6 +26,10 @@ It reads the frozen corpus (:mod:`flightplan.corpus`) and reports, as one JSON o
   per distinct task with the params of its runs. A task key that the generic check (or
   another task) already wrote is a :class:`TaskError`.
 
+Once the corpus is found whole, :func:`prepare_data` calls each task's ``prepare_data``
+hook, which builds the data its runs read into the campaign's cache (textclf: its
+tokenised splits, :mod:`flightplan.tasks.textclf.prepared`), so no run pays for it.
+
 Inputs are identical when their values are (strings compared exactly, other values as
 canonical JSON); ``text`` is a preview of the first example's :attr:`Example.text`.
 
@@ -58,6 +62,7 @@ from flightplan.errors import CorpusMismatch, SpecError, TaskError
 from flightplan.spec import CampaignSpec
 
 __all__ = ["DataCheckReport", "DataCheckSummary", "SplitReport", "run_data_check",
+           "prepare_data",
            "split_report", "cross_split", "MAX_LABELS", "PREVIEW_CHARS"]
 
 PREVIEW_CHARS = 80
@@ -255,18 +260,38 @@ def _file_rows(files: Mapping[str, CorpusFile], expected: Mapping[str, str]
             for name, f in sorted(files.items())}
 
 
-def _task_figures(spec: CampaignSpec, corpus: Corpus, tasks: Mapping[str, Any],
-                  generic: list[str]) -> dict[str, Any]:
-    """Each distinct task's hook figures (once per task), merged; ``generic``: the keys
-    the generic check writes, which no task may."""
+def _runs_by_task(spec: CampaignSpec, tasks: Mapping[str, Any]
+                  ) -> list[tuple[Any, dict[str, Any]]]:
+    """``[(task, {run name: params})]``, one entry per distinct task, in run order."""
     groups: dict[str, tuple[Any, dict[str, Any]]] = {}
     for run in spec.runs:
         task = tasks[run.name]
         key = task.source.module_name
         groups.setdefault(key, (task, {}))[1][run.name] = dict(run.params)
+    return list(groups.values())
+
+
+def prepare_data(spec: CampaignSpec, tasks: Mapping[str, Any]) -> list[str]:
+    """Call each distinct task's ``prepare_data`` hook once (its runs' params), after the
+    check has found the corpus whole: the data every run reads is built into the
+    campaign's cache before any run starts (textclf: the tokenised splits). Returns the
+    refs of the tasks that have the hook.
+
+    Raises:
+        TaskHookFailed: a task's hook raised.
+    """
+    return [task.source.ref for task, params_by_run in _runs_by_task(spec, tasks)
+            if task.prepare_data(spec.corpus, params_by_run, spec.base_model,
+                                 campaign_dir=spec.campaign_dir)]
+
+
+def _task_figures(spec: CampaignSpec, corpus: Corpus, tasks: Mapping[str, Any],
+                  generic: list[str]) -> dict[str, Any]:
+    """Each distinct task's hook figures (once per task), merged; ``generic``: the keys
+    the generic check writes, which no task may."""
     written = {key: "the generic data check" for key in (*generic, "wall_s")}
     merged: dict[str, Any] = {}
-    for task, params_by_run in groups.values():
+    for task, params_by_run in _runs_by_task(spec, tasks):
         figures = task.data_check(corpus, params_by_run, spec.base_model)
         for key, value in figures.items():
             if key in written:

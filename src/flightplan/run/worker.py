@@ -7,7 +7,11 @@ against the campaign directory), checks that its code is the code the run id was
 from (``task_source.code_version`` in trial.json), and calls its ``train(trial)``. If
 ``train`` returns without calling ``trial.finish()``, the worker calls it. When the task's
 module imports torch, its intra-op threads are set to ``$FLIGHTPLAN_TORCH_THREADS``
-(default 1) before ``train``, so every task computes with the count its run records.
+before ``train`` (the executor sets it to the flight's cores divided by the runs it holds
+at once, :func:`flightplan.trial.accelerator.flight_threads`; 1 when unset), so every task
+computes with the count its run records. A run whose trial.json says ``deterministic:
+false`` gets ``$FLIGHTPLAN_DETERMINISTIC=0`` (:func:`flightplan.trial.accelerator.set_deterministic`
+then warns where an op has no deterministic kernel instead of raising).
 Before it loads anything it writes a ``process_start`` row (:class:`flightplan.rows.ProcessStart`)
 stamped with the time the kernel created the process, which :mod:`flightplan.goodput` reads
 to tell the executor's start of the execution from the process's own start and load. Of
@@ -39,7 +43,7 @@ from pathlib import Path
 from flightplan.errors import InputError, TrialPreempted, TrialStopped
 from flightplan.rows import ProcessStart, encode_row
 from flightplan.rundir import RunDir
-from flightplan.trial.accelerator import torch_threads
+from flightplan.trial.accelerator import DETERMINISTIC_ENV, torch_threads
 from flightplan.trial.leave import EXIT_PREEMPTED, install_leave_handlers
 
 __all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED",
@@ -95,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         _log_process_start(trial.run_dir)
     install_leave_handlers(trial)  # before the task loads: a request may come at any time
     os.environ[TRIAL_ENV] = os.path.abspath(args[0])
+    if not trial.config.deterministic:  # [[run]] deterministic = false: set_deterministic warns
+        os.environ[DETERMINISTIC_ENV] = "0"
     from flightplan.tasks.loader import load_task
 
     try:

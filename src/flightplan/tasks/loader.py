@@ -345,6 +345,16 @@ class LoadedTask:
                               tolerated_loss_s=tolerated_loss_s, mtbi_s=mtbi_s)
         return None if estimate is None else dict(estimate)
 
+    def prepare_data(self, corpus_section: Any, params_by_run: Mapping[str, Mapping[str, Any]],
+                     base_model: Any, *, campaign_dir: Path) -> bool:
+        """Run the task's ``prepare_data`` hook (the data its runs read, built once into the
+        campaign's cache); False without the hook."""
+        if not self._has("prepare_data"):
+            return False
+        self._hook("prepare_data", corpus_section, {k: dict(v) for k, v in params_by_run.items()},
+                   base_model, campaign_dir=Path(campaign_dir))
+        return True
+
     def pilot_examples(self, params: Mapping[str, Any], steps: int) -> int | None:
         """Training examples the pilot's ``steps`` steps read (None: the whole split)."""
         if not self._has("pilot_examples"):

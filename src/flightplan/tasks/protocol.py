@@ -31,6 +31,11 @@ Optional hooks (module-level functions; without one, the default after the arrow
   step time and the formula every re-estimate shares (:mod:`flightplan.tasks.estimate`).
 - ``pilot_examples(params, steps) -> int``: training examples the pilot's ``steps``
   steps read → ``None``: the whole training split.
+- ``prepare_data(corpus_section, params_by_run, base_model, *, campaign_dir)``: build, in
+  the runner right after the data check, the prepared data its runs will read from the
+  campaign's cache (:mod:`flightplan.trial.data_cache`; textclf: the tokenised splits at
+  every ``max_length`` its runs use), so that no run pays for it → nothing: the first
+  run that asks builds it.
 
 A hook that raises is one line naming the task, the hook and the exception
 (:class:`~flightplan.errors.TaskHookFailed`, exit 2); ``flightplan run`` keeps its traceback
@@ -74,6 +79,8 @@ HOOKS: Mapping[str, str] = {
     "estimate_run": "estimate_run(pilot, data_check, params, *, tolerated_loss_s, mtbi_s) "
                     "-> {total_s, ...} or None",
     "pilot_examples": "pilot_examples(params, steps) -> int or None",
+    "prepare_data": "prepare_data(corpus_section, params_by_run, base_model, *, campaign_dir) "
+                    "-> None",
 }
 """Optional hooks and their signatures (for error messages and docs)."""
 
@@ -84,6 +91,7 @@ CALLS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "data_check": (("corpus", "params_by_run", "base_model"), ()),
     "estimate_run": (("pilot", "data_check", "params"), ("tolerated_loss_s", "mtbi_s")),
     "pilot_examples": (("params", "steps"), ()),
+    "prepare_data": (("corpus_section", "params_by_run", "base_model"), ("campaign_dir",)),
 }
 """How flightplan calls each function: ``(positional arguments, keyword arguments)``; the
 loader checks that a task's function accepts that call before anything runs."""

@@ -3,9 +3,11 @@ keep it bitwise reproducible there. One place for the built-in task and user tas
 
 The executor decides where a worker runs and says so in its environment: on a machine
 with GPUs ``CUDA_VISIBLE_DEVICES`` holds the one GPU of the run (so inside the run it is
-``cuda:0``); without GPUs the run gets ``$FLIGHTPLAN_TORCH_THREADS`` intra-op threads
-(default :data:`TORCH_THREADS`) and as many runs share the machine as its cores allow
-(:func:`cpu_slots`).
+``cuda:0``) and ``cores // GPUs`` intra-op threads; without GPUs the run gets
+``$FLIGHTPLAN_TORCH_THREADS`` intra-op threads (default :data:`TORCH_THREADS`) and as many
+runs share the machine as its cores allow (:func:`cpu_slots`). Either way a worker's
+threads are the flight's cores divided by the runs it holds at once
+(:func:`flight_threads`).
 
 Usage (in a task)::
 
@@ -33,7 +35,7 @@ from flightplan.errors import ArgumentError
 
 __all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV",
            "CUBLAS_WORKSPACE", "PRECISIONS", "Precision", "torch_threads", "cpu_count",
-           "cpu_slots", "device", "set_deterministic", "autocast", "grad_scaler"]
+           "cpu_slots", "flight_threads", "DETERMINISTIC_ENV", "device", "set_deterministic", "autocast", "grad_scaler"]
 
 TORCH_THREADS = 1
 """Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
@@ -48,6 +50,10 @@ OMP_ENV = "OMP_NUM_THREADS"
 library the task uses (numpy, scikit-learn) then share the run's cores too."""
 DEVICE_ENV = "FLIGHTPLAN_DEVICE"
 """``cpu`` keeps a run on the CPU even where a GPU is visible (a reload, a test)."""
+DETERMINISTIC_ENV = "FLIGHTPLAN_DETERMINISTIC"
+"""``0`` when the run's ``[[run]] deterministic = false`` (the worker sets it from trial.json):
+:func:`set_deterministic` then lets an op without a deterministic kernel run, with torch's
+warning instead of its error."""
 CUBLAS_ENV = "CUBLAS_WORKSPACE_CONFIG"
 CUBLAS_WORKSPACE = ":4096:8"
 Precision = Literal["fp32", "bf16", "fp16"]
@@ -82,6 +88,32 @@ def cpu_slots(threads: int, cores: int | None = None) -> int:
     return max(1, (cores if cores is not None else cpu_count()) // max(1, threads))
 
 
+def flight_threads(gpus: int, cores: int | None = None,
+                   environ: dict[str, str] | None = None) -> int:
+    """Intra-op threads of each worker on a flight: the flight's cores divided by the runs
+    it holds at once, so the runs' threads together use every core and never outnumber
+    them.
+
+    - ``$FLIGHTPLAN_TORCH_THREADS`` set (in ``environ``, default this process's
+      environment): that count (:func:`torch_threads`);
+    - with GPUs, one run per GPU at once: ``max(1, cores // gpus)`` (16 cores, 1 GPU: 16;
+      16 cores, 3 GPUs: 5; 2 cores, 4 GPUs: 1);
+    - without GPUs: :data:`TORCH_THREADS` (1), and the flight holds
+      ``cpu_slots(1, cores) = cores`` runs at once, so again cores / runs at once.
+
+    The count is passed to each worker as ``$FLIGHTPLAN_TORCH_THREADS``; a task records the
+    count it computed with beside its artifact (textclf: ``artifact.json``
+    ``torch_threads``) and a reload computes with that count, so it stays bitwise.
+
+    Raises:
+        ArgumentError: ``$FLIGHTPLAN_TORCH_THREADS`` is not a positive integer.
+    """
+    env = os.environ if environ is None else environ
+    if THREADS_ENV in env or gpus <= 0:
+        return torch_threads(dict(env))
+    return max(1, (cores if cores is not None else cpu_count()) // gpus)
+
+
 def device() -> Any:
     """The run's ``torch.device``: ``cuda:0`` (the GPU the executor gave the run through
     ``CUDA_VISIBLE_DEVICES``) when CUDA is available and ``$FLIGHTPLAN_DEVICE`` is not
@@ -108,7 +140,9 @@ def device() -> Any:
 
 def set_deterministic(dev: Any) -> None:
     """Settings that make repeated runs bitwise equal on ``dev``. On CUDA: deterministic
-    algorithms (an op without one raises), cuDNN without autotuning, and the cuBLAS
+    algorithms (an op without one raises RuntimeError "... does not have a deterministic
+    implementation ..."; with ``$FLIGHTPLAN_DETERMINISTIC=0``, the run's ``deterministic =
+    false``, it warns and runs), cuDNN without autotuning, and the cuBLAS
     workspace setting (set here too when the executor did not, which works only before
     the first cuBLAS call). On a CPU nothing: its kernels are deterministic at a fixed
     thread count, and deterministic mode would also fill every new tensor with NaN
@@ -121,7 +155,8 @@ def set_deterministic(dev: Any) -> None:
     os.environ.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True,
+                                       warn_only=os.environ.get(DETERMINISTIC_ENV) == "0")
 
 
 def _check(precision: str) -> None:

@@ -442,6 +442,37 @@ class Trial:
                                   "trial.log(step, ...)")
         self._write(Measurement(0, time.time(), {k: _item(v) for k, v in measurements.items()}))
 
+    def cached(self, key_parts: Mapping[str, Any], build: Callable[[], Any]) -> Any:
+        """Data prepared once per campaign: the object ``build()`` makes for ``key_parts``,
+        built by the first run that asks and loaded, checked by its sha256, by every later
+        run and reload (:func:`flightplan.trial.data_cache.cached`; a tampered or torn entry
+        is rebuilt, never used). Stored in ``<campaign_dir>/.flightplan/cache/`` (a
+        :meth:`local` trial, which has no campaign folder: under its run directory).
+
+        ``key_parts`` must name everything the object depends on (corpus hashes, tokenizer,
+        ``max_length``, the code's version) as JSON values; ``build`` must return what
+        ``torch.load(weights_only=True)`` reads back (tensors, lists, dicts, strings,
+        numbers). Before the loop it logs a setup row ``{data_cache: <key>,
+        data_cache_hit: bool, data_cache_s: seconds}`` (the key is the run's record of which
+        prepared input it read).
+
+        Raises:
+            SpecError: ``key_parts`` is not representable as canonical JSON.
+            Whatever ``build`` raises.
+        """
+        from flightplan.trial.data_cache import CACHE_DIR, cached
+
+        base = Path(self.campaign_dir) if self.campaign_dir else self.run_dir
+        value, use = cached(base / CACHE_DIR, key_parts, build)
+        if not self._loop_started:
+            self._write(Measurement(0, time.time(), {"data_cache": use.key,
+                                                     "data_cache_hit": use.hit,
+                                                     "data_cache_s": use.seconds}))
+        if use.rebuilt_because:
+            print(f"flightplan: data cache {use.key[:12]} rebuilt: {use.rebuilt_because}",
+                  file=sys.stderr)
+        return value
+
     def evaluate(self, step: int, **metrics: Any) -> None:
         """Log an evaluation (``"event": "evaluation"``) and apply ``min_quality``.
 

@@ -42,6 +42,7 @@ class TrialFile(BaseModel):
     await_checkpoint: bool = False
     config_hash: str | None = None
     code_version: str | None = None
+    deterministic: bool = True
 
 
 def read_trial_file(path: Path | str) -> TrialFile:

@@ -434,3 +434,110 @@ def test_the_real_token_encoder_refuses_a_model_it_does_not_compute():
     del model.encoder.layer[1].attention.self.scaling            # the scale it reads
     with pytest.raises(TaskError, match=r"missing encoder\.layer\[1\]\.attention\.self\.scaling;"):
         RealTokenEncoder(model)
+
+
+def test_the_campaigns_runs_tokenise_once_and_read_the_tokens_tokenising_gives(tmp_path):
+    from flightplan.tasks.textclf.prepared import read_and_encode
+    from flightplan.trial.data_cache import CACHE_DIR, cached
+
+    campaign = tmp_path / "campaign"
+    control = {"max_length": 32, "lr": 0.1, "epochs": 1, "batch_size": 16, "seed": 0}
+    made = []
+    for name in ("first", "second"):
+        trial = _trial(campaign / "runs" / name, control, campaign_dir=str(campaign))
+        train(trial)
+        rows = [json.loads(line) for line in
+                (trial.run_dir / "measurements.jsonl").read_text().splitlines()]
+        made.append(next((r["data_cache"], r["data_cache_hit"]) for r in rows
+                         if "data_cache" in r))
+        assert next(r for r in rows if "data_s" in r)["data_s"] > 0
+    assert made[0][0] == made[1][0] and [hit for _, hit in made] == [False, True]
+    assert (campaign / "runs" / "first" / "predictions.csv").read_bytes() == \
+        (campaign / "runs" / "second" / "predictions.csv").read_bytes()
+    # what the cache holds is what the tokenizer gives, field by field
+    section, base = CorpusSection.model_validate(CORPUS), BaseModelSection.model_validate(BASE)
+    corpus = load_corpus(section, campaign)
+    tokenizer = load_tokenizer(base)
+    fresh = (encode_split(tokenizer, corpus.train, corpus.labels, 32),
+             encode_split(tokenizer, corpus.test, corpus.labels, 32))
+    calls = []
+
+    def cache(parts, build):
+        obj, use = cached(campaign / CACHE_DIR, parts, build)
+        calls.append(use)
+        return obj
+    # (the entry holds the whole corpus; the runs' 48 + 20 examples are its first ones)
+    assert read_and_encode(cache, section, base, campaign, max_length=32,
+                           code_version=CODE_VERSION) == (corpus.labels, *fresh)
+    assert calls[-1].hit and calls[-1].key == made[0][0]
+    # a cut that leaves out labels: gold indices follow the cut corpus's labels
+    few = CorpusSection.model_validate({**CORPUS, "train_limit": 3, "test_limit": 2})
+    small = load_corpus(few, campaign)
+    assert len(small.labels) < 3
+    assert read_and_encode(cache, few, base, campaign, max_length=32,
+                           code_version=CODE_VERSION) == \
+        (small.labels, encode_split(tokenizer, small.train, small.labels, 32),
+         encode_split(tokenizer, small.test, small.labels, 32))
+    assert calls[-1].hit and calls[-1].key == made[0][0]
+    # a tampered entry (another token id, same length) is rebuilt: the splits stay exact
+    entry = campaign / CACHE_DIR / f"{made[0][0]}.pt"
+    stored = torch.load(entry, weights_only=True)
+    stored["test"]["tokens"][1] += 1
+    torch.save(stored, entry)
+    assert read_and_encode(cache, section, base, campaign, max_length=32,
+                           code_version=CODE_VERSION) == (corpus.labels, *fresh)
+    assert not calls[-1].hit and "sha256" in calls[-1].rebuilt_because
+
+
+def test_a_reload_given_the_campaign_reads_its_cached_tokens_bitwise(lora_run, tmp_path):
+    from flightplan.trial.data_cache import CACHE_DIR
+
+    before = sorted(p.name for p in (lora_run / CACHE_DIR).iterdir())
+    out = tmp_path / "cached.csv"
+    assert predict_main([str(lora_run / "artifact"), "--out", str(out), "--campaign-dir",
+                         str(lora_run)]) == 0
+    assert out.read_bytes() == (lora_run / "predictions.csv").read_bytes()
+    assert sorted(p.name for p in (lora_run / CACHE_DIR).iterdir()) == before  # loaded, not built
+    assert predict_main([str(lora_run / "artifact"), "--out", str(tmp_path / "five.csv"),
+                         "--limit", "5", "--campaign-dir", str(lora_run)]) == 0
+    assert [r["example_id"] for r in _rows(tmp_path / "five.csv")] == \
+        [r["example_id"] for r in _rows(lora_run / "predictions.csv")[:5]]
+
+
+def test_a_run_records_its_thread_count_and_a_reload_computes_with_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLIGHTPLAN_TORCH_THREADS", "2")      # what a flight's executor sets
+    run_dir = tmp_path / "two-threads"
+    control = {"max_length": 32, "lr": 0.1, "epochs": 1, "batch_size": 16, "seed": 1}
+    train(_trial(run_dir, control))
+    assert json.loads((run_dir / "artifact" / "artifact.json").read_text())["torch_threads"] == 2
+    torch.set_num_threads(1)
+    load_artifact(run_dir / "artifact")
+    assert torch.get_num_threads() == 2                      # the recorded count, not 1
+    # a fresh process whose own count is 1 reproduces the run's file bitwise
+    out = tmp_path / "again.csv"
+    done = subprocess.run([sys.executable, "-m", "flightplan.tasks.textclf.predict",
+                           str(run_dir / "artifact"), "--out", str(out)], capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "FLIGHTPLAN_TORCH_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == (run_dir / "predictions.csv").read_bytes()
+    torch.set_num_threads(1)
+
+
+def test_the_data_prepared_after_the_data_check_is_what_every_run_loads(tmp_path):
+    from flightplan.tasks.loader import load_task
+    from flightplan.trial.data_cache import CACHE_DIR
+
+    campaign = tmp_path / "campaign"
+    params = {"a": {"max_length": 32, "epochs": 1, "batch_size": 16, "seed": 0},
+              "b": {"max_length": 24, "epochs": 1, "batch_size": 16, "seed": 0}}
+    task = load_task("textclf", campaign)
+    assert task.prepare_data(CorpusSection.model_validate(CORPUS), params,
+                             BaseModelSection.model_validate(BASE), campaign_dir=campaign)
+    assert len(list((campaign / CACHE_DIR).glob("*.pt"))) == 2          # one per max_length
+    trial = _trial(campaign / "runs" / "a", params["a"], campaign_dir=str(campaign))
+    train(trial)
+    rows = [json.loads(line) for line in (trial.run_dir / "measurements.jsonl").read_text()
+            .splitlines()]
+    assert next(r["data_cache_hit"] for r in rows if "data_cache" in r) is True
+    assert len(list((campaign / CACHE_DIR).glob("*.pt"))) == 2          # nothing rebuilt

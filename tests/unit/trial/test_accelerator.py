@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from flightplan.errors import ArgumentError
-from flightplan.trial.accelerator import (autocast, cpu_slots, device, grad_scaler, set_deterministic,
-                                   torch_threads)
+from flightplan.trial.accelerator import (autocast, cpu_slots, device, flight_threads,
+                                          grad_scaler, set_deterministic, torch_threads)
 
 
 def test_threads_come_from_the_environment_and_bad_values_name_the_variable():
@@ -16,6 +16,21 @@ def test_threads_come_from_the_environment_and_bad_values_name_the_variable():
     with pytest.raises(ArgumentError, match="FLIGHTPLAN_TORCH_THREADS='0'"):
         torch_threads({"FLIGHTPLAN_TORCH_THREADS": "0"})
     assert cpu_slots(1, cores=16) == 16
+
+
+def test_a_workers_threads_are_the_flights_cores_over_the_runs_it_holds_at_once():
+    # one run per GPU at once: cores // GPUs, at least one
+    assert flight_threads(1, cores=16, environ={}) == 16
+    assert flight_threads(2, cores=16, environ={}) == 8
+    assert flight_threads(3, cores=16, environ={}) == 5       # 16 // 3, 1 core left idle
+    assert flight_threads(8, cores=4, environ={}) == 1        # more GPUs than cores
+    # without GPUs one thread each, and cpu_slots(1, cores) = cores runs: 16 / 16
+    assert flight_threads(0, cores=16, environ={}) == 1 == 16 // cpu_slots(1, cores=16)
+    # the variable, when set, wins on any flight
+    assert flight_threads(1, cores=16, environ={"FLIGHTPLAN_TORCH_THREADS": "4"}) == 4
+    assert flight_threads(0, cores=16, environ={"FLIGHTPLAN_TORCH_THREADS": "2"}) == 2
+    with pytest.raises(ArgumentError, match="FLIGHTPLAN_TORCH_THREADS='x'"):
+        flight_threads(1, cores=16, environ={"FLIGHTPLAN_TORCH_THREADS": "x"})
 
 
 def test_device_is_the_cpu_when_asked_and_refuses_unknown_names(monkeypatch):

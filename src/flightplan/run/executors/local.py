@@ -5,9 +5,10 @@
 machine with GPUs each run holds the GPUs its ``[[run]] gpus`` declares, taken from the
 runner's own visible GPUs and never shared (``CUDA_VISIBLE_DEVICES`` set to them;
 ``CUBLAS_WORKSPACE_CONFIG`` set for deterministic cuBLAS); a run waits for its turn in the
-given order until enough are free, and one that asks for more than the machine has is not
-started (exit :data:`~flightplan.run.executors.contract.EXIT_NO_FLIGHT`; ``flightplan run``
-refuses such a campaign before anything starts, :meth:`LocalExecutor.gpu_limit`). On a
+given order until enough are free, each worker with ``cores // GPUs`` intra-op threads
+(:func:`flightplan.trial.accelerator.flight_threads`); one that asks for more than the
+machine has is not started (exit :data:`~flightplan.run.executors.contract.EXIT_NO_FLIGHT`;
+``flightplan run`` refuses such a campaign before anything starts, :meth:`LocalExecutor.gpu_limit`). On a
 machine without one, runs compute on the CPU whatever ``gpus`` says, as many at once as
 the cores allow, each with ``$FLIGHTPLAN_TORCH_THREADS`` threads
 (:func:`flightplan.trial.accelerator.cpu_slots`). Each run computes alone in its own process
@@ -43,7 +44,7 @@ from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.run.executors.ranks import RankGroup
 from flightplan.run.executors.tether import tethered
 from flightplan.trial.accelerator import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV,
-                                     cpu_slots, torch_threads)
+                                          cpu_slots, flight_threads)
 from flightplan.trial.leave import EXIT_PREEMPTED
 
 __all__ = ["LocalExecutor", "LOCAL_FLIGHT", "gpu_count"]
@@ -63,8 +64,10 @@ def gpu_count() -> int:
 
 class LocalExecutor(Executor):
     """Processes on this machine: each run on the GPUs its job holds, or on a machine
-    without GPUs ``cores // threads`` worker processes at once (each worker gets
-    ``$FLIGHTPLAN_TORCH_THREADS`` = threads). A job with ``processes`` > 1 starts that many
+    without GPUs ``cores // threads`` worker processes at once; each worker gets
+    ``$FLIGHTPLAN_TORCH_THREADS`` = :attr:`threads`, the cores divided by the runs held at
+    once (:func:`~flightplan.trial.accelerator.flight_threads`: ``cores // GPUs`` on a
+    machine with GPUs, else 1 unless the variable says otherwise). A job with ``processes`` > 1 starts that many
     ranks (:class:`~flightplan.run.executors.ranks.RankGroup`), which count as that many
     of the slots (a job that needs more than all of them runs alone).
 
@@ -88,7 +91,7 @@ class LocalExecutor(Executor):
                  env: dict[str, str] | None = None, gpus: int | None = None) -> None:
         self._gpus = gpu_count() if gpus is None else gpus
         self._env = dict(env or {})
-        self.threads = torch_threads({**os.environ, **self._env})
+        self.threads = flight_threads(self._gpus, environ={**os.environ, **self._env})
         if slots is None:
             slots = self._gpus or cpu_slots(self.threads)
         self.slots = max(1, slots)
@@ -119,11 +122,12 @@ class LocalExecutor(Executor):
             visible = self._visible()
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[d] for d in devices)
             env.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
-            where = f"device{'s' if len(devices) > 1 else ''} {','.join(map(str, devices))}"
+            where = (f"device{'s' if len(devices) > 1 else ''} {','.join(map(str, devices))}, "
+                     f"{self.threads} thread(s)")
         else:
-            env[THREADS_ENV] = str(self.threads)
-            env.setdefault(OMP_ENV, str(self.threads))  # BLAS/OpenMP of any library too
             where = f"device cpu, {self.threads} thread(s)"
+        env[THREADS_ENV] = str(self.threads)
+        env.setdefault(OMP_ENV, str(self.threads))      # BLAS/OpenMP of any library too
         if job.processes > 1:
             where += f", {job.processes} processes"
         with open(RunDir(job.run_dir).log, "ab") as log:

@@ -15,6 +15,8 @@ One implementation of the task protocol (:mod:`flightplan.tasks.protocol`)::
     estimate_run(pilot, data_check, params, ...)  # its cost model (.cost_model)
     pilot_examples(params, steps)                 # steps × batch_size
     data_check(corpus, params_by_run, base_model) # {lengths, truncation} (:mod:`.data`)
+    prepare_data(corpus_section, params_by_run, base_model, *, campaign_dir)
+                                                  # tokenised splits into the cache (:mod:`.prepared`)
 
 The hooks import torch on first use, so reading ``CODE_VERSION`` does not.
 """
@@ -27,7 +29,7 @@ from typing import Any, Mapping
 from flightplan.tasks.textclf.cost_model import pilot_examples
 
 __all__ = ["CODE_VERSION", "PREDICTION_COLUMNS", "train", "reload_predictions", "base_revision", "data_check",
-           "load_artifact", "estimate_run", "pilot_examples"]
+           "prepare_data", "load_artifact", "estimate_run", "pilot_examples"]
 
 CODE_VERSION = "4"
 """Bump when a change alters what a run computes (a new version gives new run ids).
@@ -78,6 +80,16 @@ def data_check(corpus: Any, params_by_run: Mapping[str, Mapping[str, Any]],
     from flightplan.tasks.textclf.data import data_check as figures
 
     return figures(corpus, params_by_run, base_model)
+
+
+def prepare_data(corpus_section: Any, params_by_run: Mapping[str, Mapping[str, Any]],
+                 base_model: Any, *, campaign_dir: Path) -> None:
+    """The runs' tokenised splits, at every ``max_length`` they use, built once into the
+    campaign's cache (:func:`.prepared.prepare_campaign`)."""
+    from flightplan.tasks.textclf.prepared import prepare_campaign
+
+    prepare_campaign(corpus_section, params_by_run, base_model, campaign_dir=campaign_dir,
+                     code_version=CODE_VERSION)
 
 
 def load_artifact(artifact_dir: Path) -> Any:

@@ -37,7 +37,7 @@ from flightplan.errors import SpecError
 from flightplan.spec import BaseModelSection, CorpusSection
 
 __all__ = ["clean_text", "read_corpus", "data_check", "token_lengths", "truncation_summary",
-           "PERCENTILES"]
+           "max_lengths", "PERCENTILES"]
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
@@ -98,7 +98,7 @@ def _percentile(sorted_values: list[int], q: float) -> float:
     return float(sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low))
 
 
-def _max_lengths(params_by_run: Mapping[str, Mapping[str, Any]]) -> dict[int, list[str]]:
+def max_lengths(params_by_run: Mapping[str, Mapping[str, Any]]) -> dict[int, list[str]]:
     """``{max_length: [run names]}`` (the task default when a run sets none).
 
     Raises:
@@ -134,7 +134,7 @@ def data_check(corpus: Corpus, params_by_run: Mapping[str, Mapping[str, Any]],
     """
     from flightplan.tasks.textclf.model import load_tokenizer
 
-    by_length = _max_lengths(params_by_run)
+    by_length = max_lengths(params_by_run)
     section = base_model if isinstance(base_model, BaseModelSection) else \
         BaseModelSection.model_validate(dict(base_model or {}))
     texts = {name: [clean_text(e) for e in corpus.split(name)] for name in ("train", "test")}

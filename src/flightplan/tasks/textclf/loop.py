@@ -1,6 +1,7 @@
 """The training loop of ``textclf``: ``train(trial)``, read top to bottom.
 
-1. Read the corpus (hashes checked again), tokenise train and test, ask the trial to
+1. Read the corpus (hashes checked again), tokenise train and test once per campaign
+   (:mod:`.prepared`: later runs load the campaign's checked cache), ask the trial to
    apply ``max_truncated_fraction`` to the essential inputs (train + test).
 2. Build the classifier from ``params.seed``. Control (no adapter): the frozen encoder's
    embeddings of the training set are computed once (forward only, length-sorted
@@ -26,8 +27,9 @@
 Measurement rows besides the steps (``docs/internals.md`` lists them): ``encode_s`` per
 embedding batch of the control (with ``seq_len``, ``tokens``); ``load_s`` (corpus,
 tokenizer, model and, for the control, both embedding passes) with ``data_s`` (the part of
-it spent reading the corpus, loading the tokenizer and tokenizing both splits: goodput's
-data preparation) and ``planned_steps``; ``output_s``.
+it spent reading the corpus and tokenizing both splits, or loading them from the cache:
+goodput's data preparation; the cache's own setup row says which, ``data_cache_hit``)
+and ``planned_steps``; ``output_s``.
 """
 
 from __future__ import annotations
@@ -46,14 +48,14 @@ from flightplan.errors import SpecError
 from flightplan.trial import autocast, device, grad_scaler, set_deterministic
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
-from flightplan.tasks.textclf.data import read_corpus
 from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics,
-                                                encode_split, example_embeddings, pooled,
+                                                example_embeddings, pooled,
                                                 predict_probabilities, prediction_rows,
                                                 write_predictions)
 from flightplan.tasks.textclf.model import (TaskParams, TextClassifier,
                                             TrainableParameters, base_revision,
-                                            build_classifier, load_tokenizer, torch_threads)
+                                            build_classifier, torch_threads)
+from flightplan.tasks.textclf.prepared import read_and_encode
 
 __all__ = ["train", "lr_factor", "optimizer_and_schedule", "TrainStep"]
 
@@ -201,11 +203,9 @@ def train(trial: Any, *, code_version: str) -> None:
     set_deterministic(dev)
     corpus_section, base_section, campaign_dir = _sections(trial)
     data_began = time.perf_counter()
-    corpus = read_corpus(corpus_section, campaign_dir)
-    labels = corpus.labels
-    tokenizer = load_tokenizer(base_section)
-    train_split = encode_split(tokenizer, corpus.train, labels, params.max_length)
-    test_split = encode_split(tokenizer, corpus.test, labels, params.max_length)
+    labels, train_split, test_split = read_and_encode(
+        trial.cached, corpus_section, base_section, campaign_dir, max_length=params.max_length,
+        code_version=code_version)
     data_s = time.perf_counter() - data_began
     n_inputs = len(train_split) + len(test_split)
     trial.check_truncation((sum(train_split.truncated) + sum(test_split.truncated)) / max(1, n_inputs))

@@ -7,7 +7,8 @@ Usage::
 
 It reloads the artifact (refusing a base model whose weights hash differs), reads the
 corpus recorded in ``artifact.json`` (its hashes are checked again), predicts the first
-``N`` test examples (all by default) in length-sorted batches and writes the same CSV as training
+``N`` test examples (all by default; tokenised, or with ``--campaign-dir`` taken from the
+campaign's data cache, :mod:`.prepared`) in length-sorted batches and writes the same CSV as training
 (``example_id, gold, predicted, n_tokens, truncated, prob_<label>...``): on the same
 machine the file is byte-identical to the run's ``predictions.csv``. With ``--limit`` the
 N inputs form batches of their own (padded to other lengths than in the whole split), so
@@ -44,6 +45,24 @@ def _campaign_dir(artifact_dir: Path, corpus: dict[str, Any], given: Path | None
                         f"the artifact; give --campaign-dir (the folder of the campaign file)")
 
 
+def _cached_test(predictor: Any, section: Any, campaign_dir: Path, limit: int | None) -> Any:
+    """The test split the runs trained with, from ``campaign_dir``'s data cache (built
+    there if absent), cut to the first ``limit`` examples: equal to tokenising them, as
+    the tokenizer reads each text on its own; None when its labels are not the model's."""
+    from flightplan.spec import BaseModelSection
+    from flightplan.tasks.textclf.prepared import read_and_encode
+    from flightplan.trial.data_cache import CACHE_DIR, cached
+
+    config = predictor.config
+    cut = section.model_copy(update={"test_limit": min(limit, section.test_limit or limit)
+                                     if limit is not None else section.test_limit})
+    labels, _, test = read_and_encode(
+        lambda parts, build: cached(campaign_dir / CACHE_DIR, parts, build)[0], cut,
+        BaseModelSection.model_validate(config["base_model"]), campaign_dir,
+        max_length=predictor.max_length, code_version=str(config["code_version"]))
+    return test if labels == predictor.labels else None
+
+
 def predict_to_csv(artifact_dir: Path, out: Path, *, limit: int | None = None,
                    campaign_dir: Path | None = None) -> int:
     """Write the predictions of the artifact on the (first ``limit``) test examples.
@@ -66,8 +85,14 @@ def predict_to_csv(artifact_dir: Path, out: Path, *, limit: int | None = None,
     recorded = json.loads((artifact_dir / ARTIFACT_JSON).read_text(encoding="utf-8"))["corpus"]
     section = CorpusSection.model_validate(recorded)
     corpus = read_corpus(section, _campaign_dir(artifact_dir, recorded, campaign_dir))
-    examples = corpus.test[:limit] if limit is not None else corpus.test
-    split = predictor.encode(examples)
+    split = None
+    if campaign_dir is not None and corpus.labels == predictor.labels:
+        try:                       # the campaign's tokenised splits (tokenised once)
+            split = _cached_test(predictor, section, Path(campaign_dir), limit)
+        except OSError:            # a campaign folder this process cannot write: tokenise
+            split = None
+    if split is None:
+        split = predictor.encode(corpus.test[:limit] if limit is not None else corpus.test)
     probs = predictor.predict_probabilities(split)
     write_predictions(Path(out), prediction_rows(split, probs, predictor.labels), predictor.labels)
     return len(split)

@@ -139,16 +139,21 @@ def test_on_gpus_one_run_per_gpu_with_deterministic_cublas(tmp_path, monkeypatch
     monkeypatch.setattr("flightplan.run.executors.local.gpu_count", lambda: 2)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")      # the runner's own two GPUs
+    monkeypatch.delenv("FLIGHTPLAN_TORCH_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("flightplan.trial.accelerator.cpu_count", lambda: 16)
     executor = LocalExecutor(argv=lambda t: [sys.executable, "-c",
                                              "import os; print('gpu', os.environ['CUDA_VISIBLE_"
                                              "DEVICES'], 'cublas', os.environ"
-                                             "['CUBLAS_WORKSPACE_CONFIG'])"], poll_s=0.05)
-    assert executor.slots == 2
+                                             "['CUBLAS_WORKSPACE_CONFIG'], 'threads', os.environ"
+                                             "['FLIGHTPLAN_TORCH_THREADS'], os.environ"
+                                             "['OMP_NUM_THREADS'])"], poll_s=0.05)
+    assert (executor.slots, executor.threads) == (2, 8)     # 16 cores // 2 GPUs
     jobs = [_job(tmp_path, "a-1"), _job(tmp_path, "b-2"), _job(tmp_path, "c-3")]
     executor.run(jobs)
     logs = [(tmp_path / "runs" / j.run_id / "log.txt").read_text() for j in jobs]
-    assert "(device 0)" in logs[0] and "gpu 5 cublas :4096:8" in logs[0]
-    assert "(device 1)" in logs[1] and "gpu 7 cublas :4096:8" in logs[1]
+    assert "(device 0, 8 thread(s))" in logs[0] and "gpu 5 cublas :4096:8 threads 8 8" in logs[0]
+    assert "(device 1, 8 thread(s))" in logs[1] and "gpu 7 cublas :4096:8 threads 8 8" in logs[1]
     assert "gpu 5" in logs[2] or "gpu 7" in logs[2]       # the first GPU to free up
 
 
