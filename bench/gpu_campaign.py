@@ -43,7 +43,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -89,10 +88,10 @@ def _cli(folder: Path, env: dict[str, str], *args: str) -> tuple[float, subproce
 class _Utilisation:
     """NVML utilisation of GPU 0 (% of the last sample period the GPU ran a kernel),
     sampled every ``period`` s by ``torch.cuda.utilization`` in a thread while in use;
-    ``samples`` stays empty where NVML is not installed."""
+    ``samples`` stays empty where NVML is not installed or ``enabled`` is false."""
 
-    def __init__(self, period: float = 0.5) -> None:
-        self.period, self.samples = period, list[int]()
+    def __init__(self, enabled: bool, period: float = 0.5) -> None:
+        self.enabled, self.period, self.samples = enabled, period, list[int]()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -106,12 +105,14 @@ class _Utilisation:
             self._stop.wait(self.period)
 
     def __enter__(self) -> "_Utilisation":
-        self._thread.start()
+        if self.enabled:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self.enabled:
+            self._thread.join()
 
 
 # --- the floor (child process) ------------------------------------------------------------------
@@ -320,7 +321,7 @@ def main() -> int:
               f"{', '.join(names)}")
 
         run_began = time.time()
-        with _Utilisation() as utilisation:
+        with _Utilisation(cuda) as utilisation:
             run_s, ran = _cli(folder, env, "run", "campaign.toml", "--json")
         if ran.returncode != 0:
             print(f"flightplan run FAILED (exit {ran.returncode}): {ran.stderr[-1500:]}")
@@ -339,8 +340,6 @@ def main() -> int:
             print(f"floor FAILED (exit {done.returncode}): {done.stderr[-1500:]}")
             return 1
         floor = json.loads(done.stdout.strip().splitlines()[-1])
-        if args.dir is not None:
-            shutil.copytree(folder, args.dir / "campaign", dirs_exist_ok=True)
 
     before_s = float((outcome.get("decision") or {}).get("at", run_began)) - run_began
     runs_s = run_s - before_s
