@@ -15,8 +15,9 @@
    control a frozen ``AutoModel`` whose mean-pooled embeddings are computed once, then a
    linear head trained on them with AdamW; each LoRA run
    ``get_peft_model(AutoModelForSequenceClassification, LoraConfig(SEQ_CLS, …))``, AdamW
-   and a linear warm-up schedule, ``model(**batch).loss.backward(); optimizer.step();
-   scheduler.step(); optimizer.zero_grad()`` on batches padded to their longest. Same
+   (the head at ``params.lr``, the adapters at ``adapter.lr``) and a linear warm-up
+   schedule, ``model(**batch).loss.backward(); optimizer.step(); scheduler.step();
+   optimizer.zero_grad()`` on batches padded to their longest. Same
    torch thread count as the runs (:func:`flightplan.trial.accelerator.torch_threads`).
 
 Printed: the run phase's wall time against the floor's (ratio), each run's start → first
@@ -248,8 +249,13 @@ def _floor(spec_path: Path, device_name: str) -> dict[str, Any]:
                                 lora_dropout=float(adapter.get("dropout", 0.1)),
                                 target_modules=list(adapter.get("target_modules", ["query", "value"])))
             model = get_peft_model(model, config).to(dev)
-            optimizer = torch.optim.AdamW(model.parameters(),
-                                          lr=float(adapter.get("lr") or params.get("lr", 1e-3)))
+            # the head at params.lr, the adapters at adapter.lr, as the task trains them
+            head = [p for n, p in model.named_parameters() if p.requires_grad and "classifier" in n]
+            lora = [p for n, p in model.named_parameters() if p.requires_grad and "classifier" not in n]
+            optimizer = torch.optim.AdamW(
+                [{"params": head, "lr": float(params.get("lr", 1e-3))},
+                 {"params": lora, "lr": float(adapter.get("lr") or params.get("lr", 1e-3))}],
+                weight_decay=0.01)
             total = epochs * steps_per_epoch
             scheduler = get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
             for _ in range(epochs):
