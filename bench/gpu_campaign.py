@@ -19,6 +19,9 @@
    schedule, ``model(**batch).loss.backward(); optimizer.step(); scheduler.step();
    optimizer.zero_grad()`` on batches padded to their longest. Same
    torch thread count as the runs (:func:`flightplan.trial.accelerator.torch_threads`).
+   Its macro-F1 is printed beside the runs' for reference only: the PEFT model classifies
+   from BERT's [CLS] pooler, not textclf's mean pooling, and at the main job's rates its
+   LoRA runs stay near the majority class (0.264); the work per step is the same.
 
 Printed: the run phase's wall time against the floor's (ratio), each run's start → first
 step with its parts, the device-busy share (CUDA: the floor's steps and evaluations timed
