@@ -265,7 +265,8 @@ class Run(_Strict):
     ``gpus``, one GPU each (checked against the executor when the runs start).
     ``deterministic`` (default true): the run computes with deterministic kernels only, so
     resume is bitwise; false lets an op without one run (a warning instead of an error;
-    resume is then checked within a tolerance, not bit for bit). Not part of the run id.
+    resume is then not bit for bit, and the pilot compares a control's resumed losses
+    within a relative 1e-3). Not part of the run id.
     """
 
     name: str = Field(min_length=1, max_length=200)

@@ -293,7 +293,7 @@ class _Campaign:
              for p in first.values()], self.dir, report, executor=self.executor)
         self.ledger.add_event(KERNEL_CHECK_EVENT, data={
             **result.to_json(), "run_ids": ids,
-            "resume_check": {name: "loss and metric within a tolerance" if name in result.skipped
+            "resume_check": {name: "not bitwise (deterministic = false)" if name in result.skipped
                              else "bitwise" for name in first}})
         if not result.ok:
             return self._stopped(KERNEL_CHECK_EVENT, f"campaign stopped by the kernel check: "

@@ -16,8 +16,9 @@ of it reaches results/).
 
 A check whose process failed with torch's error is a :class:`KernelFinding` naming the op
 (read from its log); the campaign stops there (exit 1) with the choice: set
-``deterministic = false`` in that ``[[run]]`` (the op then runs, torch warns, and the
-run's resume is checked within a tolerance, not bit for bit) or change the op. A check that
+``deterministic = false`` in that ``[[run]]`` (the op then runs and torch warns; the run
+no longer resumes bit for bit, and when it is the control the pilot compares its resumed
+losses within :data:`~flightplan.run.pilot.RESUME_TOLERANCE`) or change the op. A check that
 failed otherwise is reported (``failed``) but stops nothing: the pilot and the run meet
 the same fault with their full inputs and say why.
 
@@ -108,15 +109,16 @@ class KernelCheckResult:
         """One line: what was checked, or the first op found and the choice."""
         if self.ok:
             skipped = (f"; {', '.join(self.skipped)} not checked (deterministic = false: "
-                       f"resume within a tolerance, not bitwise)" if self.skipped else "")
+                       f"resume not bitwise)" if self.skipped else "")
             return (f"kernel check ok: one step of {len(self.checked)} run(s) with "
                     f"deterministic kernels only{skipped}")
         first = self.findings[0]
         more = f" (and {len(self.findings) - 1} more run(s))" if len(self.findings) > 1 else ""
         return (f"run {first.name!r}: op {first.op} has no deterministic implementation on "
-                f"this device{more}; set `deterministic = false` in its [[run]] (the op runs, "
-                f"and resume is checked by loss and metric within a tolerance, not bit for "
-                f"bit) or change the op (its traceback: {first.log})")
+                f"this device{more}; set `deterministic = false` in its [[run]] (the op runs "
+                f"and its resume is no longer bit for bit: the pilot compares a control's "
+                f"resumed losses within a relative 1e-3) or change the op (its traceback: "
+                f"{first.log})")
 
     def to_json(self) -> dict[str, Any]:
         """``{ok, checked, skipped, findings [{name, run_id, op, log}], failed, wall_s}``."""

@@ -156,7 +156,7 @@ def test_the_campaign_stops_before_the_pilot_naming_the_op(tmp_path):
     assert event.data["resume_check"] == {"control": "bitwise", "lr-0.2": "bitwise",
                                           "pooled": "bitwise"}
     # the choice taken: deterministic = false; the check passes, the run is recorded as
-    # checked within a tolerance, and the campaign goes on to its pilot
+    # no longer bitwise, and the campaign goes on to its pilot
     text = (tmp_path / "campaign.toml").read_text(encoding="utf-8")
     (tmp_path / "campaign.toml").write_text(
         text.replace('task = "pooled.py"\n', 'task = "pooled.py"\ndeterministic = false\n'),
@@ -167,4 +167,4 @@ def test_the_campaign_stops_before_the_pilot_naming_the_op(tmp_path):
     with Ledger.open(tmp_path, create=False) as ledger:
         last = ledger.events(kind="kernel_check")[-1].data
     assert last["ok"] and last["skipped"] == ["pooled"]
-    assert last["resume_check"]["pooled"] == "loss and metric within a tolerance"
+    assert last["resume_check"]["pooled"] == "not bitwise (deterministic = false)"

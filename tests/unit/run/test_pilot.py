@@ -17,7 +17,7 @@ from flightplan.rows import CheckpointSaved, Measurement, Restore, parse_row
 from flightplan.rundir import RunDir
 from flightplan.run.data_check import DataCheckReport, SplitReport
 from flightplan.ids import pilot_id
-from flightplan.run.pilot import compare_losses, run_pilot
+from flightplan.run.pilot import RESUME_TOLERANCE, compare_losses, run_pilot
 from flightplan.tasks.estimate import figures_from_rows
 from flightplan.tasks.loader import load_task
 
@@ -153,6 +153,15 @@ def test_losses_compare_bit_for_bit():
     # a stop-rule "nan" string equals itself
     assert compare_losses(_typed([{"step": 3, "loss": "nan"}]),
                           _typed([{"step": 3, "loss": "nan"}])) == ([3], [])
+
+
+def test_a_control_marked_not_deterministic_is_compared_within_the_relative_tolerance():
+    uninterrupted = _typed([{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}, {"step": 3, "loss": 0.25}])
+    # 1.0009 is within 1e-3 of 1.0 (0.0009 ≤ 0.001 × 1.0009); 0.5006 is not (0.0006 > 0.0005006)
+    resumed = _typed([{"step": 1, "loss": 1.0009}, {"step": 2, "loss": 0.5006}, {"step": 3, "loss": 0.25}])
+    assert compare_losses(uninterrupted, resumed, tolerance=RESUME_TOLERANCE) == (
+        [1, 2, 3], [{"step": 2, "uninterrupted": 0.5, "resumed": 0.5006}])
+    assert [m["step"] for m in compare_losses(uninterrupted, resumed)[1]] == [1, 2]   # bitwise
 
 
 class FakeWorkers(Executor):
