@@ -4,7 +4,8 @@ checkpoint after step 0. ``$PILOT_WORKER_MODE``: ``slow_start`` makes the first
 (not resumed) process wait until the resumed one beside it has reached ``restore()`` (its
 file ``at-restore``, written just before), then sleep 1.5 s before training, so its early
 checkpoint comes at least 1.5 s after that however slowly either process started;
-``crash`` makes the first process exit 1 before any checkpoint. Every process logs ``ready`` (unix seconds) just before ``restore()``."""
+``crash`` makes the first process exit 1 before any checkpoint. Every process logs
+``ready`` (unix seconds) just before ``restore()``."""
 
 from __future__ import annotations
 
