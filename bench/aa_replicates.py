@@ -29,7 +29,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -69,22 +69,30 @@ def _train(digits: Any, train_x: torch.Tensor, train_y: torch.Tensor, seed: int,
     return model
 
 
+def control_predictions(seeds: Iterable[int]) -> list[Predictions]:
+    """The digits control's predictions on the test split, one per seed (the example's
+    training less its Trial calls: the same model, optimiser, schedule, dropout and seeded
+    shuffling), on one thread. Also used by ``tests/e2e/test_aa_digits.py``."""
+    digits = _example()
+    torch.set_num_threads(1)
+    _, train_x, train_y = digits.read_split(DIGITS / "data" / "digits_train.csv")
+    ids, test_x, test_y = digits.read_split(DIGITS / "data" / "digits_test.csv")
+    out = []
+    for seed in seeds:
+        probs, _ = digits.predict(_train(digits, train_x, train_y, seed), test_x, test_y)
+        out.append(Predictions(ids=ids, labels=digits.LABELS, gold=test_y.numpy(),
+                               predicted=probs.argmax(dim=1).numpy(), probs=None))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=3)
     parser.add_argument("--comparisons", type=int, default=40)
     args = parser.parse_args(argv)
     k, n = args.replicates, args.comparisons
-    digits = _example()
-    torch.set_num_threads(1)
-    _, train_x, train_y = digits.read_split(DIGITS / "data" / "digits_train.csv")
-    ids, test_x, test_y = digits.read_split(DIGITS / "data" / "digits_test.csv")
     began = time.perf_counter()
-    runs = []
-    for seed in range(2 * k * n):
-        probs, _ = digits.predict(_train(digits, train_x, train_y, seed), test_x, test_y)
-        runs.append(Predictions(ids=ids, labels=digits.LABELS, gold=test_y.numpy(),
-                                predicted=probs.argmax(dim=1).numpy(), probs=None))
+    runs = control_predictions(range(2 * k * n))
     trained_s = time.perf_counter() - began
     scores = np.array([metric_value("macro_f1", p) for p in runs])
     counts = {"meets": 0, "does_not_meet": 0, "inconclusive": 0}

@@ -27,14 +27,11 @@ The figures go in docs/decisions.md ("Check the rule on your own task").
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from scipy.stats import binomtest
-from torch import nn
 
 from flightplan.close.conclusion import compare_runs
 from flightplan.close.seed_notice import seed_notice
@@ -42,52 +39,24 @@ from flightplan.metrics import Predictions, metric_value
 
 pytestmark = pytest.mark.slow
 
-DIGITS = Path(__file__).resolve().parents[2] / "examples" / "digits"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "aa_replicates.py"
 PAIRS = 50
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("digits_train", DIGITS / "train.py")
+def _bench():
+    """bench/aa_replicates.py, whose ``control_predictions`` trains the digits control."""
+    spec = importlib.util.spec_from_file_location("aa_replicates", BENCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _train(digits, train_x, train_y, seed: int, *, hidden: int = 32, lr: float = 1e-2,
-           epochs: int = 5, batch_size: int = 32) -> torch.nn.Module:
-    """The example's control (its model, AdamW decayed linearly to 0, seeded shuffling),
-    trained with ``seed``."""
-    torch.manual_seed(seed)
-    model = digits.build_model(hidden, 0.1)
-    total = epochs * math.ceil(len(train_y) / batch_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1 - s / total))
-    order = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(train_y), generator=order).split(batch_size):
-            loss = nn.functional.cross_entropy(model(train_x[batch]), train_y[batch])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-    return model
 
 
 @pytest.fixture(scope="module")
 def replicates() -> list[Predictions]:
     """The control's predictions on the test split with seeds 0 … 2·PAIRS − 1 (the
     example's training loop less its Trial calls: the same model, optimiser, schedule,
-    dropout and seeded shuffling)."""
-    digits = _example()
-    torch.set_num_threads(1)
-    _, train_x, train_y = digits.read_split(DIGITS / "data" / "digits_train.csv")
-    ids, test_x, test_y = digits.read_split(DIGITS / "data" / "digits_test.csv")
-    out = []
-    for seed in range(2 * PAIRS):
-        probs, _ = digits.predict(_train(digits, train_x, train_y, seed), test_x, test_y)
-        out.append(Predictions(ids=ids, labels=digits.LABELS, gold=test_y.numpy(),
-                               predicted=probs.argmax(dim=1).numpy(), probs=None))
-    return out
+    dropout and seeded shuffling; ``bench/aa_replicates.py``)."""
+    return _bench().control_predictions(range(2 * PAIRS))
 
 
 def _rate(count: int) -> tuple[float, float, float]:
