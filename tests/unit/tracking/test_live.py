@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
 
+from processes import wait_for  # tests/fixtures, put on the path by conftest.py
 from flightplan.tracking.live import (
     LiveMirror, MirrorOutcome, left_line, mirror_runs, resolve_tracking_uri)
 
@@ -44,14 +44,6 @@ def _row(step: int, **values) -> str:
     return json.dumps({"step": step, "time": T0 + step} | values) + "\n"
 
 
-def _wait_for(condition, timeout_s: float = 180.0):  # the mirror runs at nice 19
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def _run(client, run_id, experiment_name="live"):
@@ -85,19 +77,19 @@ def test_mirror_sends_rows_statuses_and_never_duplicates(tmp_path, uri):
 
     mirror = LiveMirror(tmp_path, uri, experiment="live", poll_s=0.1)
     mirror.start()
-    run_a = _wait_for(lambda: (r := _run(client, "a-1")) and len(_losses(client, r)) == 2 and r)
+    run_a = wait_for(lambda: (r := _run(client, "a-1")) and len(_losses(client, r)) == 2 and r)
     run_a = client.get_run(run_a.info.run_id)
     assert run_a.info.status == "RUNNING" and run_a.info.start_time == T0 * 1000
     assert run_a.data.params == {"lr": "0.01", "adapter.rank": "4"}
     assert run_a.data.tags["flightplan.live"] == "true"
-    run_b = _wait_for(lambda: _run(client, "b-2"))
+    run_b = wait_for(lambda: _run(client, "b-2"))
     _append(b, f'{T0 + 1}, "loss": "nan"}}\n')                        # the line completes
-    _wait_for(lambda: len(_losses(client, run_b)) == 2)
+    wait_for(lambda: len(_losses(client, run_b)) == 2)
     # b stops by a rule: FAILED with the rule and the message
     (b / "stop.json").write_text(json.dumps({"run_id": "b-2", "rule": "non_finite_loss",
                                              "step": 1, "message": "loss is nan at step 1",
                                              "time": T0 + 1}))
-    _wait_for(lambda: client.get_run(run_b.info.run_id).info.status == "FAILED")
+    wait_for(lambda: client.get_run(run_b.info.run_id).info.status == "FAILED")
     left = mirror.stop()
     assert (left.sent, left.missing_points, left.missing_status, left.error, left.complete) == (
         4, {}, (), None, True)
@@ -114,11 +106,11 @@ def test_mirror_sends_rows_statuses_and_never_duplicates(tmp_path, uri):
     resumed = LiveMirror(tmp_path, uri, experiment="live", poll_s=0.1)
     _append(a, _row(2, loss=0.25))
     resumed.start()
-    _wait_for(lambda: client.get_run(run_a.info.run_id).info.status == "RUNNING")
+    wait_for(lambda: client.get_run(run_a.info.run_id).info.status == "RUNNING")
     assert len(_losses(client, run_a)) == 3   # the pass sends the points, then the status
     (a / "done.json").write_text(json.dumps({"run_id": "a-1", "steps": 3}))
     _append(a, json.dumps({"step": 3, "time": T0 + 3, "event": "finished"}) + "\n")
-    _wait_for(lambda: client.get_run(run_a.info.run_id).info.end_time == (T0 + 3) * 1000)
+    wait_for(lambda: client.get_run(run_a.info.run_id).info.end_time == (T0 + 3) * 1000)
     assert resumed.stop().sent == 1
     assert client.get_run(run_a.info.run_id).info.status == "FINISHED"
     assert _losses(client, run_a) == [(0, 1.0, T0 * 1000), (1, 0.5, (T0 + 1) * 1000),
@@ -134,17 +126,17 @@ def test_a_locked_store_keeps_the_rows_and_sends_them_later(tmp_path, uri):
     client = MlflowClient(tracking_uri=uri)
     mirror = LiveMirror(tmp_path, uri, experiment="locked", poll_s=0.1)
     mirror.start()
-    run = _wait_for(lambda: _run(client, "c-3", "locked"))
+    run = wait_for(lambda: _run(client, "c-3", "locked"))
     # another process holds the database: every write of the mirror fails (sqlite's
     # busy timeout, then "database is locked"), rows keep arriving
     holder = sqlite3.connect(uri[len("sqlite:///"):], timeout=30, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     _append(run_dir, _row(1, loss=0.5) + _row(2, loss=0.25))
-    _wait_for(lambda: mirror.error is not None)
+    wait_for(lambda: mirror.error is not None)
     assert "database is locked" in mirror.error
     holder.execute("ROLLBACK")
     holder.close()
-    _wait_for(lambda: len(_losses(client, run)) == 3)
+    wait_for(lambda: len(_losses(client, run)) == 3)
     assert mirror.stop().error is None
 
 
@@ -176,7 +168,7 @@ def test_a_down_server_is_said_at_once_and_every_point_counted(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         with mirror_runs(tmp_path, uri, experiment="down", say=lines.append,
                          spec_file="camp/campaign.toml") as mirror:
-            _wait_for(lambda: lines)
+            wait_for(lambda: lines)
             # the first line, while the runs go on: the store's state and that nothing stops
             assert lines == [f"live tracking: MLflow at {uri}: opening experiment 'down' failed "
                              f"(unreachable: [Errno 111] Connection refused); check that the "
@@ -231,7 +223,7 @@ def test_ctrl_c_after_everything_was_sent_says_nothing_and_marks_runs_killed(tmp
     lines: list[str] = []
     with pytest.raises(KeyboardInterrupt):
         with mirror_runs(tmp_path, uri, experiment="ctrlc", say=lines.append) as mirror:
-            _wait_for(lambda: mirror.sent == 2)
+            wait_for(lambda: mirror.sent == 2)
             raise KeyboardInterrupt
     assert lines == []
     run = _run(client, "k-1", "ctrlc")
@@ -245,7 +237,7 @@ def test_a_store_that_cannot_be_created_is_named_with_mlflow_and_its_uri(tmp_pat
     lines: list[str] = []
     mirror = LiveMirror(tmp_path, uri, experiment="blocked", say=lines.append)
     mirror.start()
-    _wait_for(lambda: lines)
+    wait_for(lambda: lines)
     mirror.stop()
     assert lines == [f"live tracking: MLflow at {uri}: opening the store failed ([Errno 17] "
                      f"File exists: '{tmp_path}/blocked'); check that the tracking store is "

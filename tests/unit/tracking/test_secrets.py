@@ -18,13 +18,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from close_fixture import FAKES, make_campaign
 
+from processes import wait_for  # tests/fixtures, put on the path by conftest.py
 from flightplan.close.commands import close_campaign
 from flightplan.errors import TrackingFailed
 from flightplan.redact import redact
@@ -61,14 +61,6 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _wait_for(condition, timeout_s: float = 180.0):   # the mirror runs at nice 19
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +84,7 @@ def server(tmp_path_factory):
         except OSError:
             return False
     try:
-        _wait_for(healthy, timeout_s=300)
+        wait_for(healthy, timeout_s=300)
         yield f"127.0.0.1:{port}"
     finally:
         process.terminate()
@@ -136,7 +128,7 @@ def test_no_secret_in_ps_logs_lines_or_results(server, tmp_path, monkeypatch):
             history = runs and client.get_metric_history(runs[0].info.run_id, "loss")
             return sorted((m.step, m.value) for m in history or []) if history else None
         # the fixture's control run: loss = 1 / (step + 1) at steps 0..3
-        assert _wait_for(lambda: (h := control_losses()) and len(h) == 4 and h) == [
+        assert wait_for(lambda: (h := control_losses()) and len(h) == 4 and h) == [
             (0, 1.0), (1, 0.5), (2, 1 / 3), (3, 0.25)]
     assert lines == []            # every point sent: nothing to say
 
@@ -147,7 +139,7 @@ def test_no_secret_in_ps_logs_lines_or_results(server, tmp_path, monkeypatch):
     failing.start()
     assert failing._process is not None
     cmdline_down, ps_down = _mirror_command_lines(failing._process.pid)
-    _wait_for(lambda: lines)
+    wait_for(lambda: lines)
     outcome = failing.stop(timeout_s=60)
     assert lines[0].startswith(f"live tracking: MLflow at {masked}: opening experiment 'down' "
                                f"failed (unreachable: [Errno 111] Connection refused)")
