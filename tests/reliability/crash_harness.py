@@ -259,22 +259,29 @@ def fingerprint(campaign_dir: Path) -> dict[str, str]:
 _VALID_RUN = re.compile(r"^(?:[SR]C*[FI]|I)*(?:[SR]C*T|T|X)?$")
 # every event a trial's rows become (checkpoints saved, verified, rejected, forced, sent home
 # from a flight) is a C
+_OPEN_RUN = re.compile(r"^(?:[SR]C*[FI]|I)*[SR]C*$")
 _TOKENS = {**{kind: "C" for kind in (*EVENT_KINDS.values(), "checkpoint_verified")},
            "started": "S", "resumed": "R", "finished": "T", "stopped": "T",
            "failed": "F", "interrupted": "I", "cut": "X",
            "not_started": "", "past_end": ""}     # the rental's end: before an execution
 
 
-def event_order_ok(kinds: list[str]) -> bool:
+def event_order_ok(kinds: list[str], *, open_execution: bool = False) -> bool:
     """Whether one run's event kinds (in ledger order) are in a valid order: executions
     that each begin with ``started``/``resumed`` and end ``failed``, ``interrupted`` (a
-    killed runner, noted by the next one) or, last, ``finished``/``stopped``; or ``cut``."""
-    return bool(_VALID_RUN.match("".join(_TOKENS.get(kind, "?") for kind in kinds)))
+    killed runner, noted by the next one) or, last, ``finished``/``stopped``; or ``cut``.
+    ``open_execution``: the runner was killed and no runner has run since, so the last
+    execution may still be open (``started``/``resumed`` and its checkpoints, no end yet:
+    the next runner notes it ``interrupted``)."""
+    tokens = "".join(_TOKENS.get(kind, "?") for kind in kinds)
+    return bool(_VALID_RUN.match(tokens) or (open_execution and _OPEN_RUN.match(tokens)))
 
 
 def ledger_findings(campaign_dir: Path, *, finished: bool = True) -> list[str]:
     """What is wrong with the ledger: ``PRAGMA integrity_check`` not ``ok``, a run whose
-    events are out of order, or (``finished``) a run whose status is not final."""
+    events are out of order, or (``finished``) a run whose status is not final. Not
+    ``finished`` (the runner was killed and none ran since): a run's last execution may be
+    open, started and not yet noted as interrupted."""
     path = campaign_dir / ".flightplan" / "ledger.sqlite"
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -286,7 +293,7 @@ def ledger_findings(campaign_dir: Path, *, finished: bool = True) -> list[str]:
         for run_id, status in runs:
             kinds = [k for (k,) in db.execute("SELECT kind FROM events WHERE run_id = ? ORDER BY id",
                                               (run_id,))]
-            if not event_order_ok(kinds):
+            if not event_order_ok(kinds, open_execution=not finished):
                 findings.append(f"{run_id}: events out of order: {' '.join(kinds)}")
             if finished and status not in ("finished", "stopped", "cut", "superseded"):
                 findings.append(f"{run_id}: status {status} after the campaign finished")
