@@ -86,6 +86,27 @@ def test_plan_warns_that_the_main_job_cannot_confirm_its_threshold(tmp_path: Pat
             "threshold") in text and "more replicates, not examples" in text
     assert "Fixes: more test examples" not in text          # a fix that does not help
     assert "a larger threshold" in text and "fewer comparisons" in text
+    # the seed spread is what blocks it: replicates are offered (K = 5 holds a false
+    # 'meets' to its table's figure), and a cut variant's hours go to replicates
+    five = next(r for r in first["by_seeds"] if r["seeds"] == 5)
+    one = next(r for r in first["by_seeds"] if r["seeds"] == 1)
+    offered = re.search(r"more replicates \(no K up to 5 confirms it, but \[campaign\] seeds = 5 "
+                        r"holds a false 'meets' to (\d+\.\d)% from (\d+\.\d)% with 1", text)
+    assert offered, text
+    assert float(offered.group(1)) == pytest.approx(100 * five["false_meets"], abs=0.051)
+    assert float(offered.group(2)) == pytest.approx(100 * one["false_meets"], abs=0.051)
+    assert "spend its hours on replicates of the others" in text
+
+
+def test_a_campaign_of_one_comparison_is_not_told_to_make_fewer(tmp_path: Path) -> None:
+    source = ROOT / "examples" / "drug-reviews" / "campaign.toml"
+    text = source.read_text(encoding="utf-8")
+    one = text[:text.index('[[run]]\nname = "lora-r8-len256"')]
+    result = _invoke(["plan", str(_write(tmp_path, one))])
+    assert result.exit_code == 0, result.stderr
+    shown = " ".join(line.strip("│ ") for line in result.stdout.splitlines())
+    assert "POWER WARNING" in result.stdout and "Fixes: more replicates" in shown
+    assert "fewer comparisons" not in shown
 
 
 def test_power_plot_without_a_test_split_exits_2(tmp_path: Path) -> None:

@@ -443,9 +443,11 @@ def report_command(spec_path: Path, *, open_browser: bool, as_json: bool) -> int
     spec = load_spec(spec_path)
     path = report_path(spec.campaign_dir)
     if path is None:
+        quoted = shlex.quote(str(spec_path))
         raise ArgumentError(f"{spec_path}: no report yet (`flightplan close` writes "
-                            f"results/report.html); run `flightplan close "
-                            f"{shlex.quote(str(spec_path))}` first")
+                            f"results/report.html once the campaign has run): run "
+                            f"`flightplan run {quoted}` if it has not, then "
+                            f"`flightplan close {quoted}`")
     opened: bool | None = None
     if open_browser:
         opened = webbrowser.open(path.as_uri())

@@ -455,7 +455,7 @@ def _print_power(console: Console, power: CampaignPower) -> None:
     for line in dict.fromkeys(_assumptions(c) for c in power.comparisons):
         console.print(f"assumed: {escape(line)}")
     for c in power.warnings:
-        console.print(Panel(escape(_warning(c)), title="POWER WARNING", title_align="left",
+        console.print(Panel(escape(_warning(c, len(power.comparisons))), title="POWER WARNING", title_align="left",
                             border_style="bold red", style="bold"))
 
 
@@ -476,10 +476,11 @@ def _print_seeds(console: Console, power: CampaignPower) -> None:
                           "seed spread out, so it 'meets' more often, falsely too: K=1 "
                           "never counts as confirming when there is a seed spread",
                   caption_justify="left")
-    table.add_column("COMPARISON")
+    # the cells wrap at their " / " so that the names keep their width at 80 columns
+    table.add_column("COMPARISON", min_width=14)
     for k in counts:
-        table.add_column(f"K={k}", justify="right", no_wrap=True)
-    table.add_column("CONFIRMS WITH", justify="right")
+        table.add_column(f"K={k}", justify="right")
+    table.add_column("CONFIRMS WITH", justify="right", min_width=10)
     for c in power.comparisons:
         cells = [f"{_percent(r.confirm_probability)}% / {r.false_meets:.1%} / "
                  f"±{r.resolution:.3f} / "
@@ -509,8 +510,9 @@ def _assumptions(comparison: ComparisonPower) -> str:
     return "; ".join(parts)
 
 
-def _warning(c: ComparisonPower) -> str:
-    """The warning text: what cannot be confirmed, the numbers, and the fixes."""
+def _warning(c: ComparisonPower, comparisons: int = 1) -> str:
+    """The warning text: what cannot be confirmed, the numbers, and the fixes that help
+    (``comparisons``: the campaign's; "fewer comparisons" only when there are several)."""
     source = str(c.inputs.get("disagreement_source", ""))
     if c.inputs.get("disagreement") == 0:
         return (f"{c.variant} − {c.reference}: the runs measured ({source}) predicted the "
@@ -550,11 +552,19 @@ def _warning(c: ComparisonPower) -> str:
                  f"{gain:+.3g} with {TARGET_POWER:.0%} probability.")
     fixes = []
     enough = c.confirmable_with
+    most = max(c.by_seeds, key=lambda r: r.seeds, default=None)
+    now = next((r for r in c.by_seeds if r.seeds == c.seeds.replicates), None)
     if enough is not None and enough.seeds > c.seeds.replicates:
         fixes.append(f"more replicates ([campaign] seeds = {enough.seeds} confirms it with "
                      f"probability {enough.confirm_probability:.0%}"
                      + ("" if enough.gpu_hours is None else
                         f", {enough.gpu_hours:.3g} GPU·h for {c.variant}") + ")")
+    elif c.seeds.sd > 0 and most is not None and now is not None \
+            and most.seeds > now.seeds and most.false_meets < now.false_meets:
+        fixes.append(f"more replicates (no K up to {most.seeds} confirms it, but [campaign] "
+                     f"seeds = {most.seeds} holds a false 'meets' to {most.false_meets:.1%} "
+                     f"from {now.false_meets:.1%} with {now.seeds}: the power-with-seeds "
+                     f"table)")
     if c.examples_needed is not None and c.examples_needed > c.n_test:
         fixes.append(f"more test examples (about {rounded_count(c.examples_needed):,}, "
                      f"now {c.n_test})")
@@ -566,8 +576,13 @@ def _warning(c: ComparisonPower) -> str:
     elif bound is not None and bound[0] == "at most" and bound[1] < c.min_gain:
         fixes.append(f"a threshold the test set can resolve (min_gain at most {bound[1]:+.3f} "
                      f"for the expected gain {gain:+.3g})")
-    fixes.append("fewer comparisons (a variant that cannot confirm its gain spends GPU hours "
-                 "without deciding anything: cut it, or spend its hours on a larger test set)")
+    if comparisons > 1:
+        fixes.append("fewer comparisons (a variant that cannot confirm its gain spends GPU "
+                     "hours without deciding anything: cut it, or spend its hours on "
+                     + ("replicates of the others)" if c.examples_needed is None else
+                        "a larger test set)"))
+    if not fixes:
+        return text + " No change of this campaign's settings confirms it: a bolder variant would."
     return text + " Fixes: " + "; ".join(fixes) + "."
 
 

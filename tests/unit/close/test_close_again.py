@@ -124,8 +124,9 @@ def test_report_prints_where_it_is_and_opens_it_in_the_browser(tmp_path, capsys)
                             text=True, env=env, timeout=300)
     assert (before.returncode, before.stdout) == (2, "")
     assert before.stderr == (f"error: {spec.source}: no report yet (`flightplan close` writes "
-                             f"results/report.html); run `flightplan close {spec.source}` "
-                             f"first\n")
+                             f"results/report.html once the campaign has run): run "
+                             f"`flightplan run {spec.source}` if it has not, then "
+                             f"`flightplan close {spec.source}`\n")
     _close(spec, ledger, capsys)
     report = (Path(spec.campaign_dir) / "results" / "report.html").resolve()
     shown = subprocess.run([str(FLIGHTPLAN), "report", str(spec.source)], capture_output=True,
