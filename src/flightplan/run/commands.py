@@ -46,13 +46,19 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     return 0 if report["verified"] else 1
 
 
+CHECKPOINT_FILES = ("model.safetensors", "optimizer.safetensors", "state.pt")
+"""Files every checkpoint holds beside its manifest (docs/internals.md, "Run directory")."""
+
+
 def _not_a_checkpoint(directory: Path) -> None:
     """Refuse a folder that holds checkpoints (a ``checkpoints/`` folder, or a run folder
-    whose ``checkpoints/`` does) with the checkpoint to give instead; return for any other
-    folder (the verifier then says what it lacks).
+    whose ``checkpoints/`` does) with the checkpoint to give instead, and a folder with
+    none of a checkpoint's files (a campaign, ``results/``); return for a checkpoint whose
+    manifest is missing (the verifier then says the save never finished).
 
     Raises:
-        ArgumentError: ``directory`` is a run folder or a ``checkpoints/`` folder.
+        ArgumentError: ``directory`` is a run folder, a ``checkpoints/`` folder or no
+            checkpoint at all.
     """
     from flightplan.rundir import RunDir
 
@@ -70,6 +76,10 @@ def _not_a_checkpoint(directory: Path) -> None:
     if steps:
         raise ArgumentError(f"{directory} holds checkpoints ({', '.join(steps[-3:])}), it is "
                             f"not one; give one of them, e.g. {folder / steps[-1]}")
+    if not any((directory / name).exists() for name in CHECKPOINT_FILES):
+        raise ArgumentError(f"{directory} is not a checkpoint (it holds no manifest.json and "
+                            f"none of {', '.join(CHECKPOINT_FILES)}); give a checkpoint folder "
+                            f"such as runs/<run_id>/checkpoints/step-000010")
 
 
 # -- the runner's verbs: run, status, note (run/campaign.py, run/ledger.py) ---------------

@@ -112,6 +112,15 @@ def test_verify_command_given_the_checkpoints_folder_names_a_step_folder(tmp_pat
         checkpoint_verify_command(step_dir.parent, as_json=False)
     with pytest.raises(ArgumentError, match="no such directory"):
         checkpoint_verify_command(tmp_path / "nowhere", as_json=False)
+    results = tmp_path / "results"                 # a folder that is no checkpoint at all
+    results.mkdir()
+    (results / "MANIFEST.json").write_text("{}")
+    with pytest.raises(ArgumentError) as refused:
+        checkpoint_verify_command(results, as_json=False)
+    assert str(refused.value) == (
+        f"{results} is not a checkpoint (it holds no manifest.json and none of "
+        f"model.safetensors, optimizer.safetensors, state.pt); give a checkpoint folder such "
+        f"as runs/<run_id>/checkpoints/step-000010")
 
 
 def test_verify_command_given_a_run_folder_names_its_newest_checkpoint(tmp_path):
