@@ -52,7 +52,7 @@ from flightplan.plan.power import (MAX_COUNT, NO_PRACTICAL_SIZE, examples_to_set
                                    rounded_count)
 
 __all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude",
-           "verdict_of"]
+           "verdict_of", "comparison_result"]
 
 
 def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, ...],
@@ -77,7 +77,6 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
     reference = tuple(np.asarray(a) for a in reference)
     variant = tuple(np.asarray(a) for a in variant)
     k = len(reference)
-    sign = 1.0 if goal == "max" else -1.0
 
     def difference(*arrays: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.asarray(statistic(*arrays[k:], axis=axis) - statistic(*arrays[:k], axis=axis))
@@ -94,15 +93,38 @@ def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, .
     else:  # every resample gives the same difference: the interval is the point
         low = high = point
         resampled = np.full(N_RESAMPLES, point)
+    return comparison_result(float(statistic(*reference)), float(statistic(*variant)), point,
+                             (low, high), resampled, n_examples=n, goal=goal,
+                             min_gain=min_gain, n_resamples=N_RESAMPLES, seed=SEED)
+
+
+def comparison_result(reference_value: float, variant_value: float, point: float,
+                      interval: tuple[float, float], resampled: np.ndarray, *,
+                      n_examples: int, goal: str, min_gain: float, n_resamples: int,
+                      seed: int) -> dict[str, Any]:
+    """The keys of :func:`compare` from a comparison's figures, whichever bootstrap made
+    them (over examples, or over replicates and examples:
+    :func:`flightplan.close.replicates.compare_replicates`).
+
+    Args:
+        reference_value, variant_value: each side's metric. point: variant − reference.
+        interval: ``(low, high)`` of variant − reference. resampled: the bootstrap's
+            differences (variant − reference), from which the p-value comes.
+        n_examples: test examples. goal, min_gain: the decision rule.
+        n_resamples, seed: the bootstrap's draws and generator seed, as recorded.
+    """
+    sign = 1.0 if goal == "max" else -1.0
+    low, high = interval
     gain = sign * point
     gain_low, gain_high = sorted((sign * low, sign * high))
-    verdict, settle = verdict_of(gain, gain_low, gain_high, n_examples=n, min_gain=min_gain)
-    return {"reference_value": round(float(statistic(*reference)), 6),
-            "variant_value": round(float(statistic(*variant)), 6),
+    verdict, settle = verdict_of(gain, gain_low, gain_high, n_examples=n_examples,
+                                 min_gain=min_gain)
+    return {"reference_value": round(reference_value, 6),
+            "variant_value": round(variant_value, 6),
             "difference": round(point, 6), "gain": round(gain, 6),
             "ci_low": round(low, 6), "ci_high": round(high, 6),
-            "confidence_level": CONFIDENCE, "n_examples": int(n),
-            "n_resamples": N_RESAMPLES, "seed": SEED, "verdict": verdict,
+            "confidence_level": CONFIDENCE, "n_examples": int(n_examples),
+            "n_resamples": n_resamples, "seed": seed, "verdict": verdict,
             "examples_to_settle": settle, "p_value": p_value(sign * resampled, min_gain)}
 
 

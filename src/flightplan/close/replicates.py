@@ -36,8 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from flightplan.close.conclusion import verdict_of
-from flightplan.close.multiple import p_value
+from flightplan.close.conclusion import comparison_result
 from flightplan.metrics import (CONFIDENCE, N_RESAMPLES, SEED, Metric, Predictions, aligned,
                                 parse_metric)
 
@@ -115,7 +114,6 @@ def compare_replicates(statistic: Callable[..., np.ndarray], reference: Sequence
         ``interval: "replicates and examples"`` and ``seed_spread: {reference, variant}``
         (:func:`seed_spread` of each side).
     """
-    sign = 1.0 if goal == "max" else -1.0
     ref_values = [float(statistic(*arrays)) for arrays in reference]
     var_values = [float(statistic(*arrays)) for arrays in variant]
     point = float(np.mean(var_values) - np.mean(ref_values))
@@ -125,16 +123,9 @@ def compare_replicates(statistic: Callable[..., np.ndarray], reference: Sequence
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = (float(q) for q in np.quantile(draws, [alpha, 1.0 - alpha]))
     low, high = min(low, point), max(high, point)      # a constant metric: the point
-    gain = sign * point
-    gain_low, gain_high = sorted((sign * low, sign * high))
-    verdict, settle = verdict_of(gain, gain_low, gain_high, n_examples=n, min_gain=min_gain)
-    return {"reference_value": round(float(np.mean(ref_values)), 6),
-            "variant_value": round(float(np.mean(var_values)), 6),
-            "difference": round(point, 6), "gain": round(gain, 6),
-            "ci_low": round(low, 6), "ci_high": round(high, 6),
-            "confidence_level": CONFIDENCE, "n_examples": int(n),
-            "n_resamples": n_resamples, "seed": seed, "verdict": verdict,
-            "examples_to_settle": settle, "p_value": p_value(sign * draws, min_gain),
+    return {**comparison_result(float(np.mean(ref_values)), float(np.mean(var_values)), point,
+                                (low, high), draws, n_examples=n, goal=goal,
+                                min_gain=min_gain, n_resamples=n_resamples, seed=seed),
             "interval": "replicates and examples",
             "seed_spread": {"reference": seed_spread(ref_values),
                             "variant": seed_spread(var_values)}}
