@@ -74,17 +74,33 @@ def _to_duration(value: Any) -> Duration:
 DurationField = Annotated[Duration, BeforeValidator(_to_duration), PlainSerializer(str)]
 
 
-def _not_bool(value: Any) -> Any:
+def _whole_number(value: Any) -> Any:
+    """TOML's integer only: pydantic's lax mode would read ``true`` as 1, ``"2"`` and
+    ``2.0`` as 2."""
     if isinstance(value, bool):
-        raise ValueError(f"{str(value).lower()} is a boolean, not a number; write a number")
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number; write a whole number")
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is text, not a number; write it without quotes")
+    if isinstance(value, float):
+        raise ValueError(f"{value!r} is not a whole number; write an integer such as "
+                         f"{max(int(value), 1)}")
     return value
 
 
-# numbers that refuse TOML booleans (pydantic's lax mode would read true as 1)
-Int = Annotated[int, BeforeValidator(_not_bool)]
+def _number(value: Any) -> Any:
+    """TOML's integer or float only: pydantic's lax mode would read ``true`` as 1.0 and
+    ``"0.05"`` as 0.05."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number; write a number")
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is text, not a number; write it without quotes")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_whole_number)]
 MAX_SEEDS = 20
 """The most replicates (``seeds``) one run may execute."""
-Float = Annotated[float, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_number)]
 
 
 class _Strict(BaseModel):

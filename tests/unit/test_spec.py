@@ -79,6 +79,11 @@ CASES = [
      r"product could ever be accepted"),
     (("campaign", "min_gain"), 1, r"campaign\.min_gain: 1 is at least the whole range of "
      r"macro_f1 \(0 to 1\), so no variant could ever meet it"),
+    # pydantic's lax mode would read these as numbers; the docs say integer and number
+    (("campaign", "seeds"), "2", r"campaign\.seeds: '2' is text, not a number; write it without quotes"),
+    (("campaign", "seeds"), 2.0, r"campaign\.seeds: 2\.0 is not a whole number; write an integer such as 2"),
+    (("campaign", "min_gain"), "0.05", r"campaign\.min_gain: '0\.05' is text, not a number"),
+    (("run", 0, "gpus"), 1.5, r"run\[0\]\.gpus: 1\.5 is not a whole number"),
 ]
 
 
