@@ -190,8 +190,9 @@ def plan(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_fil
     test set can decide and which estimates are still uncertain."""
     from flightplan.close.verify import verify_results   # plan reads a verified results
     from flightplan.plan.commands import plan_command     # directory; the CLI wires the stages
+    from flightplan.run.commands import frozen_rule_drift
     return plan_command(spec, extend=extend, gantt=gantt, as_json=json, power_plot=power_plot,
-                        calibrate_from=from_,
+                        calibrate_from=from_, rule_drift=frozen_rule_drift,
                         verify=functools.partial(verify_results, reload=False))
 
 

@@ -50,7 +50,7 @@ from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks.loader import check_task, resolve_task
 from flightplan.units import Duration, parse_extension
 
-__all__ = ["plan_command", "quote_command", "parse_extensions", "read_test_split",
+__all__ = ["plan_command", "RuleDrift", "RULE_DRIFT", "quote_command", "parse_extensions", "read_test_split",
            "ResultsVerifier", "read_calibration", "calibrated_estimates"]
 
 CORPUS_MISSING = "corpus-missing"
@@ -60,6 +60,15 @@ there yet (``run`` refuses a missing folder or package, its data check missing f
 MEASURED_FIGURES = "measured-figures"
 """Code of the ``plan --json`` warning that the campaign has run (or was closed) and that
 ``--from`` its ``results/`` would plan from the measured figures instead of the guesses."""
+
+RULE_DRIFT = "decision-rule-changed"
+"""Code of the ``plan --json`` warning that the file's decision rule differs from the one
+frozen with the plan after runs started: ``run`` and ``close`` will refuse the file."""
+
+RuleDrift = Callable[[CampaignSpec], "str | None"]
+"""Says what ``run`` and ``close`` would refuse in a campaign file's decision rule, else
+None (the command line passes :func:`flightplan.run.commands.frozen_rule_drift`: the
+ledger belongs to a later layer than this one)."""
 
 ResultsVerifier = Callable[[Path], Mapping[str, Any]]
 """Verifies a results directory: ``verify(dir)`` → ``{"verified": bool, "findings":
@@ -190,7 +199,8 @@ def calibrated_estimates(spec: CampaignSpec, calibrate_from: Path | None,
 
 def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_json: bool,
                  verify: ResultsVerifier, power_plot: Path | None = None,
-                 calibrate_from: Path | None = None) -> int:
+                 calibrate_from: Path | None = None,
+                 rule_drift: RuleDrift | None = None) -> int:
     """Plan the campaign in ``spec_path``; print JSON or tables; write a PNG Gantt and the
     power curves if asked.
 
@@ -199,6 +209,9 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
             ``plan/`` may not import ``close/``, so the command line hands it in).
         calibrate_from: ``--from``: an earlier campaign's results directory (overrides
             ``[calibrate] from``).
+        rule_drift: reads the campaign's ledger for a decision rule changed after runs
+            started (:data:`RuleDrift`); its reason is a warning (``--json``:
+            :data:`RULE_DRIFT`), since ``run`` and ``close`` will refuse the file.
 
     Returns:
         0, also when the plan does not fit the window or the test set cannot confirm the
@@ -242,6 +255,7 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         _write_png("--power-plot", power_plot, power_png(power, title=spec.campaign.name))
     left = result.time_left()
     measured_note = None if source is not None else _measured_note(spec)
+    drift = None if rule_drift is None else rule_drift(spec)
     if as_json:
         plan = result.to_json()
         if missing is not None:
@@ -249,6 +263,8 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
         if measured_note is not None:
             plan["warnings"].append(
                 LintWarning(MEASURED_FIGURES, "calibrate", measured_note).to_json())
+        if drift is not None:
+            plan["warnings"].append(LintWarning(RULE_DRIFT, "campaign", drift).to_json())
         print(json.dumps(plan | left | {
             "power": power.to_json(),
             "calibration": None if source is None else {
@@ -260,6 +276,9 @@ def plan_command(spec_path: Path, *, extend: list[str], gantt: Path | None, as_j
     if missing is not None:
         console.print(f"[bold yellow]warning:[/bold yellow] corpus not there yet: "
                       f"{escape(missing)}")
+    if drift is not None:
+        console.print(f"[bold yellow]warning:[/bold yellow] {escape(drift)} (`flightplan run` "
+                      f"and `close` refuse this file)")
     _print_plan(console, result, left)
     _print_uncertainties(console, uncertain, measured, calibrated.campaign, source)
     _print_power(console, power)

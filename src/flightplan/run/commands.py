@@ -185,6 +185,30 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     return outcome.exit_code
 
 
+def frozen_rule_drift(spec: "CampaignSpec") -> str | None:
+    """What ``flightplan run`` and ``close`` would refuse in ``spec``'s decision rule: the
+    one-line reason when the file's ``metric``, ``goal``, ``min_gain`` or
+    ``accept_at_least`` differs from the rule frozen with the plan and a run has started
+    (:func:`flightplan.plan.decision_rule.check_rule_unchanged`); None when the campaign
+    never ran, no run started yet (``run`` would record the change as a correction) or the
+    rule is unchanged. Reads the ledger only; ``plan`` prints it as a warning."""
+    from flightplan.errors import SpecError
+    from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
+    from flightplan.run.ledger import LEDGER_FILE, Ledger
+
+    if not (spec.campaign_dir / LEDGER_FILE).is_file():
+        return None
+    with Ledger.open_existing(spec.campaign_dir) as ledger:
+        frozen = ledger.original_plan()
+        if frozen is None or not ledger.events(kind="started"):
+            return None
+        try:
+            check_rule_unchanged(spec, frozen.plan, ledger.events(kind=RULE_CHANGED))
+        except SpecError as changed:
+            return str(changed)
+    return None
+
+
 def status_command(spec_path: Path, *, as_json: bool) -> int:
     """``flightplan status [SPEC] [--json]``: the ledger as lines that fit the terminal
     (:func:`flightplan.run.status.status_lines`) or one JSON object

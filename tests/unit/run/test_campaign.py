@@ -429,9 +429,15 @@ def test_a_run_that_left_a_flight_whose_package_ends_waits_for_one_with_time_lef
     assert run["status"] == "pending" and run["reason"] == left["reason"]
 
 
-def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path):
+def _no_results(directory):
+    raise AssertionError(f"plan verified {directory}: it has no results to plan from")
+
+
+def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp_path, capsys):
     from flightplan.close.commands import close_campaign
     from flightplan.errors import SpecError
+    from flightplan.plan.commands import plan_command
+    from flightplan.run.commands import frozen_rule_drift
 
     path = _spec(tmp_path)
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
@@ -453,10 +459,20 @@ def test_the_decision_rule_frozen_with_the_plan_cannot_change_after_the_runs(tmp
         assert len(ledger.events()) == events            # nothing was written
         with pytest.raises(SpecError, match="campaign.min_gain: 0.0 differs from 0.05"):
             close_campaign(load_spec(path), ledger)
+    # plan warns of what run and close will refuse, and writes nothing either
+    assert frozen_rule_drift(load_spec(path)) == message
+    assert plan_command(path, extend=[], gantt=None, as_json=True, verify=_no_results,
+                        rule_drift=frozen_rule_drift) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert {"code": "decision-rule-changed", "subject": "campaign",
+            "message": message} in warnings
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert len(ledger.events()) == events
     # the question's wording may change: it decides nothing
     path.write_text(text.replace('question = "', 'question = "Reworded: '), encoding="utf-8")
     assert "Reworded" in path.read_text(encoding="utf-8")
     run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    assert frozen_rule_drift(load_spec(path)) is None
 
 
 HOOKED = '''
