@@ -121,7 +121,7 @@ value and the ranking of the variants not yet run), :mod:`.plot` (the power curv
 
 from flightplan.plan.power.campaign import (CampaignPower, TestSplit, campaign_power,
                                             campaign_seeds, gain_to_explain)
-from flightplan.plan.power.comparison import (DEFAULT_SEED_SD, SEED_COUNTS, ReplicatePower,
+from flightplan.plan.power.comparison import (DEFAULT_SEED_SD, DEFAULT_SEED_SD_SOURCE, SEED_COUNTS, ReplicatePower,
                                               Seeds, z_meets, MAX_COUNT, MIN_GAP_SHARE, NO_PRACTICAL_SIZE,
                                               PRACTICAL_FACTOR, TARGET_POWER, WARN_BELOW,
                                               Z_INTERVAL, ComparisonPower, Scenario,
@@ -148,7 +148,7 @@ __all__ = [
     "model_from_predictions",
     "Scenario", "ComparisonPower", "comparison_power", "TestSplit", "CampaignPower",
     "campaign_power", "gain_to_explain", "examples_to_settle", "rounded_count", "PRACTICAL_FACTOR",
-    "MIN_GAP_SHARE", "MAX_COUNT", "NO_PRACTICAL_SIZE", "practical_size", "DEFAULT_SEED_SD",
+    "MIN_GAP_SHARE", "MAX_COUNT", "NO_PRACTICAL_SIZE", "practical_size", "DEFAULT_SEED_SD", "DEFAULT_SEED_SD_SOURCE",
     "SEED_COUNTS", "ReplicatePower", "Seeds", "z_meets", "campaign_seeds", "decision_values", "Ranked",
     "rank_by_value", "power_png",
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flightplan.metrics import CONFIDENCE, parse_metric
-from flightplan.plan.power.comparison import (DEFAULT_SEED_SD, TARGET_POWER, WARN_BELOW,
+from flightplan.plan.power.comparison import (DEFAULT_SEED_SD, DEFAULT_SEED_SD_SOURCE, TARGET_POWER, WARN_BELOW,
                                               ComparisonPower, Seeds, comparison_power)
 from flightplan.plan.power.model import (DEFAULT_DISAGREEMENT, ColumnModel, Moments,
                                          PairedModel, default_model)
@@ -86,8 +86,7 @@ def campaign_seeds(spec: CampaignSpec, run: Run,
     if measured and run.name in measured:
         sd, source = measured[run.name]
     elif parse_metric(section.metric).kind == "labels":
-        sd, source = DEFAULT_SEED_SD, ("default: the main job's lora-r8 macro-F1 over seeds "
-                                       "0-4: 0.4930, 0.4544, 0.4217, 0.4328, 0.4322")
+        sd, source = DEFAULT_SEED_SD, DEFAULT_SEED_SD_SOURCE
     else:
         sd, source = 0.0, (f"not included: no earlier campaign measured {section.metric}'s "
                            f"spread over seeds (plan --from one that ran replicates)")

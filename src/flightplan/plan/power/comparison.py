@@ -15,7 +15,7 @@ from flightplan.metrics import CONFIDENCE
 from flightplan.plan.power.model import Moments, PairedModel
 
 __all__ = ["TARGET_POWER", "WARN_BELOW", "Z_INTERVAL", "PRACTICAL_FACTOR", "MIN_GAP_SHARE",
-           "MAX_COUNT", "NO_PRACTICAL_SIZE", "DEFAULT_SEED_SD", "SEED_COUNTS", "z_meets",
+           "MAX_COUNT", "NO_PRACTICAL_SIZE", "DEFAULT_SEED_SD", "DEFAULT_SEED_SD_SOURCE", "SEED_COUNTS", "z_meets",
            "Seeds", "ReplicatePower", "verdict_probabilities", "Scenario",
            "ComparisonPower", "comparison_power", "examples_to_settle", "practical_size",
            "rounded_count"]
@@ -43,6 +43,12 @@ no earlier campaign measured one: the main job's lora-r8, unchanged but for its 
 scored macro-F1 0.4930, 0.4544, 0.4217, 0.4328 and 0.4322 over seeds 0-4 (standard
 deviation 0.0254 over the five with ddof 0, 0.0284 with ddof 1; measured on a CPU). A
 ``mean:<column>`` metric has no default (its units are the column's)."""
+DEFAULT_SEED_SD_SOURCE = ("default, measured on another task (the main job's lora-r8 macro-F1 "
+                          "over seeds 0-4: 0.4930, 0.4544, 0.4217, 0.4328, 0.4322); run "
+                          "seeds >= 2 once and plan --from its results to measure this "
+                          "task's own")
+"""Where :data:`DEFAULT_SEED_SD` comes from, as ``plan`` and the seed notice quote it: it
+is a guess for any other task, and says how to replace it."""
 SEED_COUNTS = (1, 3, 5)
 """The replicate counts K whose power ``plan`` shows side by side."""
 _Z_TARGET = float(norm.ppf(TARGET_POWER))
