@@ -160,17 +160,10 @@ SPEC_HELP = "Campaign file (TOML), or the folder holding its campaign.toml."
 def _campaign_file(path: Path) -> Path:
     """A campaign argument as the verbs take it: a folder holding ``campaign.toml`` stands
     for that file (``flightplan plan examples/drug-reviews``); anything else is kept as
-    given (the verb names what is wrong with it).
-
-    Raises:
-        typer.BadParameter: a folder without ``campaign.toml`` (exit 2).
-    """
-    if not path.is_dir():
-        return path
-    if (path / DEFAULT_SPEC).is_file():
+    given (the verb names what is wrong with it: :func:`flightplan.spec.load_spec`)."""
+    if path.is_dir() and (path / DEFAULT_SPEC).is_file():
         return path / DEFAULT_SPEC
-    raise typer.BadParameter(f"{path} is a folder without a {DEFAULT_SPEC}; give the campaign "
-                             f"file, or the folder holding its {DEFAULT_SPEC}")
+    return path
 
 
 @app.command()

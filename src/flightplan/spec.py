@@ -765,10 +765,14 @@ def load_spec(path: str | Path) -> CampaignSpec:
         path: the TOML file; its folder is the campaign directory.
 
     Raises:
-        SpecError: the file is missing, not TOML, or invalid (one line, names the field).
+        SpecError: the file is missing (or is a folder), not TOML, or invalid (one line,
+            names the field).
     """
     path = Path(path)
     source = str(path)
+    if path.is_dir():
+        raise SpecError("a folder without a campaign.toml; give the campaign file, or the "
+                        "folder holding its campaign.toml", file=source)
     if not path.is_file():
         raise SpecError("no such file; give the path of a campaign TOML file", file=source)
     try:

@@ -506,9 +506,8 @@ def test_plan_of_a_folder_takes_its_campaign_toml(tmp_path: Path) -> None:
     bare = subprocess.run([str(script), "plan", str(tmp_path / "empty")], capture_output=True,
                           text=True, timeout=300)
     assert (bare.returncode, bare.stdout) == (2, "")
-    assert bare.stderr == (f"error: Invalid value for 'spec': {tmp_path / 'empty'} is a folder "
-                           f"without a campaign.toml; give the campaign file, or the folder "
-                           f"holding its campaign.toml\n")
+    assert bare.stderr == (f"error: {tmp_path / 'empty'}: a folder without a campaign.toml; "
+                           f"give the campaign file, or the folder holding its campaign.toml\n")
 
 
 def test_plan_after_the_campaign_ran_says_what_from_results_would_use(tmp_path: Path) -> None:
