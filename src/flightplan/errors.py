@@ -29,7 +29,8 @@ Every message is complete on one line: what was given, why it is wrong, the fix.
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+from typing import Any, Iterable
 
 from flightplan.findings import Finding
 from flightplan.redact import redact
@@ -56,7 +57,24 @@ __all__ = [
     "VerificationFailed",
     "LockHeld",
     "TrackingFailed",
+    "closest_name",
+    "did_you_mean",
 ]
+
+
+def closest_name(bad: str, known: Iterable[str]) -> str | None:
+    """The name of ``known`` that ``bad`` most likely misspells (:mod:`difflib`'s ratio of
+    at least 0.6: ``lora-r9`` for ``lora-r8``, not ``B200`` for ``H100``), else None."""
+    close = difflib.get_close_matches(bad, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(bad: str, known: Iterable[str], *, otherwise: str = "") -> str:
+    """The end of a message about a name that is not one of ``known``:
+    ``"; did you mean 'x'?"`` for the :func:`closest_name`, else ``otherwise`` (e.g.
+    ``"; known: 'a', 'b'"``; empty by default)."""
+    close = closest_name(bad, known)
+    return f"; did you mean {close!r}?" if close is not None else otherwise
 
 
 class FlightplanError(Exception):

@@ -55,7 +55,6 @@ parameters: :data:`CONFIDENCE`, :data:`N_RESAMPLES` and :data:`SEED`.
 from __future__ import annotations
 
 import csv
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from flightplan.errors import CheckFailed, SpecError
+from flightplan.errors import CheckFailed, SpecError, closest_name
 
 __all__ = ["Metric", "Predictions", "LABEL_METRICS", "COLUMN_PREFIX", "CONFIDENCE",
            "N_RESAMPLES", "SEED", "parse_metric", "check_goal", "read_predictions",
@@ -114,8 +113,8 @@ def parse_metric(name: str) -> Metric:
         return Metric(name, "labels", direction=LABEL_METRICS[name])
     if name.startswith(COLUMN_PREFIX) and name[len(COLUMN_PREFIX):].strip():
         return Metric(name, "column", column=name[len(COLUMN_PREFIX):].strip())
-    close = difflib.get_close_matches(name, list(LABEL_METRICS), n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    close = closest_name(name, LABEL_METRICS)
+    hint = f"did you mean {close!r}? " if close is not None else ""
     raise SpecError(f"{name!r} is not a decision metric; {hint}use one of "
                     f"{', '.join(LABEL_METRICS)}, or mean:<column> for the mean of a "
                     f"per-example column of predictions.csv (e.g. mean:abs_error)",

@@ -19,7 +19,6 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Annotated, Any, Literal, Mapping
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       ValidationError, ValidationInfo, field_validator, model_validator)
 
-from flightplan.errors import SpecError
+from flightplan.errors import SpecError, did_you_mean
 from flightplan.units import Duration, Money
 
 __all__ = [
@@ -575,8 +574,7 @@ class CampaignSpec(_Strict):
 
 
 def _suggest(bad: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(known))}"
+    return did_you_mean(bad, known, otherwise=f"; known keys: {', '.join(sorted(known))}")
 
 
 def _model_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -700,8 +698,7 @@ def _check_replicates(spec: CampaignSpec, source: str) -> None:
 
 
 def _suggest_name(bad: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(bad, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else "; check the name against the stages and runs"
+    return did_you_mean(bad, known, otherwise="; check the name against the stages and runs")
 
 
 def _find_cycle(after: dict[str, list[str]]) -> list[str] | None:

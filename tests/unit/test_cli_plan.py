@@ -336,6 +336,9 @@ def test_quote_with_a_user_catalog_prices_a_two_gpu_flight_once(tmp_path: Path) 
 @pytest.mark.parametrize("args, expected", [
     (["--offer", "RTX 4009", "--hours", "5"],
      "--offer: 'RTX 4009' is not an offer in the catalog; did you mean 'RTX 4090'?"),
+    # one digit in common is no misspelling: the offers are listed instead
+    (["--offer", "H100", "--hours", "5"],
+     "--offer: 'H100' is not an offer in the catalog; known: 'B200', 'RTX 4090'"),
     (["--offer", "B200", "--hours", "5"], "no package prices for 'B200'"),
     (["--offer", "RTX 4090", "--hours", "0"], "--hours 0: a job length must be more than 0 hours"),
     (["--offer", "RTX 4090", "--hours", "5", "--gpus", "0"], "--gpus 0"),

@@ -26,13 +26,12 @@ Usage::
 
 from __future__ import annotations
 
-import difflib
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from flightplan.errors import CatalogError, SpecError
+from flightplan.errors import CatalogError, SpecError, did_you_mean
 from flightplan.ledger_rows import ExpenseRow
 from flightplan.spec import CampaignSpec, Run, Stage
 from flightplan.units import Money
@@ -115,11 +114,10 @@ def _merge(ours: Offer, theirs: Offer) -> Offer:
 
 
 def suggest(bad: str, known: list[str]) -> str:
-    """``"; did you mean 'x'?"`` for the closest of ``known``, else the known names."""
-    close = difflib.get_close_matches(bad, known, n=1, cutoff=0.5)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return f"; known: {', '.join(repr(k) for k in sorted(known))}" if known else ""
+    """``"; did you mean 'x'?"`` for the closest of ``known``
+    (:func:`flightplan.errors.did_you_mean`), else the known names."""
+    return did_you_mean(bad, known, otherwise=f"; known: {', '.join(repr(k) for k in sorted(known))}"
+                        if known else "")
 
 
 def builtin_catalog() -> Catalog:

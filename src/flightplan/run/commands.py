@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from flightplan.errors import ArgumentError, SetupError
+from flightplan.errors import ArgumentError, SetupError, did_you_mean
 
 if TYPE_CHECKING:
     from flightplan.plan.commands import ResultsVerifier
@@ -357,7 +357,6 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
             first; none is created).
         SpecError: the campaign file is missing or invalid.
     """
-    import difflib
 
     from flightplan.run.ledger import Ledger
     from flightplan.spec import load_spec
@@ -369,9 +368,8 @@ def note_command(spec_path: Path, *, name: str, text: str, as_json: bool) -> int
         known = [e.name for e in spec.items] + \
                 [r.run_id for r in ledger.runs()]
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else \
-                f"; known: {', '.join(sorted(set(e.name for e in spec.items)))}"
+            hint = did_you_mean(name, known, otherwise=f"; known: "
+                                f"{', '.join(sorted(set(e.name for e in spec.items)))}")
             raise ArgumentError(f"note {name!r}: not a stage or run of {spec.source}{hint}")
         note = ledger.add_note(name, text.strip())
     if as_json:

@@ -16,11 +16,10 @@ Usage::
 
 from __future__ import annotations
 
-import difflib
 import time
 from typing import Any
 
-from flightplan.errors import ArgumentError
+from flightplan.errors import ArgumentError, closest_name
 from flightplan.run.ledger import Ledger
 from flightplan.spec import CampaignSpec, Stage
 from flightplan.units import Duration
@@ -44,10 +43,10 @@ def _stage(spec: CampaignSpec, name: str) -> Stage:
     for stage in spec.stages:
         if stage.name == name:
             return stage
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    if close:
+    close = closest_name(name, names)
+    if close is not None:
         raise ArgumentError(f"{name!r} is not a [[stage]] of {spec.source}; did you mean "
-                            f"{close[0]!r}?")
+                            f"{close!r}?")
     runner = [s.name for s in spec.stages if s.name in RUNNER_STAGES]
     has = (f"its stages a person marks: {', '.join(names)}" if names else
            "it has no stage a person marks")
