@@ -185,6 +185,11 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     return outcome.exit_code
 
 
+UNCUT_WIDTH = 10_000
+"""The width ``status`` lays its lines out for when its output is not a terminal: wide
+enough that no line is cut."""
+
+
 def frozen_rule_drift(spec: "CampaignSpec") -> str | None:
     """What ``flightplan run`` and ``close`` would refuse in ``spec``'s decision rule: the
     one-line reason when the file's ``metric``, ``goal``, ``min_gain`` or
@@ -342,7 +347,9 @@ def _print_status(snapshot: dict[str, Any], *, metric: str) -> None:
     from flightplan.run.status import status_lines
 
     console = Console()
-    for line in status_lines(snapshot, metric=metric, width=console.size.width, now=time.time()):
+    # a terminal's lines are cut to fit it; into a pipe or a file (grep, a log) nothing is cut
+    width = console.size.width if console.is_terminal else UNCUT_WIDTH
+    for line in status_lines(snapshot, metric=metric, width=width, now=time.time()):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -951,7 +951,8 @@ def test_a_checkpoint_that_came_home_and_went_still_demands_a_resume_on_a_flight
     assert again.resume["control"] is True
 
 
-def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_path, capsys):
+def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_path, capsys,
+                                                                          monkeypatch):
     from flightplan.campaign_lock import CampaignLock
     from flightplan.run.commands import status_command
 
@@ -980,8 +981,13 @@ def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_
     assert run["status"] == "interrupted"
     assert run["progress"] == {"steps_done": 5, "planned_steps": 8}
     assert abs(run["wall_s"] - 12.0) < 1e-3        # from its start to its last sign of life
+    monkeypatch.setenv("COLUMNS", "40")    # a narrow terminal's width, which a pipe ignores
     assert status_command(path, as_json=False) == 0
-    assert re.search(rf"{run_id}\s+interrupted 5/8\s", capsys.readouterr().out)
+    text = capsys.readouterr().out
+    assert re.search(rf"{run_id}\s+interrupted 5/8\s", text)
+    # into a pipe (not a terminal) nothing is cut: the header is whole
+    header = text.splitlines()[0]
+    assert len(header) > 40 and header.endswith("; no runner active") and "…" not in text
     # while a runner holds it, the run is running, its wall time counted since it started
     with CampaignLock(tmp_path, verb="run"):
         run = shown()
