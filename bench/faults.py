@@ -17,7 +17,9 @@ text classifier and a plain PyTorch file task; (b) ``file-task``: the regression
 the library's own save (a file it opens in its staging folder) and inside flightplan's
 commit of it; (d) ``ray-driver`` and ``ray-node``: the driver of a Ray campaign on a
 loopback cluster (token authentication on) and a whole flight node, at a trial's call or
-a delay; (e) ``close`` and ``export`` (``flightplan export mlflow`` into a SQLite store).
+a delay; (e) ``close`` and ``export`` (``flightplan export mlflow`` into a SQLite store);
+(f) ``ddp``: ``examples/digits-ddp``, each run two processes (plain PyTorch DDP, gloo): a
+point in a trial kills the rank that reaches it, and the executor ends the other.
 Each copy of a campaign is killed several times in a row (``--per-campaign``), run again
 until it finishes, closed and exported (killed there too), and must end with products
 bitwise those of an uninterrupted campaign (a Ray campaign: those of the local one), the
@@ -417,9 +419,9 @@ EXPORT_KINDS = [("runner", "commit", ""), ("runner", "insert", ""), ("runner", "
 # docs/tasks.md, (c) the Trainer and Lightning integrations, (d) a flight node and the
 # driver of a Ray campaign, (e) close and export; close and export run on every campaign
 SPLIT = {"tiny": 12, "digits": 10, "file-task": 10, "trainer": 12, "lightning": 12,
-         "ray-node": 10, "ray-driver": 10, "close": 14, "export": 10}
-CAMPAIGNS = ("tiny", "digits", "file-task", "trainer", "lightning", "ray")
-LONGEST_FIRST = ("tiny", "ray", "trainer", "lightning", "digits", "file-task")
+         "ray-node": 10, "ray-driver": 10, "close": 14, "export": 10, "ddp": 10}
+CAMPAIGNS = ("tiny", "digits", "file-task", "trainer", "lightning", "ray", "ddp")
+LONGEST_FIRST = ("tiny", "ray", "trainer", "lightning", "ddp", "digits", "file-task")
 """The campaigns in the order of their share of the bench's time (seed 4417: tiny about
 17 min, Ray 15, Trainer 13, Lightning 12, digits 8, the file task 6), so that ``--jobs``
 starts the longest first."""

@@ -12,7 +12,9 @@ Each builder writes a campaign into an empty ``folder`` and returns its campaign
 - :func:`docs_trainer`: the same with the page's ``trainer_train.py`` (the Hugging Face
   Trainer) in both runs;
 - :func:`small_lightning`: ``examples/digits-lightning`` (Lightning) on 128 / 32 digits,
-  2 epochs, without ``min_quality`` (a run that short may not reach it).
+  2 epochs, without ``min_quality`` (a run that short may not reach it);
+- :func:`small_ddp`: ``examples/digits-ddp`` (plain PyTorch DDP, each run two processes
+  with gloo) on 128 / 32 digits, 2 epochs.
 
 Each keeps two essential runs (a control and a variant), so the pilot (two processes: the
 kill-and-resume check), both runs, ``close`` and ``verify`` all run, in about 20–45 s each
@@ -36,7 +38,7 @@ from e2e.docs_examples import docs_files
 from .cli_harness import ROOT, TINY
 
 __all__ = ["small_tiny", "small_digits", "docs_task", "docs_trainer", "small_lightning",
-           "BUILDERS"]
+           "small_ddp", "BUILDERS"]
 
 
 def _edit(text: str, replacements: list[tuple[str, str]], *, drop_last_run: str | None = None) -> str:
@@ -93,6 +95,12 @@ def small_lightning(folder: Path) -> Path:
                         drop_last_run=None)
 
 
+def small_ddp(folder: Path) -> Path:
+    """``examples/digits-ddp`` (two processes a run, gloo) on 128 train and 32 test digits
+    (2 steps an epoch a rank), 2 epochs. Returns the campaign file."""
+    return _digits_like("digits-ddp", folder, epochs="3", drop=[], drop_last_run=None)
+
+
 def docs_task(folder: Path, *, task: str = "train.py") -> Path:
     """The regression example of ``docs/tasks.md`` as a reader copies it (``make_data.py``
     run once), on 64 train and 16 test rows, 2 epochs (8 steps), ``task`` in both runs.
@@ -118,5 +126,5 @@ def docs_trainer(folder: Path) -> Path:
 
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "tiny": small_tiny, "digits": small_digits, "file-task": docs_task,
-    "trainer": docs_trainer, "lightning": small_lightning}
+    "trainer": docs_trainer, "lightning": small_lightning, "ddp": small_ddp}
 """Every builder by the name the crash bench gives its kind."""
