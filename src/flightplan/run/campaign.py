@@ -53,7 +53,7 @@ from flightplan.plan.catalog import (Catalog, catalog_for_spec, check_spec_again
                                      expense_rows)
 from flightplan.run.data_check import (DataCheckReport, DataCheckSummary, prepare_data,
                                        run_data_check)
-from flightplan.plan.calibration import Calibrated
+from flightplan.plan.calibration.calibrate import Calibrated
 from flightplan.plan.power import TestSplit
 from flightplan.run.decision import (DECISIONS, Decision, ValueRanking, choose, cut_steps,
                                      rank_variants, replan_from_options, runs_done,
