@@ -42,7 +42,7 @@ from flightplan.close.seed_notice import calibrated_seed_spread, with_seed_sprea
 from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
-from flightplan.goodput import ledger_goodput
+from flightplan.campaign_goodput import ledger_goodput
 from flightplan.ids import pilot_id
 from flightplan.ledger_rows import PlanVersionRow, RunRow
 from flightplan.metrics import read_predictions
