@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.goodput import (CAUSES, STAGES, Execution, campaign_goodput, execution_goodput,
-                                ledger_executions, run_goodput, total_goodput)
+from flightplan.campaign_goodput import campaign_goodput, ledger_executions
+from flightplan.goodput import (CAUSES, STAGES, Execution, execution_goodput, run_goodput,
+                                total_goodput)
 from flightplan.ledger_rows import EventRow, RunRow, StageTimeRow
 from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Finished,
                              Measurement, ProcessStart, Restore, StopEvent, Truncation)

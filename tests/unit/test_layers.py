@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "flightplan"
 LAYERS = [
     {"__init__", "__main__", "errors", "units", "canonical", "durable", "activity",
      "interrupts", "metrics", "corpus", "spec", "rundir", "transfer_time", "ids", "rows",
-     "goodput", "campaign_lock", "findings", "ledger_rows", "redact"},
+     "goodput", "campaign_goodput", "campaign_lock", "findings", "ledger_rows", "redact"},
     {"trial"},
     {"tasks", "integrations"},
     {"plan"},

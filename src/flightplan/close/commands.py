@@ -42,11 +42,12 @@ from flightplan.close.seed_notice import calibrated_seed_spread, with_seed_sprea
 from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verify_results
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
-from flightplan.goodput import ledger_goodput
+from flightplan.campaign_goodput import ledger_goodput
 from flightplan.ids import pilot_id
 from flightplan.ledger_rows import PlanVersionRow, RunRow
 from flightplan.metrics import read_predictions
-from flightplan.plan.calibration import FILE_NAME as CALIBRATION_FILE, calibration_record
+from flightplan.plan.calibration.measure import calibration_record
+from flightplan.plan.calibration.record import FILE_NAME as CALIBRATION_FILE
 from flightplan.plan.catalog import flight_gpus
 from flightplan.plan.decision_rule import RULE_CHANGED, check_rule_unchanged
 from flightplan.publish.close_record import (CloseRecord, manifest_sha256, report_path,
@@ -239,7 +240,7 @@ def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
                        pve: dict[str, Any], written: list[str], *,
                        seed_sd: dict[str, float]) -> None:
     """``calibration.json``: what the next campaign plans from (``plan --from``,
-    :func:`flightplan.plan.calibration.calibration_record`), with ``seed_sd`` (run name →
+    :func:`flightplan.plan.calibration.measure.calibration_record`), with ``seed_sd`` (run name →
     its metric's sd over its replicates) on each replicate of a run of several seeds."""
     trials, rows, predictions = _published(results, runs)
     data_check = results / "data_check.json"

@@ -37,7 +37,8 @@ from typing import Any
 
 from flightplan.canonical import plan_sha256
 from flightplan.close.ledger_reader import LedgerReader
-from flightplan.goodput import CAUSES, LABELS, CampaignGoodput, ledger_executions
+from flightplan.campaign_goodput import CampaignGoodput, ledger_executions
+from flightplan.goodput import CAUSES, LABELS
 from flightplan.ledger_rows import RunRow
 from flightplan.transfer_time import trip_s
 from flightplan.units import time_unit
@@ -217,7 +218,7 @@ def plan_vs_execution(ledger: LedgerReader, *, goodput: CampaignGoodput | None =
 
     Args:
         ledger: the campaign's ledger (:class:`~flightplan.close.ledger_reader.LedgerReader`).
-        goodput: the campaign's goodput (:func:`flightplan.goodput.ledger_goodput`); None
+        goodput: the campaign's goodput (:func:`flightplan.campaign_goodput.ledger_goodput`); None
             leaves ``goodput`` null.
 
     Returns:

@@ -45,7 +45,8 @@ import json
 import math
 from typing import Any, Mapping
 
-from flightplan.plan.calibration import FILE_NAME, Calibration, calibrate
+from flightplan.plan.calibration.calibrate import calibrate
+from flightplan.plan.calibration.record import FILE_NAME, Calibration
 from flightplan.plan.power import Z_INTERVAL, campaign_seeds
 from flightplan.spec import CampaignSpec
 from flightplan.tasks.loader import resolve_task
@@ -55,7 +56,7 @@ __all__ = ["calibrated_seed_spread", "with_seed_spread", "seed_notice", "notice_
 
 def calibrated_seed_spread(spec: CampaignSpec) -> dict[str, tuple[float, str]]:
     """Variant name → (per-replicate seed sd, source) that the campaign's ``[calibrate]
-    from`` measured for the same run (:func:`flightplan.plan.calibration.calibrate`'s
+    from`` measured for the same run (:func:`flightplan.plan.calibration.calibrate.calibrate`'s
     ``seed_spread``); ``{}`` without ``[calibrate]``, or when its ``calibration.json``
     cannot be read (the notice then falls back to the default, which names itself).
 

@@ -37,8 +37,10 @@ from flightplan.corpus import check_corpus
 from flightplan.durable import write_atomic
 from flightplan.errors import ArgumentError, CheckFailed, CorpusMismatch, InputError, SpecError
 from flightplan.metrics import Predictions, read_predictions
-from flightplan.plan.calibration import (FILE_NAME, GUESS_FACTOR, Calibrated, Calibration,
-                                         Uncertainty, calibrate, uncertainties)
+from flightplan.plan.calibration.calibrate import Calibrated, calibrate
+from flightplan.plan.calibration.estimate import GUESS_FACTOR
+from flightplan.plan.calibration.record import FILE_NAME, Calibration
+from flightplan.plan.calibration.retime import Uncertainty, uncertainties
 from flightplan.plan.campaign_plan import PlanResult, plan_campaign
 from flightplan.plan.catalog import Catalog, builtin_catalog, load_catalog
 from flightplan.plan.gantt import gantt_png, gantt_table

@@ -287,7 +287,7 @@ def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -
     """Add each run's ``goodput`` (its wall time by cause, :mod:`flightplan.goodput`; null
     for a run that never ran) and the campaign's ``goodput``: ``{stages_hours, flights
     (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``."""
-    from flightplan.goodput import ledger_goodput
+    from flightplan.campaign_goodput import ledger_goodput
     from flightplan.plan.catalog import flight_gpus
 
     goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))

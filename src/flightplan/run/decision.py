@@ -356,14 +356,15 @@ def rank_variants(spec: CampaignSpec, *, pending: Sequence[str], gpu_hours: Mapp
             (then the default reference serves, as in ``plan``).
         reference_source: where they came from, reported (``"pilot of control-…"``).
         measured: variant name → the model an earlier campaign measured for its
-            comparison (``[calibrate] from``: :attr:`flightplan.plan.calibration.Calibrated.models`).
+            comparison (``[calibrate] from``:
+            :attr:`flightplan.plan.calibration.calibrate.Calibrated.models`).
             A label metric takes its measured disagreement (and how many examples
             measured it); a column metric takes the measured model as it is (the spread
             of its per-example differences). Comparisons without one take the campaign
             file's figures.
         seed_spread: variant name → (sd over seeds, source) an earlier campaign measured
-            (:attr:`flightplan.plan.calibration.Calibrated.seed_spread`); the others take
-            the default (:func:`flightplan.plan.power.campaign_seeds`).
+            (:attr:`flightplan.plan.calibration.calibrate.Calibrated.seed_spread`); the
+            others take the default (:func:`flightplan.plan.power.campaign_seeds`).
 
     Returns:
         The ranking; a variant whose power cannot be computed is in ``not_computed``.

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from flightplan.publish.manifest import read_manifest
 from flightplan.publish.results import RESULTS_DIRNAME, publish_run
 from flightplan.errors import CheckFailed, SpecError, VerificationFailed
-from flightplan.goodput import ledger_executions, run_goodput
+from flightplan.campaign_goodput import ledger_executions
+from flightplan.goodput import run_goodput
 from flightplan.metrics import metric_value, read_predictions
 from flightplan.run.executors.contract import Interruption, JobResult
 from flightplan.run.ledger import Ledger

@@ -198,7 +198,7 @@ class StepTimes:
 def step_times(rows: Sequence[Row], start: float) -> StepTimes:
     """Step times read from measurement rows: the one reading shared by the pilot's
     re-estimate (:func:`figures_from_rows`) and ``plan --from`` (:func:`flightplan.plan.
-    calibration.run_figures`), so both give the same ``step_s`` for the same rows.
+    calibration.measure.run_figures`), so both give the same ``step_s`` for the same rows.
 
     A step row's time is the ``step_s`` it logged, else the seconds since the row before it
     of any kind (a checkpoint's stall, an evaluation, a restart have rows of their own and

@@ -144,7 +144,8 @@ def test_a_campaign_at_home_has_no_transfer_section(tmp_path):
 
 
 def test_goodput_beside_the_re_estimate_by_cause_and_each_flights_hours(tmp_path):
-    from flightplan.goodput import CAUSES, CampaignGoodput, FlightGoodput, GoodputSplit
+    from flightplan.campaign_goodput import CampaignGoodput, FlightGoodput
+    from flightplan.goodput import CAUSES, GoodputSplit
 
     _, ledger = make_campaign(tmp_path, publish=False)
     ledger.decision_rows[0]["figures"] = {"estimates": {"control": {"total_s": 20.0, "parts": {

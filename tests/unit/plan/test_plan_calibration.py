@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 from flightplan.metrics import Predictions
-from flightplan.plan.calibration import (GUESS_FACTOR, RUNNER_STAGES, SCALED_SPREAD,
-                                         Calibration, Estimate, MeasuredRun, MeasuredStage,
-                                         RunFigures, calibrate, retimed_makespan, run_figures,
-                                         uncertainties)
+from flightplan.plan.calibration.calibrate import calibrate
+from flightplan.plan.calibration.estimate import GUESS_FACTOR, Estimate
+from flightplan.plan.calibration.matching import RUNNER_STAGES, SCALED_SPREAD
+from flightplan.plan.calibration.measure import run_figures
+from flightplan.plan.calibration.record import (Calibration, MeasuredRun, MeasuredStage,
+                                                RunFigures)
+from flightplan.plan.calibration.retime import retimed_makespan, uncertainties
 from flightplan.plan.power import (TestSplit as Split, campaign_power, campaign_seeds,
                                    comparison_power)
 from flightplan.plan.problem import Task
@@ -392,7 +395,7 @@ def test_plan_from_takes_the_seed_spread_an_earlier_campaign_measured(tmp_path):
 
 
 def test_close_records_the_seed_sd_on_every_replicate_of_a_run_of_several_seeds():
-    from flightplan.plan.calibration import calibration_record
+    from flightplan.plan.calibration.measure import calibration_record
     from flightplan.spec import parse_spec
     spec = parse_spec({
         "campaign": {"name": "c", "question": "q?", "min_gain": 0.05, "seeds": 2},

@@ -223,7 +223,7 @@ def _split(**seconds: float) -> dict:
 
 def _with_goodput() -> dict:
     """SNAPSHOT with each run's wall time by cause (adding up to its WALL) and one flight."""
-    from flightplan.goodput import FlightGoodput
+    from flightplan.campaign_goodput import FlightGoodput
 
     runs = [dict(r) for r in SNAPSHOT["runs"]]
     runs[0]["goodput"] = _split(waiting=0.166, start_load=2.5, steps=3.1, evaluation=1.2,

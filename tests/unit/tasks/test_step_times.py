@@ -1,12 +1,12 @@
 """One reading of step times (flightplan.tasks.estimate.step_times): the pilot's re-estimate
-(figures_from_rows) and ``plan --from`` (calibration.run_figures) give the same steady step
+(figures_from_rows) and ``plan --from`` (calibration.measure.run_figures) give the same steady step
 time for the same rows, whatever the task logs, with the warm-up rule worked out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from flightplan.plan.calibration import run_figures
+from flightplan.plan.calibration.measure import run_figures
 from flightplan.rows import parse_row
 from flightplan.tasks.estimate import figures_from_rows, step_times
 
