@@ -286,3 +286,21 @@ def test_rows_keep_coming_home_while_a_checkpoint_goes_to_a_slow_flight(cluster,
     assert "--- flightplan: sent step-000007 to node " in log
     assert f"{256 * 1024} bytes in {256 // 4 + 1} chunks (0 bytes sent again)" in log
     assert _lines(rows_b) == 201         # b-1's rows: its planned_steps row and 200 steps
+
+
+def test_the_to_flight_bench_runs_small(cluster, tmp_path, capsys):
+    """``bench/distributed.py --to-flight`` on this cluster with a 4 MiB checkpoint in
+    1 MiB chunks (so that it cannot rot): its two lines, figures in place."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("distributed_bench",
+                                                  REPO / "bench" / "distributed.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    made, _, tmp = cluster
+    bench._to_flight(made, tmp, tmp_path, mib=4, chunk_mib=1)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["to", "memory"]
+    assert lines[0].startswith("to flight 4 MB checkpoint sent to a flight in 1 MiB chunks: ")
+    assert lines[1].endswith("chunks (target <= 4)")
