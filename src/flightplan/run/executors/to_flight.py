@@ -61,6 +61,7 @@ from flightplan.rundir import list_checkpoints
 from flightplan.trial.checkpoint import set_aside
 from flightplan.trial.checkpoint_io import MANIFEST, read_manifest
 from flightplan.run.executors.stream import CHUNK_BYTES, DEPTH, Chunk, CheckpointSender
+from flightplan.run.executors.transfer import relative_path
 
 __all__ = ["Sent", "FlightFeed"]
 
@@ -200,7 +201,8 @@ class FlightFeed:
             if rewind is None:
                 continue                      # a chunk out of turn after a rewind: ignored
             if chunk.path == MANIFEST and rewind.path != MANIFEST and rewind.offset == 0:
-                size, sha = hash_file(target / rewind.path)   # the flight doubts the file
+                # the flight doubts the file (a path out of the folder: refused)
+                size, sha = hash_file(target / relative_path(rewind.path))
                 record = listed.get(rewind.path) or {}
                 if size != record.get("size") or sha != record.get("sha256"):
                     raise self._unusable(target)
