@@ -21,11 +21,20 @@ and two nodes of one CPU and one ``flight`` each, ``tests/fixtures/ray_cluster.p
    the peak resident memory above idle of the flight's host (the ``RunHost`` actor
    process) and of home (this process), each reset to its idle size first
    (``/proc/<pid>/clear_refs``), against the target of four chunk sizes.
+3. **to flight** (``--to-flight [MIB]``, alone): a checkpoint of that many MiB (default
+   2048) at home, sent to a flight for a run that resumes there
+   (:mod:`flightplan.run.executors.to_flight`: chunks, a CRC-32 of each on both sides,
+   each file's sha256 against the manifest on the flight, fsync, rename there) before a
+   stand-in worker checks that it is there; its throughput (bytes over the seconds the
+   executor logged for the send) against ``shutil.copytree`` + fsync of the same folder,
+   and home's peak resident memory above idle while it ran (``VmHWM``, reset first: Ray's
+   object store included; and its private pages), in chunks (target: at most 4).
 
 Usage::
 
     .venv/bin/python bench/distributed.py [--mib 1024] [--rounds 3] [--skip-campaign]
         [--free-ms MS] [--skip-polls]
+    .venv/bin/python bench/distributed.py --to-flight [MIB] [--chunk-mib 8]
 """
 
 from __future__ import annotations
@@ -322,6 +331,69 @@ def _streamed(cluster, tmp: Path, work: Path, *, mib: int, rounds: int, polls: b
           f"({chunks // MIB} MiB; target <= 1)", flush=True)
 
 
+TO_FLIGHT_WORKER = """
+import json, sys
+from pathlib import Path
+trial = Path(sys.argv[1])
+name = json.loads(trial.read_text())["params"]["checkpoint"]
+sys.exit(0 if (trial.parent / "checkpoints" / name / "manifest.json").is_file() else 3)
+"""
+"""The worker on the flight: exits 0 when the checkpoint home sent is committed there."""
+
+
+def _send_once(executor, work: Path, mib: int, round_: int) -> tuple[int, float, Peak]:
+    """One run resumed on a flight from a ``mib`` MiB checkpoint at home: its bytes, the
+    seconds the send took (the executor's log line) and home's peak."""
+    from flightplan.run.executors.contract import Job
+
+    run_dir = work / f"to-{round_}"
+    size = _checkpoint(run_dir / "checkpoints" / "step-000001", mib)
+    (run_dir / "trial.json").write_text(json.dumps({
+        "run_id": f"to-{round_}", "resume": True, "params": {"checkpoint": "step-000001"}}))
+    home = Peak("self")
+    home.start()
+    [result] = executor.run([Job(f"to-{round_}", run_dir)])
+    home.stop.set()
+    home.join()
+    log = (run_dir / "log.txt").read_text()
+    if result.exit_code != 0:
+        raise SystemExit(f"the stand-in worker exited {result.exit_code}: {log[-2000:]}")
+    [line] = [s for s in log.splitlines() if s.startswith("--- flightplan: sent ")]
+    seconds = float(line.rsplit(" in ", 1)[1].split()[0])
+    return size, seconds, home
+
+
+def _to_flight(cluster, tmp: Path, work: Path, *, mib: int, chunk_mib: int) -> None:
+    """A ``mib`` MiB checkpoint sent from home to a flight, against copy + fsync, with
+    home's peak memory in chunks."""
+    from flightplan.run.executors.ray_executor import RayExecutor
+
+    stand_in = work / "to_flight_worker.py"
+    stand_in.write_text(TO_FLIGHT_WORKER)
+    chunk = chunk_mib * MIB
+    executor = RayExecutor(address=cluster.address, scratch=str(tmp / "scratch"),
+                           worker=[sys.executable, str(stand_in)], chunk_bytes=chunk)
+    executor.connect()
+    try:
+        _send_once(executor, work, 16, 0)            # every code path imported
+        shutil.rmtree(work / "to-0")
+        size, seconds, home = _send_once(executor, work, mib, 1)
+    finally:
+        executor.close()
+    started = time.perf_counter()
+    _copy_fsync(work / "to-1" / "checkpoints" / "step-000001", work / "to-copy")
+    copy_s = time.perf_counter() - started
+    shutil.rmtree(work / "to-copy")
+    mb = size / 1e6
+    print(f"to flight {mb:.0f} MB checkpoint sent to a flight in {chunk_mib} MiB chunks: "
+          f"{mb / seconds:.0f} MB/s; local copy + fsync {mb / copy_s:.0f} MB/s -> "
+          f"{copy_s / seconds:.2f} (sent / copy)", flush=True)
+    print(f"memory    home's peak resident above idle while it was sent, private / in all "
+          f"(Ray's object store included): {home.private / MIB:.0f} / "
+          f"{home.total / MIB:.0f} MiB -> {home.private / chunk:.2f} / "
+          f"{home.total / chunk:.2f} chunks (target <= 4)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="checkpoint size (MiB)")
@@ -329,6 +401,11 @@ def main() -> None:
     parser.add_argument("--skip-campaign", action="store_true", help="transfer only")
     parser.add_argument("--skip-polls", action="store_true",
                         help="not the same checkpoint with Ray's polls")
+    parser.add_argument("--to-flight", type=int, nargs="?", const=2048, default=None,
+                        metavar="MIB", help="only: a checkpoint of MIB MiB (default 2048) "
+                                            "sent from home to a flight")
+    parser.add_argument("--chunk-mib", type=int, default=8,
+                        help="chunk size of --to-flight (MiB; the executor's default: 8)")
     parser.add_argument("--free-ms", type=int, default=None,
                         help="Ray's free_objects_period_milliseconds on every node (Ray's "
                              "default: 1000)")
@@ -340,6 +417,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="fpbench-", dir="/tmp"))
     try:
         with loopback_cluster(flights=2, env=env) as (cluster, _, tmp):
+            if args.to_flight is not None:
+                _to_flight(cluster, tmp, work, mib=args.to_flight, chunk_mib=args.chunk_mib)
+                return
             if not args.skip_campaign:
                 _makespan(cluster, work)
             _streamed(cluster, tmp, work, mib=args.mib, rounds=args.rounds,

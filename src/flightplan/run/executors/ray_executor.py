@@ -10,8 +10,12 @@ node stands in for a one-GPU flight). Ray never retries anything (``max_restarts
 
 One execution, seen from home::
 
-    trial.json + latest verified checkpoint ──▶ RunHost.start (scratch folder on the flight,
-                                                  python -m flightplan.run.worker)
+    when resuming: the newest checkpoint home, in chunks ──▶ RunHost.receive (as below, the
+                   other way: run/executors/to_flight.py, on a thread of its own, at most
+                   DEPTH chunks on their way; committed on the flight before the worker
+                   starts; other executions' polls go on meanwhile)
+    trial.json + that checkpoint's name ──▶ RunHost.start (scratch folder on the flight,
+                                             python -m flightplan.run.worker)
     every poll_s:  RunHost.poll ──▶ new measurement rows, log bytes and, once every
                                      committed checkpoint is home, the exit code and every
                                      output
@@ -87,8 +91,8 @@ from flightplan.run.executors.ray_head import check_head, join_settings
 from flightplan.run.executors.ray_host import PollUpdate, RunHost
 from flightplan.run.executors.stream import (CHUNK_BYTES, DEPTH, CheckpointReceiver, Chunk,
                                              Outcome, Rewind)
-from flightplan.run.executors.transfer import (checkpoint_steps, commit_outputs,
-                                               latest_checkpoint)
+from flightplan.run.executors.to_flight import FlightFeed
+from flightplan.run.executors.transfer import checkpoint_steps, commit_outputs
 from flightplan.rows import CheckpointTransfer, CheckpointTransferFailed, Row, encode_row
 from flightplan.transfer_time import TransferTally
 
@@ -106,17 +110,21 @@ class Phase(enum.Enum):
 
     ::
 
-        PLACING ──where() answered, the runner admits it there──▶ STARTING
+        PLACING ──where() answered, the runner admits it there──▶ SENDING (resuming) or
+           │                                                      STARTING
            │ refused there: the actor goes, the job is placed again pinned elsewhere
-        STARTING ──start() answered (checkpoint sent, worker started)──▶ RUNNING
+        SENDING ──the checkpoint committed on the flight (FlightFeed, no call pending)──▶
+           │ STARTING; home's checkpoint failed its own check: set aside, placed again
+        STARTING ──start() answered (worker started)──▶ RUNNING
         RUNNING ──poll() every poll_s; ends when a poll brings the worker's exit code
 
-    From any phase, a call that raises ends it: the host's own error (a result with
-    :data:`EXIT_HOST_ERROR`) or its actor or node gone (RUNNING: an interruption that
-    resumes elsewhere; before that: placed again, nothing lost).
+    From any phase, a call that raises ends it: the host's own error or its refusal of the
+    checkpoint (a result with :data:`EXIT_HOST_ERROR`) or its actor or node gone (RUNNING:
+    an interruption that resumes elsewhere; before that: placed again, nothing lost).
     """
 
     PLACING = "placing"
+    SENDING = "sending"
     STARTING = "starting"
     RUNNING = "running"
 
@@ -129,7 +137,10 @@ class _Execution:
     actor: Any
     ref: Any                      # the pending where() or start() call, or None
     receiver: CheckpointReceiver
-    start_args: tuple[Any, ...] = ()   # (trial.json bytes, shipped checkpoint, figure)
+    trial: bytes = b""            # trial.json, until start() is asked
+    resume: bool = False          # its newest checkpoint home goes to the flight first
+    feed: FlightFeed | None = None    # while that checkpoint is on its way
+    offer: Any = None             # the direct connection's offer, for start()
     phase: Phase = Phase.PLACING
     polls: list[tuple[Any, float]] = field(default_factory=list)  # (poll(), unix asked)
     rewinds: list[Rewind] = field(default_factory=list)   # for the next poll
@@ -150,11 +161,7 @@ class _Execution:
     def take(self, chunk: Chunk, asked_at: float) -> Outcome:
         """Write a chunk that came with a poll (a refused name or path: refused)."""
         with self.lock:
-            try:
-                return self.receiver.take(chunk, asked_at=asked_at)
-            except TransferError as exc:
-                self.receiver.abandon()
-                return Outcome(refused=str(exc))
+            return self.receiver.accept(chunk, asked_at=asked_at)
 
 
 @dataclass
@@ -260,6 +267,8 @@ class RayExecutor(Executor):
             reach (the user stated that only their machines can reach it).
         direct: bring checkpoints home over a direct connection from each flight
             (:mod:`flightplan.run.executors.channel`); False: with the polls only.
+        chunk_bytes: bytes of checkpoint data in one chunk, either way (the memory each
+            side holds is a few of them: :data:`~flightplan.run.executors.stream.CHUNK_BYTES`).
 
     Raises:
         ArgumentError: (at :meth:`connect` or ``run``) no cluster answers at ``address``,
@@ -273,7 +282,8 @@ class RayExecutor(Executor):
     def __init__(self, *, address: str | None = None, poll_s: float = 0.2,
                  env: dict[str, str] | None = None, scratch: str | None = None,
                  no_flight_s: float = 120.0, worker: list[str] | None = None,
-                 trusted_network: bool = False, direct: bool = True) -> None:
+                 trusted_network: bool = False, direct: bool = True,
+                 chunk_bytes: int = CHUNK_BYTES) -> None:
         self.address = address
         self.worker = list(worker) if worker else None
         self.poll_s = poll_s
@@ -282,6 +292,7 @@ class RayExecutor(Executor):
         self.no_flight_s = no_flight_s
         self.trusted_network = trusted_network
         self.direct = direct
+        self.chunk_bytes = chunk_bytes
         self._noticed: set[str] = set()      # flights whose fallback to the polls was said
         self._connected = False
         self._joined: ClusterJoined | None = None
@@ -362,14 +373,13 @@ class RayExecutor(Executor):
         if node_id is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
         host: Any = ray.remote(RunHost)     # an actor class (Ray's stubs type it as the class)
-        actor = host.options(**options).remote(job.run_id, self.scratch, self.env, self.worker)
+        actor = host.options(**options).remote(job.run_id, self.scratch, self.env, self.worker,
+                                               self.chunk_bytes)
         trial = _trial(job)
-        shipped = latest_checkpoint(job.run_dir / "checkpoints") if trial.get("resume") else None
         keep = (trial.get("checkpoint") or {}).get("keep_last")
         return _Execution(job, actor, actor.where.remote(),
                           CheckpointReceiver(job.run_dir / RunDir.CHECKPOINTS, keep_last=keep),
-                          start_args=(job.trial_json.read_bytes(), shipped,
-                                      self._transfers.figure()))
+                          trial=job.trial_json.read_bytes(), resume=bool(trial.get("resume")))
 
     def _other_flight(self, job: Job, refused: set[str]) -> str | None:
         """A live node that ``job`` was not refused on and whose resources can hold it."""
@@ -503,10 +513,12 @@ class RayExecutor(Executor):
             while loop.queue or loop.active:
                 self._place(loop)
                 now = time.time()
-                for ex in loop.active:
+                for ex in list(loop.active):
                     if ex.phase is Phase.RUNNING:
                         self._record_direct_arrivals(ex)
                         self._ask(ex, now)
+                    elif ex.feed is not None and ex.feed.done.is_set():
+                        self._sent(loop, ex)
                 awaited = {ref: ex for ex in loop.active if (ref := _awaited(ex)) is not None}
                 if not awaited:
                     time.sleep(self.poll_s)
@@ -518,6 +530,8 @@ class RayExecutor(Executor):
                         self._answer(loop, awaited[ref])
         finally:
             for ex in loop.active:
+                if ex.feed is not None:
+                    ex.feed.stop()
                 try:
                     ray.kill(ex.actor)
                 except RayError:
@@ -607,17 +621,65 @@ class RayExecutor(Executor):
         if self.direct:
             try:
                 ex.home = HomeEnd(ex.receiver, ex.lock, host=_home_address(),
-                                  chunk_bytes=CHUNK_BYTES)
+                                  chunk_bytes=self.chunk_bytes)
                 offer = ex.home.offer
             except OSError as exc:
                 append_durable(ex.job.run_dir / RunDir.LOG,
                                f"--- flightplan: checkpoints come home with Ray's polls: "
                                f"cannot listen at {_home_address()} ({exc}) ---\n".encode())
-        ex.phase = Phase.STARTING
-        ex.ref = ex.actor.start.remote(*ex.start_args, offer)
+        ex.offer = offer
         deadline = loop.calls.leave_by(ex.job, ex.node) if loop.calls.leave_by else None
         if deadline is not None:
             ex.watch = LeaveWatch(deadline, ex.job.run_dir, poll_s=self.poll_s)
+        if ex.resume:
+            ex.phase = Phase.SENDING
+            ex.feed = FlightFeed(ex.job.run_dir / RunDir.CHECKPOINTS, ex.actor,
+                                 chunk_bytes=self.chunk_bytes).start()
+        else:
+            self._start(ex, None)
+
+    def _start(self, ex: _Execution, checkpoint: str | None) -> None:
+        """→ STARTING: ask the flight to start the worker (from ``checkpoint``, committed
+        there); nothing of the start stays referenced here but the call."""
+        ex.phase = Phase.STARTING
+        ex.ref = ex.actor.start.remote(ex.trial, checkpoint, self._transfers.figure(),
+                                       ex.offer)
+        ex.trial, ex.offer = b"", None
+
+    def _sent(self, loop: _Loop, ex: _Execution) -> None:
+        """SENDING ended (its feed is done): start the worker from the checkpoint committed
+        on the flight; or, home's checkpoint having failed its check or the flight gone,
+        place the job again; or, the flight having refused the checkpoint, end it with
+        :data:`EXIT_HOST_ERROR`."""
+        feed, ex.feed = ex.feed, None
+        assert feed is not None
+        log = ex.job.run_dir / RunDir.LOG
+        if feed.sent is not None:
+            sent = feed.sent
+            if sent.name is not None:
+                append_durable(log, f"--- flightplan: sent {sent.name} to node {ex.node}: "
+                                    f"{sent.bytes} bytes in {sent.chunks} chunks "
+                                    f"({sent.resent_bytes} bytes sent again) in "
+                                    f"{sent.seconds:.1f} s ---\n".encode())
+            self._start(ex, sent.name)
+            return
+        loop.active.remove(ex)
+        if isinstance(feed.error, TransferError):
+            loop.ended(self._host_error(ex, feed.error))
+            return
+        if feed.error is not None and not isinstance(feed.error, RayError):
+            raise feed.error
+        if feed.set_aside is not None:
+            append_durable(log, f"--- flightplan: {feed.set_aside.name.partition('.')[0]} at "
+                                f"home does not match its manifest: set aside as "
+                                f"{feed.set_aside.name}; placed again with the checkpoint "
+                                f"before it ---\n".encode())
+            self._release(ex)                  # what it received goes with its scratch
+        else:
+            with contextlib.suppress(RayError):
+                ray.kill(ex.actor)
+            self._hang_up(ex)
+        loop.again(ex)
 
     def _started(self, loop: _Loop, ex: _Execution, where: dict[str, Any]) -> None:
         """STARTING → RUNNING: the worker runs on the flight."""
@@ -648,7 +710,7 @@ class RayExecutor(Executor):
         elif ex.watch is not None and ex.watch.due(time.time()):
             ex.watch.ask(ex.actor.leave.remote)
 
-    def _host_error(self, ex: _Execution, exc: RayTaskError) -> JobResult:
+    def _host_error(self, ex: _Execution, exc: Exception) -> JobResult:
         append_durable(ex.job.run_dir / "log.txt",
                        f"--- flightplan: the host on node {ex.node} failed: {exc} ---\n"
                        .encode())

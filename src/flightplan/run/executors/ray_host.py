@@ -1,11 +1,15 @@
 """The flight's side of one execution on Ray: :class:`RunHost`, a Ray actor that runs the
 worker in a scratch folder on the flight and hands home, at each poll, what is new.
 
-Home (:mod:`flightplan.run.executors.ray_executor`) sends ``trial.json``, when resuming its
-newest verified checkpoint, and where to send checkpoints (:meth:`RunHost.start`), then
-polls: each :class:`PollUpdate` holds the new measurement rows and log bytes and, once the
-worker ended and every committed checkpoint is home, its exit code and its outputs. The
-checkpoints (cut as the trial writes them:
+Home (:mod:`flightplan.run.executors.ray_executor`), when the run resumes, first sends its
+newest checkpoint in chunks (:meth:`RunHost.receive`, driven by
+:class:`~flightplan.run.executors.to_flight.FlightFeed`: each chunk's CRC-32 and each file's
+sha256 against the manifest checked here, a failed chunk asked for again from its offset,
+the checkpoint committed into the scratch folder's ``checkpoints/`` with one rename), then
+sends ``trial.json``, the name of the checkpoint it committed here and where to send
+checkpoints (:meth:`RunHost.start`), then polls: each :class:`PollUpdate` holds the new
+measurement rows and log bytes and, once the worker ended and every committed checkpoint
+is home, its exit code and its outputs. The checkpoints (cut as the trial writes them:
 :class:`~flightplan.run.executors.stream.CheckpointSender`) go home over a direct
 connection (:class:`~flightplan.run.executors.channel.FlightEnd`); when it cannot be made,
 the polls carry them instead (at most one chunk's worth each, home's
@@ -27,6 +31,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,8 +45,10 @@ from flightplan.rundir import RunDir
 from flightplan.run.executors.channel import FlightEnd, Offer
 from flightplan.run.executors.contract import worker_argv
 from flightplan.run.executors.tether import tethered
-from flightplan.run.executors.stream import CHUNK_BYTES, Chunk, CheckpointSender, Rewind
-from flightplan.run.executors.transfer import OUTPUTS, Blob, commit_checkpoint, pack_tree
+from flightplan.errors import TransferError
+from flightplan.run.executors.stream import (CHUNK_BYTES, CheckpointReceiver, CheckpointSender,
+                                             Chunk, Outcome, Rewind)
+from flightplan.run.executors.transfer import OUTPUTS, Blob, checkpoint_steps, pack_tree
 
 __all__ = ["SCRATCH_ENV", "PollUpdate", "RunHost"]
 
@@ -102,6 +109,7 @@ class RunHost:
         self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
         self._chunk_bytes = chunk_bytes
         self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS, chunk_bytes=chunk_bytes)
+        self.incoming = CheckpointReceiver(self.dir / RunDir.CHECKPOINTS)   # home's, to resume
         self._ended = False                 # the exit code went home
         self._transfer: dict[str, Any] | None = None
         self._lock = threading.Lock()       # the sender's: the polls and the link's thread
@@ -115,26 +123,43 @@ class RunHost:
                 else None,
                 "host": socket.gethostname(), "scratch": str(self.dir), "pid": os.getpid()}
 
-    def start(self, trial: bytes, checkpoint: tuple[str, list[Blob]] | None,
+    def receive(self, chunk: Chunk) -> Outcome:
+        """Write one chunk of the checkpoint home sends to resume from (before
+        :meth:`start`): checked and written as a chunk that comes home is
+        (:meth:`~flightplan.run.executors.stream.CheckpointReceiver.accept`), the checkpoint
+        committed in ``<scratch>/checkpoints/`` once its manifest checks.
+
+        Returns:
+            A rewind for home to send again from, the checkpoint committed, or its refusal.
+        """
+        return self.incoming.accept(chunk, asked_at=time.time())
+
+    def start(self, trial: bytes, checkpoint: str | None,
               transfer: dict[str, Any] | None = None,
               channel: Offer | None = None) -> dict[str, Any]:
-        """Write ``trial.json``, the sent checkpoint (hash-checked) and the transfer
-        figure (:meth:`_note_transfer`), start sending checkpoints home over ``channel``
-        (home's listener and the execution's secret; None: with the polls), start the
-        worker.
+        """Write ``trial.json`` and the transfer figure (:meth:`_note_transfer`), start
+        sending checkpoints home over ``channel`` (home's listener and the execution's
+        secret; None: with the polls), start the worker.
+
+        Args:
+            checkpoint: the checkpoint home sent to resume from (:meth:`receive`), None
+                when it sent none.
 
         Returns:
             :meth:`where`.
 
         Raises:
-            TransferError: the checkpoint arrived damaged.
+            TransferError: ``checkpoint`` was not committed here.
         """
         (self.dir / "trial.json").write_bytes(trial)
+        self.incoming.abandon()        # anything half-received is not resumed from
         sent = []
         if checkpoint is not None:
-            name, blobs = checkpoint
-            commit_checkpoint(self.dir / RunDir.CHECKPOINTS, name, blobs)
-            sent = [name]
+            checkpoint_steps(checkpoint)
+            if not (self.dir / RunDir.CHECKPOINTS / checkpoint).is_dir():
+                raise TransferError(f"{checkpoint}: home's checkpoint was not committed on "
+                                    f"this flight; the worker is not started")
+            sent = [checkpoint]
         self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS,
                                        chunk_bytes=channel.chunk_bytes if channel
                                        else self._chunk_bytes, sent=sent,

@@ -1,4 +1,4 @@
-"""Checkpoints home in bounded chunks, as the flight writes them.
+"""Checkpoints in bounded chunks: home as the flight writes them, and to a flight to resume.
 
 A checkpoint can be larger than either machine's memory, so it never travels whole. On
 the flight, a :class:`CheckpointSender` cuts the newest checkpoint of the run's
@@ -9,7 +9,10 @@ sha256 as it writes. Neither side reads a byte twice,
 and each holds only the chunk in hand: memory is bounded by the chunk size, whatever the
 checkpoint's size (the executor keeps at most :data:`DEPTH` chunks in flight; over the
 direct connection of :mod:`flightplan.run.executors.channel`, the flight holds two and
-home three).
+home three). The same two classes carry a checkpoint the other way, from home's
+``runs/<id>/checkpoints/`` to a flight where the run resumes
+(:mod:`flightplan.run.executors.to_flight`: the sender at home, the receiver on the
+flight); what is said below of the flight and home then holds of home and the flight.
 
 ::
 
@@ -150,10 +153,10 @@ class Rewind:
 
 
 class CheckpointSender:
-    """The flight's side (module docstring): what to send next, one chunk's worth at a time.
+    """The sending side (module docstring): what to send next, one chunk's worth at a time.
 
     Args:
-        folder: the run's ``checkpoints/`` folder on the flight.
+        folder: the run's ``checkpoints/`` folder on the flight (at home, to a flight).
         chunk_bytes: the most data bytes :meth:`next` returns.
         sent: checkpoint names home already has (e.g. the one it sent to start from).
         buffers: buffers of ``chunk_bytes`` the sender reads into in turn.
@@ -430,11 +433,11 @@ class _ReceivedFile:
 
 
 class CheckpointReceiver:
-    """Home's side (module docstring): writes each chunk in place and commits a checkpoint
-    once its manifest checks.
+    """The receiving side (module docstring): writes each chunk in place and commits a
+    checkpoint once its manifest checks.
 
     Args:
-        parent: the run's ``checkpoints/`` folder at home.
+        parent: the run's ``checkpoints/`` folder at home (on a flight, from home).
         keep_last: prune to the newest this many after each commit (None: keep all).
 
     Attributes:
@@ -508,6 +511,16 @@ class CheckpointReceiver:
             return Outcome(rewind=Rewind(chunk.name, path, chunk.offset))   # ask for it again
         sink.offset += data.nbytes
         return Outcome()
+
+    def accept(self, chunk: Chunk, *, asked_at: float) -> Outcome:
+        """:meth:`take`, with a name or path that is not a checkpoint's refused (the
+        checkpoint being received dropped) instead of raised: what a chunk that came over
+        the network gets."""
+        try:
+            return self.take(chunk, asked_at=asked_at)
+        except TransferError as exc:
+            self.abandon()
+            return Outcome(refused=str(exc))
 
     def _sink(self, path: str) -> _ReceivedFile:
         """A new file ``path`` of the checkpoint being received."""

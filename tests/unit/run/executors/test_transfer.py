@@ -1,65 +1,21 @@
-"""run/executors/transfer.py: files sent between home and a flight are committed only after their
-hashes are checked, atomically, the status markers last."""
+"""run/executors/transfer.py: a run's outputs sent home are committed only after their
+hashes are checked, atomically, the status markers last (checkpoints travel in chunks:
+test_stream.py, test_to_flight.py)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
 
 from flightplan.errors import TransferError
-from flightplan.run.executors.transfer import (Blob, blob_bytes, commit_checkpoint, commit_outputs,
-                                     latest_checkpoint, pack, pack_tree)
+from flightplan.run.executors.transfer import (Blob, blob_bytes, commit_outputs, pack,
+                                               pack_tree)
 
 
 def _blob(path: str, data: bytes) -> Blob:
     return Blob(path, data, hashlib.sha256(data).hexdigest())
-
-
-def _checkpoint(files: dict[str, bytes]) -> list[Blob]:
-    """Blobs of a checkpoint whose manifest lists ``files``."""
-    manifest = {"format": "flightplan-checkpoint/1", "tensors": {},
-                "files": {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
-                          for n, d in files.items()}}
-    return [_blob(n, d) for n, d in files.items()] + [
-        _blob("manifest.json", json.dumps(manifest).encode())]
-
-
-def test_a_checkpoint_is_committed_whole_and_pruned_to_keep_last(tmp_path: Path):
-    parent = tmp_path / "checkpoints"
-    for step in (1, 2, 3):
-        blobs = _checkpoint({"model.safetensors": b"m" * step, "state.pt": b"s"})
-        assert commit_checkpoint(parent, f"step-{step:06d}", blobs, keep_last=2) is True
-    assert sorted(p.name for p in parent.iterdir()) == ["step-000002", "step-000003"]
-    assert (parent / "step-000003" / "model.safetensors").read_bytes() == b"mmm"
-    # sent again (a poll repeated): nothing written
-    assert commit_checkpoint(parent, "step-000003", blobs) is False
-
-
-@pytest.mark.parametrize("damage, message", [
-    ("flip", "sent as 3 bytes"),            # bytes changed in transit: blob hash wrong
-    ("manifest", "differs from its manifest"),  # file and blob agree, the manifest does not
-    ("extra", "are not the files its manifest lists"),
-    ("escape", "must be relative"),
-])
-def test_a_damaged_checkpoint_is_refused_and_leaves_nothing(tmp_path: Path, damage, message):
-    parent = tmp_path / "checkpoints"
-    blobs = _checkpoint({"model.safetensors": b"abc"})
-    if damage == "flip":
-        blobs[0] = Blob("model.safetensors", b"abd", blobs[0].sha256)
-    elif damage == "manifest":
-        blobs[0] = _blob("model.safetensors", b"abd")
-    elif damage == "extra":
-        blobs.append(_blob("planted.pt", b"x"))
-    else:
-        blobs[0] = Blob("../model.safetensors", b"abc", blobs[0].sha256)
-        blobs[-1] = _checkpoint({"../model.safetensors": b"abc"})[-1]
-    with pytest.raises(TransferError, match=message):
-        commit_checkpoint(parent, "step-000004", blobs)
-    assert not (parent / "step-000004").exists() and not (parent / "step-000004.tmp").exists()
-    assert not (tmp_path / "model.safetensors").exists()
 
 
 def test_outputs_replace_the_old_ones_and_the_markers_come_last(tmp_path: Path):
@@ -85,22 +41,16 @@ def test_damaged_outputs_commit_nothing_so_the_run_is_not_finished(tmp_path: Pat
     assert list(run_dir.iterdir()) == []
 
 
-def test_pack_and_latest_checkpoint_round_trip_and_set_aside_a_corrupt_one(tmp_path: Path):
-    parent = tmp_path / "checkpoints"
-    commit_checkpoint(parent, "step-000001", _checkpoint({"model.safetensors": b"one"}))
-    commit_checkpoint(parent, "step-000002", _checkpoint({"model.safetensors": b"two"}))
-    (parent / "step-000002" / "model.safetensors").write_bytes(b"tw0")   # rot on disk
-    name, blobs = latest_checkpoint(parent)
-    by_path = {b.path: b.data for b in blobs}
-    assert name == "step-000001" and by_path["model.safetensors"] == b"one"
-    assert blob_bytes(blobs) == 3 + len(by_path["manifest.json"])
-    assert sorted(p.name for p in parent.iterdir()) == ["step-000001",
-                                                        "step-000002.corrupt-transfer"]
-    # what pack_tree reads commits elsewhere byte for byte
-    commit_checkpoint(tmp_path / "there", name,
-                      pack_tree(parent / name, only={"manifest.json", "model.safetensors"}))
-    assert pack(tmp_path / "there" / name, ["model.safetensors"])[0].data == b"one"
-    assert latest_checkpoint(tmp_path / "empty") is None
+def test_pack_tree_reads_only_the_named_entries_with_their_hashes(tmp_path: Path):
+    (tmp_path / "artifact").mkdir()
+    (tmp_path / "artifact" / "model.bin").write_bytes(b"one")
+    (tmp_path / "metrics.json").write_bytes(b"{}")
+    (tmp_path / "trial.json").write_bytes(b"{}")
+    blobs = pack_tree(tmp_path, only={"artifact", "metrics.json"})
+    assert [(b.path, b.data) for b in blobs] == [("artifact/model.bin", b"one"),
+                                                 ("metrics.json", b"{}")]
+    assert blobs[0] == _blob("artifact/model.bin", b"one") and blob_bytes(blobs) == 5
+    assert pack(tmp_path, ["trial.json"]) == [_blob("trial.json", b"{}")]
 
 
 @pytest.mark.parametrize("stray", ["trial.json", "measurements.jsonl", "log.txt",
