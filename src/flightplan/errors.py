@@ -24,7 +24,8 @@
         ├── LockHeld                 another process holds the campaign lock
         └── TrackingFailed           the experiment tracker (MLflow) refused or could not be reached
 
-Every message is complete on one line: what was given, why it is wrong, the fix.
+Every message is complete on one line: what was given, why it is wrong, the fix; a
+misspelt name gets the one hint every module gives (:func:`did_you_mean`).
 """
 
 from __future__ import annotations

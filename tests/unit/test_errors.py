@@ -31,7 +31,7 @@ def _drawn_tree() -> dict[str, tuple[str | None, int | None]]:
 
 def test_every_error_is_drawn_under_its_parent_with_its_exit_code():
     drawn = _drawn_tree()
-    assert set(drawn) == set(errors.__all__)
+    assert set(drawn) == {n for n in errors.__all__ if isinstance(getattr(errors, n), type)}
     for name, (parent, code) in drawn.items():
         cls = getattr(errors, name)
         if parent is None:
@@ -75,3 +75,10 @@ def test_a_hook_failure_is_one_line_naming_the_task_the_hook_and_the_exception()
     assert str(failed.logged(".flightplan/runner.log")).endswith(
         "; its traceback is in .flightplan/runner.log")
     assert isinstance(failed, errors.TaskError) and failed.exit_code == 2
+
+
+def test_a_misspelt_name_is_offered_only_when_it_is_close():
+    assert errors.closest_name("lora-r9", ["control", "lora-r8"]) == "lora-r8"
+    assert errors.closest_name("H100", ["B200", "RTX 4090"]) is None     # one digit in common
+    assert errors.did_you_mean("RTX 4080", ["B200", "RTX 4090"]) == "; did you mean 'RTX 4090'?"
+    assert errors.did_you_mean("H100", ["B200"], otherwise="; known: 'B200'") == "; known: 'B200'"
