@@ -50,8 +50,8 @@ it and stay ``not_run``. With trust, the kept source runs only when every file
 of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
-module, each artifact in a process of its own, side by side as runs compute
-(:func:`reproduce_runs`).
+module, the artifacts of one task several to a process, at most one process per core, or
+one per GPU on a machine with GPUs (:func:`reproduce_runs`).
 
 Usage::
 
