@@ -40,7 +40,7 @@ from rich.console import Console
 
 from flightplan import activity
 from flightplan.corpus import check_corpus_source
-from flightplan.durable import write_json_atomic
+from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.ids import pilot_id
 from flightplan.publish.results import publish_data_check, publish_pilot, publish_plan
 from flightplan.errors import (ArgumentError, CheckFailed, CorpusMismatch, SpecError,
@@ -235,8 +235,14 @@ class _Campaign:
         started = time.time()
         activity.doing("the data check")
         out = self.dir / ".flightplan" / "data_check.json"
+        previous = out.read_bytes() if out.is_file() else None
         try:
             report = run_data_check(self.spec, out=out, tasks=self.tasks)
+            if previous is not None and self._as_recorded(previous, report):
+                write_atomic(out, previous)      # the recorded check stands: nothing changed
+                self.say("data check ok: the corpus is as the recorded check found it, and "
+                         "every run has ended")
+                return report
             prepare_data(self.spec, self.tasks)      # the runs' data, once, into the cache
         except CorpusMismatch as exc:
             written = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
@@ -261,6 +267,25 @@ class _Campaign:
                      f"classification metrics count them as classes (with recall 0 unless "
                      f"predicted)")
         return report
+
+    def _as_recorded(self, previous: bytes, report: DataCheckReport) -> bool:
+        """Whether this data check changes nothing: every planned run has ended (finished,
+        stopped or cut: nothing is left to run) and ``report`` says what the recorded one
+        (``previous``, its JSON) said, its wall time aside. Then it is neither recorded nor
+        published again, so a closed campaign stays closed (its close record's
+        fingerprint covers the ledger and ``results/``)."""
+        ended = {r.run_id for r in self.ledger.runs()
+                 if r.status in ("finished", "stopped", "cut")}
+        if not all(p.run_id in ended for p in self.planned):
+            return False
+        try:
+            recorded = json.loads(previous)
+        except ValueError:
+            return False
+        fresh = json.loads(json.dumps(report.to_json()))
+        return isinstance(recorded, dict) and \
+            {k: v for k, v in recorded.items() if k != "wall_s"} == \
+            {k: v for k, v in fresh.items() if k != "wall_s"}
 
     def _record_data_check(self, report: DataCheckReport, started: float) -> None:
         self.ledger.record_stage(DATA_CHECK_STAGE, started_at=started, ended_at=time.time(),
