@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,27 @@ def test_goodput_parts_add_up_to_each_runs_wall_time(closed_tiny):
     assert "goodput (productive steps / wall time" in text.stdout
     markdown = (folder / "results" / "plan_vs_execution.md").read_text()
     assert "## Goodput" in markdown and "| ↳ re-estimate |" in markdown
+
+
+def test_run_with_nothing_left_to_run_leaves_the_closed_campaign_closed(closed_tiny, tmp_path):
+    """``flightplan run`` again on the closed campaign (every run finished): the data check
+    finds the corpus as recorded, so neither the ledger nor results/ changes, and the next
+    ``close`` says it is already closed instead of redoing everything."""
+    folder = closed_tiny.copy(tmp_path / "tiny")
+    ledger = folder / ".flightplan" / "ledger.sqlite"
+    kept = {rel: (folder / rel).read_bytes() for rel in (
+        "results/MANIFEST.json", "results/data_check.json", ".flightplan/data_check.json",
+        ".flightplan/closed.json")}
+    done = _cli("run", "campaign.toml", cwd=folder)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ("data check ok: the corpus is as the recorded check found it, and every run has "
+            "ended") in done.stdout
+    assert {rel: (folder / rel).read_bytes() for rel in kept} == kept
+    with sqlite3.connect(ledger) as db:
+        kinds = [k for (k,) in db.execute("SELECT kind FROM events ORDER BY id")]
+    assert kinds.count("data_check") == 1
+    done = _cli("close", "campaign.toml", "--json", cwd=folder)
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = json.loads(done.stdout)
+    assert again["already_closed"] is True and again["verified"] is True
+    assert again["answer"] == closed_tiny.closed["answer"]

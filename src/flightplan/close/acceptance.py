@@ -6,7 +6,7 @@ A run's product is accepted only when all four hold:
 2. its artifact reloaded in a fresh process and reproduced *all* its stored predictions
    (:func:`flightplan.close.verify.reproduce_run` with no limit, trusting the campaign's own
    task code; a task without a ``reload_predictions`` hook is not reloadable, so never
-   accepted); the runs' reloads run side by side as the cores allow
+   accepted); the runs' reloads run several to a process, as the cores or GPUs allow
    (:func:`~flightplan.close.verify.reproduce_runs`);
 3. its predictions cover every expected test example id;
 4. its decision metric (any metric of :mod:`flightplan.metrics`) can be computed from its

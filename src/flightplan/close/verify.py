@@ -50,8 +50,8 @@ it and stay ``not_run``. With trust, the kept source runs only when every file
 of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
-module, each artifact in a process of its own, side by side as runs compute
-(:func:`reproduce_runs`).
+module, the artifacts of one task several to a process, at most one process per core, or
+one per GPU on a machine with GPUs (:func:`reproduce_runs`).
 
 Usage::
 
@@ -64,6 +64,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import queue
 import re
 import subprocess
 import tempfile
@@ -81,7 +82,8 @@ from flightplan.findings import Finding
 from flightplan.tasks.archive import check_kept, kept_lacks_reload, task_record
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import NO_RELOAD_HOOK, no_reload_hook, reload_argv
-from flightplan.trial.accelerator import OMP_ENV, THREADS_ENV, cpu_slots, torch_threads
+from flightplan.trial.accelerator import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV,
+                                          cpu_count, visible_gpus)
 
 __all__ = [
     "CHECKS",
@@ -90,7 +92,7 @@ __all__ = [
     "PROB_TOLERANCE",
     "RELOAD_STATUSES",
     "prediction_differences",
-    "reloads_at_once",
+    "reload_processes",
     "reproduce_run",
     "reproduce_runs",
     "run_task",
@@ -113,7 +115,7 @@ RELOAD_STATUSES = ("reproduced", "failed", "not_run")
 ``prediction_mismatch`` (or ``task_source``) finding; not run (untrusted code, no finding)."""
 DEFAULT_SAMPLE = 32          # test examples re-predicted per artifact by `verify`
 PROB_TOLERANCE = 1e-5        # absolute difference allowed between stored and re-created probabilities
-RELOAD_TIMEOUT_S = 900
+RELOAD_TIMEOUT_S = 900         # seconds per artifact a reload process may take
 _TEMP_DIRS = ("/tmp", "/var/tmp", "/var/folders", "/private/tmp", "/private/var/folders")
 # any user's home directory is a path of one machine, recorded roots or not (a Windows
 # path may appear with its backslashes escaped, as JSON writes them)
@@ -430,13 +432,13 @@ class _Reloads:
         self._running: set[subprocess.Popen[str]] = set()
         self._stopped = False
 
-    def run(self, argv: list[str], *, cwd: str, env: dict[str, str]
+    def run(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout: float
             ) -> subprocess.CompletedProcess[str]:
-        """``subprocess.run(argv, capture_output=True, text=True, timeout=RELOAD_TIMEOUT_S)``
+        """``subprocess.run(argv, capture_output=True, text=True, timeout=timeout)``
         whose process :meth:`stop` kills; any exception here kills it too.
 
         Raises:
-            subprocess.TimeoutExpired: it ran over :data:`RELOAD_TIMEOUT_S`.
+            subprocess.TimeoutExpired: it ran over ``timeout`` seconds.
             InterruptedError: the reloads were stopped before it started.
         """
         with self._lock:
@@ -446,7 +448,7 @@ class _Reloads:
                                     stderr=subprocess.PIPE, text=True)
             self._running.add(proc)
         try:
-            out, err = proc.communicate(timeout=RELOAD_TIMEOUT_S)
+            out, err = proc.communicate(timeout=timeout)
         except BaseException:
             proc.kill()
             proc.communicate()
@@ -487,64 +489,123 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
         prediction_mismatch or task_source finding])``; ``("not_run", [])`` for untrusted
         code.
     """
-    return _reproduce(results_dir, run_id, limit=limit, trust_code=trust_code,
-                      campaign_dir=campaign_dir, reloads=_Reloads())
+    return reproduce_runs(results_dir, [run_id], limit=limit, trust_code=trust_code,
+                          campaign_dir=campaign_dir)[run_id]
 
 
-def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code: bool,
-               campaign_dir: Path | None, reloads: _Reloads) -> tuple[str, list[Finding]]:
-    """:func:`reproduce_run`, its process started through ``reloads``."""
-    results = Path(results_dir).resolve()
+def _reload_task(results: Path, manifest: dict[str, Any], run_id: str, *, trust_code: bool
+                 ) -> tuple[str, str | None] | tuple[str, list[Finding]]:
+    """How ``artifacts/<run_id>`` is reloaded: ``(task entry, task root or None)``; or,
+    when it is not (untrusted, unknown or unkept code), its final ``(status, findings)``."""
     artifact_rel = f"artifacts/{run_id}"
     try:
-        manifest = read_manifest(results)
         record = run_task(results, manifest, run_id)
-    except (ValueError, VerificationFailed) as exc:
+    except ValueError as exc:
         return "failed", [Finding("reload", artifact_rel, str(exc))]
-    task_root = None
     if record.get("kind") == "builtin":
         if record["entry"] not in BUILTIN_TASKS:
             return "failed", [Finding("reload", artifact_rel, f"task {record['entry']!r} is not "
                                       f"a built-in task of this flightplan "
                                       f"({', '.join(BUILTIN_TASKS)})")]
-    else:
-        if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
-            return "failed", [Finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
-                                      f"source was not kept ({record.get('not_kept')})")]
-        problems = _source_problems(results, record, manifest)
-        if not trust_code and not problems and kept_lacks_reload(results, record):
-            # read, not run: the kept code the runs were made from writes no hook
-            return "failed", [Finding("reload", artifact_rel, no_reload_hook(record["entry"]))]
-        if not trust_code:  # the task_source check has hashed the kept copy all the same
-            return "not_run", []
-        if problems:
-            return "failed", [Finding("reload", artifact_rel, f"not run: task "
-                                      f"{record.get('ref')!r}: {problems[0]}")]
-        task_root = str(results / record["source"])
-    threads = str(torch_threads())
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env.setdefault(THREADS_ENV, threads)          # the count runs compute with
-    env.setdefault(OMP_ENV, threads)
+        return record["entry"], None
+    if not isinstance(record.get("source"), str):  # not reloadable from here, trusted or not
+        return "failed", [Finding("reload", artifact_rel, f"task {record.get('ref')!r}: its "
+                                  f"source was not kept ({record.get('not_kept')})")]
+    problems = _source_problems(results, record, manifest)
+    if not trust_code and not problems and kept_lacks_reload(results, record):
+        # read, not run: the kept code the runs were made from writes no hook
+        return "failed", [Finding("reload", artifact_rel, no_reload_hook(record["entry"]))]
+    if not trust_code:  # the task_source check has hashed the kept copy all the same
+        return "not_run", []
+    if problems:
+        return "failed", [Finding("reload", artifact_rel, f"not run: task "
+                                  f"{record.get('ref')!r}: {problems[0]}")]
+    return record["entry"], str(results / record["source"])
+
+
+def reload_processes(artifacts: int, *, gpus: int = 0, cores: int | None = None
+                     ) -> tuple[int, int]:
+    """``(processes at once, threads per process)`` for reloading ``artifacts`` artifacts
+    on this machine (``cores``: its cores, unless given; ``gpus``: its GPUs).
+
+    With GPUs, one process per GPU (each given its GPU in ``CUDA_VISIBLE_DEVICES``),
+    ``cores // processes`` threads each; without, ``min(cores, artifacts)`` processes of
+    ``cores // processes`` threads: the processes' threads together never outnumber the
+    cores. At least one process of one thread. A task that records the thread count it
+    computed with (textclf: ``artifact.json`` ``torch_threads``) reloads at that count, so
+    its predictions stay bitwise those of its run; the count given here is what the
+    others compute with (``$FLIGHTPLAN_TORCH_THREADS``).
+    """
+    cores = cores if cores is not None else cpu_count()
+    processes = max(1, min(gpus or cores, artifacts))
+    return processes, max(1, cores // processes)
+
+
+def _batches(groups: dict[tuple[str, str | None], list[str]], processes: int
+             ) -> list[tuple[str, str | None, list[str]]]:
+    """Each task's run ids cut into at most ``processes`` batches of near-equal size (one
+    process each), largest first: ``[(entry, task root, run ids)]``."""
+    out = []
+    for (entry, root), run_ids in groups.items():
+        count = min(processes, len(run_ids))
+        out += [(entry, root, run_ids[i::count]) for i in range(count)]
+    return sorted(out, key=lambda batch: -len(batch[2]))
+
+
+def _reload_batch(results: Path, entry: str, task_root: str | None, run_ids: list[str], *,
+                  limit: int | None, campaign_dir: Path | None, env: dict[str, str],
+                  reloads: _Reloads) -> dict[str, tuple[str, list[Finding]]]:
+    """Reload ``run_ids`` (artifacts of one task) in one fresh process and compare each
+    one's predictions; run id → ``(status, findings)``."""
+    found: dict[str, tuple[str, list[Finding]]] = {}
     with tempfile.TemporaryDirectory(prefix="flightplan-verify-") as scratch:
-        out = Path(scratch) / f"{run_id}.csv"
-        argv = reload_argv(record["entry"], str(results / artifact_rel), str(out),
-                           task_root=task_root, limit=limit,
-                           campaign_dir=None if campaign_dir is None else str(campaign_dir))
+        outs = {run_id: Path(scratch) / f"{run_id}.csv" for run_id in run_ids}
+        pairs = [(str(results / "artifacts" / run_id), str(outs[run_id])) for run_id in run_ids]
+        argv = reload_argv(entry, *pairs[0], task_root=task_root, limit=limit,
+                           campaign_dir=None if campaign_dir is None else str(campaign_dir),
+                           pairs=pairs[1:], as_json=True)
+        timeout = RELOAD_TIMEOUT_S * len(run_ids)
         try:
-            done = reloads.run(argv, cwd=scratch, env=env)
+            done = reloads.run(argv, cwd=scratch, env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return "failed", [Finding("reload", artifact_rel,
-                                      f"reloading took over {RELOAD_TIMEOUT_S} s")]
-        if done.returncode != 0 or not out.is_file():
-            tail = (done.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
-            if not tail.startswith(NO_RELOAD_HOOK):
-                tail = f"failed to load in a fresh process (exit {done.returncode}): {tail}"
-            return "failed", [Finding("reload", artifact_rel, tail)]
-        stored_rel = f"predictions/{run_id}.csv"
+            return {run_id: ("failed", [Finding("reload", f"artifacts/{run_id}",
+                                                f"reloading took over {timeout} s")])
+                    for run_id in run_ids}
+        said = _outcomes(done.stdout)
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("error: ")
+        for run_id, (artifact, _) in zip(run_ids, pairs):
+            outcome = said.get(artifact, {"exit": done.returncode or 1, "error": tail})
+            if outcome.get("exit") != 0 or not outs[run_id].is_file():
+                message = str(outcome.get("error") or tail)
+                if not message.startswith(NO_RELOAD_HOOK):
+                    message = (f"failed to load in a fresh process (exit "
+                               f"{outcome.get('exit')}): {message}")
+                found[run_id] = ("failed", [Finding("reload", f"artifacts/{run_id}", message)])
+                continue
+            found[run_id] = _compared(results, run_id, outs[run_id])
+    return found
+
+
+def _outcomes(stdout: str) -> dict[str, dict[str, Any]]:
+    """Artifact folder → the reload entry's ``--json`` object for it."""
+    said = {}
+    for line in stdout.splitlines():
         try:
-            count, differ = prediction_differences(results / stored_rel, out)
-        except ValueError as exc:
-            return "failed", [Finding("prediction_mismatch", stored_rel, str(exc))]
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and isinstance(value.get("artifact"), str):
+            said[value["artifact"]] = value
+    return said
+
+
+def _compared(results: Path, run_id: str, fresh: Path) -> tuple[str, list[Finding]]:
+    """``(status, findings)`` of re-created predictions ``fresh`` against the stored ones."""
+    stored_rel = f"predictions/{run_id}.csv"
+    try:
+        count, differ = prediction_differences(results / stored_rel, fresh)
+    except ValueError as exc:
+        return "failed", [Finding("prediction_mismatch", stored_rel, str(exc))]
     if not count or differ:
         return "failed", [Finding("prediction_mismatch", stored_rel,
                                   f"{len(differ)} of {count} re-created predictions differ "
@@ -553,39 +614,30 @@ def _reproduce(results_dir: Path, run_id: str, *, limit: int | None, trust_code:
     return "reproduced", []
 
 
-def reloads_at_once(reloads: int, threads: int, cores: int | None = None) -> int:
-    """How many of ``reloads`` reloads run at once, each with ``threads`` torch threads
-    (``cores``: this machine's, unless given): single-threaded reloads one more than the
-    :func:`~flightplan.trial.accelerator.cpu_slots`, others the slots; at most
-    ``reloads``, at least 1.
-
-    A reload is a short forward-only pass. With only as many at once as the slots, reloads
-    go in rounds and the last round leaves cores idle (3 reloads on 2 cores: two rounds,
-    the second on one core); one more single-threaded process lets the cores share the
-    work instead (the 3 end together after 1.5 reloads' time rather than 2). Each process
-    still computes alone with its own thread count, so its bits are those of a reload on an
-    idle machine; with more threads per process the extra one would leave OpenMP threads
-    spinning on shared cores (:data:`~flightplan.trial.accelerator.TORCH_THREADS`), so
-    there is none. One process more than the runs held at once keeps memory near what the
-    run phase needed (a reload holds no optimizer state or gradients).
-    """
-    slots = cpu_slots(threads, cores)
-    return max(1, min(reloads, slots + 1 if threads == 1 else slots))
-
-
 def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None = DEFAULT_SAMPLE,
                    trust_code: bool = False, campaign_dir: Path | None = None,
-                   on_done: Callable[[int], None] | None = None
+                   on_done: Callable[[int], None] | None = None,
+                   gpus: list[str] | None = None, cores: int | None = None
                    ) -> dict[str, tuple[str, list[Finding]]]:
-    """:func:`reproduce_run` for each of ``run_ids``, each in its own fresh process, each
-    started with the runs' thread count (``$FLIGHTPLAN_TORCH_THREADS`` and
-    ``OMP_NUM_THREADS`` unless set), :func:`reloads_at_once` of them at once, so no core
-    idles while reloads remain.
+    """:func:`reproduce_run` for each of ``run_ids``: the artifacts of one task are reloaded
+    several to a fresh process (the task loaded and its imports paid once), at most
+    :func:`reload_processes` processes at once, so no core (or GPU) idles while reloads
+    remain.
+
+    Each process computes where its task chooses: on a machine with GPUs (``gpus``,
+    default :func:`~flightplan.trial.accelerator.visible_gpus`) each process at once is
+    given one of them in ``CUDA_VISIBLE_DEVICES`` (with the cuBLAS setting of a
+    reproducible run); ``$FLIGHTPLAN_TORCH_THREADS`` and ``OMP_NUM_THREADS`` are the
+    cores divided by the processes at once unless set. A process that fails as a whole
+    (killed, a task that does not load) gives each of its artifacts the ``reload``
+    finding with its exit code and last line, as one process per artifact did.
 
     Args:
         results_dir, limit, trust_code, campaign_dir: as :func:`reproduce_run`.
         run_ids: the runs whose artifacts to reload.
         on_done: called with the number of reloads finished after each one ends.
+        gpus: the GPUs to reload on (``CUDA_VISIBLE_DEVICES`` names; [] for none).
+        cores: this machine's cores (default :func:`~flightplan.trial.accelerator.cpu_count`).
 
     An exception in the calling thread (a Ctrl-C, SIGTERM, or ``on_done`` raising) kills the
     reloads still running and starts no other before it propagates.
@@ -593,18 +645,53 @@ def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None =
     Returns:
         run id → :func:`reproduce_run`'s ``(status, findings)``, in the order of ``run_ids``.
     """
+    results = Path(results_dir).resolve()
     found: dict[str, tuple[str, list[Finding]]] = {}
-    slots = reloads_at_once(len(run_ids), torch_threads())
-    reloads = _Reloads()
-    with ThreadPoolExecutor(max_workers=slots) as pool:
+
+    def done(run_id: str, outcome: tuple[str, list[Finding]]) -> None:
+        found[run_id] = outcome
+        if on_done:
+            on_done(len(found))
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    try:
+        manifest = read_manifest(results)
+    except VerificationFailed as exc:
+        for run_id in run_ids:
+            done(run_id, ("failed", [Finding("reload", f"artifacts/{run_id}", str(exc))]))
+        return found
+    for run_id in run_ids:
+        how = _reload_task(results, manifest, run_id, trust_code=trust_code)
+        if isinstance(how[1], list):
+            done(run_id, (how[0], how[1]))
+        else:
+            groups.setdefault((how[0], how[1]), []).append(run_id)
+    devices = visible_gpus() if gpus is None else list(gpus)
+    processes, threads = reload_processes(sum(map(len, groups.values())), gpus=len(devices),
+                                          cores=cores)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.setdefault(THREADS_ENV, str(threads))
+    env.setdefault(OMP_ENV, str(threads))
+    free: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+    for slot in range(processes):
+        free.put(devices[slot] if devices else None)
+
+    def batch(entry: str, root: str | None, ids: list[str]
+              ) -> dict[str, tuple[str, list[Finding]]]:
+        device = free.get()
         try:
-            pending = {pool.submit(_reproduce, results_dir, run_id, limit=limit,
-                                   trust_code=trust_code, campaign_dir=campaign_dir,
-                                   reloads=reloads): run_id for run_id in run_ids}
+            where = env if device is None else dict(env, CUDA_VISIBLE_DEVICES=device,
+                                                    **{CUBLAS_ENV: CUBLAS_WORKSPACE})
+            return _reload_batch(results, entry, root, ids, limit=limit,
+                                 campaign_dir=campaign_dir, env=where, reloads=reloads)
+        finally:
+            free.put(device)
+    reloads = _Reloads()
+    with ThreadPoolExecutor(max_workers=processes) as pool:
+        try:
+            pending = [pool.submit(batch, *b) for b in _batches(groups, processes)]
             for future in as_completed(pending):
-                found[pending[future]] = future.result()
-                if on_done:
-                    on_done(len(found))
+                for run_id, outcome in future.result().items():
+                    done(run_id, outcome)
         except BaseException:   # interrupted: no reload outlives the call
             reloads.stop()
             pool.shutdown(cancel_futures=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from flightplan import activity
+from flightplan.durable import write_atomic
 from flightplan.errors import CheckFailed, CorpusMismatch, SpecError
 from flightplan.ids import pilot_id
 from flightplan.metrics import metric_value, parse_metric, read_predictions
@@ -122,8 +123,14 @@ class Preparation:
         started = time.time()
         activity.doing("the data check")
         out = self.campaign.dir / ".flightplan" / "data_check.json"
+        previous = out.read_bytes() if out.is_file() else None
         try:
             report = run_data_check(self.campaign.spec, out=out, tasks=self.campaign.tasks)
+            if previous is not None and self._as_recorded(previous, report):
+                write_atomic(out, previous)      # the recorded check stands: nothing changed
+                self.campaign.say("data check ok: the corpus is as the recorded check found "
+                                  "it, and every run has ended")
+                return report
             # the runs' data, once, into the cache
             prepare_data(self.campaign.spec, self.campaign.tasks)
         except CorpusMismatch as exc:
@@ -149,6 +156,25 @@ class Preparation:
                               f"the classification metrics count them as classes (with recall 0 "
                               f"unless predicted)")
         return report
+
+    def _as_recorded(self, previous: bytes, report: DataCheckReport) -> bool:
+        """Whether this data check changes nothing: every planned run has ended (finished,
+        stopped or cut: nothing is left to run) and ``report`` says what the recorded one
+        (``previous``, its JSON) said, its wall time aside. Then it is neither recorded nor
+        published again, so a closed campaign stays closed (its close record's
+        fingerprint covers the ledger and ``results/``)."""
+        ended = {r.run_id for r in self.campaign.ledger.runs()
+                 if r.status in ("finished", "stopped", "cut")}
+        if not all(p.run_id in ended for p in self.campaign.planned):
+            return False
+        try:
+            recorded = json.loads(previous)
+        except ValueError:
+            return False
+        fresh = json.loads(json.dumps(report.to_json()))
+        return isinstance(recorded, dict) and \
+            {k: v for k, v in recorded.items() if k != "wall_s"} == \
+            {k: v for k, v in fresh.items() if k != "wall_s"}
 
     def _record_data_check(self, report: DataCheckReport, started: float) -> None:
         self.campaign.ledger.record_stage(DATA_CHECK_STAGE, started_at=started,

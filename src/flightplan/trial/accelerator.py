@@ -29,13 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 from typing import Any, ContextManager, Literal
 
 from flightplan.errors import ArgumentError
 
 __all__ = ["TORCH_THREADS", "THREADS_ENV", "OMP_ENV", "DEVICE_ENV", "CUBLAS_ENV",
            "CUBLAS_WORKSPACE", "PRECISIONS", "Precision", "torch_threads", "cpu_count",
-           "cpu_slots", "flight_threads", "DETERMINISTIC_ENV", "device", "set_deterministic", "autocast", "grad_scaler"]
+           "cpu_slots", "flight_threads", "visible_gpus", "DETERMINISTIC_ENV", "device",
+           "set_deterministic", "autocast", "grad_scaler"]
 
 TORCH_THREADS = 1
 """Intra-op threads unless ``$FLIGHTPLAN_TORCH_THREADS`` says otherwise (see
@@ -79,6 +81,29 @@ def cpu_count() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
+
+
+def visible_gpus(environ: dict[str, str] | None = None, dev: Path = Path("/dev")) -> list[str]:
+    """The GPUs this process may give its children, as ``CUDA_VISIBLE_DEVICES`` names,
+    found without importing torch (a parent that only hands GPUs out, as ``verify`` does
+    its reloads, does not pay for it): the entries of ``$CUDA_VISIBLE_DEVICES`` when set
+    (up to the first invalid one, as CUDA reads it: empty or ``-1`` is none), else one per
+    NVIDIA device file ``/dev/nvidia<N>`` (the driver's, on Linux); [] without either."""
+    env = os.environ if environ is None else environ
+    given = env.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        names = []
+        for name in (n.strip() for n in given.split(",")):
+            if not name or name.startswith("-"):
+                break
+            names.append(name)
+        return names
+    try:
+        found = [p.name[len("nvidia"):] for p in dev.iterdir()
+                 if p.name.startswith("nvidia") and p.name[len("nvidia"):].isdigit()]
+    except OSError:
+        return []
+    return sorted(found, key=int)
 
 
 def cpu_slots(threads: int, cores: int | None = None) -> int:

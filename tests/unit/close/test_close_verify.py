@@ -15,7 +15,7 @@ from flightplan.close.commands import close_campaign
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.publish.results import publish_plan
 from flightplan.durable import write_json_atomic
-from flightplan.close.verify import (reloads_at_once, reproduce_run, reproduce_runs,
+from flightplan.close.verify import (reload_processes, reproduce_run, reproduce_runs,
                                     verify_results)
 
 CONTROL = "control-0000000000"
@@ -252,15 +252,68 @@ def test_no_manifest(copy):
     assert checks(copy) == [("missing_file", "MANIFEST.json")]
 
 
-def test_single_threaded_reloads_run_one_more_than_the_cores_so_none_runs_alone():
-    assert reloads_at_once(3, threads=1, cores=2) == 3     # the main job: 3 reloads, 2 cores
-    assert reloads_at_once(5, threads=1, cores=2) == 3
-    assert reloads_at_once(2, threads=1, cores=2) == 2     # never more than there are
-    assert reloads_at_once(1, threads=1, cores=8) == 1
-    assert reloads_at_once(9, threads=1, cores=8) == 9
-    assert reloads_at_once(5, threads=2, cores=4) == 2     # threaded: the slots, no extra
-    assert reloads_at_once(3, threads=4, cores=2) == 1     # one slot at least
-    assert reloads_at_once(0, threads=1, cores=2) == 1
+def test_reloads_take_one_process_per_core_or_gpu_and_share_the_cores_out():
+    assert reload_processes(3, cores=2) == (2, 1)          # the main job: 3 reloads, 2 cores
+    assert reload_processes(1, cores=2) == (1, 2)          # one process has both cores
+    assert reload_processes(2, cores=16) == (2, 8)         # never more than there are
+    assert reload_processes(40, cores=16) == (16, 1)
+    assert reload_processes(3, gpus=1, cores=16) == (1, 16)   # one per GPU: cores / GPUs
+    assert reload_processes(9, gpus=4, cores=16) == (4, 4)
+    assert reload_processes(2, gpus=4, cores=2) == (2, 1)     # one thread at least
+    assert reload_processes(0, cores=2) == (1, 2)
+
+
+def _given(log: Path) -> dict[str, dict]:
+    """Run id → what the fake task's reload of its artifact was given (fake's docstring)."""
+    return {p.stem: json.loads(p.read_text()) for p in log.glob("*.json")}
+
+
+def test_the_artifacts_of_a_task_share_a_process_one_per_core(copy, tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    log.mkdir()
+    monkeypatch.setenv("CLOSEFAKE_RELOAD_LOG", str(log))
+    for name in ("FLIGHTPLAN_TORCH_THREADS", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    finished: list[int] = []
+    found = reproduce_runs(copy, [CONTROL, VARIANT], limit=5, trust_code=True, gpus=[],
+                           cores=1, on_done=finished.append)
+    assert found == {CONTROL: ("reproduced", []), VARIANT: ("reproduced", [])}
+    assert finished == [1, 2]
+    given = _given(log)
+    assert given[CONTROL]["pid"] == given[VARIANT]["pid"]     # one process on one core
+    assert given[CONTROL] | {"pid": 0} == {"pid": 0, "CUDA_VISIBLE_DEVICES": None,
+                                           "FLIGHTPLAN_TORCH_THREADS": "1",
+                                           "OMP_NUM_THREADS": "1", "CUBLAS_WORKSPACE_CONFIG": None}
+    for path in log.iterdir():
+        path.unlink()
+    assert reproduce_runs(copy, [CONTROL, VARIANT], limit=5, trust_code=True, gpus=[],
+                          cores=4) == found
+    given = _given(log)                                       # two processes, 2 threads each
+    assert given[CONTROL]["pid"] != given[VARIANT]["pid"]
+    assert {r["FLIGHTPLAN_TORCH_THREADS"] for r in given.values()} == {"2"}
+
+
+def test_with_gpus_each_process_is_given_one_of_them(copy, tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    log.mkdir()
+    monkeypatch.setenv("CLOSEFAKE_RELOAD_LOG", str(log))
+    for name in ("FLIGHTPLAN_TORCH_THREADS", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    found = reproduce_runs(copy, [CONTROL, VARIANT], limit=5, trust_code=True,
+                           gpus=["3", "GPU-5"], cores=16)
+    assert found == {CONTROL: ("reproduced", []), VARIANT: ("reproduced", [])}
+    given = _given(log)
+    assert given[CONTROL]["pid"] != given[VARIANT]["pid"]
+    assert sorted(r["CUDA_VISIBLE_DEVICES"] for r in given.values()) == ["3", "GPU-5"]
+    assert {(r["FLIGHTPLAN_TORCH_THREADS"], r["CUBLAS_WORKSPACE_CONFIG"])
+            for r in given.values()} == {("8", ":4096:8")}           # 16 cores / 2 GPUs
+    for path in log.iterdir():
+        path.unlink()
+    reproduce_runs(copy, [CONTROL, VARIANT], limit=5, trust_code=True, gpus=["1"], cores=16)
+    given = _given(log)                                       # one GPU: one process on it
+    assert given[CONTROL]["pid"] == given[VARIANT]["pid"]
+    assert given[CONTROL]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert given[CONTROL]["FLIGHTPLAN_TORCH_THREADS"] == "16"
 
 
 def test_reloads_side_by_side_report_each_run_as_one_at_a_time(copy):
@@ -277,8 +330,14 @@ def test_reloads_side_by_side_report_each_run_as_one_at_a_time(copy):
     one_at_a_time = {run_id: reproduce_run(copy, run_id, limit=5, trust_code=True)
                      for run_id in (VARIANT, CONTROL)}
     assert both == one_at_a_time
+    # both in one process: the artifact refused stops nothing of the other's
+    assert reproduce_runs(copy, [VARIANT, CONTROL], limit=5, trust_code=True, gpus=[],
+                          cores=1) == both
     assert [(status, [f.check for f in found]) for status, found in both.values()] == [
         ("failed", ["prediction_mismatch"]), ("failed", ["reload"])]
+    assert both[CONTROL][1][0].message.startswith(
+        "failed to load in a fresh process (exit 1): the task's reload_predictions failed: "
+        "JSONDecodeError: ")
 
 
 def test_an_interrupted_caller_leaves_no_reload_running(copy, tmp_path, monkeypatch):

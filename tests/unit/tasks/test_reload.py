@@ -1,10 +1,12 @@
 """The generic reload entry ``python -m flightplan.tasks.reload``: a file task trained
 through the Trial API reloads in a fresh process and re-creates its predictions byte for
-byte; a task without a reload_predictions hook, a hook that refuses, and bad arguments exit 2, 1, 2.
+byte; a task without a reload_predictions hook, a hook that refuses, and bad arguments exit
+2, 1, 2; several artifacts in one process are each written or refused on their own.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 from pathlib import Path
@@ -160,3 +162,63 @@ def test_a_task_split_over_modules_reloads_from_its_kept_copy_alone(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == expected
+
+
+def test_several_artifacts_in_one_process_each_reported_on_its_own(trained, tmp_path):
+    """One process, four artifacts of the task: two written byte for byte as each alone,
+    one refused by the hook (exit 1), one not a folder (exit 2); the process exits 2, the
+    highest, and ``--json`` gives one line per artifact in the order given."""
+    campaign, run_dir = trained
+    artifact = str(run_dir / "artifact")
+    (tmp_path / "empty").mkdir()
+    outs = [tmp_path / f"{i}.csv" for i in range(4)]
+    argv = reload_argv("task.py", artifact, str(outs[0]), campaign_dir=str(campaign),
+                       pairs=[(str(tmp_path / "empty"), str(outs[1])),
+                              (str(tmp_path / "nowhere"), str(outs[2])),
+                              (artifact, str(outs[3]))], as_json=True)
+    assert argv[5:9] == [artifact, "--out", str(outs[0]), "--pair"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    said = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(s["artifact"], s["out"], s["exit"], s["rows"]) for s in said] == [
+        (artifact, str(outs[0]), 0, 8), (str(tmp_path / "empty"), str(outs[1]), 1, None),
+        (str(tmp_path / "nowhere"), str(outs[2]), 2, None), (artifact, str(outs[3]), 0, 8)]
+    assert said[0]["error"] is None and said[3]["error"] is None
+    assert said[1]["error"].startswith("the task's reload_predictions failed: ")
+    assert said[2]["error"] == (f"{tmp_path / 'nowhere'}: no such artifact folder; give the "
+                                f"run's artifact directory")
+    expected = (run_dir / "predictions.csv").read_bytes()
+    assert outs[0].read_bytes() == expected and outs[3].read_bytes() == expected
+    assert not outs[1].exists() and not outs[2].exists()
+
+
+def test_several_artifacts_said_in_lines_and_exit_1_when_only_refused(trained, tmp_path, capsys):
+    campaign, run_dir = trained
+    (tmp_path / "empty").mkdir()
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    assert main(["task.py", "--pair", str(tmp_path / "empty"), str(a),
+                 "--pair", str(run_dir / "artifact"), str(b), "--task-root", str(campaign)]) == 1
+    out, err = capsys.readouterr()
+    assert out == f"wrote 8 predictions to {b}\n"
+    assert err.startswith(f"error: {tmp_path / 'empty'}: the task's reload_predictions failed: ")
+    assert b.read_bytes() == (run_dir / "predictions.csv").read_bytes()
+
+
+def test_a_task_that_cannot_load_fails_every_artifact_with_exit_2(trained, tmp_path, capsys):
+    _, run_dir = trained
+    (tmp_path / "bare.py").write_text("def train(trial):\n    pass\n", encoding="utf-8")
+    assert main(["bare.py", "--pair", str(run_dir / "artifact"), str(tmp_path / "a.csv"),
+                 "--pair", str(run_dir / "artifact"), str(tmp_path / "b.csv"), "--json",
+                 "--task-root", str(tmp_path)]) == 2
+    said = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(s["out"], s["exit"]) for s in said] == [(str(tmp_path / "a.csv"), 2),
+                                                    (str(tmp_path / "b.csv"), 2)]
+    assert all(s["error"].startswith(NO_RELOAD_HOOK) for s in said)
+
+
+def test_no_artifact_or_an_artifact_without_its_out_is_a_usage_error(tmp_path, capsys):
+    for argv in (["task.py"], ["task.py", "ART"], ["task.py", "--out", "x.csv"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(argv)
+        assert stopped.value.code == 2
+    assert "give ARTIFACT_DIR" in capsys.readouterr().err

@@ -63,3 +63,18 @@ def test_deterministic_settings_leave_a_cpu_run_alone():
     before = torch.are_deterministic_algorithms_enabled()
     set_deterministic(torch.device("cpu"))
     assert torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_visible_gpus_read_without_torch(tmp_path):
+    from flightplan.trial.accelerator import visible_gpus
+
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia1", "nvidia0", "nvidia10", "nvidiactl", "nvidia-uvm", "null"):
+        (dev / name).write_text("")
+    assert visible_gpus({}, dev) == ["0", "1", "10"]                 # the driver's files
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,GPU-ab12"}, dev) == ["2", "GPU-ab12"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "3,-1,4"}, dev) == ["3"]   # as CUDA reads it
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, dev) == []
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, dev) == []
+    assert visible_gpus({}, tmp_path / "none") == []

@@ -5,7 +5,9 @@ Usage::
     python -m flightplan.tasks.textclf.predict ARTIFACT_DIR --out FILE.csv [--limit N]
                                                [--campaign-dir DIR]
 
-It reloads the artifact (refusing a base model whose weights hash differs), reads the
+It reloads the artifact (refusing a base model whose weights hash differs) onto the
+device a run would compute on (:func:`flightplan.trial.accelerator.device`: the GPU in
+``CUDA_VISIBLE_DEVICES`` where there is one, unless ``$FLIGHTPLAN_DEVICE=cpu``), reads the
 corpus recorded in ``artifact.json`` (its hashes are checked again), predicts the first
 ``N`` test examples (all by default; tokenised, or with ``--campaign-dir`` taken from the
 campaign's data cache, :mod:`.prepared`) in length-sorted batches and writes the same CSV as training
@@ -80,8 +82,13 @@ def predict_to_csv(artifact_dir: Path, out: Path, *, limit: int | None = None,
     from flightplan.tasks.textclf.data import read_corpus
     from flightplan.tasks.textclf.inference import prediction_rows, write_predictions
 
+    from flightplan.trial.accelerator import device, set_deterministic
+
     artifact_dir = Path(artifact_dir)
     predictor = load_artifact(artifact_dir)
+    dev = device()              # the GPU the reload was given, as the run had its own
+    set_deterministic(dev)
+    predictor.model.to(dev)
     recorded = json.loads((artifact_dir / ARTIFACT_JSON).read_text(encoding="utf-8"))["corpus"]
     section = CorpusSection.model_validate(recorded)
     corpus = read_corpus(section, _campaign_dir(artifact_dir, recorded, campaign_dir))

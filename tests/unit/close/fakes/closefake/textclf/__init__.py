@@ -9,7 +9,10 @@ A task of the protocol (``train`` and the ``reload_predictions`` hook), self-con
 can also copy this file beside a campaign as a file task.
 
 With ``$CLOSEFAKE_RELOAD_WAIT`` = a folder, a reload writes ``<pid>.started`` there, sleeps
-20 s, then writes ``<pid>.ended`` (a reload still running when its caller stops).
+20 s, then writes ``<pid>.ended`` (a reload still running when its caller stops). With
+``$CLOSEFAKE_RELOAD_LOG`` = a folder, a reload writes ``<artifact folder name>.json`` there:
+its pid and the ``CUDA_VISIBLE_DEVICES``, ``FLIGHTPLAN_TORCH_THREADS``, ``OMP_NUM_THREADS``
+and ``CUBLAS_WORKSPACE_CONFIG`` it was given (None when unset).
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ def reload_predictions(artifact_dir: Path, out: Path, *, campaign_dir=None, limi
         (Path(wait) / f"{os.getpid()}.started").write_text("")
         time.sleep(20)
         (Path(wait) / f"{os.getpid()}.ended").write_text("")
+    log = os.environ.get("CLOSEFAKE_RELOAD_LOG")
+    if log:
+        (Path(log) / f"{Path(artifact_dir).name}.json").write_text(json.dumps(
+            {"pid": os.getpid()} | {name: os.environ.get(name) for name in (
+                "CUDA_VISIBLE_DEVICES", "FLIGHTPLAN_TORCH_THREADS", "OMP_NUM_THREADS",
+                "CUBLAS_WORKSPACE_CONFIG")}))
     model = load_artifact(artifact_dir)
     table = rows(model["shift"], model["max_length"], limit)
     write_csv(Path(out), table)
