@@ -1,6 +1,7 @@
 """bench/reload_batch.py at its smallest on the CPU, so that it cannot rot: exit 0, each
 line in its place, both ways timed, their ratio the quotient of the two printed times (to
-the printed rounding)."""
+the printed rounding). It reloads the session's closed tiny campaign (``closed_tiny``,
+conftest.py) rather than training one of its own."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.mark.slow
-def test_reload_batch_on_the_cpu_prints_its_figures(tmp_path):
+def test_reload_batch_on_the_cpu_prints_its_figures(tmp_path, closed_tiny):
     done = subprocess.run([sys.executable, str(BENCH / "reload_batch.py"), "--cpu",
-                           "--train-limit", "32", "--test-limit", "16", "--epochs", "1",
+                           "--results", str(closed_tiny.folder / "results"), "--limit", "16",
                            "--copies", "1", "--repeat", "1", "--dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -25,7 +26,7 @@ def test_reload_batch_on_the_cpu_prints_its_figures(tmp_path):
     assert len(lines) == 4, lines
     # the tiny campaign's 3 runs, each artifact copied once more: 6 artifacts
     assert re.fullmatch(r"reload_batch: 6 artifacts \(1 copies added to each run's\), limit "
-                        r"all, the CPU, \d+ cores", lines[0]), lines[0]
+                        r"16, the CPU, \d+ cores", lines[0]), lines[0]
     old = re.fullmatch(r"one process per artifact \(\d+ at once, 1 thread\): (\d+\.\d) s "
                        r"\(median of 1\)", lines[1])
     new = re.fullmatch(r"several per process \(\d+ process\(es\), \d+ thread\(s\) each\): "
