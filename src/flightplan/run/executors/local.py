@@ -20,6 +20,12 @@ terminal stops the runner, which kills its workers on the way out. A run with
 ``[[run]] processes = N`` executes as N ranks started and ended together
 (:mod:`flightplan.run.executors.ranks`), all appending to its ``log.txt``.
 
+On Linux a run of one process starts warm: its process is forked from a template that
+imported torch, the integrations and the campaign's built-in tasks once
+(:mod:`flightplan.run.executors.warm`), still its own process, a child of the runner tied to
+it like a cold worker; a template that has died starts the run cold, with a line in its
+log. Runs of several ranks and ``warm=False`` start cold.
+
 Usage::
 
     executor = LocalExecutor()

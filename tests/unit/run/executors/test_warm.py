@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -122,3 +123,54 @@ def test_the_executor_starts_cold_when_the_template_has_died(tmp_path, monkeypat
     log = (job.run_dir / "log.txt").read_text()
     assert "--- flightplan: warm start failed: the template exited (-9); starting cold ---" \
         in log
+
+
+_RUNNER = """
+import json, sys
+from pathlib import Path
+from flightplan.run.executors.contract import Job
+from flightplan.run.executors.local import LocalExecutor
+LocalExecutor(slots=1, poll_s=0.05).run([Job("k-1", Path(sys.argv[1]))])
+"""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if _parent(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def test_a_killed_runner_leaves_neither_its_template_nor_its_runs(tmp_path):
+    import subprocess
+
+    job = _job(tmp_path / "run", "k-1", steps=2000, sleep_s=0.05)
+    runner = subprocess.Popen([sys.executable, "-c", _RUNNER, str(job.run_dir)],
+                              env=dict(os.environ, FLIGHTPLAN_TORCH_THREADS="1"))
+    try:
+        _wait_for_step(job.run_dir)
+        children = _children(runner.pid)
+        assert len(children) == 2                 # the template and the execution
+        assert ", warm) ---" in (job.run_dir / "log.txt").read_text()
+        runner.kill()
+        runner.wait()
+        given_up = time.monotonic() + 60      # a bound, not a speed: they die at once
+        while not all(_gone(pid) for pid in children):
+            assert time.monotonic() < given_up, [p for p in children if not _gone(p)]
+            time.sleep(0.05)
+    finally:
+        runner.kill()
+        runner.wait()
