@@ -39,6 +39,7 @@ import os
 import subprocess
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -114,6 +115,8 @@ class LocalExecutor(Executor):
         self._argv = argv
         self._poll_s = poll_s
         self._warm = warm
+        self._warm_template: WarmTemplate | None = None
+        self._closing: weakref.finalize[[], LocalExecutor] | None = None
 
     launches_ranks = True
 
@@ -142,14 +145,32 @@ class LocalExecutor(Executor):
         return env
 
     def _template(self, jobs: list[Job]) -> WarmTemplate | None:
-        """A template for ``jobs`` (their built-in tasks preloaded), or None where runs
-        start cold: warm starts off, not Linux, or a worker that is not ``python -m``."""
+        """The template for ``jobs``, or None where runs start cold: warm starts off, not
+        Linux, or a worker that is not ``python -m``. One template serves every
+        :meth:`run` of this executor; it is started at the first that needs it, and again
+        (with both sets of modules) when a later one names a built-in task it lacks."""
         if not (self._warm and warm_supported() and jobs):
             return None
         argv = self._argv(jobs[0].trial_json)
         if argv[:2] != [sys.executable, "-m"]:
             return None
-        return WarmTemplate(self._base_env(), preload_modules(_task_refs(jobs)))
+        modules = preload_modules(_task_refs(jobs))
+        if self._warm_template is not None and set(modules) <= set(self._warm_template.modules):
+            return self._warm_template
+        if self._warm_template is not None:
+            modules = list(dict.fromkeys([*self._warm_template.modules, *modules]))
+        self.close()
+        template = WarmTemplate(self._base_env(), modules)
+        self._warm_template = template
+        self._closing = weakref.finalize(self, template.close)
+        return template
+
+    def close(self) -> None:
+        """End this executor's template, if any (also done when the executor is garbage
+        collected or the process exits; runs it started go on)."""
+        if self._closing is not None:
+            self._closing()
+        self._warm_template = self._closing = None
 
     def _start(self, job: Job, devices: list[int],
                template: WarmTemplate | None = None) -> _Handle:
@@ -261,8 +282,6 @@ class LocalExecutor(Executor):
             for process in running:
                 process.proc.kill()
                 process.proc.wait()
-            if template is not None:
-                template.close()
         return results
 
 

@@ -30,7 +30,8 @@ The template is started with the environment every worker of the executor shares
 (``OMP_NUM_THREADS`` is read when torch loads), ignores SIGINT and dies with the runner
 (:func:`~flightplan.run.executors.tether.tethered`); it serves every slot of the flight
 (a fork takes milliseconds, the children are independent). A template that is not ready,
-has died or fails a request gives a cold start instead (:meth:`WarmTemplate.start` raises
+has died, fails a request, or whose imports started a thread or touched CUDA (loaded the
+CUDA driver: a fork of it could not use a GPU) gives a cold start instead (:meth:`WarmTemplate.start` raises
 :class:`TemplateUnavailable`; the executor writes the reason in the run's log) and is
 started again for the runs after it.
 
@@ -175,6 +176,11 @@ class WarmTemplate:
         """Seconds the template's imports took (None until it is ready)."""
         self._launch()
 
+    @property
+    def modules(self) -> list[str]:
+        """What the template imports."""
+        return list(self._modules)
+
     def _launch(self) -> None:
         ours, theirs = socket.socketpair()
         try:
@@ -300,6 +306,18 @@ def _import_all(modules: list[str]) -> list[str]:
     return failed
 
 
+def _cuda_touched() -> bool:
+    """True when this process initialised CUDA or loaded the CUDA driver (``libcuda`` in
+    ``/proc/self/maps``: an import asked for a device count, say)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return True
+    try:
+        return "libcuda.so" in Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
 def _serve(sock: socket.socket) -> dict[str, Any] | None:
     """Answer requests until the runner closes the socket (None); in an execution, its
     request (the caller runs it)."""
@@ -355,6 +373,9 @@ def main(args: list[str]) -> int:
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if threads:  # a fork copies only this thread: a lock another holds stays held
         _send(sock, {"error": f"the template's imports started threads ({', '.join(threads)})"})
+        return 1
+    if _cuda_touched():  # a forked copy of a process that touched CUDA cannot use it
+        _send(sock, {"error": "the template's imports touched CUDA"})
         return 1
     _send(sock, {"import_s": time.perf_counter() - started, "failed": failed})
     request = _serve(sock)
