@@ -20,6 +20,12 @@ terminal stops the runner, which kills its workers on the way out. A run with
 ``[[run]] processes = N`` executes as N ranks started and ended together
 (:mod:`flightplan.run.executors.ranks`), all appending to its ``log.txt``.
 
+On Linux a run of one process starts warm: its process is forked from a template that
+imported torch, the integrations and the campaign's built-in tasks once
+(:mod:`flightplan.run.executors.warm`), still its own process, a child of the runner tied to
+it like a cold worker; a template that has died starts the run cold, with a line in its
+log. Runs of several ranks and ``warm=False`` start cold.
+
 Usage::
 
     executor = LocalExecutor()
@@ -28,9 +34,12 @@ Usage::
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -43,11 +52,15 @@ from flightplan.run.executors.contract import (EXIT_NO_FLIGHT, Executor, GpuLimi
 from flightplan.run.executors.leave_watch import LeaveBy, LeaveWatch
 from flightplan.run.executors.ranks import RankGroup
 from flightplan.run.executors.tether import tethered
+from flightplan.run.executors.warm import (TemplateUnavailable, WarmProcess, WarmTemplate,
+                                           preload_modules, warm_supported)
 from flightplan.trial.accelerator import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV, THREADS_ENV,
                                           cpu_slots, flight_threads)
 from flightplan.trial.leave import EXIT_PREEMPTED
 
 __all__ = ["LocalExecutor", "LOCAL_FLIGHT", "gpu_count"]
+
+_Handle = subprocess.Popen[bytes] | RankGroup | WarmProcess
 
 LOCAL_FLIGHT = "local"
 """The one flight of the local executor: this machine."""
@@ -81,6 +94,9 @@ class LocalExecutor(Executor):
             here, else in this process's environment, sets the threads per run).
         gpus: the GPUs this machine offers its runs (default :func:`gpu_count`; tests
             give a count to stand for a machine with that many).
+        warm: start each run's process from a template that imported torch and the
+            task once (:mod:`flightplan.run.executors.warm`; Linux, a ``python -m``
+            worker, one process per run); False: every start is cold.
 
     Raises:
         ArgumentError: ``FLIGHTPLAN_TORCH_THREADS`` is not a positive integer.
@@ -88,7 +104,8 @@ class LocalExecutor(Executor):
 
     def __init__(self, *, slots: int | None = None,
                  argv: Callable[[Path], list[str]] = worker_argv, poll_s: float = 0.2,
-                 env: dict[str, str] | None = None, gpus: int | None = None) -> None:
+                 env: dict[str, str] | None = None, gpus: int | None = None,
+                 warm: bool = True) -> None:
         self._gpus = gpu_count() if gpus is None else gpus
         self._env = dict(env or {})
         self.threads = flight_threads(self._gpus, environ={**os.environ, **self._env})
@@ -97,6 +114,9 @@ class LocalExecutor(Executor):
         self.slots = max(1, slots)
         self._argv = argv
         self._poll_s = poll_s
+        self._warm = warm
+        self._warm_template: WarmTemplate | None = None
+        self._closing: weakref.finalize[[], LocalExecutor] | None = None
 
     launches_ranks = True
 
@@ -115,27 +135,72 @@ class LocalExecutor(Executor):
         return GpuLimit(self._gpus, f"this machine (CUDA_VISIBLE_DEVICES="
                                     f"{','.join(self._visible())})")
 
-    def _start(self, job: Job, devices: list[int]) -> subprocess.Popen[bytes] | RankGroup:
-        env = dict(os.environ, **self._env, FLIGHTPLAN_TRIAL=str(job.trial_json),
-                   PYTHONUNBUFFERED="1")
+    def _base_env(self) -> dict[str, str]:
+        """The environment every worker of this executor shares (a template's too)."""
+        env = dict(os.environ, **self._env, PYTHONUNBUFFERED="1")
+        env[THREADS_ENV] = str(self.threads)
+        env.setdefault(OMP_ENV, str(self.threads))      # BLAS/OpenMP of any library too
+        if self._gpus:
+            env.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
+        return env
+
+    def _template(self, jobs: list[Job]) -> WarmTemplate | None:
+        """The template for ``jobs``, or None where runs start cold: warm starts off, not
+        Linux, or a worker that is not ``python -m``. One template serves every
+        :meth:`run` of this executor; it is started at the first that needs it, and again
+        (with both sets of modules) when a later one names a built-in task it lacks."""
+        if not (self._warm and warm_supported() and jobs):
+            return None
+        argv = self._argv(jobs[0].trial_json)
+        if argv[:2] != [sys.executable, "-m"]:
+            return None
+        modules = preload_modules(_task_refs(jobs))
+        if self._warm_template is not None and set(modules) <= set(self._warm_template.modules):
+            return self._warm_template
+        if self._warm_template is not None:
+            modules = list(dict.fromkeys([*self._warm_template.modules, *modules]))
+        self.close()
+        template = WarmTemplate(self._base_env(), modules)
+        self._warm_template = template
+        self._closing = weakref.finalize(self, template.close)
+        return template
+
+    def close(self) -> None:
+        """End this executor's template, if any (also done when the executor is garbage
+        collected or the process exits; runs it started go on)."""
+        if self._closing is not None:
+            self._closing()
+        self._warm_template = self._closing = None
+
+    def _start(self, job: Job, devices: list[int],
+               template: WarmTemplate | None = None) -> _Handle:
+        env = dict(self._base_env(), FLIGHTPLAN_TRIAL=str(job.trial_json))
         if self._gpus:
             visible = self._visible()
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[d] for d in devices)
-            env.setdefault(CUBLAS_ENV, CUBLAS_WORKSPACE)
             where = (f"device{'s' if len(devices) > 1 else ''} {','.join(map(str, devices))}, "
                      f"{self.threads} thread(s)")
         else:
             where = f"device cpu, {self.threads} thread(s)"
-        env[THREADS_ENV] = str(self.threads)
-        env.setdefault(OMP_ENV, str(self.threads))      # BLAS/OpenMP of any library too
         if job.processes > 1:
             where += f", {job.processes} processes"
-        with open(RunDir(job.run_dir).log, "ab") as log:
+        log_path = RunDir(job.run_dir).log
+        argv = self._argv(job.trial_json)
+        if template is not None and job.processes == 1:
+            append_durable(log_path, f"--- flightplan worker started "
+                                     f"{time.strftime('%Y-%m-%dT%H:%M:%S')} ({where}, "
+                                     f"warm) ---\n".encode())
+            try:
+                return template.start(argv[1:], env, job.run_dir, log_path)
+            except TemplateUnavailable as exc:
+                append_durable(log_path, f"--- flightplan: warm start failed: {exc}; "
+                                         f"starting cold ---\n".encode())
+        with open(log_path, "ab") as log:
             log.write(f"--- flightplan worker started {time.strftime('%Y-%m-%dT%H:%M:%S')} "
                       f"({where}) ---\n".encode())
 
             def launch(extra: dict[str, str]) -> subprocess.Popen[bytes]:
-                return subprocess.Popen(tethered(self._argv(job.trial_json)), stdout=log,
+                return subprocess.Popen(tethered(argv), stdout=log,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         env={**env, **extra}, cwd=str(job.run_dir))
 
@@ -162,6 +227,7 @@ class LocalExecutor(Executor):
             admit: Callable[[Job, str], bool] | None = None,
             leave_by: Callable[[Job, str], LeaveBy | None] | None = None) -> list[JobResult]:
         queue = list(jobs)
+        template = self._template(queue)
         free = list(range(self._gpus))          # GPUs no run holds
         running: list[_Process] = []
         results: list[JobResult] = []
@@ -191,7 +257,7 @@ class LocalExecutor(Executor):
                     deadline = leave_by(job, LOCAL_FLIGHT) if leave_by else None
                     started = time.time()       # before the process exists (goodput: waiting)
                     running.append(_Process(
-                        job, self._start(job, devices), started,
+                        job, self._start(job, devices, template), started,
                         MeasurementTail(job.run_dir), devices,
                         None if deadline is None else LeaveWatch(deadline, job.run_dir,
                                                                  poll_s=self._poll_s)))
@@ -219,6 +285,20 @@ class LocalExecutor(Executor):
         return results
 
 
+def _task_refs(jobs: list[Job]) -> list[str]:
+    """The ``task`` of each job's ``trial.json`` (those that cannot be read are left out:
+    their workers say why)."""
+    refs = []
+    for job in jobs:
+        try:
+            task = json.loads(job.trial_json.read_text(encoding="utf-8")).get("task")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(task, str):
+            refs.append(task)
+    return refs
+
+
 @dataclass
 class _Process:
     """One execution of :meth:`LocalExecutor.run`: its job, the worker process (or the
@@ -226,7 +306,7 @@ class _Process:
     tail, the GPUs it holds and its leave watch (or None)."""
 
     job: Job
-    proc: subprocess.Popen[bytes] | RankGroup
+    proc: _Handle
     started_at: float
     tail: MeasurementTail
     devices: list[int]
