@@ -20,7 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
-from flightplan.run.executors.channel import HEADER, MAGIC, FlightEnd, HomeEnd, ArrivedCheckpoint, Offer
+from flightplan.run.executors.channel import (HEADER, MAC_BYTES, MAGIC, FlightEnd, HomeEnd,
+                                              ArrivedCheckpoint, Offer)
 from flightplan.run.executors.stream import CheckpointReceiver, CheckpointSender, Chunk
 from checkpoint_files import home_files, write_checkpoint   # tests/fixtures (conftest)
 
@@ -108,7 +109,7 @@ class Relay:
 
 
 def _frame_bytes(name: str, path: str, size: int) -> int:
-    return HEADER.size + len(name.encode()) + len(path.encode()) + size
+    return HEADER.size + len(name.encode()) + len(path.encode()) + size + MAC_BYTES
 
 
 def _dropped(sock: socket.socket) -> bool:
@@ -206,7 +207,8 @@ def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written
             hello = stranger.recv(len(MAGIC) + 32)
             assert hello.startswith(MAGIC)
             stranger.sendall(os.urandom(HANDSHAKE) + HEADER.pack(
-                1, 11, 9, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin" + b"data")
+                1, 11, 9, 1, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin"
+                + b"data" + os.urandom(MAC_BYTES))
             assert _dropped(stranger)                          # no answer
         deadline = time.monotonic() + WAIT_S
         while link.failed is None:
@@ -301,6 +303,8 @@ def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> 
     flip = HANDSHAKE + 3 * frame + HEADER.size + len("step-000002model.bin") + 100
     done, sender, relay, home, _ = _through_relay(tmp_path, flip=flip)
     assert done is not None and relay.connections == 1 and home.refused == []
+    # the frame's MAC caught it before the chunk's CRC-32 was taken: refused, asked again
+    assert home.refused_frames == {"its MAC is wrong": 1}
     assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
     offsets = [offset for _, offset, _ in sender.cut]
     # from the damaged chunk on, never from the start (it may go three times: when the
@@ -316,9 +320,9 @@ def test_a_frame_that_breaks_the_bounds_drops_the_connection_before_a_byte_is_re
         tmp_path: Path) -> None:
     data = os.urandom(6 * CHUNK)
     write_checkpoint(tmp_path / "flight" / "step-000004", {"model.bin": data})
-    # the first frame's data length (4 bytes at 12 in the header), 65536, made
+    # the first frame's data length (4 bytes at 20 in the header), 65536, made
     # 0xFF010000 on the way: 4 GiB claimed
-    done, _, relay, home, _ = _through_relay(tmp_path, flip=HANDSHAKE + 12)
+    done, _, relay, home, _ = _through_relay(tmp_path, flip=HANDSHAKE + 20)
     assert home.refused[0].endswith(
         f"a frame header that is not a chunk's (kind 1, name 11 B, path 9 B, data "
         f"{0xFF << 24 | CHUNK} B of at most {CHUNK})")
