@@ -15,13 +15,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import pytest
 
-from flightplan.run.executors.channel import (HEADER, MAC_BYTES, MAGIC, FlightEnd, HomeEnd,
-                                              ArrivedCheckpoint, Offer)
+from flightplan.run.executors.channel import (HEADER, MAC_BYTES, MAGIC, PENDING, FlightEnd,
+                                              HomeEnd, ArrivedCheckpoint, Offer)
 from flightplan.run.executors.stream import CheckpointReceiver, CheckpointSender, Chunk
 from checkpoint_files import home_files, write_checkpoint   # tests/fixtures (conftest)
 
@@ -46,15 +46,20 @@ class Recorded(CheckpointSender):
         return chunks
 
 
+Edit = tuple[int, int, Callable[[bytes], bytes]]
+"""Bytes ``[start, end)`` of a stream and what to put in their place."""
+
+
 class Relay:
     """A TCP relay on 127.0.0.1 to ``target``. On its first connection only, it flips byte
     ``flip`` of what the flight sends, or forwards ``cut`` bytes of it and then closes both
-    sides; later connections pass unchanged. ``sent`` records what the flight sent on the
-    first connection."""
+    sides, or holds bytes ``[start, end)`` back and sends ``edit(those bytes)`` in their
+    place (of what home sends instead when ``back``); later connections pass unchanged.
+    ``sent`` records what the flight sent on the first connection."""
 
     def __init__(self, target: tuple[str, int], *, flip: int | None = None,
-                 cut: int | None = None) -> None:
-        self.target, self.flip, self.cut = target, flip, cut
+                 cut: int | None = None, edit: Edit | None = None, back: bool = False) -> None:
+        self.target, self.flip, self.cut, self.edit, self.back = target, flip, cut, edit, back
         self.sent = bytearray()
         self.connections = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -73,26 +78,31 @@ class Relay:
             self._sockets += [client, upstream]
             first = self.connections == 0
             self.connections += 1
-            for args in ((client, upstream, first), (upstream, client, False)):
+            for args in ((client, upstream, first and not self.back, True),
+                         (upstream, client, first and self.back, False)):
                 thread = threading.Thread(target=self._pipe, args=args, daemon=True)
                 thread.start()
                 self._threads.append(thread)
 
-    def _pipe(self, source: socket.socket, sink: socket.socket, damage: bool) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, damage: bool,
+              flight: bool) -> None:
         passed = 0
+        held = bytearray()
         try:
-            while data := source.recv(1 << 16):
+            while data := bytearray(source.recv(1 << 16)):
+                at, passed = passed, passed + len(data)
                 if damage:
-                    data = bytearray(data)
-                    if self.flip is not None and passed <= self.flip < passed + len(data):
-                        data[self.flip - passed] ^= 0xFF
-                    if self.cut is not None and passed + len(data) >= self.cut:
-                        data = data[:self.cut - passed]
+                    if self.flip is not None and at <= self.flip < passed:
+                        data[self.flip - at] ^= 0xFF
+                    if self.cut is not None and passed >= self.cut:
+                        data = data[:self.cut - at]
                         self.sent += data
                         sink.sendall(data)
                         break
+                    if self.edit is not None and passed > self.edit[0]:
+                        data, held = self._edited(data, at, held)
+                if damage and flight:
                     self.sent += data
-                passed += len(data)
                 sink.sendall(data)
         except OSError:
             pass
@@ -101,6 +111,20 @@ class Relay:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _edited(self, data: bytearray, at: int, held: bytearray
+                ) -> tuple[bytearray, bytearray]:
+        """``data`` (from byte ``at`` of the stream) as it goes on: what precedes the
+        edit's window, then the edited window once all of it came; and what stays held."""
+        assert self.edit is not None
+        start, end, edit = self.edit
+        before = max(0, start - at)
+        out, held = data[:before], held + data[before:]
+        if len(held) >= end - start:
+            out += edit(bytes(held[:end - start])) + held[end - start:]
+            held = bytearray()
+            self.edit = None                                   # once
+        return out, held
 
     def close(self) -> None:
         self.listener.close()
@@ -256,7 +280,7 @@ def test_a_recorded_exchange_cannot_be_replayed(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == []
 
 
-def _through_relay(tmp_path: Path, **relay: int
+def _through_relay(tmp_path: Path, **relay: Any
                    ) -> tuple[Any, Recorded, Relay, HomeEnd, FlightEnd]:
     """The checkpoint under ``tmp_path/flight`` sent home through a :class:`Relay` that
     cuts or damages the stream as ``relay`` says; returns (the committed outcome or None,
@@ -314,6 +338,221 @@ def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> 
     assert offsets.count(3 * CHUNK) >= 2
     # the damaged chunk and what followed it on the way went again, counted
     assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) >= CHUNK
+
+
+def _flip_data(frame: bytes) -> bytes:
+    """One bit of a data frame's data flipped and the header's CRC-32 made right for it:
+    what an attacker who knows the format, but not the key, can do."""
+    edited = bytearray(frame)
+    fields = list(HEADER.unpack_from(edited))
+    start = HEADER.size + fields[1] + fields[2]
+    edited[start + 100] ^= 0x01
+    fields[-1] = zlib.crc32(edited[start:start + fields[5]])
+    HEADER.pack_into(edited, 0, *fields)
+    return bytes(edited)
+
+
+def _flip_resent(header: bytes) -> bytes:
+    """A manifest frame's header with bit 40 of its ``resent_bytes`` flipped (no CRC
+    covers the header: before the MAC, nothing caught this)."""
+    fields = list(HEADER.unpack(header))
+    fields[6] ^= 1 << 40
+    return HEADER.pack(*fields)
+
+
+def test_a_bit_flipped_in_a_chunks_data_with_its_crc_made_right_is_refused_and_sent_again(
+        tmp_path: Path) -> None:
+    data = os.urandom(20 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    frame = _frame_bytes("step-000002", "model.bin", CHUNK)
+    start = HANDSHAKE + 3 * frame                        # the 4th chunk, whole
+    done, sender, relay, home, _ = _through_relay(
+        tmp_path, edit=(start, start + frame, _flip_data))
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert home.refused_frames == {"its MAC is wrong": 1}
+    assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
+    # sent again from that chunk (home's offset), not from the start: the damage never
+    # reached the file, whose sha256 at the manifest would have sent it all again
+    offsets = [offset for _, offset, _ in sender.cut]
+    assert [offsets.count(i * CHUNK) for i in range(3)] == [1, 1, 1]
+    assert offsets.count(3 * CHUNK) >= 2
+    assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) >= CHUNK
+
+
+def test_a_bit_flipped_in_a_frames_header_is_refused_and_the_frame_sent_again(
+        tmp_path: Path) -> None:
+    data = os.urandom(4 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    manifest = HANDSHAKE + 4 * _frame_bytes("step-000002", "model.bin", CHUNK)
+    done, sender, relay, home, _ = _through_relay(
+        tmp_path, edit=(manifest, manifest + HEADER.size, _flip_resent))
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert home.refused_frames == {"its MAC is wrong": 1}
+    # the manifest came again, with the flight's own count: nothing went twice
+    assert done.resent_bytes == 0 and [o for _, o, _ in sender.cut] == [0, CHUNK, 2 * CHUNK,
+                                                                          3 * CHUNK]
+    assert home_files(tmp_path / "home" / "step-000002") == {"model.bin": data}
+
+
+@pytest.mark.parametrize("how", ["replayed", "reordered"])
+def test_a_replayed_or_reordered_frame_is_refused(tmp_path: Path, how: str) -> None:
+    data = os.urandom(10 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    frame = _frame_bytes("step-000002", "model.bin", CHUNK)
+    start = HANDSHAKE + 3 * frame                        # the 4th and 5th chunks
+
+    def edit(two: bytes) -> bytes:                       # each frame intact, MAC and all
+        third, fourth = two[:frame], two[frame:]
+        return third + third + fourth if how == "replayed" else fourth + third
+
+    done, sender, relay, home, _ = _through_relay(tmp_path, edit=(start, start + 2 * frame,
+                                                                  edit))
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert home.refused_frames == {"replayed or out of order": 1}
+    assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
+    offsets = [offset for _, offset, _ in sender.cut]
+    assert [offsets.count(i * CHUNK) for i in range(3)] == [1, 1, 1]
+    assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data)
+
+
+def test_a_message_of_home_damaged_on_the_way_is_not_applied_the_connection_is_made_again(
+        tmp_path: Path) -> None:
+    data = os.urandom(3 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    # what home sends: MAGIC and its nonce, its proof, {"resume": null, "have": {}} and
+    # its MAC, then {"settled": "step-000002"}: its name, made "step-000003" on the way
+    resume = 4 + len(b'{"resume":null,"have":{}}') + MAC_BYTES
+    settled = len(MAGIC) + 32 + 32 + resume
+    size = 4 + len(b'{"settled":"step-000002"}')
+
+    def edit(message: bytes) -> bytes:
+        return message.replace(b"step-000002", b"step-000003")
+
+    done, _, relay, home, link = _through_relay(
+        tmp_path, edit=(settled, settled + size, edit), back=True)
+    # the flight dropped that connection, made it again and heard of the manifest again
+    assert done is not None and link.failed is None and relay.connections == 2
+    assert home.refused_frames == {}
+    assert home_files(tmp_path / "home" / "step-000002") == {"model.bin": data}
+
+
+def _drained(sock: socket.socket) -> bytes:
+    """All that home sent on ``sock`` until it dropped it (a close or a reset)."""
+    got = b""
+    try:
+        while data := sock.recv(1 << 16):
+            got += data
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def _garbage(address: tuple[str, int], kind: int) -> socket.socket:
+    """A stranger's connection: a wrong proof and a chunk's frame as if it had passed
+    (0), 4 KiB of noise (1), nothing but a close (2), or half a proof and then silence
+    (3)."""
+    sock = socket.create_connection(address, timeout=WAIT_S)
+    if kind == 0:
+        sock.sendall(os.urandom(HANDSHAKE) + HEADER.pack(
+            1, 11, 9, 1, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin"
+            + b"data" + os.urandom(MAC_BYTES))
+    elif kind == 1:
+        sock.sendall(os.urandom(4096))
+    elif kind == 2:
+        sock.shutdown(socket.SHUT_WR)
+    else:
+        sock.sendall(os.urandom(HANDSHAKE // 2))
+    return sock
+
+
+def test_idle_and_garbage_connections_during_a_transfer_deliver_nothing_and_hold_nothing_up(
+        tmp_path: Path) -> None:
+    """50 idle and 50 garbage connections opened while the flight's connection is up,
+    before its checkpoint is written: it comes home whole while they are still waiting
+    (home's deadline for a proof, here 60 s, is the test's own safety net; before, home
+    waited on the first of them and nothing moved), and nothing of theirs is written."""
+    small, large = {"model.bin": os.urandom(CHUNK)}, {"model.bin": os.urandom(40 * CHUNK + 3),
+                                                      "optimizer.pt": os.urandom(999)}
+    write_checkpoint(tmp_path / "flight" / "step-000001", small)
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK, handshake_s=WAIT_S)
+    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
+    link = FlightEnd(sender, home.offer, threading.Lock())
+    address = ("127.0.0.1", home.offer.port)
+    try:
+        [first] = _arrived(home)                         # the flight's connection is up
+        idle = [socket.create_connection(address, timeout=WAIT_S) for _ in range(50)]
+        garbage = [_garbage(address, i % 4) for i in range(50)]
+        write_checkpoint(tmp_path / "flight" / "step-000002", large)
+        [second] = _arrived(home)
+        _settled(link)
+        # the idle ones and those with half a proof are still waiting for their deadline
+        waiting = idle + [sock for i, sock in enumerate(garbage) if i % 4 == 3]
+        for sock in waiting:
+            assert sock.recv(len(MAGIC) + 32, socket.MSG_WAITALL).startswith(MAGIC)
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+            sock.setblocking(True)
+    finally:
+        link.close()
+        home.close()
+    done = second.outcome.committed
+    assert first.outcome.committed is not None and done is not None
+    assert (done.name, done.resent_bytes, link.failed) == ("step-000002", 0, None)
+    assert home_files(tmp_path / "home" / "step-000002") == large
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["step-000001",
+                                                                    "step-000002"]
+    assert home.refused_frames == {}
+    # every one of them is dropped (the waiting ones when home closed), having had from
+    # home its greeting and nothing more (a reset, where home left bytes of theirs
+    # unread, can come before the greeting is read)
+    for sock in waiting:
+        assert _drained(sock) == b""
+    for i, sock in enumerate(garbage):
+        if i % 4 != 3:
+            got = _drained(sock)
+            assert got == b"" or (len(got) == len(MAGIC) + 32 and got.startswith(MAGIC))
+    for sock in idle + garbage:
+        sock.close()
+    reasons = {r.split(": ", 1)[1] for r in home.refused}
+    assert len(home.refused) == 16 and reasons <= {
+        "its proof of the secret is wrong",
+        "it closed the connection before it proved the secret"}
+
+
+def test_a_connection_that_does_not_prove_the_secret_in_time_or_in_turn_is_dropped(
+        tmp_path: Path) -> None:
+    address = ("127.0.0.1", 0)
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK, handshake_s=0.5)
+    try:
+        with socket.create_connection(("127.0.0.1", home.offer.port), timeout=WAIT_S) as idle:
+            address = idle.getsockname()
+            got = _drained(idle)                      # home's greeting, then its close
+    finally:
+        home.close()
+    assert len(got) == len(MAGIC) + 32 and got.startswith(MAGIC)
+    assert home.refused == [f"127.0.0.1:{address[1]}: no proof of the secret within 0.5 s"]
+    # one more than PENDING waiting at once: the oldest goes, the others wait on
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK, handshake_s=WAIT_S)
+    waiting = [socket.create_connection(("127.0.0.1", home.offer.port), timeout=WAIT_S)
+               for _ in range(PENDING + 1)]
+    try:
+        assert len(_drained(waiting[0])) == len(MAGIC) + 32
+        assert home.refused == [f"127.0.0.1:{waiting[0].getsockname()[1]}: more than "
+                                f"{PENDING} connections were proving the secret at once: "
+                                f"the oldest went"]
+        for sock in waiting[1:]:
+            assert len(sock.recv(len(MAGIC) + 32, socket.MSG_WAITALL)) == len(MAGIC) + 32
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+    finally:
+        home.close()
+        for sock in waiting:
+            sock.close()
 
 
 def test_a_frame_that_breaks_the_bounds_drops_the_connection_before_a_byte_is_read(
