@@ -163,10 +163,10 @@ that stops half-way, a peer gone without a word)."""
 PING_S = 5.0
 """Seconds between pings from a flight with nothing to send (well inside :data:`IDLE_S`)."""
 
-PENDING = 64
+PENDING = 128
 """Connections home holds in the handshake at once; one more drops the oldest of them (a
 flood of idle connections cannot keep a flight's own out for longer than it keeps the
-flood up, and costs home 64 sockets at most)."""
+flood up, and costs home 128 sockets at most)."""
 
 RECONNECTS = 2
 """Tries to make a dropped connection again before the flight falls back to Ray's polls."""

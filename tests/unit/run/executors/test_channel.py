@@ -707,3 +707,39 @@ def test_a_flight_refused_by_home_brings_the_checkpoint_with_the_polls(
     assert dropped.endswith(": its proof of the secret is wrong ---")
     err = capsys.readouterr().err
     assert err.count("checkpoints come home with Ray's polls") == 1
+
+
+def test_a_frame_forged_on_the_way_from_a_ray_flight_is_refused_sent_again_and_logged(
+        cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flightplan.run.executors import ray_executor
+    from flightplan.run.executors.stream import CHUNK_BYTES
+
+    relays: list[Relay] = []
+
+    class Tampered(HomeEnd):
+        """Home reached through a relay that flips a bit of the first chunk's data and
+        makes its CRC-32 right."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            frame = _frame_bytes("step-000001", "model.safetensors", CHUNK_BYTES)
+            relays.append(Relay(("127.0.0.1", self.offer.port),
+                                edit=(HANDSHAKE, HANDSHAKE + frame, _flip_data)))
+            self.offer = dataclasses.replace(self.offer, port=relays[-1].port)
+
+    monkeypatch.setattr(ray_executor, "HomeEnd", Tampered)
+    worker, files = _stand_in(tmp_path, 2 * CHUNK_BYTES + 12345)
+    try:
+        result, run_dir, _ = _ray_run(cluster, tmp_path, worker)
+    finally:
+        for relay in relays:
+            relay.close()
+    assert result.exit_code == 0
+    assert home_files(run_dir / "checkpoints" / "step-000001") == files
+    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
+             if '"checkpoint_transfer"' in line]
+    assert row["bytes"] == 2 * CHUNK_BYTES + 12345 + 1000 and row["resent_bytes"] >= CHUNK_BYTES
+    log = (run_dir / "log.txt").read_text()
+    assert "--- flightplan: frames the direct connection refused and had sent again: 1 (its " \
+           "MAC is wrong) ---\n" in log
+    assert "Ray's polls" not in log
