@@ -19,10 +19,10 @@ the channel.
                        ◀── flight nonce + HMAC(secret, "flight" | home nonce | flight nonce)
     HMAC(secret, "home" | flight nonce | home nonce) ────▶  (home proves it too)
        both sides: frame key and message key = HKDF-Expand(secret, purpose | both nonces)
-    {"resume": name, "have": {path: offset}} + MAC ──────▶  sender.resume(...)
-                       ◀── frame: header (seq 1) + name + path + data + MAC, …, ping (seq n)
+    {"resume": name, "have": {path: offset}} + tag ──────▶  sender.resume(...)
+                       ◀── frame: header (seq 1) + name + path + data + tag, …, ping (seq n)
     {"rewind": [name, path, offset]}, {"settled": name},
-    {"resume": …} after a frame it refused, each + MAC ──▶  sender.rewind(...), resume(...)
+    {"resume": …} after a frame it refused, each + tag ──▶  sender.rewind(...), resume(...)
 
 - **Who listens: home**, one listener per execution, bound to the address Ray itself uses
   for home's node (``ray.util.get_node_ip_address()``) on a port the system picks; nothing
@@ -44,23 +44,28 @@ the channel.
   most :data:`PENDING` are held at once (one more drops the oldest). A thousand idle or
   garbage connections cost the established stream an ``accept``, 40 bytes sent and one
   HMAC each, never a wait.
-- **Every frame authenticated.** Once both proofs are in, each side derives two keys of
-  this connection from the execution's secret and both nonces (:func:`_keys`:
-  HKDF-Expand of RFC 5869 with HMAC-SHA256, one block per key; the secret is 32 random
-  bytes already, so HKDF's extract step is not needed, RFC 5869 §3.3): one for the
-  flight's frames, one for home's messages. The key is therefore derived from the
-  cluster's token only in this sense: the secret it comes from reaches the flight under
-  the token's protection, and a party that can forge a frame could already make Ray's
-  calls. A frame carries a sequence number (1, 2, … on each connection) and ends in an
-  HMAC-SHA256 of its header, name, path and data under the frame key. Home refuses a
-  frame whose MAC is wrong, or whose sequence number is not above the last one it took
-  (replayed or reordered): it writes nothing of it, counts it
-  (:attr:`HomeEnd.refused_frames`) and tells the flight what it has (``resume``, as after
-  a reconnect), so that the flight sends again from there. Each message of home ends in
-  an HMAC-SHA256 of its number on the connection (0, 1, …) and its bytes under the
-  message key; a message that fails drops the connection (it is made again). Like Ray's
-  own traffic (docs/distributed.md, "Set-up"), the bytes are not encrypted: run it on a
-  private network.
+- **Every frame authenticated.** Once both proofs are in, each side derives two 16-byte
+  keys of this connection from the execution's secret and both nonces (:func:`_keys`:
+  HKDF-Expand of RFC 5869 with HMAC-SHA256, L = 16; the secret is 32 random bytes
+  already, so HKDF's extract step is not needed, RFC 5869 §3.3): one for the flight's
+  frames, one for home's messages. The key is therefore derived from the cluster's token
+  only in this sense: the secret it comes from reaches the flight under the token's
+  protection, and a party that can forge a frame could already make Ray's calls. A frame
+  carries a sequence number (1, 2, … on each connection) and ends in a 16-byte tag:
+  AES-128-GCM under the frame key of no plaintext, with the frame's header, name, path
+  and data as associated data (GMAC, NIST SP 800-38D), its 12-byte nonce the sequence
+  number (:func:`_nonce`). The nonce holds no direction: each key serves one direction
+  only, and each number is used at most once under a key (the flight's frames count from
+  1, home's messages from 0, both up, and a number past 2**64 - 1 is never wrapped: the
+  connection is dropped and made again, under fresh keys); a nonce used twice under one
+  key would let GCM's tags be forged. Home refuses a frame whose tag is wrong
+  (``InvalidTag``), or whose sequence number is not above the last one it took (replayed
+  or reordered): it writes nothing of it, counts it (:attr:`HomeEnd.refused_frames`) and
+  tells the flight what it has (``resume``, as after a reconnect), so that the flight
+  sends again from there. Each message of home ends in the same tag of its bytes under
+  the message key, its number on the connection (0, 1, …) the nonce; a message that fails
+  drops the connection (it is made again). Like Ray's own traffic (docs/distributed.md,
+  "Set-up"), the bytes are not encrypted: run it on a private network.
 - **Bounded.** A frame's header is checked before anything else is read: its kind, a name
   of at most :data:`NAME_BYTES` and a path of at most :data:`PATH_BYTES` bytes of UTF-8,
   and data of at most the chunk size (read into one of three buffers of that size, never an
@@ -78,8 +83,8 @@ the channel.
 Frames from the flight (network byte order, :data:`HEADER`): kind (1 data, 2 manifest,
 3 ping), name length, path length, sequence number, offset, data length,
 ``resent_bytes``, ``waited_s``, the CRC-32 of the data; then the name, the path, the data
-and the frame's MAC (:data:`MAC_BYTES`). Home's messages: a 4-byte length, a JSON object
-of at most :data:`CONTROL_BYTES`, and the message's MAC.
+and the frame's tag (:data:`MAC_BYTES`). Home's messages: a 4-byte length, a JSON object
+of at most :data:`CONTROL_BYTES`, and the message's tag.
 
 Usage::
 
@@ -113,6 +118,10 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import (AEADDecryptionContext, AEADEncryptionContext,
+                                                    Cipher, algorithms, modes)
+
 from flightplan.errors import ChannelError, TransferError
 from flightplan.run.executors.stream import (CHUNK_BYTES, CheckpointReceiver,
                                              CheckpointSender, Chunk, Outcome, Rewind)
@@ -122,22 +131,25 @@ __all__ = ["MAGIC", "HEADER", "MAC_BYTES", "NAME_BYTES", "PATH_BYTES", "CONTROL_
            "CONNECT_S", "HANDSHAKE_S", "IDLE_S", "PING_S", "PENDING", "RECONNECTS", "Offer",
            "ArrivedCheckpoint", "HomeEnd", "FlightEnd"]
 
-MAGIC = b"FPCKPT03"
-"""The first bytes home sends: the protocol and its version (03: frames and messages
-authenticated, frames numbered)."""
+MAGIC = b"FPCKPT04"
+"""The first bytes home sends: the protocol and its version (04: frames and messages
+authenticated with AES-128-GCM tags, frames numbered; 03 had HMAC-SHA256)."""
 
 HEADER = struct.Struct("!BBHQQIQdI")
 """A frame's header: kind, name length, path length, sequence number, offset, data length,
 resent bytes, waited seconds, CRC-32 of the data (44 bytes)."""
 
-MAC_BYTES = 32
-"""Bytes of the HMAC-SHA256 that ends every frame and every message of home."""
+MAC_BYTES = 16
+"""Bytes of the tag (AES-128-GCM, no plaintext) that ends every frame and every message of
+home."""
 
 _DATA, _MANIFEST, _PING = 1, 2, 3
 _NONCE = 32
 _PROOF = 32
+_KEY = 16
 _LENGTH = struct.Struct("!I")
-_NUMBER = struct.Struct("!Q")
+_NUMBER = struct.Struct("!4xQ")
+"""A GCM nonce (12 bytes) of a frame's or a message's number: 4 zero bytes, then the number."""
 
 NAME_BYTES = 64
 """The longest checkpoint name a frame may carry (bytes; ``step-`` and 12 digits: 17)."""
@@ -216,8 +228,9 @@ class ArrivedCheckpoint:
 
 @dataclass(frozen=True)
 class _Keys:
-    """The two keys of one connection (32 bytes each, never printed): ``frames`` signs
-    the flight's frames, ``messages`` home's messages."""
+    """The two AES-128 keys of one connection (16 bytes each, never printed): ``frames``
+    tags the flight's frames, ``messages`` home's messages; neither ever tags the other
+    direction's."""
 
     frames: bytes = field(repr=False)
     messages: bytes = field(repr=False)
@@ -231,14 +244,52 @@ def _proof(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
 
 def _keys(secret: bytes, home: bytes, flight: bytes) -> _Keys:
     """The keys of the connection whose nonces were ``home`` and ``flight``: for each
-    purpose, HKDF-Expand (RFC 5869 §2.3, one block: HMAC-SHA256(secret, info | 0x01)) with
-    info = the protocol, the purpose and both nonces. Fresh nonces make fresh keys: a
-    frame or a message of one connection fails on every other."""
+    purpose, HKDF-Expand (RFC 5869 §2.3, L = 16: the first 16 bytes of
+    HMAC-SHA256(secret, info | 0x01)) with info = the protocol, the purpose and both
+    nonces. Fresh nonces make fresh keys: a frame or a message of one connection fails on
+    every other."""
     def expand(purpose: bytes) -> bytes:
         return hmac.new(secret, MAGIC + purpose + home + flight + b"\x01",
-                        hashlib.sha256).digest()
+                        hashlib.sha256).digest()[:_KEY]
     return _Keys(frames=expand(b"key of the flight's frames"),
                  messages=expand(b"key of home's messages"))
+
+
+def _nonce(number: int) -> bytes:
+    """The 12-byte GCM nonce of frame or message ``number`` (:data:`_NUMBER`). Callers keep
+    the invariant GCM needs (module docstring): each key tags one direction only, and each
+    number at most once under it.
+
+    Raises:
+        ChannelError: ``number`` is past 2**64 - 1 (never wrapped: the connection is made
+            again, under fresh keys).
+    """
+    if not 0 <= number < 1 << 64:
+        raise ChannelError(f"frame or message number {number} is past the nonces of this "
+                           f"connection's keys (it is made again)")
+    return _NUMBER.pack(number)
+
+
+def _tagger(key: bytes, number: int) -> AEADEncryptionContext:
+    """A GMAC of ``number``'s frame or message under ``key``: AES-128-GCM with no
+    plaintext, fed the bytes as associated data piece by piece
+    (``authenticate_additional_data``, which takes any contiguous buffer without a copy),
+    the 16-byte tag read after ``finalize()``.
+
+    Raises:
+        ChannelError: ``number`` past the nonces (:func:`_nonce`).
+    """
+    return Cipher(algorithms.AES(key), modes.GCM(_nonce(number))).encryptor()
+
+
+def _checker(key: bytes, number: int) -> AEADDecryptionContext:
+    """The other side of :func:`_tagger`: fed the same bytes, ``finalize_with_tag(tag)``
+    raises ``cryptography.exceptions.InvalidTag`` unless ``tag`` is theirs.
+
+    Raises:
+        ChannelError: ``number`` past the nonces (:func:`_nonce`).
+    """
+    return Cipher(algorithms.AES(key), modes.GCM(_nonce(number))).decryptor()
 
 
 def _read(sock: socket.socket, size: int) -> bytes:
@@ -291,18 +342,24 @@ def _prove(sock: socket.socket, secret: bytes) -> _Keys:
 
 def _send_message(sock: socket.socket, message: dict[str, Any], key: bytes,
                   number: int) -> None:
-    """Home's ``number``-th message on this connection (from 0), its MAC after it."""
+    """Home's ``number``-th message on this connection (from 0), its tag after it.
+
+    Raises:
+        ChannelError: ``number`` past the nonces (:func:`_nonce`). OSError: the socket's.
+    """
     body = json.dumps(message, separators=(",", ":")).encode()
     framed = _LENGTH.pack(len(body)) + body
-    sock.sendall(framed + hmac.new(key, _NUMBER.pack(number) + framed,
-                                   hashlib.sha256).digest())
+    tag = _tagger(key, number)
+    tag.authenticate_additional_data(framed)
+    tag.finalize()
+    sock.sendall(framed + tag.tag)
 
 
 def _read_message(sock: socket.socket, key: bytes, number: int) -> dict[str, Any]:
     """Home's ``number``-th message on this connection (from 0).
 
     Raises:
-        ChannelError: too long, its MAC not the key's (damaged, forged, replayed or out of
+        ChannelError: too long, its tag not the key's (damaged, forged, replayed or out of
             order), or not a JSON object. OSError: the socket's.
     """
     length = _read(sock, _LENGTH.size)
@@ -310,9 +367,14 @@ def _read_message(sock: socket.socket, key: bytes, number: int) -> dict[str, Any
     if size > CONTROL_BYTES:
         raise ChannelError(f"a message of {size} bytes from home (at most {CONTROL_BYTES})")
     body = _read(sock, size)
-    expected = hmac.new(key, _NUMBER.pack(number) + length + body, hashlib.sha256).digest()
-    if not hmac.compare_digest(_read(sock, MAC_BYTES), expected):
-        raise ChannelError(f"message {number} from home failed its authentication (HMAC)")
+    check = _checker(key, number)
+    check.authenticate_additional_data(length)
+    check.authenticate_additional_data(body)
+    try:
+        check.finalize_with_tag(_read(sock, MAC_BYTES))
+    except InvalidTag:
+        raise ChannelError(f"message {number} from home failed its authentication "
+                           f"(AES-GCM tag)") from None
     try:
         message = json.loads(body)
     except ValueError:
@@ -324,20 +386,30 @@ def _read_message(sock: socket.socket, key: bytes, number: int) -> dict[str, Any
 
 def _send_frame(sock: socket.socket, key: bytes, seq: int, chunk: Chunk | None) -> None:
     """Frame ``seq`` of the connection: ``chunk`` (None: a ping). The header, name and
-    path in one send, the data from its buffer in the next, then the MAC of them all."""
+    path in one send, the data from its buffer in the next (tagged where it lies, not
+    copied), then the tag of them all.
+
+    Raises:
+        ChannelError: ``seq`` past the nonces (:func:`_nonce`; nothing sent). OSError:
+            the socket's.
+    """
+    tag = _tagger(key, seq)
     if chunk is None:
         head = HEADER.pack(_PING, 0, 0, seq, 0, 0, 0, 0.0, 0)
-        sock.sendall(head + hmac.new(key, head, hashlib.sha256).digest())
+        tag.authenticate_additional_data(head)
+        tag.finalize()
+        sock.sendall(head + tag.tag)
         return
     name, path = chunk.name.encode(), chunk.path.encode()
     kind = _MANIFEST if chunk.path == MANIFEST else _DATA
     head = HEADER.pack(kind, len(name), len(path), seq, chunk.offset, chunk.size,
                        chunk.resent_bytes, chunk.waited_s, chunk.crc32) + name + path
-    mac = hmac.new(key, head, hashlib.sha256)
-    mac.update(chunk.data)
+    tag.authenticate_additional_data(head)
+    tag.authenticate_additional_data(chunk.data)
+    tag.finalize()
     sock.sendall(head)
     sock.sendall(chunk.data)
-    sock.sendall(mac.digest())
+    sock.sendall(tag.tag)
 
 
 @dataclass
@@ -354,8 +426,18 @@ class _Peer:
     sending: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, message: dict[str, Any]) -> None:
+        """Send ``message`` under the next number. Its numbers spent (2**64 of them, never
+        wrapped): the connection is shut, and the flight makes it again under fresh keys.
+
+        Raises:
+            OSError: the socket's.
+        """
         with self.sending:
-            _send_message(self.sock, message, self.keys.messages, self.sent)
+            try:
+                _send_message(self.sock, message, self.keys.messages, self.sent)
+            except ChannelError:
+                self.sock.shutdown(socket.SHUT_RDWR)
+                return
             self.sent += 1
 
     def close(self) -> None:
@@ -392,7 +474,7 @@ class _Arrival:
 class HomeEnd:
     """Home's end of one execution's direct connection (module docstring): listens on
     ``host`` at a port the system picks, admits only a peer that proves the secret of
-    :attr:`offer`, takes only frames that carry that connection's MAC, and writes every
+    :attr:`offer`, takes only frames that carry that connection's tag, and writes every
     chunk it sends through ``receiver``, on two threads of its own.
 
     Args:
@@ -654,7 +736,7 @@ class HomeEnd:
 
     def _frame(self, peer: _Peer) -> bool:
         """Read one frame and hand it to the writing thread (a ping: nothing; a frame that
-        fails its MAC or its sequence number: refused, and the peer told where to go on
+        fails its tag or its sequence number: refused, and the peer told where to go on
         from); False when the peer hung up between frames.
 
         Raises:
@@ -671,18 +753,19 @@ class HomeEnd:
             HEADER.unpack(head)
         self._check(kind, name_len, path_len, offset, size, resent, waited)
         asked_at = time.time()
-        mac = hmac.new(peer.keys.frames, head, hashlib.sha256)
+        check = _checker(peer.keys.frames, seq)
+        check.authenticate_additional_data(head)
         if kind == _PING:
-            self._authentic(peer, mac, seq)
+            self._authentic(peer, check, seq)
             return True
         words = _read(peer.sock, name_len + path_len)
-        mac.update(words)
+        check.authenticate_additional_data(words)
         buffer = self._buffer()
         view = memoryview(buffer)[:size]
         try:
             _read_into(peer.sock, view)
-            mac.update(view)
-            if not self._authentic(peer, mac, seq):
+            check.authenticate_additional_data(view)
+            if not self._authentic(peer, check, seq):
                 self._free.put(buffer)
                 return True
             name, path = words[:name_len].decode(), words[name_len:].decode()
@@ -714,16 +797,22 @@ class HomeEnd:
                                f"{name_len} B, path {path_len} B, data {size} B of at most "
                                f"{self._chunk_bytes})")
 
-    def _authentic(self, peer: _Peer, mac: hmac.HMAC, seq: int) -> bool:
-        """Read the frame's MAC and check it against ``mac`` (the frame's bytes under the
-        frame key) and ``seq`` against the last frame taken. False: the frame is refused,
-        counted in :attr:`refused_frames`, and the peer is told where to go on from.
+    def _authentic(self, peer: _Peer, check: AEADDecryptionContext, seq: int) -> bool:
+        """Read the frame's tag and check it with ``check`` (:func:`_checker` of the frame
+        key and ``seq``, fed the frame's bytes) and ``seq`` against the last frame taken.
+        False: the frame is refused, counted in :attr:`refused_frames`, and the peer is
+        told where to go on from.
 
         Raises:
-            ChannelError: the peer closed before the MAC. OSError: the socket's.
+            ChannelError: the peer closed before the tag. OSError: the socket's.
         """
-        if not hmac.compare_digest(_read(peer.sock, MAC_BYTES), mac.digest()):
-            why = "its MAC is wrong"
+        try:
+            check.finalize_with_tag(_read(peer.sock, MAC_BYTES))
+            authentic = True
+        except InvalidTag:
+            authentic = False
+        if not authentic:
+            why = "its MAC is wrong"                # the GCM tag: a MAC (GMAC)
         elif seq <= peer.last_seq:
             why = "replayed or out of order"
         else:
@@ -833,7 +922,7 @@ class _Outgoing:
                                 chunk, waited_s=chunk.waited_s + time.monotonic() - cut_at)
                         self.seq += 1
                         _send_frame(self.sock, self.key, self.seq, chunk)
-            except OSError as exc:
+            except (OSError, ChannelError) as exc:       # ChannelError: numbers spent
                 self.error = exc
             finally:
                 if holds:
@@ -855,8 +944,8 @@ def _why(exc: BaseException, offer: Offer, connect_s: float) -> str:
 class FlightEnd:
     """The flight's end of the direct connection (module docstring): connects to home's
     ``offer``, proves the secret, and sends home what ``sender`` cuts, each frame under the
-    connection's MAC, on threads of its own (one reads and hashes the next chunk while the
-    other sends this one and takes its MAC).
+    connection's tag, on threads of its own (one reads and hashes the next chunk while the
+    other tags this one and sends it).
 
     Args:
         sender: the flight's side of the stream protocol (made with two ``buffers``: one

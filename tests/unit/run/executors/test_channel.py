@@ -6,6 +6,8 @@ falling back to Ray's polls; then both paths through a real loopback Ray cluster
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import os
 import zlib
@@ -19,9 +21,13 @@ from typing import Any, Callable
 
 import psutil
 import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from flightplan.errors import ChannelError
 from flightplan.run.executors.channel import (HEADER, MAC_BYTES, MAGIC, PENDING, FlightEnd,
-                                              HomeEnd, ArrivedCheckpoint, Offer)
+                                              HomeEnd, ArrivedCheckpoint, Offer, _keys,
+                                              _read_message, _send_frame, _send_message)
 from flightplan.run.executors.stream import CheckpointReceiver, CheckpointSender, Chunk
 from checkpoint_files import home_files, write_checkpoint   # tests/fixtures (conftest)
 
@@ -217,6 +223,49 @@ def test_a_checkpoint_comes_home_over_the_connection_bit_for_bit(tmp_path: Path)
     assert sender.peak_chunk_bytes <= CHUNK and home.receiver.peak_chunk_bytes <= CHUNK
     # the listener went with close()
     assert not home.listening and _listening(home.offer.port) == []
+
+
+def test_a_frames_and_a_messages_tag_are_aes_128_gcm_of_their_bytes_under_the_hkdf_keys(
+        ) -> None:
+    """The tags against an independent construction: the keys are the first 16 bytes of
+    HKDF-Expand's block (RFC 5869: HMAC-SHA256(secret, info | 0x01)), a frame's tag is
+    ``AESGCM(key).encrypt(nonce, b"", frame)`` with the 12-byte nonce 4 zero bytes and the
+    sequence number, and a wrong tag, or a number under another key, is refused."""
+    secret, home_nonce, flight_nonce = os.urandom(32), os.urandom(32), os.urandom(32)
+    keys = _keys(secret, home_nonce, flight_nonce)
+
+    def hkdf(purpose: bytes) -> bytes:
+        info = MAGIC + purpose + home_nonce + flight_nonce
+        return hmac.new(secret, info + b"\x01", hashlib.sha256).digest()[:16]
+    assert keys.frames == hkdf(b"key of the flight's frames") != keys.messages
+    assert keys.messages == hkdf(b"key of home's messages")
+    data = os.urandom(3000)
+    chunk = Chunk("step-000004", "model.bin", 6000, memoryview(data), zlib.crc32(data))
+    near_the_end = (1 << 64) - 1
+    flight, home = socket.socketpair()
+    with flight, home:
+        _send_frame(flight, keys.frames, 7, chunk)
+        _send_frame(flight, keys.frames, near_the_end, None)
+        frame = home.recv(_frame_bytes("step-000004", "model.bin", 3000), socket.MSG_WAITALL)
+        ping = home.recv(HEADER.size + MAC_BYTES, socket.MSG_WAITALL)
+        # the last number is used once; the one after it is refused before a byte is sent
+        with pytest.raises(ChannelError, match="past the nonces"):
+            _send_frame(flight, keys.frames, 1 << 64, None)
+        _send_message(home, {"settled": "step-000004"}, keys.messages, 2)
+        _send_message(home, {"settled": "step-000004"}, keys.messages, 3)
+        assert _read_message(flight, keys.messages, 2) == {"settled": "step-000004"}
+        with pytest.raises(ChannelError, match="failed its authentication"):
+            _read_message(flight, keys.messages, 4)                 # sent as number 3
+    body, tag = frame[:-MAC_BYTES], frame[-MAC_BYTES:]
+    assert body == HEADER.pack(1, 11, 9, 7, 6000, 3000, 0, 0.0, zlib.crc32(data)) \
+        + b"step-000004model.bin" + data
+    assert tag == AESGCM(keys.frames).encrypt(bytes(4) + (7).to_bytes(8, "big"), b"", body)
+    assert ping[-MAC_BYTES:] == AESGCM(keys.frames).encrypt(
+        b"\0" * 4 + b"\xff" * 8, b"", ping[:-MAC_BYTES])
+    # the same bytes under another number, or under the other direction's key, fail
+    for key, seq in ((keys.frames, 8), (keys.messages, 7)):
+        with pytest.raises(InvalidTag):
+            AESGCM(key).decrypt(bytes(4) + seq.to_bytes(8, "big"), tag, body)
 
 
 def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written(
