@@ -3,7 +3,7 @@
 From one run, on this machine: a checkpoint of ``--mib`` MiB (two random files and a
 manifest) streamed home over the direct connection alone, without Ray
 (:mod:`flightplan.run.executors.channel`: home's end in this process, the flight's end in
-a child process, real sockets on 127.0.0.1, every frame under its HMAC-SHA256), ``--rounds``
+a child process, real sockets on 127.0.0.1, every frame under its AES-128-GCM tag), ``--rounds``
 times quiet and as many times with 100 hostile connections opened on home's port by
 another child process (at nice 19: on this machine it shares the two ends' cores) as soon
 as the first chunk is home (50 that never send a byte, 50 that send garbage: a wrong
