@@ -456,6 +456,12 @@ class RayExecutor(Executor):
                 append_durable(ex.job.run_dir / RunDir.LOG, "".join(
                     f"--- flightplan: dropped a direct connection from {why} ---\n"
                     for why in ex.home.refused).encode())
+            if ex.home.refused_frames:
+                counts = ", ".join(f"{n} ({why})" for why, n in
+                                   sorted(ex.home.refused_frames.items()))
+                append_durable(ex.job.run_dir / RunDir.LOG, f"--- flightplan: frames the "
+                               f"direct connection refused and had sent again: {counts} ---\n"
+                               .encode())
             ex.home = None
 
     def _finish(self, ex: _Execution, delta: PollUpdate) -> JobResult:

@@ -6,6 +6,8 @@ falling back to Ray's polls; then both paths through a real loopback Ray cluster
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import os
 import zlib
@@ -15,12 +17,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from flightplan.run.executors.channel import HEADER, MAGIC, FlightEnd, HomeEnd, ArrivedCheckpoint, Offer
+from flightplan.errors import ChannelError
+from flightplan.run.executors.channel import (HEADER, MAC_BYTES, MAGIC, PENDING, FlightEnd,
+                                              HomeEnd, ArrivedCheckpoint, Offer, _keys,
+                                              _read_message, _send_frame, _send_message)
 from flightplan.run.executors.stream import CheckpointReceiver, CheckpointSender, Chunk
 from checkpoint_files import home_files, write_checkpoint   # tests/fixtures (conftest)
 
@@ -45,15 +52,20 @@ class Recorded(CheckpointSender):
         return chunks
 
 
+Edit = tuple[int, int, Callable[[bytes], bytes]]
+"""Bytes ``[start, end)`` of a stream and what to put in their place."""
+
+
 class Relay:
     """A TCP relay on 127.0.0.1 to ``target``. On its first connection only, it flips byte
     ``flip`` of what the flight sends, or forwards ``cut`` bytes of it and then closes both
-    sides; later connections pass unchanged. ``sent`` records what the flight sent on the
-    first connection."""
+    sides, or holds bytes ``[start, end)`` back and sends ``edit(those bytes)`` in their
+    place (of what home sends instead when ``back``); later connections pass unchanged.
+    ``sent`` records what the flight sent on the first connection."""
 
     def __init__(self, target: tuple[str, int], *, flip: int | None = None,
-                 cut: int | None = None) -> None:
-        self.target, self.flip, self.cut = target, flip, cut
+                 cut: int | None = None, edit: Edit | None = None, back: bool = False) -> None:
+        self.target, self.flip, self.cut, self.edit, self.back = target, flip, cut, edit, back
         self.sent = bytearray()
         self.connections = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -72,26 +84,31 @@ class Relay:
             self._sockets += [client, upstream]
             first = self.connections == 0
             self.connections += 1
-            for args in ((client, upstream, first), (upstream, client, False)):
+            for args in ((client, upstream, first and not self.back, True),
+                         (upstream, client, first and self.back, False)):
                 thread = threading.Thread(target=self._pipe, args=args, daemon=True)
                 thread.start()
                 self._threads.append(thread)
 
-    def _pipe(self, source: socket.socket, sink: socket.socket, damage: bool) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, damage: bool,
+              flight: bool) -> None:
         passed = 0
+        held = bytearray()
         try:
-            while data := source.recv(1 << 16):
+            while data := bytearray(source.recv(1 << 16)):
+                at, passed = passed, passed + len(data)
                 if damage:
-                    data = bytearray(data)
-                    if self.flip is not None and passed <= self.flip < passed + len(data):
-                        data[self.flip - passed] ^= 0xFF
-                    if self.cut is not None and passed + len(data) >= self.cut:
-                        data = data[:self.cut - passed]
+                    if self.flip is not None and at <= self.flip < passed:
+                        data[self.flip - at] ^= 0xFF
+                    if self.cut is not None and passed >= self.cut:
+                        data = data[:self.cut - at]
                         self.sent += data
                         sink.sendall(data)
                         break
+                    if self.edit is not None and passed > self.edit[0]:
+                        data, held = self._edited(data, at, held)
+                if damage and flight:
                     self.sent += data
-                passed += len(data)
                 sink.sendall(data)
         except OSError:
             pass
@@ -101,6 +118,20 @@ class Relay:
             except OSError:
                 pass
 
+    def _edited(self, data: bytearray, at: int, held: bytearray
+                ) -> tuple[bytearray, bytearray]:
+        """``data`` (from byte ``at`` of the stream) as it goes on: what precedes the
+        edit's window, then the edited window once all of it came; and what stays held."""
+        assert self.edit is not None
+        start, end, edit = self.edit
+        before = max(0, start - at)
+        out, held = data[:before], held + data[before:]
+        if len(held) >= end - start:
+            out += edit(bytes(held[:end - start])) + held[end - start:]
+            held = bytearray()
+            self.edit = None                                   # once
+        return out, held
+
     def close(self) -> None:
         self.listener.close()
         for sock in self._sockets:
@@ -108,7 +139,7 @@ class Relay:
 
 
 def _frame_bytes(name: str, path: str, size: int) -> int:
-    return HEADER.size + len(name.encode()) + len(path.encode()) + size
+    return HEADER.size + len(name.encode()) + len(path.encode()) + size + MAC_BYTES
 
 
 def _dropped(sock: socket.socket) -> bool:
@@ -194,6 +225,49 @@ def test_a_checkpoint_comes_home_over_the_connection_bit_for_bit(tmp_path: Path)
     assert not home.listening and _listening(home.offer.port) == []
 
 
+def test_a_frames_and_a_messages_tag_are_aes_128_gcm_of_their_bytes_under_the_hkdf_keys(
+        ) -> None:
+    """The tags against an independent construction: the keys are the first 16 bytes of
+    HKDF-Expand's block (RFC 5869: HMAC-SHA256(secret, info | 0x01)), a frame's tag is
+    ``AESGCM(key).encrypt(nonce, b"", frame)`` with the 12-byte nonce 4 zero bytes and the
+    sequence number, and a wrong tag, or a number under another key, is refused."""
+    secret, home_nonce, flight_nonce = os.urandom(32), os.urandom(32), os.urandom(32)
+    keys = _keys(secret, home_nonce, flight_nonce)
+
+    def hkdf(purpose: bytes) -> bytes:
+        info = MAGIC + purpose + home_nonce + flight_nonce
+        return hmac.new(secret, info + b"\x01", hashlib.sha256).digest()[:16]
+    assert keys.frames == hkdf(b"key of the flight's frames") != keys.messages
+    assert keys.messages == hkdf(b"key of home's messages")
+    data = os.urandom(3000)
+    chunk = Chunk("step-000004", "model.bin", 6000, memoryview(data), zlib.crc32(data))
+    near_the_end = (1 << 64) - 1
+    flight, home = socket.socketpair()
+    with flight, home:
+        _send_frame(flight, keys.frames, 7, chunk)
+        _send_frame(flight, keys.frames, near_the_end, None)
+        frame = home.recv(_frame_bytes("step-000004", "model.bin", 3000), socket.MSG_WAITALL)
+        ping = home.recv(HEADER.size + MAC_BYTES, socket.MSG_WAITALL)
+        # the last number is used once; the one after it is refused before a byte is sent
+        with pytest.raises(ChannelError, match="past the nonces"):
+            _send_frame(flight, keys.frames, 1 << 64, None)
+        _send_message(home, {"settled": "step-000004"}, keys.messages, 2)
+        _send_message(home, {"settled": "step-000004"}, keys.messages, 3)
+        assert _read_message(flight, keys.messages, 2) == {"settled": "step-000004"}
+        with pytest.raises(ChannelError, match="failed its authentication"):
+            _read_message(flight, keys.messages, 4)                 # sent as number 3
+    body, tag = frame[:-MAC_BYTES], frame[-MAC_BYTES:]
+    assert body == HEADER.pack(1, 11, 9, 7, 6000, 3000, 0, 0.0, zlib.crc32(data)) \
+        + b"step-000004model.bin" + data
+    assert tag == AESGCM(keys.frames).encrypt(bytes(4) + (7).to_bytes(8, "big"), b"", body)
+    assert ping[-MAC_BYTES:] == AESGCM(keys.frames).encrypt(
+        b"\0" * 4 + b"\xff" * 8, b"", ping[:-MAC_BYTES])
+    # the same bytes under another number, or under the other direction's key, fail
+    for key, seq in ((keys.frames, 8), (keys.messages, 7)):
+        with pytest.raises(InvalidTag):
+            AESGCM(key).decrypt(bytes(4) + seq.to_bytes(8, "big"), tag, body)
+
+
 def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written(
         tmp_path: Path) -> None:
     write_checkpoint(tmp_path / "flight" / "step-000003", {"model.bin": os.urandom(5 * CHUNK)})
@@ -206,7 +280,8 @@ def test_a_peer_that_does_not_prove_the_secret_is_dropped_and_nothing_is_written
             hello = stranger.recv(len(MAGIC) + 32)
             assert hello.startswith(MAGIC)
             stranger.sendall(os.urandom(HANDSHAKE) + HEADER.pack(
-                1, 11, 9, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin" + b"data")
+                1, 11, 9, 1, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin"
+                + b"data" + os.urandom(MAC_BYTES))
             assert _dropped(stranger)                          # no answer
         deadline = time.monotonic() + WAIT_S
         while link.failed is None:
@@ -254,7 +329,7 @@ def test_a_recorded_exchange_cannot_be_replayed(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == []
 
 
-def _through_relay(tmp_path: Path, **relay: int
+def _through_relay(tmp_path: Path, **relay: Any
                    ) -> tuple[Any, Recorded, Relay, HomeEnd, FlightEnd]:
     """The checkpoint under ``tmp_path/flight`` sent home through a :class:`Relay` that
     cuts or damages the stream as ``relay`` says; returns (the committed outcome or None,
@@ -301,6 +376,8 @@ def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> 
     flip = HANDSHAKE + 3 * frame + HEADER.size + len("step-000002model.bin") + 100
     done, sender, relay, home, _ = _through_relay(tmp_path, flip=flip)
     assert done is not None and relay.connections == 1 and home.refused == []
+    # the frame's MAC caught it before the chunk's CRC-32 was taken: refused, asked again
+    assert home.refused_frames == {"its MAC is wrong": 1}
     assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
     offsets = [offset for _, offset, _ in sender.cut]
     # from the damaged chunk on, never from the start (it may go three times: when the
@@ -312,13 +389,228 @@ def test_a_chunk_damaged_on_the_way_is_sent_again_from_there(tmp_path: Path) -> 
     assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) >= CHUNK
 
 
+def _flip_data(frame: bytes) -> bytes:
+    """One bit of a data frame's data flipped and the header's CRC-32 made right for it:
+    what an attacker who knows the format, but not the key, can do."""
+    edited = bytearray(frame)
+    fields = list(HEADER.unpack_from(edited))
+    start = HEADER.size + fields[1] + fields[2]
+    edited[start + 100] ^= 0x01
+    fields[-1] = zlib.crc32(edited[start:start + fields[5]])
+    HEADER.pack_into(edited, 0, *fields)
+    return bytes(edited)
+
+
+def _flip_resent(header: bytes) -> bytes:
+    """A manifest frame's header with bit 40 of its ``resent_bytes`` flipped (no CRC
+    covers the header: before the MAC, nothing caught this)."""
+    fields = list(HEADER.unpack(header))
+    fields[6] ^= 1 << 40
+    return HEADER.pack(*fields)
+
+
+def test_a_bit_flipped_in_a_chunks_data_with_its_crc_made_right_is_refused_and_sent_again(
+        tmp_path: Path) -> None:
+    data = os.urandom(20 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    frame = _frame_bytes("step-000002", "model.bin", CHUNK)
+    start = HANDSHAKE + 3 * frame                        # the 4th chunk, whole
+    done, sender, relay, home, _ = _through_relay(
+        tmp_path, edit=(start, start + frame, _flip_data))
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert home.refused_frames == {"its MAC is wrong": 1}
+    assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
+    # sent again from that chunk (home's offset), not from the start: the damage never
+    # reached the file, whose sha256 at the manifest would have sent it all again
+    offsets = [offset for _, offset, _ in sender.cut]
+    assert [offsets.count(i * CHUNK) for i in range(3)] == [1, 1, 1]
+    assert offsets.count(3 * CHUNK) >= 2
+    assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data) >= CHUNK
+
+
+def test_a_bit_flipped_in_a_frames_header_is_refused_and_the_frame_sent_again(
+        tmp_path: Path) -> None:
+    data = os.urandom(4 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    manifest = HANDSHAKE + 4 * _frame_bytes("step-000002", "model.bin", CHUNK)
+    done, sender, relay, home, _ = _through_relay(
+        tmp_path, edit=(manifest, manifest + HEADER.size, _flip_resent))
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert home.refused_frames == {"its MAC is wrong": 1}
+    # the manifest came again, with the flight's own count: nothing went twice
+    assert done.resent_bytes == 0 and [o for _, o, _ in sender.cut] == [0, CHUNK, 2 * CHUNK,
+                                                                          3 * CHUNK]
+    assert home_files(tmp_path / "home" / "step-000002") == {"model.bin": data}
+
+
+@pytest.mark.parametrize("how", ["replayed", "reordered"])
+def test_a_replayed_or_reordered_frame_is_refused(tmp_path: Path, how: str) -> None:
+    data = os.urandom(10 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    frame = _frame_bytes("step-000002", "model.bin", CHUNK)
+    start = HANDSHAKE + 3 * frame                        # the 4th and 5th chunks
+
+    def edit(two: bytes) -> bytes:                       # each frame intact, MAC and all
+        third, fourth = two[:frame], two[frame:]
+        return third + third + fourth if how == "replayed" else fourth + third
+
+    done, sender, relay, home, _ = _through_relay(tmp_path, edit=(start, start + 2 * frame,
+                                                                  edit))
+    assert done is not None and relay.connections == 1 and home.refused == []
+    assert home.refused_frames == {"replayed or out of order": 1}
+    assert (tmp_path / "home" / "step-000002" / "model.bin").read_bytes() == data
+    offsets = [offset for _, offset, _ in sender.cut]
+    assert [offsets.count(i * CHUNK) for i in range(3)] == [1, 1, 1]
+    assert done.resent_bytes == sum(size for _, _, size in sender.cut) - len(data)
+
+
+def test_a_message_of_home_damaged_on_the_way_is_not_applied_the_connection_is_made_again(
+        tmp_path: Path) -> None:
+    data = os.urandom(3 * CHUNK)
+    write_checkpoint(tmp_path / "flight" / "step-000002", {"model.bin": data})
+    # what home sends: MAGIC and its nonce, its proof, {"resume": null, "have": {}} and
+    # its MAC, then {"settled": "step-000002"}: its name, made "step-000003" on the way
+    resume = 4 + len(b'{"resume":null,"have":{}}') + MAC_BYTES
+    settled = len(MAGIC) + 32 + 32 + resume
+    size = 4 + len(b'{"settled":"step-000002"}')
+
+    def edit(message: bytes) -> bytes:
+        return message.replace(b"step-000002", b"step-000003")
+
+    done, _, relay, home, link = _through_relay(
+        tmp_path, edit=(settled, settled + size, edit), back=True)
+    # the flight dropped that connection, made it again and heard of the manifest again
+    assert done is not None and link.failed is None and relay.connections == 2
+    assert home.refused_frames == {}
+    assert home_files(tmp_path / "home" / "step-000002") == {"model.bin": data}
+
+
+def _drained(sock: socket.socket) -> bytes:
+    """All that home sent on ``sock`` until it dropped it (a close or a reset)."""
+    got = b""
+    try:
+        while data := sock.recv(1 << 16):
+            got += data
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def _garbage(address: tuple[str, int], kind: int) -> socket.socket:
+    """A stranger's connection: a wrong proof and a chunk's frame as if it had passed
+    (0), 4 KiB of noise (1), nothing but a close (2), or half a proof and then silence
+    (3)."""
+    sock = socket.create_connection(address, timeout=WAIT_S)
+    if kind == 0:
+        sock.sendall(os.urandom(HANDSHAKE) + HEADER.pack(
+            1, 11, 9, 1, 0, 4, 0, 0.0, zlib.crc32(b"data")) + b"step-000009model.bin"
+            + b"data" + os.urandom(MAC_BYTES))
+    elif kind == 1:
+        sock.sendall(os.urandom(4096))
+    elif kind == 2:
+        sock.shutdown(socket.SHUT_WR)
+    else:
+        sock.sendall(os.urandom(HANDSHAKE // 2))
+    return sock
+
+
+def test_idle_and_garbage_connections_during_a_transfer_deliver_nothing_and_hold_nothing_up(
+        tmp_path: Path) -> None:
+    """50 idle and 50 garbage connections opened while the flight's connection is up,
+    before its checkpoint is written: it comes home whole while they are still waiting
+    (home's deadline for a proof, here 60 s, is the test's own safety net; before, home
+    waited on the first of them and nothing moved), and nothing of theirs is written."""
+    small, large = {"model.bin": os.urandom(CHUNK)}, {"model.bin": os.urandom(40 * CHUNK + 3),
+                                                      "optimizer.pt": os.urandom(999)}
+    write_checkpoint(tmp_path / "flight" / "step-000001", small)
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK, handshake_s=WAIT_S)
+    sender = Recorded(tmp_path / "flight", chunk_bytes=CHUNK, buffers=2)
+    link = FlightEnd(sender, home.offer, threading.Lock())
+    address = ("127.0.0.1", home.offer.port)
+    try:
+        [first] = _arrived(home)                         # the flight's connection is up
+        idle = [socket.create_connection(address, timeout=WAIT_S) for _ in range(50)]
+        garbage = [_garbage(address, i % 4) for i in range(50)]
+        write_checkpoint(tmp_path / "flight" / "step-000002", large)
+        [second] = _arrived(home)
+        _settled(link)
+        # the idle ones and those with half a proof are still waiting for their deadline
+        waiting = idle + [sock for i, sock in enumerate(garbage) if i % 4 == 3]
+        for sock in waiting:
+            assert sock.recv(len(MAGIC) + 32, socket.MSG_WAITALL).startswith(MAGIC)
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+            sock.setblocking(True)
+    finally:
+        link.close()
+        home.close()
+    done = second.outcome.committed
+    assert first.outcome.committed is not None and done is not None
+    assert (done.name, done.resent_bytes, link.failed) == ("step-000002", 0, None)
+    assert home_files(tmp_path / "home" / "step-000002") == large
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["step-000001",
+                                                                    "step-000002"]
+    assert home.refused_frames == {}
+    # every one of them is dropped (the waiting ones when home closed), having had from
+    # home its greeting and nothing more (a reset, where home left bytes of theirs
+    # unread, can come before the greeting is read)
+    for sock in waiting:
+        assert _drained(sock) == b""
+    for i, sock in enumerate(garbage):
+        if i % 4 != 3:
+            got = _drained(sock)
+            assert got == b"" or (len(got) == len(MAGIC) + 32 and got.startswith(MAGIC))
+    for sock in idle + garbage:
+        sock.close()
+    reasons = {r.split(": ", 1)[1] for r in home.refused}
+    assert len(home.refused) == 16 and reasons <= {
+        "its proof of the secret is wrong",
+        "it closed the connection before it proved the secret"}
+
+
+def test_a_connection_that_does_not_prove_the_secret_in_time_or_in_turn_is_dropped(
+        tmp_path: Path) -> None:
+    address = ("127.0.0.1", 0)
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK, handshake_s=0.5)
+    try:
+        with socket.create_connection(("127.0.0.1", home.offer.port), timeout=WAIT_S) as idle:
+            address = idle.getsockname()
+            got = _drained(idle)                      # home's greeting, then its close
+    finally:
+        home.close()
+    assert len(got) == len(MAGIC) + 32 and got.startswith(MAGIC)
+    assert home.refused == [f"127.0.0.1:{address[1]}: no proof of the secret within 0.5 s"]
+    # one more than PENDING waiting at once: the oldest goes, the others wait on
+    home = HomeEnd(CheckpointReceiver(tmp_path / "home"), threading.Lock(), host="127.0.0.1",
+                   chunk_bytes=CHUNK, handshake_s=WAIT_S)
+    waiting = [socket.create_connection(("127.0.0.1", home.offer.port), timeout=WAIT_S)
+               for _ in range(PENDING + 1)]
+    try:
+        assert len(_drained(waiting[0])) == len(MAGIC) + 32
+        assert home.refused == [f"127.0.0.1:{waiting[0].getsockname()[1]}: more than "
+                                f"{PENDING} connections were proving the secret at once: "
+                                f"the oldest went"]
+        for sock in waiting[1:]:
+            assert len(sock.recv(len(MAGIC) + 32, socket.MSG_WAITALL)) == len(MAGIC) + 32
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(1)
+    finally:
+        home.close()
+        for sock in waiting:
+            sock.close()
+
+
 def test_a_frame_that_breaks_the_bounds_drops_the_connection_before_a_byte_is_read(
         tmp_path: Path) -> None:
     data = os.urandom(6 * CHUNK)
     write_checkpoint(tmp_path / "flight" / "step-000004", {"model.bin": data})
-    # the first frame's data length (4 bytes at 12 in the header), 65536, made
+    # the first frame's data length (4 bytes at 20 in the header), 65536, made
     # 0xFF010000 on the way: 4 GiB claimed
-    done, _, relay, home, _ = _through_relay(tmp_path, flip=HANDSHAKE + 12)
+    done, _, relay, home, _ = _through_relay(tmp_path, flip=HANDSHAKE + 20)
     assert home.refused[0].endswith(
         f"a frame header that is not a chunk's (kind 1, name 11 B, path 9 B, data "
         f"{0xFF << 24 | CHUNK} B of at most {CHUNK})")
@@ -464,3 +756,39 @@ def test_a_flight_refused_by_home_brings_the_checkpoint_with_the_polls(
     assert dropped.endswith(": its proof of the secret is wrong ---")
     err = capsys.readouterr().err
     assert err.count("checkpoints come home with Ray's polls") == 1
+
+
+def test_a_frame_forged_on_the_way_from_a_ray_flight_is_refused_sent_again_and_logged(
+        cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flightplan.run.executors import ray_executor
+    from flightplan.run.executors.stream import CHUNK_BYTES
+
+    relays: list[Relay] = []
+
+    class Tampered(HomeEnd):
+        """Home reached through a relay that flips a bit of the first chunk's data and
+        makes its CRC-32 right."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            frame = _frame_bytes("step-000001", "model.safetensors", CHUNK_BYTES)
+            relays.append(Relay(("127.0.0.1", self.offer.port),
+                                edit=(HANDSHAKE, HANDSHAKE + frame, _flip_data)))
+            self.offer = dataclasses.replace(self.offer, port=relays[-1].port)
+
+    monkeypatch.setattr(ray_executor, "HomeEnd", Tampered)
+    worker, files = _stand_in(tmp_path, 2 * CHUNK_BYTES + 12345)
+    try:
+        result, run_dir, _ = _ray_run(cluster, tmp_path, worker)
+    finally:
+        for relay in relays:
+            relay.close()
+    assert result.exit_code == 0
+    assert home_files(run_dir / "checkpoints" / "step-000001") == files
+    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
+             if '"checkpoint_transfer"' in line]
+    assert row["bytes"] == 2 * CHUNK_BYTES + 12345 + 1000 and row["resent_bytes"] >= CHUNK_BYTES
+    log = (run_dir / "log.txt").read_text()
+    assert "--- flightplan: frames the direct connection refused and had sent again: 1 (its " \
+           "MAC is wrong) ---\n" in log
+    assert "Ray's polls" not in log
