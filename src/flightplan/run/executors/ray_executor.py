@@ -666,7 +666,7 @@ class RayExecutor(Executor):
                 append_durable(log, f"--- flightplan: sent {sent.name} to node {ex.node}: "
                                     f"{sent.bytes} bytes in {sent.chunks} chunks "
                                     f"({sent.resent_bytes} bytes sent again) in "
-                                    f"{sent.seconds:.1f} s ---\n".encode())
+                                    f"{sent.seconds:.3f} s ---\n".encode())
             self._start(ex, sent.name)
             return
         loop.active.remove(ex)
