@@ -32,7 +32,13 @@ check and exits 1 if one fails; on a machine without CUDA it says so in one line
    step), each in a process of its own; their ``->`` lines are printed, prefixed by the
    script's name. They fail only when the script does not run through.
 
-``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4 and 5 on the CPU instead, so
+7. Rows a step later (:mod:`flightplan.trial.readings`): a small MLP logs its loss as the
+   CUDA tensor and ``step_s`` from a ``StepTimer``; the rows must equal those of a run that
+   reads ``loss.item()`` each step, a NaN loss at step 5 must stop the run with the stop
+   record at step 5, and the loop's steps per second with the rows read later against
+   ``.item()`` each step is printed.
+
+``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4, 5 and 7 on the CPU instead, so
 that this script itself can be tested where no GPU is; the CUDA-only parts are left out.
 
 Usage::
@@ -322,6 +328,58 @@ def check_stall(folder: Path, width: int, rounds: int = 5) -> bool:
     return True
 
 
+def _logged_run(folder: Path, dev: torch.device, *, later: bool, steps: int,
+                nan_at: int | None = None) -> tuple[list[object], float]:
+    """Check 7's loop: the ``loss`` column it wrote and its seconds per step."""
+    from flightplan.errors import TrialStopped
+    from flightplan.trial import StepTimer, Trial, set_deterministic
+
+    set_deterministic(dev)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 1)).to(dev)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    batch = torch.randn(32, 256, device=dev)
+    trial = Trial.local(folder, name="rows", checkpoint={"tolerated_loss": "1h"})
+    trial.register(model, optimizer)
+    trial.restore()
+    timer = StepTimer(dev)
+    began = time.perf_counter()
+    try:
+        for step in range(steps):
+            timer.start()
+            optimizer.zero_grad(set_to_none=True)
+            loss = model(batch).pow(2).mean() * (float("nan") if step == nan_at else 1.0)
+            loss.backward()
+            optimizer.step()
+            trial.log(step, loss=loss.detach() if later else loss.item(), step_s=timer.stop())
+        trial.finish()
+    except TrialStopped:
+        pass
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - began) / steps
+    rows = [json.loads(line) for line in (folder / "measurements.jsonl").read_text().splitlines()]
+    return [row["loss"] for row in rows if "loss" in row], seconds
+
+
+def check_rows_later(folder: Path, steps: int = 300) -> bool:
+    """Check 7; prints its line."""
+    dev = torch.device("cuda", 0) if torch.cuda.is_available() and \
+        os.environ.get("FLIGHTPLAN_DEVICE") != "cpu" else torch.device("cpu")
+    _logged_run(folder / "rows-warm", dev, later=True, steps=20)       # kernels, allocator
+    at_once, at_once_s = _logged_run(folder / "rows-item", dev, later=False, steps=steps)
+    later, later_s = _logged_run(folder / "rows-later", dev, later=True, steps=steps)
+    stopped, _ = _logged_run(folder / "rows-nan", dev, later=True, steps=20, nan_at=5)
+    stop = json.loads((folder / "rows-nan" / "stop.json").read_text())
+    ok = later == at_once and stop["step"] == 5 and stopped[5] == "nan" and len(stopped) == 6
+    print(f"rows a step later on {dev.type}: {len(later)} rows equal to .item()'s: "
+          f"{later == at_once}; NaN at step 5 stopped at step {stop['step']}; "
+          f"{at_once_s * 1e3:.3f} ms a step with .item() vs {later_s * 1e3:.3f} ms read later "
+          f"-> {later_s / at_once_s:.3f} -> {'ok' if ok else 'FAILED'}")
+    return ok
+
+
 def _trial_json(run_dir: Path, resume: bool) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     config = {"run_id": "gpu-lora", "name": "gpu-lora", "task": "textclf", "params": _TINY_LORA,
@@ -415,11 +473,11 @@ def main() -> int:
         folder = Path(scratch)
         if args.cpu:
             results = [check_amp(folder, "bf16", args.steps), check_textclf(folder),
-                       check_transfer(folder, min(args.width, 512))]
+                       check_transfer(folder, min(args.width, 512)), check_rows_later(folder)]
         else:
             results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
                        check_stall(folder, args.width), check_textclf(folder),
-                       check_transfer(folder, args.width),
+                       check_transfer(folder, args.width), check_rows_later(folder),
                        measure("gpu_campaign.py"), measure("peer_step.py", "--device", "cuda")]
     return 0 if all(results) else 1
 

@@ -39,7 +39,9 @@ What :func:`fit` adds to Lightning:
   gradient accumulation the mean over the step's batches), whatever name the module logs
   its loss under, so the pilot's resume check, ``non_finite_loss``, progress and the
   re-estimate all read it; with it ``lr`` and ``step_s`` (seconds from the batch's start to
-  the step's end), and every ``log_every_n_steps`` steps (Lightning's own logging steps) each
+  the step's end; on a GPU loss and ``step_s`` are read a step later, without stopping the
+  GPU each step: :mod:`flightplan.trial.readings`), and every ``log_every_n_steps`` steps
+  (Lightning's own logging steps) each
   logged value whose name contains ``loss`` (e.g. ``train_loss``); every step when
   ``training_step`` returns no loss. (Reading Lightning's logged metrics costs about as
   much as the rest of the callback together: on every step it alone would break the 2 %
@@ -65,7 +67,7 @@ from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
 from flightplan.integrations.outputs import new_artifact, write_predictions_and_metrics
 from flightplan.rundir import RunDir
-from flightplan.trial import Trial, capture_rng, restore_rng
+from flightplan.trial import StepTimer, Trial, capture_rng, restore_rng
 
 __all__ = ["FlightplanCallback", "fit", "write_outputs", "KIND", "STAGING", "CKPT_FILE",
            "MODEL_FILE"]
@@ -123,7 +125,7 @@ class FlightplanCallback(pl.Callback):
         self.every_n_steps = every_n_steps
         self.stopped: TrialStopped | None = None
         self._rng_to_restore: dict[str, Any] | None = None
-        self._step_start = 0.0
+        self._timer: StepTimer | None = None
         self._last_step = -1
         self._loss: torch.Tensor | None = None  # the returned losses of this optimizer step
         self._owed = False      # a save due at an epoch's last batch, made one step later
@@ -161,7 +163,9 @@ class FlightplanCallback(pl.Callback):
         if self._rng_to_restore is not None:  # after Lightning built its iterators
             restore_rng(self._rng_to_restore)
             self._rng_to_restore = None
-        self._step_start = time.perf_counter()
+        if self._timer is None:
+            self._timer = StepTimer(pl_module.device)
+        self._timer.start()
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -172,13 +176,14 @@ class FlightplanCallback(pl.Callback):
         if step == self._last_step:  # gradient accumulation: no optimizer step yet
             return
         self._last_step = step
-        row: dict[str, float] = {} if self._loss is None else {"loss": float(self._loss)}
+        row: dict[str, Any] = {} if self._loss is None else {"loss": self._loss}  # read later
         if self._loss is None or (self._log_every and step % self._log_every == 0):
             row.update(_logged_losses(trainer))
         self._loss = None
         if self._optimizer is not None:
             row["lr"] = self._optimizer.param_groups[0]["lr"]
-        row["step_s"] = time.perf_counter() - self._step_start
+        if self._timer is not None:
+            row["step_s"] = self._timer.stop()
         try:
             self.trial.log(step - 1, **row)
         except TrialStopped as exc:
@@ -191,6 +196,11 @@ class FlightplanCallback(pl.Callback):
         # first batch differs with a StatefulDataLoader): it is taken one step later
         self._owed = due and batch_idx + 1 >= self._batches
         if due and not self._owed:
+            try:
+                self.trial.flush_rows()  # the row read a step later is judged before the save
+            except TrialStopped as exc:
+                self._stop(exc, trainer)
+                return
             self._save(trainer, step)
 
     def _save(self, trainer: pl.Trainer, step: int) -> None:

@@ -13,6 +13,7 @@ and the measurement rows out). The public API, documented in ``docs/tasks.md``::
 - device helpers (:mod:`.accelerator`): :func:`device`, :func:`set_deterministic`,
   :func:`autocast`, :func:`grad_scaler`, :func:`torch_threads`.
 - :func:`capture_rng`, :func:`restore_rng` (:mod:`.checkpoint`): every RNG a resume needs.
+- :class:`StepTimer` (:mod:`.readings`): a step's seconds, read a step later on a GPU.
 - :func:`choose_interval` (:mod:`.interval`): the checkpoint interval policy, for a task's
   cost model.
 - :func:`check_checkpoint`, :func:`verify_checkpoint` (:mod:`.checkpoint_check`).
@@ -33,11 +34,13 @@ if TYPE_CHECKING:
     from flightplan.trial.accelerator import (autocast, device, grad_scaler, set_deterministic,
                                          torch_threads)
     from flightplan.trial.interval import IntervalChoice, choose_interval
+    from flightplan.trial.readings import StepTimer
     from flightplan.trial.trial import Trial
 
 __all__ = ["Trial", "TrialStopped", "TrialPreempted", "device", "set_deterministic",
            "autocast", "grad_scaler", "torch_threads", "capture_rng", "restore_rng",
-           "choose_interval", "IntervalChoice", "check_checkpoint", "verify_checkpoint"]
+           "choose_interval", "IntervalChoice", "check_checkpoint", "verify_checkpoint",
+           "StepTimer"]
 
 _HOME = {"Trial": "flightplan.trial.trial",
          "TrialStopped": "flightplan.errors", "TrialPreempted": "flightplan.errors",
@@ -48,7 +51,8 @@ _HOME = {"Trial": "flightplan.trial.trial",
          "choose_interval": "flightplan.trial.interval",
          "IntervalChoice": "flightplan.trial.interval",
          "check_checkpoint": "flightplan.trial.checkpoint_check",
-         "verify_checkpoint": "flightplan.trial.checkpoint_check"}
+         "verify_checkpoint": "flightplan.trial.checkpoint_check",
+         "StepTimer": "flightplan.trial.readings"}
 
 
 def __getattr__(name: str) -> Any:

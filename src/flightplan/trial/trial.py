@@ -9,7 +9,7 @@ Usage (the contract in ``docs/internals.md``)::
     trial.check_truncation(fraction)              # before training (max_truncated_fraction)
     for step in range(start, total):
         ...
-        trial.log(step, loss=float(loss))         # JSONL row; stop rules (TrialStopped)
+        trial.log(step, loss=loss)                # JSONL row; stop rules (TrialStopped)
         trial.maybe_checkpoint(step)              # by the measured interval (interval.py)
     trial.evaluate(step, macro_f1=0.71)           # a row that min_quality reads
     trial.finish()                                # waits for the writer, writes done.json
@@ -51,6 +51,7 @@ from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
                                                  load_library_checkpoint, missing_files)
+from flightplan.trial.readings import DeviceReading, PinnedScalars, read_later
 from flightplan.trial.stop_rules import (NoUsableResume, Stop, StopRule, build_rules,
                                          stop_record)
 from flightplan.transfer_time import checkpoint_transfer_s
@@ -132,6 +133,8 @@ class Trial:
         self._leave: bool | None = None  # a request to leave the flight: True = then stop
         self._ranks = Ranks.from_env()
         self._agreed: tuple[int, bool, bool | None] | None = None  # log's (step, due, leave)
+        self._waiting_row: Measurement | None = None  # a row whose device readings are due
+        self._pinned = PinnedScalars()
         self.rank, self.world_size = self._ranks.rank, self._ranks.world_size
 
     # -- construction -------------------------------------------------------------------
@@ -404,19 +407,37 @@ class Trial:
         The first row after ``planned_steps`` is set or changed carries it too (the pilot
         and the progress bars read it).
 
+        A value may be a one-element CUDA tensor (the loss as the step left it) or a
+        :class:`~flightplan.trial.readings.DeviceReading` (a :class:`StepTimer`'s ``stop()``
+        on a GPU): the row then waits, without stopping the GPU, until the next row or
+        checkpoint, evaluation, :meth:`flush_rows` or :meth:`finish`, which reads it, writes
+        it and applies the stop rules to it (:mod:`flightplan.trial.readings`). A run of
+        several ranks reads every value at once (its stop verdict is agreed every step).
+
         Raises:
-            TrialStopped: a rule fired (stop.json written, earlier checkpoints intact).
+            TrialStopped: a rule fired on this row or on the row waiting before it (stop.json
+                written, earlier checkpoints intact).
         """
         if not self._loop_started:
             self._begin_loop()
-        values = {k: _item(v) for k, v in measurements.items()}
+        self.flush_rows()
+        values: dict[str, Any] = {}
+        waits = False
+        for key, value in measurements.items():
+            reading = None if self._ranks.distributed or isinstance(value, (float, int, str)) \
+                else read_later(value, self._pinned)
+            values[key] = _item(value) if reading is None else reading
+            waits |= reading is not None
         if "planned_steps" not in values and self.planned_steps is not None \
                 and self.planned_steps != self._planned_logged:
             values["planned_steps"] = int(self.planned_steps)
         self._planned_logged = values.get("planned_steps", self._planned_logged)
-        self._write(Measurement(step, time.time(), values))
         if step >= self._steps_done:
             self._steps_done = step + 1
+        if waits:
+            self._waiting_row = Measurement(step, time.time(), values)
+            return
+        self._write(Measurement(step, time.time(), values))
         if self._ranks.distributed:  # the stop verdict and the step's save in one collective
             stop = next((v for v in (r.on_log(step, values) for r in self._log_rules)
                          if v is not None), None)
@@ -426,6 +447,23 @@ class Trial:
                 self._stop(stop)
         elif self._log_rules:
             self._first_stop(rule.on_log(step, values) for rule in self._log_rules)
+
+    def flush_rows(self) -> None:
+        """Read the row that waits for its device readings (:meth:`log`), if any, write it
+        and apply the stop rules to it; a no-op when none waits. Call it before work that
+        must not start on a state a stop rule would reject (a library's own checkpoint).
+
+        Raises:
+            TrialStopped: a rule fired on that row.
+        """
+        row, self._waiting_row = self._waiting_row, None
+        if row is None:
+            return
+        values = {key: value.read() if isinstance(value, DeviceReading) else value
+                  for key, value in row.values.items()}
+        self._write(Measurement(row.step, row.time, values))
+        if self._log_rules:
+            self._first_stop(rule.on_log(row.step, values) for rule in self._log_rules)
 
     def log_setup(self, **measurements: Any) -> None:
         """Append a row of the work before the training loop (data preparation, an embedding
@@ -480,6 +518,7 @@ class Trial:
             TrialStopped: the metric is below the threshold after ``after_fraction``.
         """
         self._begin_loop()
+        self.flush_rows()
         values = {k: _item(v) for k, v in metrics.items()}
         self._write(Evaluation(step, time.time(), values))
         self._first_stop(rule.on_evaluate(step, values, self.planned_steps)
@@ -506,6 +545,7 @@ class Trial:
             CheckpointError: the previous background save failed.
         """
         self._begin_loop()
+        self.flush_rows()  # a stop rule on the last row comes before saving the state after it
         self._writer.wait()
         self._agreed = None  # a save now: log()'s decision for this step is spent
         if epoch is not None:
@@ -684,6 +724,7 @@ class Trial:
             TrialPreempted: the run was asked to leave its flight and stop (after the commit).
         """
         self._begin_loop()
+        self.flush_rows()
         start = time.monotonic()
         meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
                 "epoch": self.epoch, "saved_at": time.time()}
@@ -707,6 +748,7 @@ class Trial:
         Raises:
             CheckpointError: the last background save failed.
         """
+        self.flush_rows()
         self._writer.close()
         self._ranks.barrier()  # every rank reached the end before the run counts as done
         if not self._ranks.leader:

@@ -15,7 +15,8 @@
    puts the training forward pass under autocast (fp16 with a checkpointed GradScaler).
 3. AdamW, warm-up then linear or cosine decay to 0 (a step-wise LambdaLR), a shuffled
    ``StatefulDataLoader`` whose sampler owns a generator seeded from ``params.seed``.
-   Every step logs ``loss``, ``step_s`` (forward + backward + optimizer, seconds),
+   Every step logs ``loss``, ``step_s`` (forward + backward + optimizer, seconds; on a GPU
+   both are read a step later, :mod:`flightplan.trial.readings`),
    ``seq_len`` (the batch's longest input), ``tokens`` (the real tokens it holds) and
    ``lr``; the trial may checkpoint after it.
 4. At the end of every epoch: the test set, forward only, in length-sorted batches
@@ -45,7 +46,7 @@ from torch import nn
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import SpecError
-from flightplan.trial import autocast, device, grad_scaler, set_deterministic
+from flightplan.trial import StepTimer, autocast, device, grad_scaler, set_deterministic
 from flightplan.spec import BaseModelSection, CorpusSection
 from flightplan.tasks.textclf.artifact import save_artifact
 from flightplan.tasks.textclf.inference import (EncodedSplit, classification_metrics,
@@ -243,14 +244,15 @@ def train(trial: Any, *, code_version: str) -> None:
     train_step = TrainStep(model, train_split, gold, optimizer, scheduler, scaler,
                            params.precision, train_embeddings)
     probs = metrics = None
+    timer = StepTimer(dev)   # on a GPU, loss and step_s are read a step later: no sync a step
     model.train()
     while step < last:
         for batch in loader:                                              # (B,) int64
-            t0 = time.perf_counter()
+            timer.start()
             lr = optimizer.param_groups[0]["lr"]                          # the head's
             loss, seq_len, tokens = train_step(batch.tolist(),
                                                nan=params.inject_nan_at_step == step)
-            trial.log(step, loss=loss.item(), step_s=time.perf_counter() - t0, seq_len=seq_len,
+            trial.log(step, loss=loss, step_s=timer.stop(), seq_len=seq_len,
                       tokens=tokens, batch_size=len(batch), lr=lr)
             trial.maybe_checkpoint(step, epoch=step // steps_per_epoch)
             step += 1
