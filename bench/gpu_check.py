@@ -38,6 +38,13 @@ check and exits 1 if one fails; on a machine without CUDA it says so in one line
    record at step 5, and the loop's steps per second with the rows read later against
    ``.item()`` each step is printed.
 
+8. The checkpoint's cost on the device (:mod:`flightplan.trial.device_copies`): check 2's
+   saves state ``device_wait_s`` (the next step's wait for the copies, timed with CUDA
+   events, part of ``stall_s``) and ``copy_s``; their medians are printed. With two GPUs or
+   more, a model whose halves live on ``cuda:0`` and ``cuda:1`` is saved and stepped twice
+   at once while its copies may still run; the saved weights must equal the state at the
+   save bit for bit (one end event per device: no buffer read while its device copies).
+
 ``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4, 5 and 7 on the CPU instead, so
 that this script itself can be tested where no GPU is; the CUDA-only parts are left out.
 
@@ -325,7 +332,52 @@ def check_stall(folder: Path, width: int, rounds: int = 5) -> bool:
     print(f"checkpoint stall on CUDA: {med(stalls) * 1e3:.1f} ms vs synchronous torch.save "
           f"{med(syncs) * 1e3:.1f} ms -> {ratio:.1%} (target <= 10%); the next step took "
           f"{med(extra) * 1e3:+.1f} ms more while the copy ran")
-    return True
+    rows = [json.loads(line) for line in
+            (folder / "stall" / "measurements.jsonl").read_text().splitlines()]
+    saves = [r for r in rows if r.get("event") == "checkpoint"]
+    waits = [r["device_wait_s"] for r in saves if "device_wait_s" in r]
+    copies = [r["copy_s"] for r in saves if "copy_s" in r]
+    ok = len(waits) == len(copies) == len(saves) > 0
+    print(f"checkpoint cost on the device: {len(waits)} of {len(saves)} saves timed by CUDA "
+          f"events; the next step waited {med(waits or [0]) * 1e3:.2f} ms (booked in stall_s), "
+          f"the copies took {med(copies or [0]) * 1e3:.2f} ms -> {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+def check_two_devices(folder: Path, width: int) -> bool:
+    """Check 8's second part (two GPUs or more); prints its line."""
+    if torch.cuda.device_count() < 2:
+        print(f"two-GPU snapshot: {torch.cuda.device_count()} GPU here, needs 2 -> not run")
+        return True
+    from flightplan.trial import Trial
+    from flightplan.trial.checkpoint_io import load_checkpoint
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"first": torch.nn.Linear(width, width).to("cuda:0"),
+                                 "second": torch.nn.Linear(width, width).to("cuda:1")})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = torch.randn(64, width, device="cuda:0")
+
+    def step() -> None:
+        optimizer.zero_grad()
+        model["second"](model["first"](batch).to("cuda:1")).sum().backward()
+        optimizer.step()
+
+    trial = Trial.local(folder / "two-gpus", name="two-gpus", checkpoint={"keep_last": 2})
+    trial.register(model, optimizer)
+    trial.restore()
+    step()
+    torch.cuda.synchronize()
+    expected = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    trial.checkpoint(0)
+    step()                      # changes the state while the copies may still run
+    step()
+    trial.finish()
+    saved = load_checkpoint(folder / "two-gpus" / "checkpoints" / "step-000001").model
+    equal = all(torch.equal(saved[k], expected[k]) for k in expected)
+    print(f"two-GPU snapshot (cuda:0 and cuda:1), stepped twice during the save: weights "
+          f"bitwise equal to the state at the save: {equal} -> {'ok' if equal else 'FAILED'}")
+    return equal
 
 
 def _logged_run(folder: Path, dev: torch.device, *, later: bool, steps: int,
@@ -476,7 +528,8 @@ def main() -> int:
                        check_transfer(folder, min(args.width, 512)), check_rows_later(folder)]
         else:
             results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
-                       check_stall(folder, args.width), check_textclf(folder),
+                       check_stall(folder, args.width), check_two_devices(folder, args.width),
+                       check_textclf(folder),
                        check_transfer(folder, args.width), check_rows_later(folder),
                        measure("gpu_campaign.py"), measure("peer_step.py", "--device", "cuda")]
     return 0 if all(results) else 1

@@ -168,13 +168,25 @@ class CheckpointSaving(Row):
 @dataclass(frozen=True)
 class CheckpointSaved(Row):
     """Checkpoint ``name`` (``step-NNNNNN``) is durable: ``bytes`` written, the loop stalled
-    ``stall_s`` (C) and it took ``persist_s`` (D) until durable (seconds)."""
+    ``stall_s`` (C) and it took ``persist_s`` (D) until durable (seconds). From a GPU also
+    ``device_wait_s`` (the part of ``stall_s`` a training stream waited for the copies into
+    pinned memory, timed with CUDA events) and ``copy_s`` (the copies' device seconds);
+    written only when set."""
 
     EVENT = "checkpoint"
     name: str = ""
     bytes: int = 0
     stall_s: float = 0.0
     persist_s: float = 0.0
+    device_wait_s: float | None = None
+    copy_s: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        own = super().fields()
+        return {k: v for k, v in own.items() if v is not None or k not in _DEVICE_ONLY}
+
+
+_DEVICE_ONLY = frozenset({"device_wait_s", "copy_s"})
 
 
 @dataclass(frozen=True)

@@ -130,3 +130,14 @@ def test_every_event_kind_has_one_class_and_round_trips():
                                            (True, None), ("0.5", None), (None, None), ([1], None)])
 def test_as_number_takes_numbers_and_the_non_finite_strings_only(value, number):
     assert as_number(value) == number
+
+
+def test_a_save_from_a_gpu_carries_its_device_wait_and_copy_and_a_cpu_save_does_not():
+    gpu = CheckpointSaved(2, 3.0, name="step-000002", bytes=10, stall_s=0.0125, persist_s=0.5,
+                          device_wait_s=0.0075, copy_s=0.03125)
+    line = json.loads(encode_row(gpu))
+    assert (line["stall_s"], line["device_wait_s"], line["copy_s"]) == (0.0125, 0.0075, 0.03125)
+    assert parse_row(line) == gpu
+    cpu = CheckpointSaved(2, 3.0, name="step-000002", bytes=10, stall_s=0.0125, persist_s=0.5)
+    assert set(json.loads(encode_row(cpu))) == {"step", "time", "event", "name", "bytes",
+                                                "stall_s", "persist_s"}

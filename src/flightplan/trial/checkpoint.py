@@ -20,17 +20,17 @@ Everything is tensors and plain Python data, so ``torch.load(weights_only=True)`
 A save costs the loop only :meth:`Snapshot.capture`: each tensor is ``copy_``-ed into a CPU
 buffer allocated once and reused (``clone()`` would allocate each time and stall a third to
 a half of a synchronous save for a 210 MB state, the buffers 2–19 %). On CUDA the copies go
-into pinned buffers on a side stream and the loop does not wait for them: the next training
-step's forward and backward overlap them, and the
-compute stream waits for them only before the state can change (the next optimizer step, or
-the next forward of a model with buffers). :class:`BackgroundWriter` then hashes,
-serialises and fsyncs in a thread; at most one save is in flight and the next one waits
-for it.
+into pinned buffers on a side stream of each GPU and the loop does not wait for them: the
+next training step's forward and backward overlap them, and each GPU's compute stream waits
+for its own copies only before the state can change (the next optimizer step, or the next
+forward of a model with buffers); that wait, timed with CUDA events, is added to the save's
+stall (:mod:`flightplan.trial.device_copies`). :class:`BackgroundWriter` then waits for every
+GPU's copies, hashes, serialises and fsyncs in a thread; at most one save is in flight and
+the next one waits for it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import shutil
@@ -46,6 +46,7 @@ import torch
 from flightplan.durable import DELETING, fsync_dir, replace_path
 from flightplan.errors import CheckpointError, UnsafeFileError
 from flightplan.rundir import list_checkpoints
+from flightplan.trial.device_copies import DeviceCopies
 from flightplan.trial.checkpoint_io import (BadCheckpoint, CheckpointFiles, load_checkpoint,
                                             read_manifest, step_dir_name, write_checkpoint)
 
@@ -69,12 +70,13 @@ class Components:
 
 @dataclass
 class Captured:
-    """A snapshot: model tensors, optimizer state and the rest, all in reused CPU buffers."""
+    """A snapshot: model tensors, optimizer state and the rest, all in reused CPU buffers
+    (``device_copies``: the copies from GPUs still running into them, None without)."""
 
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any] | None
     state: dict[str, Any]
-    cuda_event: Any = None
+    device_copies: DeviceCopies | None = None
 
 
 def capture_rng() -> dict[str, Any]:
@@ -129,8 +131,9 @@ class Snapshot:
 
     A buffer is re-allocated only when a tensor at the same path changes shape or dtype
     (e.g. optimizer state appearing after the first step). Buffers are pinned when the
-    source is on a GPU, and copies from a GPU are asynchronous on a side stream
-    (``cuda_event`` marks their end; see :meth:`_guard` for what waits for them).
+    source is on a GPU, and copies from a GPU are asynchronous on a side stream of that GPU
+    (:class:`~flightplan.trial.device_copies.DeviceCopies`: one end event per device; see
+    :meth:`_guard` for what waits for them).
     CPU copies run on one thread, whatever the run's thread count: the copy stalls the
     training loop, and torch's parallel copy waits on every peer thread, which a CPU shared
     with other runs deschedules (:data:`flightplan.trial.accelerator.TORCH_THREADS`), while
@@ -139,8 +142,8 @@ class Snapshot:
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
-        self._cuda = False
-        self._side: Any = None
+        self._sides: dict[int, Any] = {}              # a side stream per CUDA device
+        self._copies: DeviceCopies | None = None       # of the capture in progress
 
     def _copy(self, path: str, tensor: torch.Tensor) -> torch.Tensor:
         buffer = self._buffers.get(path)
@@ -148,11 +151,22 @@ class Snapshot:
             buffer = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu",
                                  pin_memory=tensor.is_cuda)
             self._buffers[path] = buffer
-        self._cuda |= tensor.is_cuda
-        if tensor.is_cuda and self._side is not None:
-            tensor.record_stream(self._side)  # its memory is not reused before the copy ends
-        buffer.copy_(tensor.detach(), non_blocking=tensor.is_cuda)
+        if not tensor.is_cuda:
+            buffer.copy_(tensor.detach())
+            return buffer
+        if self._copies is None:
+            self._copies = DeviceCopies(None)
+        with torch.cuda.stream(self._copies.stream_for(tensor)):
+            buffer.copy_(tensor.detach(), non_blocking=True)
         return buffer
+
+    def _end_copies(self) -> DeviceCopies | None:
+        """The capture's GPU copies with their end events recorded (None: none)."""
+        copies, self._copies = self._copies, None
+        if copies is None or not copies.devices:
+            return None
+        copies.finish()
+        return copies
 
     def _tree(self, value: Any, path: str) -> Any:
         if isinstance(value, torch.Tensor):
@@ -170,34 +184,33 @@ class Snapshot:
         Raises:
             CheckpointError: the model state holds a non-tensor entry.
         """
-        self._cuda = False
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # see the class docstring
-        side = None
-        if parts.optimizer is not None and torch.cuda.is_available():
-            if self._side is None:
-                self._side = torch.cuda.Stream()
-            side = self._side
-            side.wait_stream(torch.cuda.current_stream())  # the state after the last step
+        # with an optimizer, the GPU copies overlap the next step on side streams (a guard
+        # makes the state wait for them); without one nothing steps the state between here
+        # and the writer, which waits for the copies on each device's own stream
+        self._copies = DeviceCopies(self._sides) \
+            if parts.optimizer is not None and torch.cuda.is_available() else None
         try:
-            with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-                captured = self._capture(parts, counters)
-            if captured.cuda_event is not None and side is not None:
-                self._guard(parts, captured.cuda_event)
+            captured = self._capture(parts, counters)
+            captured.device_copies = self._end_copies()
+            if captured.device_copies is not None and captured.device_copies.overlapped:
+                self._guard(parts, captured.device_copies)
             return captured
         finally:
+            self._copies = None
             torch.set_num_threads(threads)
 
     @staticmethod
-    def _guard(parts: Components, event: Any) -> None:
-        """Make the compute stream wait for the side-stream copies (``event``) before the
-        state can change: at the next optimizer step, or at the next forward of a model that
+    def _guard(parts: Components, copies: DeviceCopies) -> None:
+        """Make each GPU's compute stream wait for its side-stream copies before the state
+        can change: at the next optimizer step, or at the next forward of a model that
         holds buffers (BatchNorm statistics change in the forward), whichever comes first.
         State changed in place outside those (weights edited by hand) is not covered."""
         handles: list[Any] = []
 
         def wait(*_: Any) -> None:
-            torch.cuda.current_stream().wait_event(event)
+            copies.wait_on_training_streams()
             for handle in handles:
                 handle.remove()
 
@@ -222,11 +235,7 @@ class Snapshot:
             if obj is not None:
                 state[name] = self._tree(obj.state_dict(), name)
         state.update(own)
-        event = None
-        if self._cuda:
-            event = torch.cuda.Event()
-            event.record()  # on the side stream when there is one (the current stream here)
-        return Captured(model=model, optimizer=optimizer, state=state, cuda_event=event)
+        return Captured(model=model, optimizer=optimizer, state=state)
 
 
     def _own_state(self, parts: Components) -> dict[str, Any]:
@@ -248,8 +257,13 @@ class Snapshot:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # see the class docstring
         try:
-            return self._own_state(parts)
+            own = self._own_state(parts)
+            copies = self._end_copies()
+            if copies is not None:  # the buffers go to the leader now: complete them first
+                copies.synchronize()
+            return own
         finally:
+            self._copies = None
             torch.set_num_threads(threads)
 
 
@@ -292,13 +306,17 @@ def apply_state(name: str, obj: Any, files: CheckpointFiles) -> None:
 
 @dataclass(frozen=True)
 class SaveResult:
-    """One finished save: ``path``, ``bytes``, the loop's stall and the persist time (s)."""
+    """One finished save: ``path``, ``bytes``, the loop's stall (with the GPU's wait for
+    the copies) and the persist time (s); from a GPU, ``device_wait_s`` (the part of
+    ``stall_s`` a training stream waited) and ``copy_s`` (the copies' device seconds)."""
 
     steps_done: int
     path: Path
     bytes: int
     stall_s: float
     persist_s: float
+    device_wait_s: float | None = None
+    copy_s: float | None = None
 
 
 class BackgroundWriter:
@@ -364,8 +382,9 @@ class BackgroundWriter:
                stall_s: float) -> None:
         start = time.monotonic()
         try:
-            if captured.cuda_event is not None:
-                captured.cuda_event.synchronize()
+            copies = captured.device_copies
+            if copies is not None:
+                copies.synchronize()
             hook = self._before_commit
             path, size = write_checkpoint(
                 self.parent, steps_done, model=captured.model, optimizer=captured.optimizer,
@@ -373,7 +392,12 @@ class BackgroundWriter:
                 before_commit=None if hook is None else lambda final: hook(steps_done, final))
             persist_s = time.monotonic() - start
             prune(self.parent, self.keep_last)
-            self._on_done(SaveResult(steps_done, path, size, stall_s, persist_s))
+            device_wait_s = copy_s = None
+            if copies is not None:  # the next step's wait for the copies is the save's cost
+                device_wait_s, copy_s = copies.device_wait_s(), copies.copy_s()
+                stall_s += device_wait_s
+            self._on_done(SaveResult(steps_done, path, size, stall_s, persist_s,
+                                     device_wait_s, copy_s))
         except BaseException as exc:  # reported to the loop by wait()
             self._error = (steps_done, exc)
             self._on_error(steps_done, exc)

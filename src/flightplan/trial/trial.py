@@ -645,7 +645,8 @@ class Trial:
     def _saved(self, result: SaveResult) -> None:
         self._write(CheckpointSaved(result.steps_done, time.time(), name=result.path.name,
                                     bytes=result.bytes, stall_s=result.stall_s,
-                                    persist_s=result.persist_s))
+                                    persist_s=result.persist_s,
+                                    device_wait_s=result.device_wait_s, copy_s=result.copy_s))
         transfer = RunDir(self.run_dir).read_json(RunDir.TRANSFER)  # on a flight: X home
         choice = self._schedule.record_save(result.stall_s, result.persist_s,
                                             checkpoint_transfer_s(transfer, result.bytes))
