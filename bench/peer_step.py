@@ -15,7 +15,8 @@ queued), which is then the time the ratios and targets use.
 
    - textclf: the loop's own :class:`~flightplan.tasks.textclf.loop.TrainStep` (padding,
      forward, loss, backward, AdamW, schedule) and the loop's per-step work around it
-     (``tolist``, ``loss.item()``, one ``Trial.log`` row);
+     (``tolist``, one ``Trial.log`` row with the loss tensor and a ``StepTimer``'s
+     ``step_s``: read at once on a CPU, a step later on CUDA);
    - bare: ``get_peft_model(AutoModelForSequenceClassification)`` the way the PEFT docs
      write a loop, on tensors built once: ``model(input_ids, attention_mask,
      labels).loss.backward(); optimizer.step(); optimizer.zero_grad()``.
@@ -47,7 +48,7 @@ from typing import Any, Callable
 
 import torch
 
-from flightplan.trial import grad_scaler
+from flightplan.trial import StepTimer, grad_scaler
 from flightplan.trial.trial import Trial
 from flightplan.spec import BaseModelSection, load_spec
 from flightplan.tasks.textclf.data import read_corpus
@@ -88,11 +89,12 @@ class Textclf:
                             scheduler=scheduler)
         self.trial.restore()
         self.index = 0
+        self.timer = StepTimer(dev)
 
     def __call__(self, rows: torch.Tensor) -> None:
-        began = time.perf_counter()
+        self.timer.start()
         loss, seq_len, tokens = self.step(rows.tolist())
-        self.trial.log(self.index, loss=loss.item(), step_s=time.perf_counter() - began,
+        self.trial.log(self.index, loss=loss, step_s=self.timer.stop(),
                        seq_len=seq_len, tokens=tokens, batch_size=len(rows), lr=0.0)
         self.index += 1
 
