@@ -434,10 +434,21 @@ class Trial:
         self._planned_logged = values.get("planned_steps", self._planned_logged)
         if step >= self._steps_done:
             self._steps_done = step + 1
+        row = Measurement(step, time.time(), values)
         if waits:
-            self._waiting_row = Measurement(step, time.time(), values)
-            return
-        self._write(Measurement(step, time.time(), values))
+            self._waiting_row = row
+        else:
+            self._write_step_row(row)
+
+    def _write_step_row(self, row: Measurement) -> None:
+        """Write a row of :meth:`log` whose values are all read, and apply the stop rules to
+        it (with several ranks: agree on the verdict and the step's save in one collective).
+
+        Raises:
+            TrialStopped: a rule fired on it.
+        """
+        self._write(row)
+        step, values = row.step, row.values
         if self._ranks.distributed:  # the stop verdict and the step's save in one collective
             stop = next((v for v in (r.on_log(step, values) for r in self._log_rules)
                          if v is not None), None)
@@ -461,9 +472,7 @@ class Trial:
             return
         values = {key: value.read() if isinstance(value, DeviceReading) else value
                   for key, value in row.values.items()}
-        self._write(Measurement(row.step, row.time, values))
-        if self._log_rules:
-            self._first_stop(rule.on_log(row.step, values) for rule in self._log_rules)
+        self._write_step_row(Measurement(row.step, row.time, values))
 
     def log_setup(self, **measurements: Any) -> None:
         """Append a row of the work before the training loop (data preparation, an embedding
