@@ -37,13 +37,15 @@ PRODUCTS = ("final/model.safetensors", "final/optimizer.safetensors", "predictio
 pytestmark = pytest.mark.slow
 
 
-def _trial_json(run_dir: Path, *, resume: bool = False, **params: object) -> Path:
+def _trial_json(run_dir: Path, *, resume: bool = False, task: str = "ddp_task.py",
+                **params: object) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "trial.json"
+    defaults = ({"steps": STEPS, "checkpoint_at": [2, 5, 8]} if task == "ddp_task.py"
+                else {"steps": STEPS, "every": 3})
     path.write_text(json.dumps({
-        "run_id": "ddp-0123456789", "name": "ddp", "task": "ddp_task.py",
-        "campaign_dir": str(HERE), "resume": resume,
-        "params": {"steps": STEPS, "checkpoint_at": [2, 5, 8], **params}}))
+        "run_id": "ddp-0123456789", "name": "ddp", "task": task,
+        "campaign_dir": str(HERE), "resume": resume, "params": {**defaults, **params}}))
     return path
 
 
@@ -104,8 +106,8 @@ def test_an_uninterrupted_run_writes_once_and_saves_every_ranks_state(reference:
     assert "[rank 1] " in (reference / "log.txt").read_text()
 
 
-def _paused(run_dir: Path, after: int) -> RankGroup:
-    group = _start(_trial_json(run_dir, pause_after=after))
+def _paused(run_dir: Path, after: int, task: str = "ddp_task.py") -> RankGroup:
+    group = _start(_trial_json(run_dir, pause_after=after, task=task))
     deadline = time.monotonic() + HANG_S
     while not (run_dir / "paused").exists():
         assert group.poll() is None, (run_dir / "log.txt").read_text()[-3000:]
@@ -238,3 +240,136 @@ def test_killed_at_random_points_saving_every_step_it_ends_bitwise(reference: Pa
     code = _wait(_start(_trial_json(run_dir, resume=resume, checkpoint_at=every)))
     assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
     assert _products(run_dir) == _products(reference)
+
+
+# -- Lightning with strategy="ddp" (lightning_ddp_task.py: saves every 3 steps) ----------
+
+LIGHTNING = "lightning_ddp_task.py"
+LIGHTNING_PRODUCTS = PRODUCTS + ("artifact/model.safetensors",)
+
+
+@pytest.fixture(scope="module")
+def lightning_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("lightning-ddp") / "reference"
+    code = _wait(_start(_trial_json(run_dir, task=LIGHTNING)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    return run_dir
+
+
+def _lightning_products(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in LIGHTNING_PRODUCTS}
+
+
+def test_lightning_ddp_saves_once_with_every_ranks_rng(lightning_reference: Path) -> None:
+    rows = _rows(lightning_reference)
+    assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))  # rank 0's rows only
+    # every 3 steps; the one due after the last step (an epoch's last batch) never comes
+    saved = [r["name"] for r in rows if r.get("event") == "checkpoint"]
+    assert saved == ["step-000003", "step-000006", "step-000009"]
+    folder = lightning_reference / "checkpoints" / "step-000009"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["world_size"] == 2 and manifest["kind"] == "lightning"
+    import torch
+    rng = torch.load(folder / "checkpoint.ckpt", weights_only=True)["flightplan_rng"]
+    assert len(rng) == 2 and not torch.equal(rng[0]["torch_cpu"], rng[1]["torch_cpu"])
+    assert json.loads((lightning_reference / "done.json").read_text())["steps"] == STEPS
+
+
+def test_lightning_ddp_whole_group_killed_resumes_bitwise(lightning_reference: Path,
+                                                          tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    group = _paused(run_dir, after=7, task=LIGHTNING)
+    group.kill()
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == "step-000006"
+    assert _lightning_products(run_dir) == _lightning_products(lightning_reference)
+
+
+def test_lightning_ddp_one_rank_killed_resumes_bitwise(lightning_reference: Path,
+                                                       tmp_path: Path) -> None:
+    run_dir = tmp_path / "one-rank"
+    group = _paused(run_dir, after=10, task=LIGHTNING)
+    os.kill(group.pids[1], signal.SIGKILL)
+    assert _wait(group) == -signal.SIGKILL
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == "step-000009"
+    assert _lightning_products(run_dir) == _lightning_products(lightning_reference)
+
+
+def test_lightning_ddp_resume_at_another_world_size_is_refused(tmp_path: Path) -> None:
+    run_dir = tmp_path / "resized"
+    group = _paused(run_dir, after=5, task=LIGHTNING)
+    group.kill()
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING), world_size=1))
+    assert code == EXIT_CRASHED
+    refusal = [line for line in (run_dir / "log.txt").read_text().splitlines()
+               if "was saved by" in line]
+    assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
+                       "but this run has 1; resuming at another world size is not bitwise: give "
+                       "[[run]] processes = 2, or start the run over with flightplan run "
+                       "CAMPAIGN_FILE --restart NAME"]
+
+
+def test_lightning_ddp_refuses_a_sampler_lightning_wraps(tmp_path: Path) -> None:
+    run_dir = tmp_path / "wrapped"
+    code = _wait(_start(_trial_json(run_dir, task=LIGHTNING, wrapped_sampler=True)))
+    assert code == EXIT_CRASHED
+    refusal = [line for line in (run_dir / "log.txt").read_text().splitlines()
+               if line.startswith("[rank 0] flightplan.errors.ArgumentError")]
+    assert refusal == [
+        "[rank 0] flightplan.errors.ArgumentError: train dataloader: with several processes "
+        "its sampler (DistributedSamplerWrapper) does not give each rank the same order again "
+        "after a resume; use torchdata.stateful_dataloader.sampler.StatefulDistributedSampler"
+        "(dataset, num_replicas=trial.world_size, rank=trial.rank, seed=...) and build the "
+        "Trainer with use_distributed_sampler=False"]
+
+
+def test_lightning_ddp_a_nan_loss_on_one_rank_stops_every_rank_once(tmp_path: Path) -> None:
+    run_dir = tmp_path / "nan"
+    group = _start(_trial_json(run_dir, task=LIGHTNING, nan_at=[1, 4]))
+    assert _wait(group) == EXIT_STOPPED
+    assert [p.returncode for p in group.processes] == [EXIT_STOPPED, EXIT_STOPPED]
+    rows = _rows(run_dir)
+    assert [r["rule"] for r in rows if r.get("event") == "stop"] == ["non_finite_loss"]
+    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4]   # rank 0's, finite
+    assert json.loads((run_dir / "stop.json").read_text())["rule"] == "non_finite_loss"
+    assert [r["name"] for r in rows if r.get("event") == "checkpoint"] == ["step-000003"]
+
+
+def test_lightning_ddp_leaves_at_one_step_on_every_rank_and_resumes_bitwise(
+        lightning_reference: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "left"
+    group = _start(_trial_json(run_dir, task=LIGHTNING, step_sleep_s=0.3))
+    deadline = time.monotonic() + HANG_S
+    while _losses(run_dir) < 4:
+        assert group.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
+    assert _wait(group) == EXIT_PREEMPTED
+    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
+    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
+    assert len(forced) == 1 and forced[0]["then"] == "stop"
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == forced[0]["name"]
+    assert _lightning_products(run_dir) == _lightning_products(lightning_reference)
+
+
+def test_docs_tasks_shows_lines_of_the_lightning_ddp_task_in_order() -> None:
+    """docs/tasks.md's Lightning DDP block is lines of lightning_ddp_task.py, in its order
+    (``...`` stands for lines left out)."""
+    docs = (HERE.parents[1] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    marker = "<!-- lightning-ddp: tests/reliability/lightning_ddp_task.py -->\n```python\n"
+    assert docs.count(marker) == 1
+    shown = [line for line in docs.split(marker, 1)[1].split("```", 1)[0].splitlines()
+             if line.strip() not in ("", "...")]
+    source = (HERE / LIGHTNING).read_text().splitlines()
+    at = 0
+    for line in shown:
+        assert line in source[at:], f"not in {LIGHTNING} after line {at}: {line!r}"
+        at = source.index(line, at) + 1

@@ -49,6 +49,12 @@ What :func:`fit` adds to Lightning:
   ``trial.evaluate`` (``min_quality``). A stop sets ``trainer.should_stop`` (no save after
   it; Lightning validates after the step's save, so the state a validation judged may be
   saved) and :func:`fit` raises ``TrialStopped``.
+- **Several processes** (``[[run]] processes = N``): build the Trainer with
+  ``strategy="ddp", devices=trial.world_size, use_distributed_sampler=False`` and a
+  ``StatefulDistributedSampler``; :func:`fit` initialises the process group before it
+  restores, Lightning writes each checkpoint on rank 0 with every rank's RNG states (a list
+  in rank order, each rank gets its own back), and the save, stop and leave decisions are
+  agreed across the ranks each step (docs/tasks.md, "Lightning across several processes").
 """
 
 from __future__ import annotations
@@ -61,7 +67,10 @@ from typing import Any, Mapping, Sequence
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.accelerators import CUDAAccelerator
+from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 from lightning.pytorch.callbacks import Checkpoint
+from torch.utils.data import DistributedSampler
 
 from flightplan.durable import write_json_atomic
 from flightplan.errors import ArgumentError, TrialStopped
@@ -106,6 +115,30 @@ def _returned_loss(outputs: Any) -> torch.Tensor | None:
     return loss.detach() if loss.requires_grad else loss  # automatic optimisation: detached
 
 
+def _check_rank_sampler(loader: Any) -> None:
+    """In a run of several ranks, refuse a train dataloader whose order a resume cannot
+    rebuild: Lightning's checkpoint holds rank 0's loader state alone, so every rank's order
+    must follow from the seed, the epoch and a count of samples, as a ``DistributedSampler``'s
+    does. Lightning's ``DistributedSamplerWrapper`` (what it puts around a sampler it
+    cannot shard itself, e.g. torchdata's ``RandomSampler``) draws its inner sampler's order
+    afresh after a resume.
+
+    Raises:
+        ArgumentError: the sampler is not a ``DistributedSampler``, or is that wrapper.
+    """
+    batches = getattr(loader, "batch_sampler", None)
+    sampler = getattr(batches, "sampler", None) or getattr(loader, "sampler", None)
+    if isinstance(sampler, DistributedSampler) and \
+            not isinstance(sampler, DistributedSamplerWrapper):
+        return
+    raise ArgumentError(
+        f"train dataloader: with several processes its sampler "
+        f"({type(sampler).__name__}) does not give each rank the same order again after a "
+        f"resume; use torchdata.stateful_dataloader.sampler.StatefulDistributedSampler"
+        f"(dataset, num_replicas=trial.world_size, rank=trial.rank, seed=...) and build the "
+        f"Trainer with use_distributed_sampler=False")
+
+
 class FlightplanCallback(pl.Callback):
     """The Lightning callback behind :func:`fit`.
 
@@ -147,6 +180,8 @@ class FlightplanCallback(pl.Callback):
                     f"train dataloader: a {type(loader).__name__} cannot resume mid-epoch (no "
                     f"state_dict), so a resumed run would see its first batches again; use "
                     f"torchdata.stateful_dataloader.StatefulDataLoader")
+            if self.trial.world_size > 1:
+                _check_rank_sampler(loader)
         if self.trial.planned_steps is None and trainer.max_steps and trainer.max_steps > 0:
             self.trial.planned_steps = int(trainer.max_steps)
         self._last_step = trainer.global_step   # after a resume: the restored step
@@ -189,9 +224,9 @@ class FlightplanCallback(pl.Callback):
         except TrialStopped as exc:
             self._stop(exc, trainer)
             return
-        due = self._owed or (step % self.every_n_steps == 0 if self.every_n_steps and
-                             not self.trial.leave_requested
-                             else self.trial.library_checkpoint_due())
+        policy_due = self.trial.library_checkpoint_due()  # ranks: agreed, and so is the leave
+        due = self._owed or (step % self.every_n_steps == 0 or self.trial.leave_requested
+                             if self.every_n_steps else policy_due)
         # a checkpoint after an epoch's last batch does not resume bitwise (the next epoch's
         # first batch differs with a StatefulDataLoader): it is taken one step later
         self._owed = due and batch_idx + 1 >= self._batches
@@ -206,9 +241,10 @@ class FlightplanCallback(pl.Callback):
     def _save(self, trainer: pl.Trainer, step: int) -> None:
         start = time.perf_counter()
         folder = self.trial.run_dir / STAGING / f"step-{step}"
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        trainer.save_checkpoint(folder / CKPT_FILE, weights_only=False)
+        if self.trial.ranks.leader:  # with several ranks Lightning writes on rank 0 alone
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        trainer.save_checkpoint(folder / CKPT_FILE, weights_only=False)  # collective
         self.trial.epoch = int(trainer.current_epoch)
         self.trial.commit_library_checkpoint(folder, step, kind=KIND,
                                              save_s=time.perf_counter() - start)
@@ -225,14 +261,42 @@ class FlightplanCallback(pl.Callback):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
-        checkpoint[_RNG_KEY] = capture_rng()
+        # with several ranks every rank's states, in rank order (Lightning calls this on
+        # every rank and writes rank 0's checkpoint)
+        checkpoint[_RNG_KEY] = (self.trial.ranks.gather(capture_rng())
+                                if self.trial.ranks.distributed else capture_rng())
 
     def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
-        self._rng_to_restore = checkpoint.get(_RNG_KEY)
+        saved = checkpoint.get(_RNG_KEY)
+        # one rank: a dict; several: a list with one per rank (their number is checked
+        # against the manifest's world_size before Lightning loads the file)
+        self._rng_to_restore = saved[self.trial.rank] if isinstance(saved, list) else saved
         if self._rng_to_restore is None:
             raise ArgumentError("the checkpoint holds no RNG state (not saved by flightplan's "
                                 "callback); dropout and shuffling would differ after resuming")
+
+
+def _join_ranks(trainer: pl.Trainer, trial: Trial) -> None:
+    """Before a run of several processes restores: check that the Trainer spans the run's
+    ranks and initialise the process group from the launcher's environment (gloo on the
+    CPU, NCCL on GPUs), which Lightning then uses as it finds it.
+
+    Raises:
+        ArgumentError: the Trainer's world size (``devices`` × ``num_nodes``) is not the
+            run's number of processes, or its strategy is not a parallel one.
+    """
+    world = int(trainer.world_size)
+    if world != trial.world_size:
+        raise ArgumentError(
+            f"the Trainer spans {world} process{'es' if world > 1 else ''} (devices × "
+            f"num_nodes) but this run has {trial.world_size} ([[run]] processes); build it "
+            f"with strategy=\"ddp\", devices=trial.world_size")
+    if not torch.distributed.is_initialized():
+        cuda = isinstance(trainer.accelerator, CUDAAccelerator)
+        if cuda:
+            torch.cuda.set_device(trainer.strategy.root_device)
+        torch.distributed.init_process_group("nccl" if cuda else "gloo")
 
 
 def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
@@ -252,18 +316,22 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
 
     Raises:
         ArgumentError: ``ckpt_path`` given, a ``ModelCheckpoint`` on the trainer, a run of
-            several processes (``trial.world_size`` > 1), or a train dataloader that cannot
-            resume mid-epoch (before the first batch).
+            several processes (``trial.world_size`` > 1) whose Trainer spans another number,
+            or a train dataloader that cannot resume mid-epoch (before the first batch).
+        CheckpointError: the checkpoint to resume from was saved by another number of ranks.
         TrialStopped: a stop rule fired (``no_usable_resume`` before training).
+
+    With several processes (``[[run]] processes = N``; build the Trainer with
+    ``strategy="ddp", devices=trial.world_size``) every rank calls it: it initialises the
+    process group, Lightning runs DDP in the launched processes, rank 0 writes each
+    checkpoint with every rank's RNG states, and a save, a stop and a leave happen at the
+    same step on every rank.
     """
     if "ckpt_path" in fit_kwargs:
         raise ArgumentError("fit(..., ckpt_path=...): flightplan picks the newest verified "
                             "checkpoint itself; drop the argument")
     if trial.world_size > 1:
-        raise ArgumentError(f"this run has {trial.world_size} processes ([[run]] processes); "
-                            f"the flightplan Lightning integration runs one process per run: "
-                            f"give processes = 1, or train with plain PyTorch DDP "
-                            f"(docs/distributed.md)")
+        _join_ranks(trainer, trial)
     # Lightning's callback connector sets Trainer.callbacks in Trainer.__init__; the class
     # does not declare it
     callbacks: list[Any] = trainer.callbacks  # type: ignore[attr-defined]  # set, not declared
@@ -278,8 +346,8 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, trial: Trial, *,
     loop = trainer.fit_loop.epoch_loop
     if trial.max_steps and not 0 < loop.max_steps <= trial.max_steps:
         loop.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
-    staging = trial.run_dir / STAGING
-    shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
+    if trial.ranks.leader:
+        shutil.rmtree(trial.run_dir / STAGING, ignore_errors=True)  # a save killed midway
     source = trial.restore_library(required={CKPT_FILE: "Lightning state and RNG states"})
     trainer.fit(module, ckpt_path=str(source / CKPT_FILE) if source else None,
                 weights_only=True, **fit_kwargs)
@@ -310,6 +378,8 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
         metrics: JSON-able numbers (the campaign metric among them).
         extra: more ``artifact.json`` keys (what rebuilds the module, the corpus section …).
 
+    With several ranks every rank may call it; rank 0 alone writes.
+
     Returns:
         The artifact directory.
 
@@ -318,6 +388,8 @@ def write_outputs(trial: Trial, module: pl.LightningModule, *,
     """
     from safetensors.torch import save_model
 
+    if not trial.ranks.leader:
+        return RunDir(trial.run_dir).artifact
     write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
     with new_artifact(trial.run_dir) as staging:
         save_model(module, str(staging / MODEL_FILE), metadata={"format": "pt"})

@@ -33,7 +33,7 @@ from flightplan.errors import ArgumentError, CheckpointError
 from flightplan.trial.checkpoint_io import CheckpointFiles
 from flightplan.trial.stop_rules import Stop
 
-__all__ = ["Ranks", "rank_files", "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
+__all__ = ["Ranks", "rank_files", "check_world_size", "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
 
 RANK_STATE_KEY = "ranks"
 """Key of ``state.pt`` holding ``{"1": state of rank 1, …}`` (each: ``rng``, and ``loader``,
@@ -169,6 +169,25 @@ class Ranks:
             self._group().barrier()
 
 
+def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str) -> None:
+    """Refuse to resume from a checkpoint saved by another number of ranks.
+
+    Args:
+        manifest: the checkpoint's manifest (``world_size``: absent for one rank).
+        world_size: this run's number of ranks.   name: the checkpoint's folder name.
+
+    Raises:
+        CheckpointError: the numbers differ (one line, naming both and the fix).
+    """
+    saved = int(manifest.get(WORLD_SIZE_KEY, 1))
+    if saved != world_size:
+        raise CheckpointError(
+            f"{name} was saved by {saved} process{'es' if saved > 1 else ''} but this run "
+            f"has {world_size}; resuming at another world size is not bitwise: give "
+            f"[[run]] processes = {saved}, or start the run over with flightplan run "
+            f"CAMPAIGN_FILE --restart NAME")
+
+
 def rank_files(files: CheckpointFiles, rank: int, world_size: int, name: str) -> CheckpointFiles:
     """The checkpoint ``files`` as rank ``rank`` restores it: the replicas (model, optimizer,
     scheduler, scaler) as saved, and this rank's own entries (``rng``, ``loader``,
@@ -181,13 +200,7 @@ def rank_files(files: CheckpointFiles, rank: int, world_size: int, name: str) ->
         CheckpointError: the checkpoint was saved by another number of ranks (one line,
             naming both).
     """
-    saved = int(files.manifest.get(WORLD_SIZE_KEY, 1))
-    if saved != world_size:
-        raise CheckpointError(
-            f"{name} was saved by {saved} process{'es' if saved > 1 else ''} but this run "
-            f"has {world_size}; resuming at another world size is not bitwise: give "
-            f"[[run]] processes = {saved}, or start the run over with flightplan run "
-            f"CAMPAIGN_FILE --restart NAME")
+    check_world_size(files.manifest, world_size, name)
     if rank == 0:
         return files
     own = files.state[RANK_STATE_KEY][str(rank)]

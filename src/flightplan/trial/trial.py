@@ -46,7 +46,8 @@ from flightplan.trial.checkpoint import (BackgroundWriter, Components, Rejection
                                          Snapshot, apply_state, prune, restore_rng,
                                          select_checkpoint)
 from flightplan.trial.checkpoint_io import CheckpointFiles, load_checkpoint, step_dir_name
-from flightplan.trial.distributed import RANK_STATE_KEY, WORLD_SIZE_KEY, Ranks, rank_files
+from flightplan.trial.distributed import (RANK_STATE_KEY, WORLD_SIZE_KEY, Ranks,
+                                          check_world_size, rank_files)
 from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
@@ -136,6 +137,12 @@ class Trial:
         self._waiting_row: Measurement | None = None  # a row whose device readings are due
         self._pinned = PinnedScalars()
         self.rank, self.world_size = self._ranks.rank, self._ranks.world_size
+
+    @property
+    def ranks(self) -> Ranks:
+        """This process's place in its run and the collectives across the ranks (gather,
+        broadcast, barrier; one rank: no-ops): :class:`~flightplan.trial.distributed.Ranks`."""
+        return self._ranks
 
     # -- construction -------------------------------------------------------------------
 
@@ -682,12 +689,16 @@ class Trial:
             TrialStopped: rule ``no_usable_resume``: as :meth:`restore`, or (with
                 ``require_resume`` on) the newest valid checkpoint lacks a required file,
                 e.g. one saved with the Trainer's ``save_only_model=True``.
+            CheckpointError: that checkpoint was saved by another number of ranks.
+
+        With several ranks every rank calls it; the leader picks, every rank gets its pick.
         """
         self._await_checkpoint()
         start = time.monotonic()
         files, path, rejected = self._select(load_library_checkpoint)
         if files is None or path is None:
             return None
+        check_world_size(files.manifest, self.world_size, path.name)
         missing = missing_files(files.manifest, required)
         if missing:
             reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "
@@ -712,8 +723,23 @@ class Trial:
     def library_checkpoint_due(self) -> bool:
         """Whether the measured interval policy (:mod:`flightplan.trial.interval`) wants a save
         now; the first call is True (that save measures its cost). True as well when the
-        executor asked the run to leave its flight (:meth:`request_leave`)."""
-        return self.leave_requested or self._schedule.due(time.monotonic())
+        executor asked the run to leave its flight (:meth:`request_leave`).
+
+        With several ranks it is collective: every rank calls it after the same step and gets
+        the same answer (the leader's interval, a leave request of any rank), agreed by that
+        step's :meth:`log` or, without one, by a collective of its own.
+        """
+        if not self._ranks.distributed:
+            return self.leave_requested or self._schedule.due(time.monotonic())
+        agreed, self._agreed = self._agreed, None
+        if agreed is not None:
+            _, due, leave = agreed
+        else:
+            _, due, leave = self._ranks.agree(None, self._schedule.due(time.monotonic()),
+                                              self._leave)
+        if leave is not None:
+            self._leave = leave
+        return due or leave is not None
 
     def commit_library_checkpoint(self, source: Path, steps_done: int, *, kind: str,
                                   save_s: float) -> Path:
@@ -729,16 +755,26 @@ class Trial:
         Returns:
             The committed directory.
 
+        With several ranks every rank calls it after the library's save (which wrote on the
+        leader only, holding every rank's state); the leader commits, the others go on.
+
         Raises:
             CheckpointError: ``source`` is not a flat folder.   OSError: from the disk.
             TrialPreempted: the run was asked to leave its flight and stop (after the commit).
         """
         self._begin_loop()
         self.flush_rows()
-        start = time.monotonic()
-        meta = {"kind": kind, "run_id": self.run_id, "config_hash": self.config_hash,
-                "epoch": self.epoch, "saved_at": time.time()}
         parent = self.run_dir / "checkpoints"
+        if not self._ranks.leader:
+            if self._leave is not None:
+                self._left(steps_done)
+            return parent / step_dir_name(steps_done)
+        start = time.monotonic()
+        meta: dict[str, Any] = {"kind": kind, "run_id": self.run_id,
+                                "config_hash": self.config_hash, "epoch": self.epoch,
+                                "saved_at": time.time()}
+        if self._ranks.distributed:
+            meta[WORLD_SIZE_KEY] = self.world_size
         path, size = commit_library_checkpoint(source, parent, steps_done, meta=meta,
                                                before_commit=partial(self._saving, steps_done))
         prune(parent, self.checkpoint_policy.keep_last)

@@ -90,20 +90,22 @@ def test_a_plain_dataloader_is_refused_before_the_first_batch(tmp_path: Path) ->
     assert not [r for r in _rows(tmp_path / "run") if "loss" in r]
 
 
-def test_a_run_of_several_processes_is_refused_before_anything_runs(
+def test_a_trainer_spanning_fewer_processes_than_the_run_is_refused_before_anything_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lightning.pytorch as pl
+
     from flightplan.integrations.lightning import fit
     from flightplan.trial.trial import Trial
 
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     trial = Trial.local(tmp_path / "run")
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False)
     with pytest.raises(ArgumentError) as refused:
-        fit(object(), object(), trial)  # type: ignore[arg-type]  # refused before either is read
+        fit(trainer, object(), trial)  # type: ignore[arg-type]  # refused before it is read
     assert str(refused.value) == (
-        "this run has 2 processes ([[run]] processes); the flightplan Lightning integration "
-        "runs one process per run: give processes = 1, or train with plain PyTorch DDP "
-        "(docs/distributed.md)")
+        'the Trainer spans 1 process (devices × num_nodes) but this run has 2 ([[run]] '
+        'processes); build it with strategy="ddp", devices=trial.world_size')
     assert not (tmp_path / "run" / "measurements.jsonl").exists()
 
 
