@@ -25,19 +25,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-
-def _flat(tree: object, path: str, out: dict[str, torch.Tensor]) -> None:
-    if isinstance(tree, torch.Tensor):
-        out[path] = tree.detach().contiguous().clone()
-    elif isinstance(tree, dict):
-        for key, value in tree.items():
-            _flat(value, f"{path}/{key}", out)
+from ddp_products import write_final
 
 
 def train(trial) -> None:
@@ -88,12 +81,7 @@ def train(trial) -> None:
         model.eval()
         with torch.no_grad():
             probs = model(x[:32]).softmax(dim=1)
-        final = Path(trial.run_dir) / "final"
-        final.mkdir(exist_ok=True)
-        save_file(model.state_dict(), str(final / "model.safetensors"))
-        tensors: dict[str, torch.Tensor] = {}
-        _flat(optimizer.state_dict()["state"], "state", tensors)
-        save_file(tensors, str(final / "optimizer.safetensors"))
+        write_final(Path(trial.run_dir), model, optimizer)
         (Path(trial.run_dir) / "predictions.csv").write_text(
             "".join(",".join(repr(float(p)) for p in row) + "\n" for row in probs))
         accuracy = float((probs.argmax(1) == y[:32]).float().mean())

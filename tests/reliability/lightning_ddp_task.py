@@ -20,7 +20,6 @@ At the end rank 0 writes ``final/model.safetensors``, ``final/optimizer.safetens
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,10 @@ import lightning.pytorch as pl
 from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler, StatefulDistributedSampler
 
+from ddp_products import write_final
 from flightplan.integrations.lightning import fit, write_outputs
 
 
@@ -75,14 +74,6 @@ class Pause(pl.Callback):
                 time.sleep(1)
 
 
-def _flat(tree: object, path: str, out: dict[str, torch.Tensor]) -> None:
-    if isinstance(tree, torch.Tensor):
-        out[path] = tree.detach().contiguous().clone()
-    elif isinstance(tree, dict):
-        for key, value in tree.items():
-            _flat(value, f"{path}/{key}", out)
-
-
 def train(trial) -> None:
     params = trial.params
     steps, world = int(params["steps"]), trial.world_size
@@ -115,11 +106,4 @@ def train(trial) -> None:
     accuracy = float((probs.argmax(1) == y[:16]).float().mean())
     write_outputs(trial, module, predictions=rows, metrics={"accuracy": accuracy})
     if trial.rank == 0:
-        final = run_dir / "final"
-        final.mkdir(exist_ok=True)
-        save_file({k: v.contiguous() for k, v in module.state_dict().items()},
-                  str(final / "model.safetensors"))
-        tensors: dict[str, torch.Tensor] = {}
-        _flat(trainer.optimizers[0].state_dict()["state"], "state", tensors)
-        save_file(tensors, str(final / "optimizer.safetensors"))
-        (final / "seen.json").write_text(json.dumps({"global_step": trainer.global_step}))
+        write_final(run_dir, module, trainer.optimizers[0])

@@ -106,8 +106,8 @@ def test_an_uninterrupted_run_writes_once_and_saves_every_ranks_state(reference:
     assert "[rank 1] " in (reference / "log.txt").read_text()
 
 
-def _paused(run_dir: Path, after: int, task: str = "ddp_task.py") -> RankGroup:
-    group = _start(_trial_json(run_dir, pause_after=after, task=task))
+def _paused(run_dir: Path, after: int, task: str = "ddp_task.py", **params: object) -> RankGroup:
+    group = _start(_trial_json(run_dir, pause_after=after, task=task, **params))
     deadline = time.monotonic() + HANG_S
     while not (run_dir / "paused").exists():
         assert group.poll() is None, (run_dir / "log.txt").read_text()[-3000:]
@@ -245,7 +245,7 @@ def test_killed_at_random_points_saving_every_step_it_ends_bitwise(reference: Pa
 # -- Lightning with strategy="ddp" (lightning_ddp_task.py: saves every 3 steps) ----------
 
 LIGHTNING = "lightning_ddp_task.py"
-LIGHTNING_PRODUCTS = PRODUCTS + ("artifact/model.safetensors",)
+LIBRARY_PRODUCTS = PRODUCTS + ("artifact/model.safetensors",)
 
 
 @pytest.fixture(scope="module")
@@ -256,8 +256,8 @@ def lightning_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
-def _lightning_products(run_dir: Path) -> dict[str, bytes]:
-    return {name: (run_dir / name).read_bytes() for name in LIGHTNING_PRODUCTS}
+def _library_products(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in LIBRARY_PRODUCTS}
 
 
 def test_lightning_ddp_saves_once_with_every_ranks_rng(lightning_reference: Path) -> None:
@@ -284,7 +284,7 @@ def test_lightning_ddp_whole_group_killed_resumes_bitwise(lightning_reference: P
     assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
     restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
     assert restores[-1]["source"] == "step-000006"
-    assert _lightning_products(run_dir) == _lightning_products(lightning_reference)
+    assert _library_products(run_dir) == _library_products(lightning_reference)
 
 
 def test_lightning_ddp_one_rank_killed_resumes_bitwise(lightning_reference: Path,
@@ -297,7 +297,7 @@ def test_lightning_ddp_one_rank_killed_resumes_bitwise(lightning_reference: Path
     assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
     restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
     assert restores[-1]["source"] == "step-000009"
-    assert _lightning_products(run_dir) == _lightning_products(lightning_reference)
+    assert _library_products(run_dir) == _library_products(lightning_reference)
 
 
 def test_lightning_ddp_resume_at_another_world_size_is_refused(tmp_path: Path) -> None:
@@ -357,7 +357,7 @@ def test_lightning_ddp_leaves_at_one_step_on_every_rank_and_resumes_bitwise(
     assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
     restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
     assert restores[-1]["source"] == forced[0]["name"]
-    assert _lightning_products(run_dir) == _lightning_products(lightning_reference)
+    assert _library_products(run_dir) == _library_products(lightning_reference)
 
 
 def test_docs_tasks_shows_lines_of_the_lightning_ddp_task_in_order() -> None:
@@ -373,3 +373,83 @@ def test_docs_tasks_shows_lines_of_the_lightning_ddp_task_in_order() -> None:
     for line in shown:
         assert line in source[at:], f"not in {LIGHTNING} after line {at}: {line!r}"
         at = source.index(line, at) + 1
+
+
+# -- the Hugging Face Trainer under DDP (trainer_ddp_task.py: saves every 3 steps) -------
+
+TRAINER = "trainer_ddp_task.py"
+
+
+@pytest.fixture(scope="module")
+def trainer_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("trainer-ddp") / "reference"
+    code = _wait(_start(_trial_json(run_dir, task=TRAINER, save_steps=3)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    return run_dir
+
+
+def test_trainer_ddp_saves_once_with_every_ranks_rng(trainer_reference: Path) -> None:
+    rows = _rows(trainer_reference)
+    assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))  # rank 0's rows only
+    saved = [r["name"] for r in rows if r.get("event") == "checkpoint"]
+    assert saved == ["step-000003", "step-000006", "step-000009", "step-000012"]
+    manifest = json.loads((trainer_reference / "checkpoints" / "step-000012" / "manifest.json")
+                          .read_text())
+    assert manifest["world_size"] == 2 and manifest["kind"] == "transformers"
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(manifest["files"])
+    assert json.loads((trainer_reference / "done.json").read_text())["steps"] == STEPS
+
+
+def test_trainer_ddp_whole_group_killed_resumes_bitwise(trainer_reference: Path,
+                                                        tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    group = _paused(run_dir, after=7, task=TRAINER, save_steps=3)
+    group.kill()
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=TRAINER, save_steps=3)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == "step-000006"
+    assert _library_products(run_dir) == _library_products(trainer_reference)
+
+
+def test_trainer_ddp_one_rank_killed_resumes_bitwise(trainer_reference: Path,
+                                                     tmp_path: Path) -> None:
+    run_dir = tmp_path / "one-rank"
+    group = _paused(run_dir, after=10, task=TRAINER, save_steps=3)
+    os.kill(group.pids[1], signal.SIGKILL)
+    assert _wait(group) == -signal.SIGKILL
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=TRAINER, save_steps=3)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == "step-000009"
+    assert _library_products(run_dir) == _library_products(trainer_reference)
+
+
+def test_trainer_ddp_a_nan_loss_stops_every_rank_once(tmp_path: Path) -> None:
+    run_dir = tmp_path / "nan"
+    group = _start(_trial_json(run_dir, task=TRAINER, save_steps=3, nan_at=4))
+    assert _wait(group) == EXIT_STOPPED
+    assert [p.returncode for p in group.processes] == [EXIT_STOPPED, EXIT_STOPPED]
+    rows = _rows(run_dir)
+    assert [r["rule"] for r in rows if r.get("event") == "stop"] == ["non_finite_loss"]
+    assert [r["name"] for r in rows if r.get("event") == "checkpoint"] == ["step-000003"]
+
+
+def test_trainer_ddp_leaves_at_one_step_on_every_rank_and_resumes_bitwise(
+        trainer_reference: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "left"
+    group = _start(_trial_json(run_dir, task=TRAINER, save_steps=3, step_sleep_s=0.3))
+    deadline = time.monotonic() + HANG_S
+    while _losses(run_dir) < 4:
+        assert group.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
+    assert _wait(group) == EXIT_PREEMPTED
+    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
+    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
+    assert len(forced) == 1 and forced[0]["then"] == "stop"
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=TRAINER, save_steps=3)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == forced[0]["name"]
+    assert _library_products(run_dir) == _library_products(trainer_reference)

@@ -224,7 +224,7 @@ class FlightplanCallback(pl.Callback):
         except TrialStopped as exc:
             self._stop(exc, trainer)
             return
-        policy_due = self.trial.library_checkpoint_due()  # ranks: agreed, and so is the leave
+        policy_due = self.trial.library_checkpoint_due(step - 1)  # ranks: agreed, leave too
         due = self._owed or (step % self.every_n_steps == 0 or self.trial.leave_requested
                              if self.every_n_steps else policy_due)
         # a checkpoint after an epoch's last batch does not resume bitwise (the next epoch's

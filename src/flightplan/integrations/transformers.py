@@ -33,8 +33,15 @@ What :func:`train` adds to the Trainer:
 - **Measurements**: each logged row holds ``loss``, ``lr``, ``grad_norm`` when given, and
   ``step_s`` (mean wall seconds per optimizer step since the last row).
 
+- **Several processes** (``[[run]] processes = N``): the Trainer runs its own DDP in the
+  ranks flightplan started (``TrainingArguments`` built inside ``train(trial)`` read the
+  launcher's environment). Rank 0 writes the checkpoint and each rank its
+  ``rng_state_R.pth`` (:func:`required_files`); the commit waits for every rank, and the
+  save, stop and leave decisions are agreed across the ranks each step.
+
 Not supported (refused before training): ``load_best_model_at_end`` (its best checkpoint
-lives in the staging folder that is emptied), more than one process (``world_size > 1``).
+lives in the staging folder that is emptied), ``TrainingArguments`` that count another
+number of processes than the run.
 """
 
 from __future__ import annotations
@@ -55,13 +62,26 @@ from flightplan.integrations.outputs import new_artifact, write_predictions_and_
 from flightplan.rundir import RunDir
 from flightplan.trial import Trial
 
-__all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "STAGING", "KIND"]
+__all__ = ["FlightplanCallback", "train", "write_outputs", "REQUIRED_FILES", "required_files",
+           "STAGING", "KIND"]
 
 KIND = "transformers"
 STAGING = "trainer-staging"
 REQUIRED_FILES = {"optimizer.pt": "optimizer state", "scheduler.pt": "learning-rate schedule",
                   "rng_state.pth": "RNG states", "trainer_state.json": "step and data position"}
 """Files a Trainer checkpoint needs to resume exactly (file name → what it holds)."""
+
+
+def required_files(world_size: int) -> dict[str, str]:
+    """:data:`REQUIRED_FILES` for a run of ``world_size`` processes: with several, the
+    Trainer saves each rank's RNG states as ``rng_state_R.pth`` instead of ``rng_state.pth``."""
+    if world_size == 1:
+        return dict(REQUIRED_FILES)
+    files = {k: v for k, v in REQUIRED_FILES.items() if k != "rng_state.pth"}
+    return {**files, **{f"rng_state_{rank}.pth": f"rank {rank}'s RNG states"
+                        for rank in range(world_size)}}
+
+
 _PICKLED_ARGS = "training_args.bin"
 _DEFAULT_SAVE_STEPS = TrainingArguments.__dataclass_fields__["save_steps"].default
 
@@ -116,10 +136,11 @@ class FlightplanCallback(TrainerCallback):
         now = time.perf_counter()
         self._step_total_s += now - self._step_start
         self._steps_timed += 1
+        due = self.trial.library_checkpoint_due()  # with several ranks: collective, agreed
         if self.stopped is not None:
             control.should_save = False
         elif self.policy_saves or self.trial.leave_requested:
-            control.should_save = self.trial.library_checkpoint_due()
+            control.should_save = due
         if control.should_save:
             control.should_log = True  # the loss since the last row is checked before the save
         self._before_save = time.perf_counter()
@@ -159,8 +180,10 @@ class FlightplanCallback(TrainerCallback):
     def on_save(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
         assert args.output_dir is not None      # TrainingArguments sets its default when None
         source = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        self.trial.ranks.barrier()  # every rank wrote its rng_state_R.pth into the folder
         save_s = time.perf_counter() - self._before_save
-        (source / _PICKLED_ARGS).unlink(missing_ok=True)
+        if self.trial.ranks.leader:
+            (source / _PICKLED_ARGS).unlink(missing_ok=True)
         self.trial.epoch = int(state.epoch or 0)
         self.trial.commit_library_checkpoint(source, state.global_step, kind=KIND, save_s=save_s)
 
@@ -183,7 +206,8 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
 
     Raises:
         ArgumentError: ``resume_from_checkpoint`` given, ``load_best_model_at_end`` set, or
-            several processes.
+            ``args.world_size`` is not the run's number of processes.
+        CheckpointError: the checkpoint to resume from was saved by another number of ranks.
         TaskError: ``save_only_model=True`` while ``[stop] require_resume`` is on.
         TrialStopped: a stop rule fired (before training: ``no_usable_resume``; during it:
             after the step that crossed it, with no save after it).
@@ -196,9 +220,11 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
         raise ArgumentError("TrainingArguments.load_best_model_at_end is not supported inside a "
                             "flightplan run (its checkpoint folder is staging); set it False and "
                             "let min_quality and the final evaluation decide")
-    if args.world_size > 1:
-        raise ArgumentError(f"TrainingArguments: {args.world_size} processes; the flightplan "
-                            f"Trainer integration runs one process per run")
+    if args.world_size != trial.world_size:
+        raise ArgumentError(f"TrainingArguments: {args.world_size} process"
+                            f"{'es' if args.world_size > 1 else ''} but this run has "
+                            f"{trial.world_size} ([[run]] processes); build the arguments "
+                            f"inside train(trial), where the launcher's environment is set")
     if args.save_only_model:
         if trial.stop_rules.require_resume:
             raise TaskError("True saves checkpoints without the optimizer, schedule and RNG "
@@ -217,11 +243,13 @@ def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:
     if trial.max_steps and not 0 < args.max_steps <= trial.max_steps:
         args.max_steps = trial.max_steps  # the cap trial.json sets (the pilot's)
     staging = trial.run_dir / STAGING
-    shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
-    staging.mkdir(parents=True)
+    if trial.ranks.leader:
+        shutil.rmtree(staging, ignore_errors=True)  # a save killed midway: never loaded
+        staging.mkdir(parents=True)
+    trial.ranks.barrier()
     args.output_dir = str(staging)
     args.save_total_limit = None  # keep_last prunes the committed checkpoints
-    source = trial.restore_library(required=REQUIRED_FILES)
+    source = trial.restore_library(required=required_files(trial.world_size))
     output = trainer.train(resume_from_checkpoint=str(source) if source else None, **train_kwargs)
     if callback.stopped is not None:
         raise callback.stopped
@@ -253,6 +281,8 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
             for a PEFT adapter, which cannot be reloaded without it.
         extra: more ``artifact.json`` keys (labels, max_length …).
 
+    With several ranks every rank may call it; rank 0 alone writes.
+
     Returns:
         The artifact directory.
 
@@ -267,6 +297,8 @@ def write_outputs(trial: Trial, trainer: Trainer, *, predictions: Sequence[Mappi
     if is_peft and not base_revision:
         raise ArgumentError("write_outputs: a PEFT adapter needs base_revision (the exact base "
                             "model: package, version, weights_sha256) to be reloadable")
+    if not trial.ranks.leader:
+        return RunDir(trial.run_dir).artifact
     write_predictions_and_metrics(trial.run_dir, predictions=predictions, metrics=metrics)
     with new_artifact(trial.run_dir) as staging:
         trainer.save_model(str(staging))

@@ -720,19 +720,20 @@ class Trial:
                             rejected=tuple(r.name for r in rejected)))
         return path
 
-    def library_checkpoint_due(self) -> bool:
+    def library_checkpoint_due(self, step: int | None = None) -> bool:
         """Whether the measured interval policy (:mod:`flightplan.trial.interval`) wants a save
         now; the first call is True (that save measures its cost). True as well when the
         executor asked the run to leave its flight (:meth:`request_leave`).
 
         With several ranks it is collective: every rank calls it after the same step and gets
-        the same answer (the leader's interval, a leave request of any rank), agreed by that
-        step's :meth:`log` or, without one, by a collective of its own.
+        the same answer (the leader's interval, a leave request of any rank), agreed by the
+        :meth:`log` of ``step`` (0-based) when that was the last row, else by a collective of
+        its own. ``step`` is not needed with one rank.
         """
         if not self._ranks.distributed:
             return self.leave_requested or self._schedule.due(time.monotonic())
         agreed, self._agreed = self._agreed, None
-        if agreed is not None:
+        if agreed is not None and step is not None and agreed[0] == step:
             _, due, leave = agreed
         else:
             _, due, leave = self._ranks.agree(None, self._schedule.due(time.monotonic()),
