@@ -16,6 +16,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -453,3 +454,71 @@ def test_trainer_ddp_leaves_at_one_step_on_every_rank_and_resumes_bitwise(
     restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
     assert restores[-1]["source"] == forced[0]["name"]
     assert _library_products(run_dir) == _library_products(trainer_reference)
+
+
+# -- the ranks on a Ray flight (a real loopback cluster, one flight) -----------------------
+
+def _rank_pid(scratch: Path, rank: int) -> int | None:
+    """The pid of the worker of rank ``rank`` running under ``scratch`` on this machine."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"flightplan.run.worker" in cmdline and str(scratch).encode() in cmdline \
+                and f"RANK={rank}".encode() in environ:
+            return int(entry)
+    return None
+
+
+def test_ray_runs_the_ranks_on_one_flight_and_resumes_them_bitwise(reference: Path,
+                                                                   tmp_path: Path) -> None:
+    """Two ranks on a Ray flight: one rank SIGKILLed on the flight ends the execution;
+    resumed through Ray (home's checkpoint sent to the flight), the run ends with
+    predictions and last checkpoint bitwise equal to the local uninterrupted run's, with
+    both ranks' lines in home's log."""
+    from flightplan.run.executors.ray_executor import RayExecutor
+
+    sys.path.insert(0, str(HERE.parent / "fixtures"))
+    from ray_cluster import loopback_cluster
+
+    run_dir = tmp_path / "on-ray"
+    job = Job("ddp-0123456789", run_dir, processes=2)
+    with loopback_cluster(flights=1) as (made, _nodes, tmp):
+        scratch = tmp / "scratch"
+        executor = RayExecutor(address=made.address, scratch=str(scratch), poll_s=0.1,
+                               env={"FLIGHTPLAN_TORCH_THREADS": "1"})
+        killed: list[int] = []
+
+        def kill_rank_one() -> None:
+            while _losses(run_dir) < 8:
+                time.sleep(0.05)
+            pid = _rank_pid(scratch, 1)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+        killer = threading.Thread(target=kill_rank_one, daemon=True)
+        try:
+            _trial_json(run_dir, step_sleep_s=0.3)
+            killer.start()
+            [first] = executor.run([job])
+            killer.join(timeout=HANG_S)
+            _trial_json(run_dir, resume=True)
+            [second] = executor.run([job])
+        finally:
+            executor.close()
+    assert killed and first.exit_code == -signal.SIGKILL
+    assert second.exit_code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] in ("step-000006", "step-000009")
+    # what comes home from a flight: the outputs and the checkpoints (final/ stays there)
+    home = ("predictions.csv", "metrics.json", "checkpoints/step-000009/model.safetensors",
+            "checkpoints/step-000009/optimizer.safetensors")
+    assert {name: (run_dir / name).read_bytes() for name in home} == \
+        {name: (reference / name).read_bytes() for name in home}
+    log = (run_dir / "log.txt").read_text()
+    assert "[rank 1] " in log and "[rank 0] " in log

@@ -140,8 +140,7 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     joined = executor.connect()
     limit = executor.gpu_limit()
     check_gpus(spec.runs, limit, source=spec.source)
-    check_processes(spec.runs, limit, launches_ranks=executor.launches_ranks,
-                    source=spec.source)
+    check_processes(spec.runs, limit, source=spec.source)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             (observer(spec) if observer else contextlib.nullcontext()), \

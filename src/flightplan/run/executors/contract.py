@@ -271,23 +271,18 @@ def check_gpus(runs: Sequence[Run], limit: GpuLimit | None, *, source: str | Non
                 file=source, field=f"run[{index}].gpus", value=run.gpus)
 
 
-def check_processes(runs: Sequence[Run], limit: GpuLimit | None, *, launches_ranks: bool,
+def check_processes(runs: Sequence[Run], limit: GpuLimit | None, *,
                     source: str | None) -> None:
     """Refuse a campaign one of whose runs asks for ``processes`` the executor cannot give:
-    more than one where the executor starts one process per run (``launches_ranks``
-    False), or, on a machine with GPUs (``limit``), more than the run's ``gpus`` (each rank
-    computes on a GPU of its own). On a machine without GPUs any number of ranks runs on
-    the CPU.
+    on a machine with GPUs (``limit``), more than the run's ``gpus`` (each rank computes
+    on a GPU of its own). On a machine without GPUs any number of ranks runs on the CPU.
+    (Both executors start a run's ranks together on one machine: the local one here,
+    Ray's on the run's flight.)
 
     Raises:
         SpecError: the first such run, naming ``run[i].processes`` and the fix.
     """
     for index, run in enumerate(runs):
-        if run.processes > 1 and not launches_ranks:
-            raise SpecError(f"{run.name!r} asks for {run.processes} processes ([[run]] "
-                            f"processes) but this executor starts one process per run; run "
-                            f"it with the local executor or give processes = 1",
-                            file=source, field=f"run[{index}].processes", value=run.processes)
         if limit is not None and run.processes > run.gpus:
             raise SpecError(f"{run.name!r} asks for {run.processes} processes but holds "
                             f"{run.gpus} GPU{'s' if run.gpus > 1 else ''} ([[run]] gpus); "
@@ -341,9 +336,6 @@ class Executor(ABC):
     committed home (:func:`flightplan.rows.records_a_save`)."""
 
     saves_on_flight: bool = False
-    launches_ranks: bool = False
-    """Whether a job's ``processes`` > 1 start as that many ranks (the local executor);
-    an executor without it refuses such a campaign (:func:`check_processes`)."""
 
     @abstractmethod
     def run(self, jobs: Iterable[Job], *, on_start: Callable[[Job], None] | None = None,

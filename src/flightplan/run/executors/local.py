@@ -118,7 +118,6 @@ class LocalExecutor(Executor):
         self._warm_template: WarmTemplate | None = None
         self._closing: weakref.finalize[[], LocalExecutor] | None = None
 
-    launches_ranks = True
 
     def _visible(self) -> list[str]:
         """The names of this machine's GPUs as its workers see them: the runner's own

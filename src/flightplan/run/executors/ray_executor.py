@@ -5,7 +5,9 @@ The campaign directory (ledger, ``runs/``, ``results/``) stays on the machine th
 execution of a run is a :class:`~flightplan.run.executors.ray_host.RunHost` actor placed on a flight
 with the resources the run declares (``num_gpus`` = its ``[[run]] gpus``; on a cluster
 without GPUs, one unit of the custom resource :data:`FLIGHT_RESOURCE` per run, so a CPU
-node stands in for a one-GPU flight). Ray never retries anything (``max_restarts=0``,
+node stands in for a one-GPU flight). A run with ``[[run]] processes = N`` executes as N
+ranks that its actor starts together on that one flight, meeting on the flight's loopback
+interface. Ray never retries anything (``max_restarts=0``,
 ``max_task_retries=0``): flightplan decides what runs again and from which checkpoint.
 
 One execution, seen from home::
@@ -374,7 +376,7 @@ class RayExecutor(Executor):
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
         host: Any = ray.remote(RunHost)     # an actor class (Ray's stubs type it as the class)
         actor = host.options(**options).remote(job.run_id, self.scratch, self.env, self.worker,
-                                               self.chunk_bytes)
+                                               self.chunk_bytes, job.processes)
         trial = _trial(job)
         keep = (trial.get("checkpoint") or {}).get("keep_last")
         return _Execution(job, actor, actor.where.remote(),

@@ -44,6 +44,7 @@ from flightplan.durable import write_json_atomic
 from flightplan.rundir import RunDir
 from flightplan.run.executors.channel import FlightEnd, Offer
 from flightplan.run.executors.contract import worker_argv
+from flightplan.run.executors.ranks import RankGroup
 from flightplan.run.executors.tether import tethered
 from flightplan.errors import TransferError
 from flightplan.run.executors.stream import (CHUNK_BYTES, CheckpointReceiver, CheckpointSender,
@@ -96,16 +97,22 @@ class RunHost:
             flightplan.run.worker`` with this node's Python).
         chunk_bytes: checkpoint data per poll (:data:`~flightplan.run.executors.stream.CHUNK_BYTES`;
             over the direct connection, the offer's).
+        processes: the worker processes of the execution (``[[run]] processes``): with
+            more than one, the ranks of a data-parallel run, started and ended together on
+            this flight (:class:`~flightplan.run.executors.ranks.RankGroup`; they meet on
+            its loopback interface).
     """
 
     def __init__(self, run_id: str, scratch: str | None, env: dict[str, str],
-                 worker: list[str] | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+                 worker: list[str] | None = None, chunk_bytes: int = CHUNK_BYTES,
+                 processes: int = 1) -> None:
         root = scratch or os.environ.get(SCRATCH_ENV) or tempfile.gettempdir()
         os.makedirs(root, exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix=f"flightplan-{run_id}-", dir=root))
         self.env = dict(env)
         self.worker = list(worker) if worker else None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | RankGroup | None = None
+        self.processes = processes
         self._offsets = {"measurements.jsonl": 0, "log.txt": 0}
         self._chunk_bytes = chunk_bytes
         self.sender = CheckpointSender(self.dir / RunDir.CHECKPOINTS, chunk_bytes=chunk_bytes)
@@ -170,11 +177,15 @@ class RunHost:
         trial_json = self.dir / "trial.json"
         env = dict(os.environ, **self.env, FLIGHTPLAN_TRIAL=str(trial_json),
                    PYTHONUNBUFFERED="1")
-        with open(self.dir / "log.txt", "ab") as log:
-            argv = [*self.worker, str(trial_json)] if self.worker else worker_argv(trial_json)
-            self.proc = subprocess.Popen(tethered(argv), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=str(self.dir))
+        argv = [*self.worker, str(trial_json)] if self.worker else worker_argv(trial_json)
+
+        def launch(rank_env: dict[str, str]) -> subprocess.Popen[bytes]:
+            with open(self.dir / "log.txt", "ab") as log:
+                return subprocess.Popen(tethered(argv), stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env={**env, **rank_env},
+                                        cwd=str(self.dir))
+        self.proc = (RankGroup.start(self.processes, launch) if self.processes > 1
+                     else launch({}))
         return self.where()
 
     def _read_new(self, name: str, *, whole_lines: bool) -> bytes:
