@@ -27,6 +27,12 @@ def checkpoint_verify_command(directory: Path, *, as_json: bool) -> int:
     from flightplan.activity import WaitDisplay, doing
     from flightplan.trial.checkpoint_check import verify_checkpoint
 
+    if directory.exists() and not directory.is_dir():
+        raise ArgumentError(f"{directory} is a file, not a checkpoint; give the checkpoint "
+                            f"folder that holds it"
+                            + (f": {directory.parent}"
+                               if (directory.parent / "manifest.json").is_file() else
+                               ", such as runs/<run_id>/checkpoints/step-000010"))
     if not directory.is_dir():
         raise ArgumentError(f"{directory}: no such directory; give a checkpoint folder "
                             f"such as runs/<run_id>/checkpoints/step-000010")
@@ -57,11 +63,16 @@ def _not_a_checkpoint(directory: Path) -> None:
     manifest is missing (the verifier then says the save never finished).
 
     Raises:
-        ArgumentError: ``directory`` is a run folder, a ``checkpoints/`` folder or no
-            checkpoint at all.
+        ArgumentError: ``directory`` is a run's artifact, a run folder, a ``checkpoints/``
+            folder or no checkpoint at all.
     """
     from flightplan.rundir import RunDir
 
+    if (directory / "artifact.json").is_file():
+        raise ArgumentError(f"{directory} is a run's artifact (artifact.json), not a "
+                            f"checkpoint; flightplan verify RESULTS_DIR reloads artifacts and "
+                            f"checks their predictions, and checkpoint verify takes a folder "
+                            f"such as runs/<run_id>/checkpoints/step-000010")
     run_folder = RunDir(directory).trial_json.is_file() or (directory / "checkpoints").is_dir()
     folder = directory / "checkpoints" if run_folder else directory
     steps = sorted(p.name for p in folder.glob("step-*")

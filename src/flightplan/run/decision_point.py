@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
+from flightplan import activity
 from flightplan.ids import pilot_id
 from flightplan.errors import CheckFailed
 from flightplan.ledger_rows import DecisionRow
@@ -40,6 +41,7 @@ class DecisionPoint:
         kept = self._kept_decision()
         if kept is not None:
             return kept
+        activity.doing("the decision point (re-estimating the runs, re-solving the plan)")
         durations, estimates = self._re_estimates(pilot, report)   # the hooks, before writes
         # what the pilot and the finished stages measured wins over the earlier campaign's
         plan_result = plan_campaign(self.campaign.spec, catalog=self.campaign.catalog,

@@ -217,6 +217,7 @@ class Preparation:
         control = self.campaign.control()
         result = self._kept_pilot(control)
         if result is None:
+            activity.doing(f"the pilot of {control.run.name}")  # until its first progress
             self.campaign.say(f"pilot of {control.run.name}: short run, early checkpoint, resume "
                               f"in a new process")
             result = replace(run_pilot(

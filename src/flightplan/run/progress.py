@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
                            TimeRemainingColumn)
 
-from flightplan.activity import Activity, doing
+from flightplan.activity import Activity, clear, doing
 from flightplan.run.executors.contract import RunProgress
 
 __all__ = ["ProgressBoard", "RunActivity", "format_stop"]
@@ -91,9 +91,14 @@ class RunActivity:
         self._show()
 
     def ended(self, key: str) -> None:
-        """``key``'s execution ended: it is named no more."""
-        if self._runs.pop(key, None) is not None and self._runs:
+        """``key``'s execution ended: it is named no more (and when it was the last one in
+        progress, no run is: the activity is cleared until the runner names its next step)."""
+        if self._runs.pop(key, None) is None:
+            return
+        if self._runs:
             self._show()
+        else:
+            clear()
 
     def _show(self) -> None:
         runs = list(self._runs.values())

@@ -71,5 +71,13 @@ def test_the_interruption_line_names_every_run_in_progress():
             "`flightplan run campaign.toml` again to resume")
         running.ended("control-1")
         assert activity.current().describe() == "run lora-2, 3 of 8 steps done"
+        running.ended("lora-2")        # the last one: a Ctrl-C now names no finished run
+        assert activity.current() is None
+        assert notice.line() == (
+            "interrupted: flightplan run stopped; nothing finished was lost: checkpoints are "
+            "kept; run `flightplan run campaign.toml` again to resume")
+        activity.doing("publishing")
+        running.ended("lora-2")        # ended twice: what the runner does next stays named
+        assert activity.current().describe() == "publishing"
     finally:
         activity.clear()

@@ -140,6 +140,30 @@ def test_verify_command_given_a_run_folder_names_its_newest_checkpoint(tmp_path)
                                   f"checkpoints/ holds no finished checkpoint to verify")
 
 
+def test_verify_command_given_an_artifact_or_a_file_says_what_it_was_given(tmp_path):
+    _, _, step_dir = _saved(tmp_path)
+    artifact = step_dir.parent.parent / "artifact"
+    artifact.mkdir()
+    (artifact / "model.safetensors").write_bytes(b"weights")
+    (artifact / "artifact.json").write_text("{}")
+    with pytest.raises(ArgumentError) as refused:
+        checkpoint_verify_command(artifact, as_json=False)
+    assert str(refused.value) == (
+        f"{artifact} is a run's artifact (artifact.json), not a checkpoint; flightplan verify "
+        f"RESULTS_DIR reloads artifacts and checks their predictions, and checkpoint verify "
+        f"takes a folder such as runs/<run_id>/checkpoints/step-000010")
+    with pytest.raises(ArgumentError) as refused:
+        checkpoint_verify_command(step_dir / "model.safetensors", as_json=False)
+    assert str(refused.value) == (f"{step_dir / 'model.safetensors'} is a file, not a "
+                                  f"checkpoint; give the checkpoint folder that holds it: "
+                                  f"{step_dir}")
+    with pytest.raises(ArgumentError) as refused:
+        checkpoint_verify_command(artifact / "artifact.json", as_json=False)
+    assert str(refused.value).endswith("is a file, not a checkpoint; give the checkpoint folder "
+                                       "that holds it, such as runs/<run_id>/checkpoints/"
+                                       "step-000010")
+
+
 class Payload:
     """Unpickling this would create the marker file."""
 
