@@ -228,7 +228,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
         v.run_id: v.reload_findings for v in verdicts if v.reload_findings is not None})
     unfinished = [{"run_id": r.run_id, "name": r.name,
                    "status": "interrupted" if r.status == "running" else r.status}
-                  for r in runs if r.status in ("running", "pending")]
+                  for r in runs if r.status in ("running", "pending", "failed")]
     not_accepted = [{"run_id": v.run_id, "reasons": v.reasons} for v in verdicts
                     if not v.accepted]
     return report | {"results_dir": str(results), "accepted": accepted,
@@ -464,12 +464,18 @@ def report_command(spec_path: Path, *, open_browser: bool, as_json: bool) -> int
 
 
 def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path) -> str:
-    """``not finished: lora-r8 (interrupted), len256 (not started); …`` with the command
-    that goes on with them: the answer below is only what the finished runs can give."""
-    runs = ", ".join(f"{u['name']} ({'not started' if u['status'] == 'pending' else u['status']})"
-                     for u in unfinished)
+    """``not finished: lora-r8 (interrupted), len256 (not started), r16 (failed: its log is
+    runs/<id>/log.txt); …`` with the command that goes on with them (a failed run is retried
+    once its task is fixed): the answer below is only what the finished runs can give."""
+    def state(u: dict[str, str]) -> str:
+        if u["status"] == "failed":
+            return f"failed: its log is runs/{u['run_id']}/log.txt"
+        return "not started" if u["status"] == "pending" else u["status"]
+    runs = ", ".join(f"{u['name']} ({state(u)})" for u in unfinished)
+    failed = any(u["status"] == "failed" for u in unfinished)
     return (f"not finished: {runs}; the answer below is only what the finished runs give. "
-            f"{shlex.join(['flightplan', 'run', str(spec_path)])} goes on with them; close "
+            + ("Fix what the log names, then " if failed else "")
+            + f"{shlex.join(['flightplan', 'run', str(spec_path)])} goes on with them; close "
             f"again once they have ended")
 
 

@@ -17,7 +17,8 @@ absolute_path        a text file holds an absolute path of the writing machine (
                      campaign directory, home, working directory or Python environment,
                      recorded in the manifest) or any /home/<user>, /Users/<user> path
 missing_run          an expected run id lacks its files (params and measurements; plus
-                     predictions and artifact unless the run stopped)
+                     predictions and artifact unless the run stopped or never finished:
+                     status ``incomplete``, a run that failed or was still running)
 base_revision        an artifact names a base model (``base_revision``) but not exactly, or
                      names none although its run's campaign names a base model or the
                      artifact holds an adapter (``adapter_config.json``, ``peft``)
@@ -261,7 +262,9 @@ def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> l
         expected = []
     for run_id in expected:
         needed = [f"params/{run_id}.json", f"measurements/{run_id}.jsonl"]
-        if (runs.get(run_id) or {}).get("status") != "stopped":
+        # a run stopped by a rule, or one that never finished (it failed, or close came
+        # before it ended), has no product to check: its rows say what happened
+        if (runs.get(run_id) or {}).get("status") not in ("stopped", "incomplete"):
             needed.append(f"predictions/{run_id}.csv")
             if not any(p.startswith(f"artifacts/{run_id}/") for p in present):
                 needed.append(f"artifacts/{run_id}/")

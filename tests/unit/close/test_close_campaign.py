@@ -299,6 +299,12 @@ def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys
     close_command(spec.source, as_json=True, open_ledger=lambda _: ledger)
     assert json.loads(capsys.readouterr().out)["unfinished"] == [
         {"run_id": VARIANT, "name": "variant", "status": "pending"}]
+    variant.update(status="failed")                      # its task crashed: retried by run
+    close_command(spec.source, as_json=False, open_ledger=lambda _: ledger)
+    assert capsys.readouterr().out.startswith(
+        f"not finished: variant (failed: its log is runs/{VARIANT}/log.txt); the answer "
+        f"below is only what the finished runs give. Fix what the log names, then "
+        f"flightplan run {spec.source} goes on with them; close again once they have ended\n")
 
 
 def test_verify_of_a_folder_that_is_no_results_directory_is_bad_input(closed, tmp_path):

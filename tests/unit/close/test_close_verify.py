@@ -69,6 +69,18 @@ def test_missing_file_and_missing_run(copy):
         ("missing_run", f"measurements/{VARIANT}.jsonl")]
 
 
+def test_a_run_that_never_finished_is_not_missing_its_product(copy):
+    """A failed run (published ``incomplete``: no done.json, no stop.json) has no
+    predictions or artifact to check; once it says ``finished`` they are missing."""
+    shutil.rmtree(copy / "artifacts" / VARIANT)
+    (copy / f"predictions/{VARIANT}.csv").unlink()
+    gone = [f"artifacts/{VARIANT}/", f"predictions/{VARIANT}.csv"]
+    update_manifest(copy, removed_prefixes=gone, runs={VARIANT: {"status": "incomplete"}})
+    assert ("missing_run", f"predictions/{VARIANT}.csv") not in checks(copy, reload=False)
+    update_manifest(copy, runs={VARIANT: {"status": "finished"}})
+    assert ("missing_run", f"predictions/{VARIANT}.csv") in checks(copy, reload=False)
+
+
 def test_missing_run_for_an_expected_id_without_files(copy):
     manifest = read_manifest(copy)
     update_manifest(copy, meta={"expected_run_ids": manifest["expected_run_ids"] + ["ghost-1"]})
