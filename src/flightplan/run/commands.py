@@ -270,6 +270,8 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps(snapshot, indent=2, default=str))
         return 0
+    # the campaign file as this command was given it: the commands shown work from here
+    snapshot["campaign"] = {**(snapshot.get("campaign") or {}), "spec_path": str(spec_path)}
     _print_status(snapshot, metric=spec.campaign.metric)
     return 0
 

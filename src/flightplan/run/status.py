@@ -265,17 +265,21 @@ def _flight_when(flight: dict[str, Any], *, now: float) -> str:
     return ("ends " if flight["hours_left"] > 0 else "at ") + clock(flight["ends_at"], now=now)
 
 
-def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now: float
-                  ) -> list[str]:
+def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now: float,
+                  stopped_by: str | None = None) -> list[str]:
     """The lines on ``results/`` under the campaign line: once closed, the answer, the
     verdict, whether it verified and where the report is; before, that results/ holds
-    what the runs published so far and that ``close`` completes it; nothing when there is
-    no results/ yet.
+    what the runs published so far and that ``close`` completes it, or, when the runner
+    last stopped the campaign on a fault (``stopped_by``: its data check, kernel check or
+    pilot), that the fault is fixed and ``run`` goes on; nothing when there is no
+    results/ yet.
 
     Args:
         results: the snapshot's ``results`` (``flightplan.run.commands._add_results``).
-        spec: the campaign file, for the ``close`` command shown.
+        spec: the campaign file, for the commands shown.
         width: terminal columns. now: unix seconds (see :func:`clock`).
+        stopped_by: what stopped the campaign when that is the ledger's last event
+            (``pilot``, ``data_check``, ``kernel_check``, ``decision``); None otherwise.
     """
     if not results:
         return []
@@ -283,6 +287,10 @@ def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now:
     if closed is None:
         if not results.get("exists"):
             return []
+        if stopped_by is not None and stopped_by != "decision":
+            return [cut(f"results: {results['dir']} holds what was published so far; the "
+                        f"{stopped_by.replace('_', ' ')} stopped the campaign (last events "
+                        f"below): fix that, then `flightplan run {spec}` goes on", width)]
         return [cut(f"results: {results['dir']} holds what the runs published so far; "
                     f"`flightplan close {spec}` completes it", width)]
     state = "verified" if closed.get("verified") else "NOT verified"
@@ -322,8 +330,11 @@ def status_lines(snapshot: dict[str, Any], *, metric: str, width: int, now: floa
                width)]
     if snapshot.get("cluster"):
         out.append(cut(ClusterJoined(**snapshot["cluster"]).line(), width))
+    events = snapshot.get("events") or []
+    last = events[-1] if events else {}
+    stopped_by = (last.get("data") or {}).get("by") if last.get("kind") == "stopped" else None
     out += results_lines(snapshot.get("results"), spec=campaign.get("spec_path", "?"),
-                         width=width, now=now)
+                         width=width, now=now, stopped_by=stopped_by)
     out += ["", "plan versions"]
     versions = snapshot.get("plan_versions") or []
     if versions:

@@ -292,3 +292,21 @@ def test_the_replicates_of_a_run_come_under_a_line_naming_it() -> None:
         "  lora-seed-0-0000000000  finished    0.4500       9.0",
         "  lora-seed-1-0000000001  finished    0.4700       9.0",
         "  lora-seed-2-0000000002  running          -       9.0"]
+
+
+def test_results_line_after_a_fault_stopped_the_campaign_says_to_fix_it_and_run_again():
+    from flightplan.run.status import results_lines
+
+    results = {"dir": "/c/results", "exists": True, "report": None, "closed": None}
+    assert results_lines(results, spec="/c/campaign.toml", width=300, now=0.0,
+                         stopped_by="pilot") == [
+        "results: /c/results holds what was published so far; the pilot stopped the "
+        "campaign (last events below): fix that, then `flightplan run /c/campaign.toml` "
+        "goes on"]
+    assert results_lines(results, spec="/c/campaign.toml", width=300, now=0.0,
+                         stopped_by="data_check")[0].count("the data check stopped") == 1
+    for by in (None, "decision"):    # nothing to fix: closing completes results/
+        assert results_lines(results, spec="/c/campaign.toml", width=300, now=0.0,
+                             stopped_by=by) == [
+            "results: /c/results holds what the runs published so far; `flightplan close "
+            "/c/campaign.toml` completes it"]
