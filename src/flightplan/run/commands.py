@@ -185,8 +185,9 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
     if as_json:
         print(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=str))
     else:
+        width = console.size.width if console.is_terminal else UNCUT_WIDTH  # a pipe: uncut
         for line in run_lines(outcome.runs, metric=spec.campaign.metric, title="campaign runs",
-                              width=console.size.width, now=time.time()):
+                              width=width, now=time.time()):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.print(outcome.message, markup=False, highlight=False, soft_wrap=True)
     if outcome.stopped_by:
@@ -197,8 +198,8 @@ def run_command(spec_path: Path, *, decide: str | None, as_json: bool,
 
 
 UNCUT_WIDTH = 10_000
-"""The width ``status`` lays its lines out for when its output is not a terminal: wide
-enough that no line is cut."""
+"""The width ``status`` and the table at the end of ``run`` lay their lines out for when
+the output is not a terminal (a pipe, a log file): wide enough that no line is cut."""
 
 
 def frozen_rule_drift(spec: "CampaignSpec") -> str | None:

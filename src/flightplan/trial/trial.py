@@ -72,11 +72,23 @@ AWAIT_POLL_S = 0.05
 """How often (seconds) a process told to ``await_checkpoint`` looks for it."""
 
 
-def _item(value: Any) -> Any:
-    """Tensors and numpy scalars as Python numbers (``.item()``); anything else unchanged."""
+def _item(value: Any, name: str = "value") -> Any:
+    """Tensors and numpy scalars as Python numbers (``.item()``); anything else unchanged.
+
+    Raises:
+        ArgumentError: ``value`` (logged as ``name``) is a tensor or array of more than one
+            element.
+    """
     if isinstance(value, (float, int, str)) or value is None:
         return value
-    return value.item() if callable(getattr(value, "item", None)) else value
+    if not callable(getattr(value, "item", None)):
+        return value
+    size = getattr(value, "numel", None)
+    count = size() if callable(size) else getattr(value, "size", 1)
+    if isinstance(count, int) and count != 1:
+        raise ArgumentError(f"{name}: a tensor of {count} elements, not one number; log "
+                            f"one (e.g. {name}=value.mean()), or each under its own name")
+    return value.item()
 
 
 class Trial:
@@ -424,6 +436,7 @@ class Trial:
         Raises:
             TrialStopped: a rule fired on this row or on the row waiting before it (stop.json
                 written, earlier checkpoints intact).
+            ArgumentError: a value is a tensor or array of more than one element.
         """
         if not self._loop_started:
             self._begin_loop()
@@ -433,7 +446,7 @@ class Trial:
         for key, value in measurements.items():
             reading = None if self._ranks.distributed or isinstance(value, (float, int, str)) \
                 else read_later(value, self._pinned)
-            values[key] = _item(value) if reading is None else reading
+            values[key] = _item(value, key) if reading is None else reading
             waits |= reading is not None
         if "planned_steps" not in values and self.planned_steps is not None \
                 and self.planned_steps != self._planned_logged:
@@ -494,7 +507,7 @@ class Trial:
         if self._loop_started:
             raise CheckpointError("log_setup after the loop began: log rows of the loop with "
                                   "trial.log(step, ...)")
-        self._write(Measurement(0, time.time(), {k: _item(v) for k, v in measurements.items()}))
+        self._write(Measurement(0, time.time(), {k: _item(v, k) for k, v in measurements.items()}))
 
     def cached(self, key_parts: Mapping[str, Any], build: Callable[[], Any]) -> Any:
         """Data prepared once per campaign: the object ``build()`` makes for ``key_parts``,
@@ -535,7 +548,7 @@ class Trial:
         """
         self._begin_loop()
         self.flush_rows()
-        values = {k: _item(v) for k, v in metrics.items()}
+        values = {k: _item(v, k) for k, v in metrics.items()}
         self._write(Evaluation(step, time.time(), values))
         self._first_stop(rule.on_evaluate(step, values, self.planned_steps)
                          for rule in self._rules)

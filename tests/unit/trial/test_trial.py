@@ -309,3 +309,19 @@ def test_the_first_durable_row_makes_the_measurements_file_name_durable_too(
     # the second save: the file's bytes again, the run folder not again
     assert seen.count(("fsync", measurements, False)) == 2
     assert seen.count(("fsync", run, True)) == 1
+
+
+def test_a_tensor_of_several_elements_is_refused_naming_the_measurement(tmp_path):
+    trial = Trial.local(tmp_path / "run")
+    trial.register(model=torch.nn.Linear(2, 1))
+    trial.restore()
+    with pytest.raises(ArgumentError) as refused:
+        trial.log(0, loss=torch.ones(3))
+    assert str(refused.value) == ("loss: a tensor of 3 elements, not one number; log one "
+                                  "(e.g. loss=value.mean()), or each under its own name")
+    with pytest.raises(ArgumentError, match=r"^accuracy: a tensor of 2 elements"):
+        trial.evaluate(0, accuracy=np.array([0.5, 0.7]))
+    trial.log(0, loss=torch.tensor([2.5]), lr=np.float32(0.5))        # one element each: kept
+    rows = [json.loads(line) for line in (tmp_path / "run" / "measurements.jsonl")
+            .read_text().splitlines()]
+    assert [(r["loss"], r["lr"]) for r in rows if "loss" in r] == [(2.5, 0.5)]
