@@ -42,8 +42,8 @@ def _trial_json(run_dir: Path, *, resume: bool = False, task: str = "ddp_task.py
                 **params: object) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "trial.json"
-    defaults = ({"steps": STEPS, "checkpoint_at": [2, 5, 8]} if task == "ddp_task.py"
-                else {"steps": STEPS, "every": 3})
+    defaults = ({"steps": STEPS, "checkpoint_at": [2, 5, 8]}
+                if task in ("ddp_task.py", "fsdp_task.py") else {"steps": STEPS, "every": 3})
     path.write_text(json.dumps({
         "run_id": "ddp-0123456789", "name": "ddp", "task": task,
         "campaign_dir": str(HERE), "resume": resume, "params": {**defaults, **params}}))
@@ -522,3 +522,52 @@ def test_ray_runs_the_ranks_on_one_flight_and_resumes_them_bitwise(reference: Pa
         {name: (reference / name).read_bytes() for name in home}
     log = (run_dir / "log.txt").read_text()
     assert "[rank 1] " in log and "[rank 0] " in log
+
+
+# -- FSDP2 (fsdp_task.py: every parameter sharded over the two ranks) --------------------
+
+FSDP = "fsdp_task.py"
+
+
+@pytest.fixture(scope="module")
+def fsdp_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("fsdp") / "reference"
+    code = _wait(_start(_trial_json(run_dir, task=FSDP)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    return run_dir
+
+
+def test_fsdp_saves_the_full_state_once(fsdp_reference: Path) -> None:
+    from safetensors.torch import load_file
+
+    rows = _rows(fsdp_reference)
+    assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))
+    folder = fsdp_reference / "checkpoints" / "step-000009"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    model = load_file(folder / "model.safetensors")
+    assert {k: tuple(v.shape) for k, v in model.items()} == {
+        "0.weight": (32, 16), "0.bias": (32,), "3.weight": (4, 32), "3.bias": (4,)}  # whole
+    assert {"optimizer/state/0.weight/exp_avg", "state/ranks/1/rng/torch_cpu"} \
+        <= set(manifest["tensors"])
+
+
+def test_fsdp_whole_group_killed_resumes_bitwise(fsdp_reference: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    group = _paused(run_dir, after=5, task=FSDP)
+    group.kill()
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=FSDP)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert [r for r in _rows(run_dir) if r.get("event") == "restore"][-1]["source"] \
+        == "step-000006"
+    assert _products(run_dir) == _products(fsdp_reference)
+
+
+def test_fsdp_one_rank_killed_resumes_bitwise(fsdp_reference: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "one-rank"
+    group = _paused(run_dir, after=8, task=FSDP)
+    os.kill(group.pids[1], signal.SIGKILL)
+    assert _wait(group) == -signal.SIGKILL
+    code = _wait(_start(_trial_json(run_dir, resume=True, task=FSDP)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert _products(run_dir) == _products(fsdp_reference)

@@ -53,6 +53,7 @@ from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
                                                  load_library_checkpoint, missing_files)
 from flightplan.trial.readings import DeviceReading, PinnedScalars, read_later
+from flightplan.trial.sharded import FullStateModel, FullStateOptimizer, is_sharded
 from flightplan.trial.stop_rules import (NoUsableResume, Stop, StopRule, build_rules,
                                          stop_record)
 from flightplan.transfer_time import checkpoint_transfer_s
@@ -236,8 +237,22 @@ class Trial:
                 self._parts.extra[key.removeprefix("extra/")] = obj
             else:
                 setattr(self._parts, key, obj)
+        self._wrap_sharded(new)
         if self._restored is not None:
             self._apply_late(new)
+
+    def _wrap_sharded(self, new: dict[str, Any]) -> None:
+        """A model sharded across the ranks (FSDP2) and its optimizer are saved and
+        restored as one full state (:mod:`flightplan.trial.sharded`): wrap them (in ``new``
+        too, for the late restore)."""
+        parts = self._parts
+        if is_sharded(parts.model):
+            parts.model = new["model"] = FullStateModel(parts.model)
+        if isinstance(parts.model, FullStateModel) and parts.optimizer is not None \
+                and not isinstance(parts.optimizer, FullStateOptimizer):
+            parts.optimizer = FullStateOptimizer(parts.model.module, parts.optimizer)
+            if "optimizer" in new:
+                new["optimizer"] = parts.optimizer
 
     def _apply_late(self, new: Mapping[str, Any]) -> None:
         """Give components registered after restore() their saved state, then re-set the
@@ -583,6 +598,10 @@ class Trial:
             self.micro_step = micro_step
         start = time.monotonic()
         if not self._ranks.leader:  # its own state goes to the leader, which saves the step
+            if isinstance(self._parts.model, FullStateModel):  # gathered to the leader:
+                self._parts.model.state_dict()                 # collective, in its order
+                if self._parts.optimizer is not None:
+                    self._parts.optimizer.state_dict()
             self._ranks.gather(self._snapshot.capture_own(self._parts))
             return
         counters = {"step": step + 1, "epoch": self.epoch, "micro_step": self.micro_step}

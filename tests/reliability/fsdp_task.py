@@ -1,0 +1,90 @@
+"""A small FSDP task on the trial API (two ranks on the CPU with gloo), for kill-and-resume.
+
+The MLP of ``ddp_task.py`` (16 → 32 → 4, dropout) with each Linear and the whole model
+sharded by FSDP2's ``fully_shard`` over a CPU device mesh, so each rank holds half of
+every parameter and of the optimizer's state; each rank reads its own shard of 256 fixed
+random examples in its own random order, with dropout from its own RNG stream. A resume is
+bitwise identical only if the full weights and optimizer state come back sharded as they
+were, with every rank's RNG and data position. It checkpoints after each step of
+``params.checkpoint_at`` (durable before it goes on); the full state is gathered to rank 0
+for each save (:mod:`flightplan.trial.sharded`). At the end rank 0 writes the gathered
+weights and optimizer state (``final/``), ``predictions.csv`` and ``metrics.json``.
+
+Params: ``steps``, ``checkpoint_at`` (list of steps), ``pause_after`` (after that step's
+checkpoint is durable, rank 0 writes ``paused`` in the run directory and every rank sleeps
+until killed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
+
+from ddp_products import write_final_state
+
+
+def train(trial) -> None:
+    params = trial.params
+    rank, world = trial.rank, trial.world_size
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (world,))
+    data = torch.Generator().manual_seed(123)
+    x = torch.randn(256, 16, generator=data)
+    y = torch.randint(0, 4, (256,), generator=data)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 4))
+    for layer in (model[0], model[3]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    torch.manual_seed(7 + rank)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    shard = list(range(rank, 256, world))
+    loader = StatefulDataLoader(shard, batch_size=8, sampler=RandomSampler(
+        shard, generator=torch.Generator().manual_seed(11 + rank)))
+    trial.register(model=model, optimizer=optimizer, loader=loader)
+    step = trial.restore()
+    steps = int(params["steps"])
+    while step < steps:
+        for batch in loader:
+            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            trial.log(step, loss=loss.item())
+            if step in params.get("checkpoint_at", []):
+                trial.checkpoint(step)
+                trial.wait_for_checkpoint()
+                if params.get("pause_after") == step:
+                    if rank == 0:
+                        (Path(trial.run_dir) / "paused").write_text(str(step))
+                    while True:
+                        time.sleep(1)
+            step += 1
+            if step >= steps:
+                break
+    whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(model, options=whole)             # collective
+    state = get_optimizer_state_dict(model, optimizer, options=whole)
+    model.eval()
+    with torch.no_grad():
+        probs = model(x[:32]).softmax(dim=1)
+    if rank == 0:
+        write_final_state(Path(trial.run_dir), weights, state)
+        (Path(trial.run_dir) / "predictions.csv").write_text(
+            "".join(",".join(repr(float(p)) for p in row) + "\n" for row in probs))
+        accuracy = float((probs.argmax(1) == y[:32]).float().mean())
+        (Path(trial.run_dir) / "metrics.json").write_text(json.dumps({"accuracy": accuracy}))
+    trial.finish()
+    dist.destroy_process_group()
