@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import torch
 
-__all__ = ["is_sharded", "FullStateModel", "FullStateOptimizer"]
+__all__ = ["is_sharded", "check_not_fsdp1", "FullStateModel", "FullStateOptimizer"]
 
 
 def is_sharded(model: Any) -> bool:
@@ -32,6 +32,22 @@ def is_sharded(model: Any) -> bool:
     if dtensor is None or not isinstance(model, torch.nn.Module):
         return False
     return any(isinstance(p, dtensor.DTensor) for p in model.parameters())
+
+
+def check_not_fsdp1(model: Any) -> None:
+    """Refuse a model wrapped in FSDP's first API (``FullyShardedDataParallel``): its
+    ``state_dict()`` is collective in a way the trial does not drive, so the first save would
+    wait for ever.
+
+    Raises:
+        TypeError: ``model`` is a ``FullyShardedDataParallel``.
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    wrapper = getattr(fsdp, "FullyShardedDataParallel", None)
+    if wrapper is not None and isinstance(model, wrapper):
+        raise TypeError("model: a FullyShardedDataParallel (FSDP's first API) cannot be "
+                        "checkpointed by the trial; shard it with FSDP2 instead "
+                        "(torch.distributed.fsdp.fully_shard) and register the model")
 
 
 def _options() -> Any:

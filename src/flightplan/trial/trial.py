@@ -53,7 +53,8 @@ from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
                                                  load_library_checkpoint, missing_files)
 from flightplan.trial.readings import DeviceReading, PinnedScalars, read_later
-from flightplan.trial.sharded import FullStateModel, FullStateOptimizer, is_sharded
+from flightplan.trial.sharded import (FullStateModel, FullStateOptimizer, check_not_fsdp1,
+                                      is_sharded)
 from flightplan.trial.stop_rules import (NoUsableResume, Stop, StopRule, build_rules,
                                          stop_record)
 from flightplan.transfer_time import checkpoint_transfer_s
@@ -213,8 +214,12 @@ class Trial:
         Every object needs ``state_dict()``/``load_state_dict()``; the loader must be
         resumable mid-epoch (torchdata ``StatefulDataLoader``).
 
+        A model sharded with FSDP2 (``fully_shard``) is saved as one full state
+        (:mod:`flightplan.trial.sharded`).
+
         Raises:
-            TypeError: an object without ``state_dict``/``load_state_dict``.
+            TypeError: an object without ``state_dict``/``load_state_dict``, or a model in
+                FSDP's first API (``FullyShardedDataParallel``).
             CheckpointError: a component registered after the loop started, or one the
                 restored checkpoint holds no state for.
         """
@@ -229,6 +234,7 @@ class Trial:
                         if key == "loader" else "")
                 raise TypeError(f"{key}: {type(obj).__name__} has no state_dict/load_state_dict, "
                                 f"so it cannot be checkpointed{hint}")
+        check_not_fsdp1(new.get("model"))
         if self._loop_started and new:
             raise CheckpointError(f"{', '.join(new)} registered after training started; register "
                                   f"every component before the first log() or checkpoint")

@@ -325,3 +325,18 @@ def test_a_tensor_of_several_elements_is_refused_naming_the_measurement(tmp_path
     rows = [json.loads(line) for line in (tmp_path / "run" / "measurements.jsonl")
             .read_text().splitlines()]
     assert [(r["loss"], r["lr"]) for r in rows if "loss" in r] == [(2.5, 0.5)]
+
+
+def test_a_model_in_fsdps_first_api_is_refused_at_register(tmp_path):
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    trial = Trial.local(tmp_path / "run")
+    wrapped = FullyShardedDataParallel.__new__(FullyShardedDataParallel)  # no group needed
+    with pytest.raises(TypeError) as refused:
+        trial.register(model=wrapped)
+    assert str(refused.value) == (
+        "model: a FullyShardedDataParallel (FSDP's first API) cannot be checkpointed by the "
+        "trial; shard it with FSDP2 instead (torch.distributed.fsdp.fully_shard) and register "
+        "the model")
+    trial.register(model=torch.nn.Linear(2, 1))        # a plain model: not sharded, kept
+    assert trial.restore() == 0
