@@ -1,7 +1,8 @@
 """Units that carry their meaning: durations and money.
 
-``Duration`` parses the strings of a campaign file (``"90m"``, ``"10h"``, ``"2d"``) and
-reports hours as numbers, as the JSON contract asks. ``Money`` is a ``Decimal`` with a
+``Duration`` parses the strings of a campaign file (``"90m"``, ``"10h"``, ``"2d"``, and
+``"1.5 min"`` as flightplan prints durations) and reports hours as numbers, as the JSON
+contract asks. ``Money`` is a ``Decimal`` with a
 currency; it never meets a float and is printed with two places (``"47.14"``).
 
 Usage::
@@ -19,9 +20,10 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 __all__ = ["Duration", "Money", "hours", "parse_extension", "time_unit", "SECONDS_PER_HOUR"]
 
-_SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SECONDS_PER_UNIT = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 SECONDS_PER_HOUR = 3600.0
-_DURATION_RE = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*([smhd])\s*$")
+#: one number, optional spaces, one unit: s, m or min, h, d (``"90m"``, ``"1.5 min"``)
+_DURATION_RE = re.compile(r"^\s*([+-]?\d+(?:\.\d+)?)\s*(min|[smhd])\s*$")
 _CENT = Decimal("0.01")
 #: longest duration accepted (s): ten years, far beyond any rental package
 MAX_SECONDS = 3650 * 86400
@@ -47,7 +49,9 @@ class Duration:
 
     @classmethod
     def parse(cls, text: str, *, allow_zero: bool = False) -> "Duration":
-        """Parse ``"<number><unit>"`` with unit s, m, h or d (``"90m"``, ``"1.5h"``).
+        """Parse ``"<number><unit>"`` with unit s, m or min, h or d (``"90m"``, ``"1.5h"``),
+        spaces allowed around the unit: whatever flightplan prints as a duration
+        (``"7.9 s"``, ``"12.5 min"``, ``"3.2 h"``) parses back.
 
         Raises:
             ValueError: unparsable, negative, zero or rounding to zero seconds (unless
@@ -55,8 +59,8 @@ class Duration:
         """
         match = _DURATION_RE.match(str(text))
         if not match:
-            raise ValueError(f"{text!r} is not a duration; write a number and a unit, "
-                             f"like \"90m\", \"10h\" or \"2d\"")
+            raise ValueError(f"{text!r} is not a duration; write a number and a unit "
+                             f"(s, m or min, h, d), like \"90s\", \"90m\", \"10h\" or \"2d\"")
         value = Decimal(match.group(1)) * _SECONDS_PER_UNIT[match.group(2)]
         if value < 0:
             raise ValueError(f"{text!r} is negative; a duration must be positive")

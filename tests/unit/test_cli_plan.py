@@ -43,6 +43,29 @@ def test_plan_json_of_the_illustration(tmp_path: Path) -> None:
     assert data["recommendation"]["total_price"] == "47.14"
 
 
+def test_plan_takes_a_duration_in_the_unit_it_prints(tmp_path: Path) -> None:
+    # install: "2h" → "90 min" (how plan prints a duration), half an hour off the 48 h
+    text = ILLUSTRATION.replace('name = "install"\nduration = "2h"',
+                                'name = "install"\nduration = "90 min"')
+    assert text != ILLUSTRATION
+    result = _invoke(["plan", str(_write(tmp_path, text)), "--json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert [s["duration_hours"] for s in data["stages"] if s["name"] == "install"] == [1.5]
+    assert data["reserved_hours"] == 47.5
+
+
+@pytest.mark.parametrize("hours, printed, seconds", [
+    (0.5 / 3600, "0.5 s", 1), (1.5 / 60, "1.5 min", 90), (2.0, "2 h", 7200),
+    (1234.5, "1230 h", 4428000)])            # 3 digits, never "1.23e+03 h"
+def test_plan_prints_estimated_durations_as_a_campaign_file_takes_them(
+        hours: float, printed: str, seconds: int) -> None:
+    from flightplan.plan.commands import _figure
+    from flightplan.units import Duration
+    assert _figure(hours, "duration") == printed
+    assert Duration.parse(printed).seconds == seconds
+
+
 def test_plan_warns_that_the_main_job_cannot_confirm_its_threshold(tmp_path: Path) -> None:
     """Before any run, with the default disagreement: +0.05 macro-F1 on 379 test reviews."""
     spec = ROOT / "examples" / "drug-reviews" / "campaign.toml"

@@ -15,6 +15,20 @@ def test_duration_parses_units(text: str, seconds: int) -> None:
     assert Duration.parse(text).seconds == seconds
 
 
+@pytest.mark.parametrize("text, seconds", [("2min", 120), ("1.5 min", 90), ("12.5 min", 750),
+                                           ("7.9 s", 8), ("3.2 h", 11520), ("2 d", 172800)])
+def test_duration_parses_what_flightplan_prints(text: str, seconds: int) -> None:
+    # `plan` and `run` print "1.5 min", "7.9 s", "3.2 h": a campaign file takes them back
+    assert Duration.parse(text).seconds == seconds
+
+
+def test_durations_the_run_summary_prints_parse_back() -> None:
+    from flightplan.run.job_events import _duration
+    # 0.0022 h = 7.92 s; 0.2 h = 12 min; 3.25 h; each printed with one decimal
+    assert [_duration(h) for h in (0.0022, 0.2, 3.25)] == ["7.9 s", "12.0 min", "3.2 h"]
+    assert [Duration.parse(_duration(h)).seconds for h in (0.0022, 0.2, 3.25)] == [8, 720, 11520]
+
+
 def test_duration_hours_and_text() -> None:
     assert Duration.parse("90m").hours == 1.5
     assert str(Duration.parse("48h")) == "2d" and str(Duration.parse("90m")) == "90m"
@@ -23,7 +37,8 @@ def test_duration_hours_and_text() -> None:
 
 
 @pytest.mark.parametrize("text, words", [("0h", "is zero"), ("-3h", "negative"), ("10 hours", "not a duration"),
-                                         ("h", "not a duration"), ("0.4s", "rounds to zero seconds"),
+                                         ("h", "not a duration"), ("2mins", "not a duration"),
+                                         ("5 ms", "not a duration"), ("0.4s", "rounds to zero seconds"),
                                          ("3651d", "longer than ten years")])
 def test_duration_refuses(text: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):

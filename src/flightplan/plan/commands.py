@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -377,14 +378,19 @@ def _print_plan(console: Console, result: PlanResult, left: dict[str, Any]) -> N
 
 
 def _figure(value: float, figure: str) -> str:
-    """An estimate for reading: a duration (hours) in s, min or h with 3 digits; a share
-    or an sd with 3 digits."""
+    """An estimate for reading: a duration (hours) in s, min or h with 3 digits, never in
+    exponent form, so that it reads back as a campaign file's duration (``"1.5 min"``,
+    ``"1230 h"``); a share or an sd with 3 digits."""
     if figure != "duration":
         return f"{value:.3g}"
     seconds = value * 3600
     if seconds < 60:
-        return f"{seconds:.3g} s"
-    return f"{seconds / 60:.3g} min" if seconds < 3600 else f"{value:.3g} h"
+        number, unit = seconds, "s"
+    elif seconds < 3600:
+        number, unit = seconds / 60, "min"
+    else:
+        number, unit = value, "h"
+    return f"{Decimal(f'{number:.3g}'):f} {unit}"
 
 
 def _print_uncertainties(console: Console, uncertain: tuple[Uncertainty, ...],
