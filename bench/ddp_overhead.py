@@ -4,10 +4,10 @@ processes beside 1 (DESIGN.md: overhead ≤ 2 % of the step).
 Each rank (gloo on the CPU, one thread) trains the same DDP MLP (256 → 512 → 512 → 10 with
 dropout, AdamW, 64 examples a step from its own shuffled ``StatefulDataLoader`` shard)
 ``--steps`` steps bare, then ``--steps`` steps with the trial API of a run of that many
-ranks (``trial.log`` and ``trial.maybe_checkpoint`` every step: one three-element
-``all_reduce`` decides the stop verdict and the save together; saves after the first are
-pushed past the end by a long tolerated loss), in each of ``--rounds`` rounds. Printed,
-from rank 0:
+ranks (``trial.log`` and ``trial.maybe_checkpoint`` every step: the ranks agree every
+``AGREEMENT_STEPS`` (10) steps, one three-element ``all_reduce`` deciding the stop verdict
+and the save together; saves after the first are pushed past the end by a long tolerated
+loss), in each of ``--rounds`` rounds. Printed, from rank 0:
 
 1. hooks: seconds inside ``log`` + ``maybe_checkpoint`` per step (wall clock: the calls wait
    for the other rank), over the bare loop's median step time;
@@ -138,7 +138,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rank_of is not None:
         _rank(args.steps, args.rounds, args.rank_of)
-        return
+        sys.stdout.flush()  # as the worker ends a rank: gloo's threads can abort finalization
+        os._exit(0)
     rounds = _measure(args.processes, args.steps, args.rounds)
     bare = [r["bare_step_s"] for r in rounds]
     print(f"{args.processes} processes, gloo, {args.steps} steps x {args.rounds} rounds")

@@ -136,7 +136,7 @@ class FlightplanCallback(TrainerCallback):
         now = time.perf_counter()
         self._step_total_s += now - self._step_start
         self._steps_timed += 1
-        due = self.trial.library_checkpoint_due()  # with several ranks: collective, agreed
+        due = self.trial.library_checkpoint_due(state.global_step - 1)  # ranks: agreed
         if self.stopped is not None:
             control.should_save = False
         elif self.policy_saves or self.trial.leave_requested:

@@ -146,6 +146,7 @@ class Trial:
         self._steps_done = 0
         self._started_s = time.monotonic()
         self._leave: bool | None = None  # a request to leave the flight: True = then stop
+        self._leave_asked: bool | None = None  # this rank's, not yet agreed by the ranks
         self._ranks = Ranks.from_env()
         self._agreed: tuple[int, bool, bool | None] | None = None  # log's (step, due, leave)
         self._waiting_row: Measurement | None = None  # a row whose device readings are due
@@ -312,6 +313,7 @@ class Trial:
                             if k not in self._parts.extra})
         counters = files.state["counters"]
         self._steps_done = int(counters["step"])
+        self._ranks.resume_at(self._steps_done)
         self.epoch = int(counters.get("epoch", 0))
         self.micro_step = int(counters.get("micro_step", 0))
         self._restored = files
@@ -452,7 +454,8 @@ class Trial:
         on a GPU): the row then waits, without stopping the GPU, until the next row or
         checkpoint, evaluation, :meth:`flush_rows` or :meth:`finish`, which reads it, writes
         it and applies the stop rules to it (:mod:`flightplan.trial.readings`). A run of
-        several ranks reads every value at once (its stop verdict is agreed every step).
+        several ranks reads every value at once (its ranks agree on the stop verdict every
+        :data:`~flightplan.trial.distributed.AGREEMENT_STEPS` steps).
 
         Raises:
             TrialStopped: a rule fired on this row or on the row waiting before it (stop.json
@@ -493,7 +496,7 @@ class Trial:
         if self._ranks.distributed:  # the stop verdict and the step's save in one collective
             stop = next((v for v in (r.on_log(step, values) for r in self._log_rules)
                          if v is not None), None)
-            stop, due, leave = self._ranks.agree(stop, self._save_due(), self._leave)
+            stop, due, leave = self._ranks.agree(step, stop, self._save_due(), self._leave_asked)
             self._agreed = (step, due, leave)
             if stop is not None:
                 self._stop(stop)
@@ -640,7 +643,7 @@ class Trial:
         if agreed is not None and agreed[0] == step:   # agreed by this step's log()
             _, due, leave = agreed
         else:
-            _, due, leave = self._ranks.agree(None, self._save_due(), self._leave)
+            _, due, leave = self._ranks.agree(step, None, self._save_due(), self._leave_asked)
         if leave is not None:
             self._leave = leave
             self.checkpoint(step, epoch=epoch, micro_step=micro_step)
@@ -662,19 +665,23 @@ class Trial:
         (:mod:`flightplan.run.executors.leave_watch`; the worker calls this from a signal handler).
 
         Safe in a signal handler: it only sets a flag. ``TrialPreempted`` is raised later,
-        by that save.
+        by that save. With several ranks the request waits for their next agreement
+        (:data:`~flightplan.trial.distributed.AGREEMENT_STEPS`), where every rank saves.
         """
-        self._leave = stop or bool(self._leave)
+        self._leave_asked = stop or bool(self._leave_asked)
+        if not self._ranks.distributed:  # with several ranks: once they agreed on it
+            self._leave = self._leave_asked
 
     @property
     def leave_requested(self) -> bool:
         """Whether the run was asked to checkpoint now (:meth:`request_leave`); loops whose
-        library saves on its own schedule save at their next step end when True."""
+        library saves on its own schedule save at their next step end when True. With
+        several ranks, True once the ranks agreed on a request, on every rank at once."""
         return self._leave is not None
 
     def _left(self, steps_done: int) -> None:
         """The requested checkpoint is durable: log it, and raise when asked to stop."""
-        stop, self._leave = self._leave, None
+        stop, self._leave, self._leave_asked = self._leave, None, None
         name = step_dir_name(steps_done)
         self._write(ForcedCheckpoint(steps_done, time.time(), name=name,
                                      then="stop" if stop else "continue"))
@@ -751,6 +758,7 @@ class Trial:
                                 message=f"{reason}; starting at step 0 (require_resume is off)"))
             return None
         self._steps_done = int(files.manifest["step"])
+        self._ranks.resume_at(self._steps_done)
         self.epoch = int(files.manifest.get("epoch", 0))
         restore_s = time.monotonic() - start
         self._schedule.record_restore(restore_s)
@@ -766,7 +774,9 @@ class Trial:
         With several ranks it is collective: every rank calls it after the same step and gets
         the same answer (the leader's interval, a leave request of any rank), agreed by the
         :meth:`log` of ``step`` (0-based) when that was the last row, else by a collective of
-        its own. ``step`` is not needed with one rank.
+        its own; False without one between agreements
+        (:data:`~flightplan.trial.distributed.AGREEMENT_STEPS`). ``step`` is not needed with
+        one rank (None with several: agree now).
         """
         if not self._ranks.distributed:
             return self.leave_requested or self._schedule.due(time.monotonic())
@@ -774,8 +784,8 @@ class Trial:
         if agreed is not None and step is not None and agreed[0] == step:
             _, due, leave = agreed
         else:
-            _, due, leave = self._ranks.agree(None, self._schedule.due(time.monotonic()),
-                                              self._leave)
+            _, due, leave = self._ranks.agree(step, None, self._schedule.due(time.monotonic()),
+                                              self._leave_asked)
         if leave is not None:
             self._leave = leave
         return due or leave is not None
@@ -832,10 +842,14 @@ class Trial:
 
         Raises:
             CheckpointError: the last background save failed.
+            TrialStopped: with several ranks, a stop rule fired on some rank after their
+                last agreement (:data:`~flightplan.trial.distributed.AGREEMENT_STEPS`).
         """
         self.flush_rows()
         self._writer.close()
-        self._ranks.barrier()  # every rank reached the end before the run counts as done
+        stop = self._ranks.first_stop(None)  # every rank reached the end; a stop rule that
+        if stop is not None:                 # fired after the last agreement is obeyed
+            self._stop(stop)
         if not self._ranks.leader:
             self.finished = True
             return

@@ -34,8 +34,8 @@ def test_one_rank_decides_alone_without_torch_distributed() -> None:
     ranks = Ranks()
     stop = Stop("non_finite_loss", 3, float("nan"), None, "loss is nan at step 3")
     assert ranks.first_stop(stop) is stop and ranks.first_stop(None) is None
-    assert ranks.agree(None, True, None) == (None, True, None)
-    assert ranks.agree(stop, False, True) == (stop, False, True)
+    assert ranks.agree(3, None, True, None) == (None, True, None)   # every step alone
+    assert ranks.agree(4, stop, False, True) == (stop, False, True)
     assert ranks.gather({"a": 1}) == [{"a": 1}]
     assert ranks.broadcast("step-000003") == "step-000003"
     ranks.barrier()
@@ -45,6 +45,26 @@ def test_several_ranks_without_a_process_group_are_told_to_initialise_it() -> No
     with pytest.raises(CheckpointError, match="this run has 2 processes but torch.distributed "
                                               "is not initialised"):
         Ranks(1, 2).barrier()
+
+
+@pytest.mark.parametrize("steps_done, quiet, agrees", [
+    (0, [], 0), (1, [1, 5, 9], 10), (13, [13, 19], 20), (20, [], 20)])
+def test_several_ranks_agree_at_the_first_step_past_each_multiple_of_ten(
+        steps_done: int, quiet: list[int], agrees: int) -> None:
+    """Between agreements a rank answers alone (None, False, None) and holds its verdict; at
+    the first step at or past the next multiple of AGREEMENT_STEPS (10) after the steps
+    restored it needs the process group (here: none, so the collective is refused)."""
+    ranks = Ranks(1, 2)
+    ranks.resume_at(steps_done)
+    stop = Stop("non_finite_loss", 3, float("nan"), None, "loss is nan at step 3")
+    for step in quiet:
+        assert ranks.agree(step, stop, True, True) == (None, False, None)
+    with pytest.raises(CheckpointError, match="torch.distributed is not initialised"):
+        ranks.agree(agrees, None, False, None)
+    for step in range(agrees + 1, agrees + 10):  # the next one is 10 steps on
+        assert ranks.agree(step, None, True, None) == (None, False, None)
+    with pytest.raises(CheckpointError):
+        ranks.agree(agrees + 13, None, False, None)   # a skipped multiple: the first past it
 
 
 def _files(world_size: int) -> CheckpointFiles:
