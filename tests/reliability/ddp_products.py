@@ -1,5 +1,5 @@
 """What the data-parallel test tasks leave for a bitwise comparison: the final weights and
-optimizer state, written by rank 0 (``ddp_task.py``, ``fsdp_task.py``,
+optimizer state, written by rank 0 (``ddp_task.py``, DDP or FSDP2,
 ``lightning_ddp_task.py``, ``trainer_ddp_task.py``; this folder is on ``sys.path`` while a task runs)."""
 
 from __future__ import annotations

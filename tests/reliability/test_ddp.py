@@ -6,7 +6,9 @@ ends the run as crashed with its traceback in the log; a non-finite loss on one 
 every rank with one stop record; the leave signal sent to every rank ends both with the
 same durable checkpoint (exit 75), from which the run resumes bitwise. The ranks are
 started as the local executor starts them (:class:`~flightplan.run.executors.ranks.RankGroup`,
-the real worker), the task is ``ddp_task.py`` beside this file."""
+the real worker). The tasks are beside this file: ``ddp_task.py`` under DDP and (with
+``"fsdp": true``) FSDP2, ``lightning_ddp_task.py`` and ``trainer_ddp_task.py``; the
+kill-and-resume cases are written once and run for each task (:data:`FLAVOURS`)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -34,6 +38,7 @@ HANG_S = 300.0
 STEPS = 12
 PRODUCTS = ("final/model.safetensors", "final/optimizer.safetensors", "predictions.csv",
             "metrics.json")
+LIBRARY_PRODUCTS = PRODUCTS + ("artifact/model.safetensors",)
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +48,38 @@ def _trial_json(run_dir: Path, *, resume: bool = False, task: str = "ddp_task.py
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "trial.json"
     defaults = ({"steps": STEPS, "checkpoint_at": [2, 5, 8]}
-                if task in ("ddp_task.py", "fsdp_task.py") else {"steps": STEPS, "every": 3})
+                if task == "ddp_task.py" else {"steps": STEPS, "every": 3})
     path.write_text(json.dumps({
         "run_id": "ddp-0123456789", "name": "ddp", "task": task,
         "campaign_dir": str(HERE), "resume": resume, "params": {**defaults, **params}}))
     return path
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """A data-parallel task as the kill-and-resume cases run it: its file, the params it is
+    always given, and the products its resume must match bitwise."""
+
+    name: str
+    task: str
+    params: dict[str, object] = field(default_factory=dict)
+    products: tuple[str, ...] = PRODUCTS
+
+    def trial_json(self, run_dir: Path, *, resume: bool = False, **params: object) -> Path:
+        return _trial_json(run_dir, resume=resume, task=self.task, **{**self.params, **params})
+
+    def products_of(self, run_dir: Path) -> dict[str, bytes]:
+        return {name: (run_dir / name).read_bytes() for name in self.products}
+
+
+DDP = Flavour("ddp", "ddp_task.py")
+"""The native loop under DistributedDataParallel; saves after steps 2, 5 and 8."""
+FSDP = Flavour("fsdp", "ddp_task.py", {"fsdp": True})
+"""The same loop with every parameter sharded over the two ranks by FSDP2's fully_shard."""
+LIGHTNING = Flavour("lightning", "lightning_ddp_task.py", products=LIBRARY_PRODUCTS)
+"""Lightning with strategy="ddp"; saves every 3 steps."""
+TRAINER = Flavour("trainer", "trainer_ddp_task.py", {"save_steps": 3}, LIBRARY_PRODUCTS)
+"""The Hugging Face Trainer under DDP; saves every 3 steps."""
 
 
 def _start(trial_json: Path, world_size: int = 2) -> RankGroup:
@@ -71,7 +103,7 @@ def _wait(group: RankGroup) -> int:
 
 
 def _products(run_dir: Path) -> dict[str, bytes]:
-    return {name: (run_dir / name).read_bytes() for name in PRODUCTS}
+    return DDP.products_of(run_dir)
 
 
 def _rows(run_dir: Path) -> list[dict]:
@@ -86,13 +118,129 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("ddp") / "reference"
-    code = _wait(_start(_trial_json(run_dir)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    return run_dir
+def _losses(run_dir: Path) -> int:
+    path = run_dir / "measurements.jsonl"
+    return path.read_text().count('"loss"') if path.exists() else 0
 
+
+def _paused(run_dir: Path, after: int, flavour: Flavour = DDP) -> RankGroup:
+    group = _start(flavour.trial_json(run_dir, pause_after=after))
+    deadline = time.monotonic() + HANG_S
+    while not (run_dir / "paused").exists():
+        assert group.poll() is None, (run_dir / "log.txt").read_text()[-3000:]
+        assert time.monotonic() < deadline, "never paused"
+        time.sleep(0.05)
+    return group
+
+
+References = Callable[[Flavour], Path]
+"""The ``references`` fixture: a flavour's uninterrupted run directory."""
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> References:
+    """Each flavour's uninterrupted run, made once (on first use) for the whole module."""
+    made: dict[str, Path] = {}
+
+    def reference_of(flavour: Flavour) -> Path:
+        if flavour.name not in made:
+            run_dir = tmp_path_factory.mktemp(flavour.name) / "reference"
+            code = _wait(_start(flavour.trial_json(run_dir)))
+            assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+            made[flavour.name] = run_dir
+        return made[flavour.name]
+    return reference_of
+
+
+@pytest.fixture(scope="module")
+def reference(references: References) -> Path:
+    return references(DDP)
+
+
+# -- every task: killed (the group, one rank), left, resized; resumed bitwise ------------
+
+def _flavour_id(value: object) -> str | None:
+    return value.name if isinstance(value, Flavour) else None          # the rest: pytest's
+
+
+def _kill_group(group: RankGroup) -> None:
+    group.kill()
+    assert group.poll() == -signal.SIGKILL
+
+
+def _kill_one_rank(group: RankGroup) -> None:
+    os.kill(group.pids[1], signal.SIGKILL)
+    assert _wait(group) == -signal.SIGKILL                    # the group ends with it
+
+
+@pytest.mark.parametrize("flavour, kill, after, source", [
+    pytest.param(flavour, kill, after, source, id=f"{flavour.name}-{kill.__name__.removeprefix('_kill_')}")
+    for flavour, group_after, rank_after in [(DDP, 5, 8), (LIGHTNING, 7, 10), (TRAINER, 7, 10),
+                                             (FSDP, 5, 8)]
+    for kill, after, source in [(_kill_group, group_after, "step-000006"),
+                                (_kill_one_rank, rank_after, "step-000009")]])
+def test_killed_after_a_checkpoint_the_run_resumes_bitwise(
+        flavour: Flavour, kill: Callable[[RankGroup], None], after: int, source: str,
+        references: References, tmp_path: Path) -> None:
+    """The whole group SIGKILLed, or one rank alone (which ends the group), while paused
+    after a checkpoint; resumed in new processes from the checkpoint after the pause, the
+    run ends bitwise equal to the uninterrupted one."""
+    run_dir = tmp_path / "killed"
+    group = _paused(run_dir, after=after, flavour=flavour)
+    kill(group)
+    assert not any(_alive(pid) for pid in group.pids)           # every rank killed and reaped
+    code = _wait(_start(flavour.trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert flavour.products_of(run_dir) == flavour.products_of(references(flavour))
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == source
+
+
+@pytest.mark.parametrize("flavour, step_sleep_s", [(DDP, 0.2), (LIGHTNING, 0.3), (TRAINER, 0.3)],
+                         ids=_flavour_id)
+def test_the_leave_signal_reaches_every_rank_and_the_run_resumes_bitwise(
+        flavour: Flavour, step_sleep_s: float, references: References,
+        tmp_path: Path) -> None:
+    run_dir = tmp_path / "left"
+    group = _start(flavour.trial_json(run_dir, step_sleep_s=step_sleep_s))
+    deadline = time.monotonic() + HANG_S
+    while _losses(run_dir) < 4:
+        assert group.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
+    assert _wait(group) == EXIT_PREEMPTED
+    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
+    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
+    assert len(forced) == 1 and forced[0]["then"] == "stop"
+    manifest = json.loads((run_dir / "checkpoints" / forced[0]["name"] / "manifest.json")
+                          .read_text())
+    assert manifest["world_size"] == 2
+    code = _wait(_start(flavour.trial_json(run_dir, resume=True)))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
+    assert restores[-1]["source"] == forced[0]["name"]
+    assert flavour.products_of(run_dir) == flavour.products_of(references(flavour))
+
+
+@pytest.mark.parametrize("flavour, after", [(DDP, 2), (LIGHTNING, 5)],
+                         ids=_flavour_id)
+def test_a_resume_at_another_world_size_is_refused_in_one_line(flavour: Flavour, after: int,
+                                                               tmp_path: Path) -> None:
+    run_dir = tmp_path / "resized"
+    group = _paused(run_dir, after=after, flavour=flavour)
+    group.kill()
+    code = _wait(_start(flavour.trial_json(run_dir, resume=True), world_size=1))
+    assert code == EXIT_CRASHED
+    lines = (run_dir / "log.txt").read_text().splitlines()
+    refusal = [line for line in lines if "was saved by" in line]
+    assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
+                       "but this run has 1; resuming at another world size is not bitwise: give "
+                       "[[run]] processes = 2, or start the run over with flightplan run "
+                       "CAMPAIGN_FILE --restart NAME"]
+    assert not (run_dir / "done.json").exists()
+
+
+# -- the native loop (ddp_task.py under DDP) ---------------------------------------------
 
 def test_an_uninterrupted_run_writes_once_and_saves_every_ranks_state(reference: Path) -> None:
     rows = _rows(reference)
@@ -105,58 +253,6 @@ def test_an_uninterrupted_run_writes_once_and_saves_every_ranks_state(reference:
     assert {"state/ranks/1/rng/torch_cpu", "state/rng/torch_cpu",
             "state/ranks/1/generators/sampler"} <= set(manifest["tensors"])
     assert "[rank 1] " in (reference / "log.txt").read_text()
-
-
-def _paused(run_dir: Path, after: int, task: str = "ddp_task.py", **params: object) -> RankGroup:
-    group = _start(_trial_json(run_dir, pause_after=after, task=task, **params))
-    deadline = time.monotonic() + HANG_S
-    while not (run_dir / "paused").exists():
-        assert group.poll() is None, (run_dir / "log.txt").read_text()[-3000:]
-        assert time.monotonic() < deadline, "never paused"
-        time.sleep(0.05)
-    return group
-
-
-def test_the_whole_group_killed_after_a_checkpoint_resumes_bitwise(reference: Path,
-                                                                   tmp_path: Path) -> None:
-    run_dir = tmp_path / "killed"
-    group = _paused(run_dir, after=5)
-    group.kill()
-    assert group.poll() == -signal.SIGKILL
-    code = _wait(_start(_trial_json(run_dir, resume=True)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    assert _products(run_dir) == _products(reference)
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == "step-000006"
-
-
-def test_one_rank_killed_ends_the_group_and_the_run_resumes_bitwise(reference: Path,
-                                                                    tmp_path: Path) -> None:
-    run_dir = tmp_path / "one-rank"
-    group = _paused(run_dir, after=8)
-    os.kill(group.pids[1], signal.SIGKILL)
-    assert _wait(group) == -signal.SIGKILL
-    assert not any(_alive(pid) for pid in group.pids)           # rank 0 killed and reaped
-    code = _wait(_start(_trial_json(run_dir, resume=True)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    assert _products(run_dir) == _products(reference)
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == "step-000009"
-
-
-def test_a_resume_at_another_world_size_is_refused_in_one_line(tmp_path: Path) -> None:
-    run_dir = tmp_path / "resized"
-    group = _paused(run_dir, after=2)
-    group.kill()
-    code = _wait(_start(_trial_json(run_dir, resume=True), world_size=1))
-    assert code == EXIT_CRASHED
-    lines = (run_dir / "log.txt").read_text().splitlines()
-    refusal = [line for line in lines if "was saved by" in line]
-    assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
-                       "but this run has 1; resuming at another world size is not bitwise: give "
-                       "[[run]] processes = 2, or start the run over with flightplan run "
-                       "CAMPAIGN_FILE --restart NAME"]
-    assert not (run_dir / "done.json").exists()
 
 
 def test_a_rank_that_raises_ends_the_run_as_crashed_with_its_traceback(tmp_path: Path) -> None:
@@ -183,34 +279,6 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_one_record(tmp_path
     assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3]   # rank 0's, finite
     log = (run_dir / "log.txt").read_text()
     assert log.count("stopped:") == 2                      # both ranks, one record
-
-
-def test_the_leave_signal_reaches_every_rank_and_the_run_resumes_bitwise(
-        reference: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "left"
-    group = _start(_trial_json(run_dir, step_sleep_s=0.2))
-    deadline = time.monotonic() + HANG_S
-    while not (run_dir / "measurements.jsonl").exists() or \
-            sum('"loss"' in line for line in (run_dir / "measurements.jsonl").read_text()
-                .splitlines()) < 4:
-        assert group.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
-    assert _wait(group) == EXIT_PREEMPTED
-    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
-    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
-    assert len(forced) == 1 and forced[0]["then"] == "stop"
-    manifest = json.loads((run_dir / "checkpoints" / forced[0]["name"] / "manifest.json")
-                          .read_text())
-    assert manifest["world_size"] == 2
-    code = _wait(_start(_trial_json(run_dir, resume=True)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    assert _products(run_dir) == _products(reference)
-
-
-def _losses(run_dir: Path) -> int:
-    path = run_dir / "measurements.jsonl"
-    return path.read_text().count('"loss"') if path.exists() else 0
 
 
 def test_killed_at_random_points_saving_every_step_it_ends_bitwise(reference: Path,
@@ -245,23 +313,8 @@ def test_killed_at_random_points_saving_every_step_it_ends_bitwise(reference: Pa
 
 # -- Lightning with strategy="ddp" (lightning_ddp_task.py: saves every 3 steps) ----------
 
-LIGHTNING = "lightning_ddp_task.py"
-LIBRARY_PRODUCTS = PRODUCTS + ("artifact/model.safetensors",)
-
-
-@pytest.fixture(scope="module")
-def lightning_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("lightning-ddp") / "reference"
-    code = _wait(_start(_trial_json(run_dir, task=LIGHTNING)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    return run_dir
-
-
-def _library_products(run_dir: Path) -> dict[str, bytes]:
-    return {name: (run_dir / name).read_bytes() for name in LIBRARY_PRODUCTS}
-
-
-def test_lightning_ddp_saves_once_with_every_ranks_rng(lightning_reference: Path) -> None:
+def test_lightning_ddp_saves_once_with_every_ranks_rng(references: References) -> None:
+    lightning_reference = references(LIGHTNING)
     rows = _rows(lightning_reference)
     assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))  # rank 0's rows only
     # every 3 steps; the one due after the last step (an epoch's last batch) never comes
@@ -276,48 +329,9 @@ def test_lightning_ddp_saves_once_with_every_ranks_rng(lightning_reference: Path
     assert json.loads((lightning_reference / "done.json").read_text())["steps"] == STEPS
 
 
-def test_lightning_ddp_whole_group_killed_resumes_bitwise(lightning_reference: Path,
-                                                          tmp_path: Path) -> None:
-    run_dir = tmp_path / "killed"
-    group = _paused(run_dir, after=7, task=LIGHTNING)
-    group.kill()
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == "step-000006"
-    assert _library_products(run_dir) == _library_products(lightning_reference)
-
-
-def test_lightning_ddp_one_rank_killed_resumes_bitwise(lightning_reference: Path,
-                                                       tmp_path: Path) -> None:
-    run_dir = tmp_path / "one-rank"
-    group = _paused(run_dir, after=10, task=LIGHTNING)
-    os.kill(group.pids[1], signal.SIGKILL)
-    assert _wait(group) == -signal.SIGKILL
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == "step-000009"
-    assert _library_products(run_dir) == _library_products(lightning_reference)
-
-
-def test_lightning_ddp_resume_at_another_world_size_is_refused(tmp_path: Path) -> None:
-    run_dir = tmp_path / "resized"
-    group = _paused(run_dir, after=5, task=LIGHTNING)
-    group.kill()
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING), world_size=1))
-    assert code == EXIT_CRASHED
-    refusal = [line for line in (run_dir / "log.txt").read_text().splitlines()
-               if "was saved by" in line]
-    assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
-                       "but this run has 1; resuming at another world size is not bitwise: give "
-                       "[[run]] processes = 2, or start the run over with flightplan run "
-                       "CAMPAIGN_FILE --restart NAME"]
-
-
 def test_lightning_ddp_refuses_a_sampler_lightning_wraps(tmp_path: Path) -> None:
     run_dir = tmp_path / "wrapped"
-    code = _wait(_start(_trial_json(run_dir, task=LIGHTNING, wrapped_sampler=True)))
+    code = _wait(_start(LIGHTNING.trial_json(run_dir, wrapped_sampler=True)))
     assert code == EXIT_CRASHED
     refusal = [line for line in (run_dir / "log.txt").read_text().splitlines()
                if line.startswith("[rank 0] flightplan.errors.ArgumentError")]
@@ -331,7 +345,7 @@ def test_lightning_ddp_refuses_a_sampler_lightning_wraps(tmp_path: Path) -> None
 
 def test_lightning_ddp_a_nan_loss_on_one_rank_stops_every_rank_once(tmp_path: Path) -> None:
     run_dir = tmp_path / "nan"
-    group = _start(_trial_json(run_dir, task=LIGHTNING, nan_at=[1, 4]))
+    group = _start(LIGHTNING.trial_json(run_dir, nan_at=[1, 4]))
     assert _wait(group) == EXIT_STOPPED
     assert [p.returncode for p in group.processes] == [EXIT_STOPPED, EXIT_STOPPED]
     rows = _rows(run_dir)
@@ -339,26 +353,6 @@ def test_lightning_ddp_a_nan_loss_on_one_rank_stops_every_rank_once(tmp_path: Pa
     assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4]   # rank 0's, finite
     assert json.loads((run_dir / "stop.json").read_text())["rule"] == "non_finite_loss"
     assert [r["name"] for r in rows if r.get("event") == "checkpoint"] == ["step-000003"]
-
-
-def test_lightning_ddp_leaves_at_one_step_on_every_rank_and_resumes_bitwise(
-        lightning_reference: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "left"
-    group = _start(_trial_json(run_dir, task=LIGHTNING, step_sleep_s=0.3))
-    deadline = time.monotonic() + HANG_S
-    while _losses(run_dir) < 4:
-        assert group.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
-    assert _wait(group) == EXIT_PREEMPTED
-    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
-    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
-    assert len(forced) == 1 and forced[0]["then"] == "stop"
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=LIGHTNING)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == forced[0]["name"]
-    assert _library_products(run_dir) == _library_products(lightning_reference)
 
 
 def test_docs_tasks_shows_lines_of_the_lightning_ddp_task_in_order() -> None:
@@ -369,27 +363,17 @@ def test_docs_tasks_shows_lines_of_the_lightning_ddp_task_in_order() -> None:
     assert docs.count(marker) == 1
     shown = [line for line in docs.split(marker, 1)[1].split("```", 1)[0].splitlines()
              if line.strip() not in ("", "...")]
-    source = (HERE / LIGHTNING).read_text().splitlines()
+    source = (HERE / LIGHTNING.task).read_text().splitlines()
     at = 0
     for line in shown:
-        assert line in source[at:], f"not in {LIGHTNING} after line {at}: {line!r}"
+        assert line in source[at:], f"not in {LIGHTNING.task} after line {at}: {line!r}"
         at = source.index(line, at) + 1
 
 
 # -- the Hugging Face Trainer under DDP (trainer_ddp_task.py: saves every 3 steps) -------
 
-TRAINER = "trainer_ddp_task.py"
-
-
-@pytest.fixture(scope="module")
-def trainer_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("trainer-ddp") / "reference"
-    code = _wait(_start(_trial_json(run_dir, task=TRAINER, save_steps=3)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    return run_dir
-
-
-def test_trainer_ddp_saves_once_with_every_ranks_rng(trainer_reference: Path) -> None:
+def test_trainer_ddp_saves_once_with_every_ranks_rng(references: References) -> None:
+    trainer_reference = references(TRAINER)
     rows = _rows(trainer_reference)
     assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))  # rank 0's rows only
     saved = [r["name"] for r in rows if r.get("event") == "checkpoint"]
@@ -401,59 +385,14 @@ def test_trainer_ddp_saves_once_with_every_ranks_rng(trainer_reference: Path) ->
     assert json.loads((trainer_reference / "done.json").read_text())["steps"] == STEPS
 
 
-def test_trainer_ddp_whole_group_killed_resumes_bitwise(trainer_reference: Path,
-                                                        tmp_path: Path) -> None:
-    run_dir = tmp_path / "killed"
-    group = _paused(run_dir, after=7, task=TRAINER, save_steps=3)
-    group.kill()
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=TRAINER, save_steps=3)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == "step-000006"
-    assert _library_products(run_dir) == _library_products(trainer_reference)
-
-
-def test_trainer_ddp_one_rank_killed_resumes_bitwise(trainer_reference: Path,
-                                                     tmp_path: Path) -> None:
-    run_dir = tmp_path / "one-rank"
-    group = _paused(run_dir, after=10, task=TRAINER, save_steps=3)
-    os.kill(group.pids[1], signal.SIGKILL)
-    assert _wait(group) == -signal.SIGKILL
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=TRAINER, save_steps=3)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == "step-000009"
-    assert _library_products(run_dir) == _library_products(trainer_reference)
-
-
 def test_trainer_ddp_a_nan_loss_stops_every_rank_once(tmp_path: Path) -> None:
     run_dir = tmp_path / "nan"
-    group = _start(_trial_json(run_dir, task=TRAINER, save_steps=3, nan_at=4))
+    group = _start(TRAINER.trial_json(run_dir, nan_at=4))
     assert _wait(group) == EXIT_STOPPED
     assert [p.returncode for p in group.processes] == [EXIT_STOPPED, EXIT_STOPPED]
     rows = _rows(run_dir)
     assert [r["rule"] for r in rows if r.get("event") == "stop"] == ["non_finite_loss"]
     assert [r["name"] for r in rows if r.get("event") == "checkpoint"] == ["step-000003"]
-
-
-def test_trainer_ddp_leaves_at_one_step_on_every_rank_and_resumes_bitwise(
-        trainer_reference: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "left"
-    group = _start(_trial_json(run_dir, task=TRAINER, save_steps=3, step_sleep_s=0.3))
-    deadline = time.monotonic() + HANG_S
-    while _losses(run_dir) < 4:
-        assert group.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    group.send_signal(signal.SIGUSR1)                    # the executor's leave request
-    assert _wait(group) == EXIT_PREEMPTED
-    assert [p.returncode for p in group.processes] == [EXIT_PREEMPTED, EXIT_PREEMPTED]
-    forced = [r for r in _rows(run_dir) if r.get("event") == "forced_checkpoint"]
-    assert len(forced) == 1 and forced[0]["then"] == "stop"
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=TRAINER, save_steps=3)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    restores = [r for r in _rows(run_dir) if r.get("event") == "restore"]
-    assert restores[-1]["source"] == forced[0]["name"]
-    assert _library_products(run_dir) == _library_products(trainer_reference)
 
 
 # -- the ranks on a Ray flight (a real loopback cluster, one flight) -----------------------
@@ -524,22 +463,12 @@ def test_ray_runs_the_ranks_on_one_flight_and_resumes_them_bitwise(reference: Pa
     assert "[rank 1] " in log and "[rank 0] " in log
 
 
-# -- FSDP2 (fsdp_task.py: every parameter sharded over the two ranks) --------------------
+# -- FSDP2 (ddp_task.py with "fsdp": true: every parameter sharded over the two ranks) ---
 
-FSDP = "fsdp_task.py"
-
-
-@pytest.fixture(scope="module")
-def fsdp_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("fsdp") / "reference"
-    code = _wait(_start(_trial_json(run_dir, task=FSDP)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    return run_dir
-
-
-def test_fsdp_saves_the_full_state_once(fsdp_reference: Path) -> None:
+def test_fsdp_saves_the_full_state_once(references: References) -> None:
     from safetensors.torch import load_file
 
+    fsdp_reference = references(FSDP)
     rows = _rows(fsdp_reference)
     assert [r["step"] for r in rows if "loss" in r] == list(range(STEPS))
     folder = fsdp_reference / "checkpoints" / "step-000009"
@@ -550,24 +479,3 @@ def test_fsdp_saves_the_full_state_once(fsdp_reference: Path) -> None:
         "0.weight": (32, 16), "0.bias": (32,), "3.weight": (4, 32), "3.bias": (4,)}  # whole
     assert {"optimizer/state/0.weight/exp_avg", "state/ranks/1/rng/torch_cpu"} \
         <= set(manifest["tensors"])
-
-
-def test_fsdp_whole_group_killed_resumes_bitwise(fsdp_reference: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "killed"
-    group = _paused(run_dir, after=5, task=FSDP)
-    group.kill()
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=FSDP)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    assert [r for r in _rows(run_dir) if r.get("event") == "restore"][-1]["source"] \
-        == "step-000006"
-    assert _products(run_dir) == _products(fsdp_reference)
-
-
-def test_fsdp_one_rank_killed_resumes_bitwise(fsdp_reference: Path, tmp_path: Path) -> None:
-    run_dir = tmp_path / "one-rank"
-    group = _paused(run_dir, after=8, task=FSDP)
-    os.kill(group.pids[1], signal.SIGKILL)
-    assert _wait(group) == -signal.SIGKILL
-    code = _wait(_start(_trial_json(run_dir, resume=True, task=FSDP)))
-    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
-    assert _products(run_dir) == _products(fsdp_reference)
