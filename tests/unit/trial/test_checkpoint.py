@@ -105,63 +105,78 @@ def test_verify_command_in_a_fresh_process(tmp_path, capsys):
     assert f"{step_dir}: sha256: optimizer.safetensors: sha256 " in out
 
 
-def test_verify_command_given_the_checkpoints_folder_names_a_step_folder(tmp_path):
-    _, _, step_dir = _saved(tmp_path)
-    with pytest.raises(ArgumentError, match=r"holds checkpoints \(step-000005\), it is not one; "
-                                            r"give one of them, e.g. .*step-000005$"):
-        checkpoint_verify_command(step_dir.parent, as_json=False)
-    with pytest.raises(ArgumentError, match="no such directory"):
-        checkpoint_verify_command(tmp_path / "nowhere", as_json=False)
-    results = tmp_path / "results"                 # a folder that is no checkpoint at all
+STEP_10 = "runs/<run_id>/checkpoints/step-000010"
+
+
+def _checkpoints_folder(step_dir):
+    return step_dir.parent, (f"{step_dir.parent} holds checkpoints (step-000005), it is not "
+                             f"one; give one of them, e.g. {step_dir}")
+
+
+def _no_such_folder(step_dir):
+    nowhere = step_dir.parents[1] / "nowhere"
+    return nowhere, (f"{nowhere}: no such directory; give a checkpoint folder such as "
+                     f"{STEP_10}")
+
+
+def _no_checkpoint_at_all(step_dir):
+    results = step_dir.parents[1] / "results"          # a folder that is no checkpoint at all
     results.mkdir()
     (results / "MANIFEST.json").write_text("{}")
-    with pytest.raises(ArgumentError) as refused:
-        checkpoint_verify_command(results, as_json=False)
-    assert str(refused.value) == (
-        f"{results} is not a checkpoint (it holds no manifest.json and none of "
-        f"model.safetensors, optimizer.safetensors, state.pt); give a checkpoint folder such "
-        f"as runs/<run_id>/checkpoints/step-000010")
+    return results, (f"{results} is not a checkpoint (it holds no manifest.json and none of "
+                     f"model.safetensors, optimizer.safetensors, state.pt); give a checkpoint "
+                     f"folder such as {STEP_10}")
 
 
-def test_verify_command_given_a_run_folder_names_its_newest_checkpoint(tmp_path):
-    _, _, step_dir = _saved(tmp_path)
-    run_dir = step_dir.parent.parent
-    assert step_dir == run_dir / "checkpoints" / "step-000005"
+def _run_folder(step_dir):
+    run_dir = step_dir.parents[1]
     (run_dir / "checkpoints" / "step-000009.tmp").mkdir()        # a save never finished
-    with pytest.raises(ArgumentError) as refused:
-        checkpoint_verify_command(run_dir, as_json=False)
-    assert str(refused.value) == (
-        f"{run_dir} is a run folder, not a checkpoint; give one of its checkpoints "
-        f"(step-000005 in {run_dir / 'checkpoints'}), e.g. {step_dir}")
+    return run_dir, (f"{run_dir} is a run folder, not a checkpoint; give one of its checkpoints "
+                     f"(step-000005 in {run_dir / 'checkpoints'}), e.g. "
+                     f"{run_dir / 'checkpoints' / 'step-000005'}")
+
+
+def _run_folder_with_no_finished_checkpoint(step_dir):
+    run_dir = _run_folder(step_dir)[0]
     shutil.rmtree(step_dir)
-    with pytest.raises(ArgumentError) as refused:
-        checkpoint_verify_command(run_dir, as_json=False)
-    assert str(refused.value) == (f"{run_dir} is a run folder, not a checkpoint, and its "
-                                  f"checkpoints/ holds no finished checkpoint to verify")
+    return run_dir, (f"{run_dir} is a run folder, not a checkpoint, and its checkpoints/ holds "
+                     f"no finished checkpoint to verify")
 
 
-def test_verify_command_given_an_artifact_or_a_file_says_what_it_was_given(tmp_path):
-    _, _, step_dir = _saved(tmp_path)
-    artifact = step_dir.parent.parent / "artifact"
+def _artifact(step_dir):
+    artifact = step_dir.parents[1] / "artifact"
     artifact.mkdir()
     (artifact / "model.safetensors").write_bytes(b"weights")
     (artifact / "artifact.json").write_text("{}")
+    return artifact, (f"{artifact} is a run's artifact (artifact.json), not a checkpoint; "
+                      f"flightplan verify RESULTS_DIR reloads artifacts and checks their "
+                      f"predictions, and checkpoint verify takes a folder such as {STEP_10}")
+
+
+def _file_of_a_checkpoint(step_dir):
+    return step_dir / "model.safetensors", (f"{step_dir / 'model.safetensors'} is a file, not a "
+                                            f"checkpoint; give the checkpoint folder that holds "
+                                            f"it: {step_dir}")
+
+
+def _file_of_an_artifact(step_dir):
+    given = _artifact(step_dir)[0] / "artifact.json"
+    return given, (f"{given} is a file, not a checkpoint; give the checkpoint folder that "
+                   f"holds it, such as {STEP_10}")
+
+
+@pytest.mark.parametrize("given", [
+    _checkpoints_folder, _no_such_folder, _no_checkpoint_at_all, _run_folder,
+    _run_folder_with_no_finished_checkpoint, _artifact, _file_of_a_checkpoint,
+    _file_of_an_artifact], ids=lambda given: given.__name__.strip("_").replace("_", "-"))
+def test_verify_command_given_no_checkpoint_says_what_it_was_given(tmp_path, given):
+    """A checkpoints/ folder, a run folder or a file names the checkpoint to give instead;
+    an artifact, a folder that is none of these, or none at all is named for what it is."""
+    _, _, step_dir = _saved(tmp_path)
+    directory, message = given(step_dir)
     with pytest.raises(ArgumentError) as refused:
-        checkpoint_verify_command(artifact, as_json=False)
-    assert str(refused.value) == (
-        f"{artifact} is a run's artifact (artifact.json), not a checkpoint; flightplan verify "
-        f"RESULTS_DIR reloads artifacts and checks their predictions, and checkpoint verify "
-        f"takes a folder such as runs/<run_id>/checkpoints/step-000010")
-    with pytest.raises(ArgumentError) as refused:
-        checkpoint_verify_command(step_dir / "model.safetensors", as_json=False)
-    assert str(refused.value) == (f"{step_dir / 'model.safetensors'} is a file, not a "
-                                  f"checkpoint; give the checkpoint folder that holds it: "
-                                  f"{step_dir}")
-    with pytest.raises(ArgumentError) as refused:
-        checkpoint_verify_command(artifact / "artifact.json", as_json=False)
-    assert str(refused.value).endswith("is a file, not a checkpoint; give the checkpoint folder "
-                                       "that holds it, such as runs/<run_id>/checkpoints/"
-                                       "step-000010")
+        checkpoint_verify_command(directory, as_json=False)
+    assert str(refused.value) == message
 
 
 class Payload:
