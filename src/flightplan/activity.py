@@ -31,12 +31,16 @@ __all__ = ["Activity", "doing", "current", "clear", "WaitDisplay"]
 @dataclass(frozen=True)
 class Activity:
     """One step of a verb: ``what`` (present participle and object), ``done`` of
-    ``total`` ``unit`` when countable (None otherwise)."""
+    ``total`` ``unit`` when countable (None otherwise); ``again``, when given, says what
+    running the verb again does for this step (``"to start lora-1 over from step 0"``),
+    asked only when the interruption line is written, after the verb's clean-up (None
+    returned: what the verb's notice says)."""
 
     what: str
     done: int | None = None
     total: int | None = None
     unit: str = ""
+    again: Callable[[], str | None] | None = None
 
     def describe(self) -> str:
         """``"reloading artifacts, 1 of 3 done"`` or just ``what``."""
@@ -51,7 +55,7 @@ _listeners: list[Callable[[Activity], None]] = []
 
 
 def doing(what: str, *, done: int | None = None, total: int | None = None,
-          unit: str = "") -> None:
+          unit: str = "", again: Callable[[], str | None] | None = None) -> None:
     """Record (and show, while a display is open) what the verb is doing now.
 
     Args:
@@ -59,8 +63,10 @@ def doing(what: str, *, done: int | None = None, total: int | None = None,
         done: units finished so far (artifacts, files); None when not countable.
         total: units in this step; None when not countable.
         unit: what is counted, plural (``"steps"``), for the interruption line.
+        again: what running the verb again does for this step, for the interruption line
+            (None: what the verb's notice says).
     """
-    step = Activity(what, done, total, unit)
+    step = Activity(what, done, total, unit, again)
     _now[0] = step
     for listener in list(_listeners):
         listener(step)

@@ -209,7 +209,8 @@ def quote(offer: Optional[str] = typer.Option(None, "--offer",
 
 @app.command()
 @_verb("flightplan run {spec}", kept="finished runs and saved checkpoints are kept",
-       again="to resume from the last checkpoint")
+       again="to go on (a run resumes from its last checkpoint, or starts over from step 0 "
+             "when it saved none)")
 def run(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file),
         decide: Optional[str] = typer.Option(None, "--decide", metavar="continue|cut|stop",
                                              help="Override the decision computed after the pilot."),

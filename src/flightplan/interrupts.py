@@ -5,9 +5,13 @@ Every verb runs inside :class:`Stoppable`. The first SIGINT or SIGTERM raises
 runner kills its worker, closes the ledger, releases the lock, stops its progress bars),
 and then one line goes to stderr::
 
-    interrupted: flightplan run stopped (run lora-r4-62e1d953a6, step 5 of 8); nothing
-    finished was lost: finished runs and saved checkpoints are kept; run `flightplan run
-    campaign.toml` again to resume from the last checkpoint
+    interrupted: flightplan run stopped (run lora-r4-62e1d953a6, 5 of 8 steps done);
+    nothing finished was lost: finished runs and saved checkpoints are kept; run
+    `flightplan run campaign.toml` again to resume from the last checkpoint
+
+(or ``again to start lora-r4-62e1d953a6 over from step 0 (it saved no checkpoint yet)``:
+what running the command again does comes from the activity when it knows,
+:attr:`flightplan.activity.Activity.again`).
 
 A second signal while that clean-up runs stops at once (``os._exit``): the line says so,
 and the worker processes die with the runner (``PR_SET_PDEATHSIG``, run/executors/contract.py).
@@ -73,8 +77,8 @@ class StopNotice:
     Attributes:
         command: the command line that continues the work (``flightplan run x.toml``).
         kept: what "nothing finished was lost" means for this verb.
-        again: what running ``command`` again does (``"to resume from the last
-            checkpoint"``).
+        again: what running ``command`` again does (``"to start it over"``), unless the
+            current activity says it (:attr:`flightplan.activity.Activity.again`).
     """
 
     command: str
@@ -82,13 +86,21 @@ class StopNotice:
     again: str = "to start it over"
 
     def line(self, *, at_once: bool = False) -> str:
-        """The one line for stderr; names the current :mod:`flightplan.activity`."""
+        """The one line for stderr; names the current :mod:`flightplan.activity`, and
+        says what running the command again does for it when the activity knows
+        (:attr:`flightplan.activity.Activity.again`), else :attr:`again`."""
         verb = " ".join(self.command.split()[:2])
         now = activity.current()
         what = f"{verb} stopped" + (" at once" if at_once else "") + \
             (f" ({now.describe()})" if now is not None else "")
+        again = self.again
+        if now is not None and now.again is not None:
+            try:
+                again = now.again() or self.again
+            except Exception:   # noqa: BLE001 - the line must be written whatever fails
+                again = self.again
         return (f"interrupted: {what}; nothing finished was lost: {self.kept}; "
-                f"run `{self.command}` again {self.again}")
+                f"run `{self.command}` again {again}")
 
 
 class Stoppable:

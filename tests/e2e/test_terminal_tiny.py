@@ -36,13 +36,19 @@ duration = "15s"
 after = ["pilot"]
 """
 # the step count shows once the runner has read the run's planned steps (it polls 5 times a s);
-# every run still in progress is named (the control may be writing its outputs beside lora-r4)
-_RUN = r"run [a-z0-9-]+-[0-9a-f]{10}(?:, \d+ of \d+ steps done)?"
+# every run still in progress is named (the control may be writing its outputs beside lora-r4);
+# lora-r4 saved a checkpoint, so the line says it resumes from it (a run beside it that
+# saved none is told it starts over from step 0)
+_ID = r"[a-z0-9-]+-[0-9a-f]{10}"
+_RUN = r"run " + _ID + r"(?:, \d+ of \d+ steps done)?"
 RESUME_LINE = re.compile(r"^interrupted: flightplan run stopped \((?:" + _RUN + r"; )*"
                          r"run lora-r4-[0-9a-f]{10}(?:, \d+ of \d+ steps done)?(?:; " + _RUN +
                          r")*\); nothing finished was lost: finished runs "
                          r"and saved checkpoints are kept; run `flightplan run campaign.toml` "
-                         r"again to resume from the last checkpoint$")
+                         r"again to (?:resume from the last checkpoint|resume (?:" + _ID + r", )*"
+                         r"lora-r4-[0-9a-f]{10}(?:, " + _ID + r")* from (?:its|their) last "
+                         r"checkpoints? and start " + _ID + r"(?:, " + _ID + r")* over from "
+                         r"step 0 \((?:it|they) saved no checkpoint yet\))$")
 
 pytestmark = pytest.mark.slow
 

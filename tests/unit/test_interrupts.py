@@ -48,6 +48,21 @@ def test_the_line_names_the_activity_and_the_command_that_continues() -> None:
         "nothing; run `flightplan verify results` again to start it over")
 
 
+def test_the_activity_may_say_what_running_again_does_and_the_notice_stands_in() -> None:
+    notice = StopNotice("flightplan run campaign.toml", kept="checkpoints are kept",
+                        again="to go on")
+    tail = "run `flightplan run campaign.toml` again "
+    try:
+        doing("run lora-1", again=lambda: "to start lora-1 over from step 0")
+        assert notice.line().endswith(tail + "to start lora-1 over from step 0")
+        doing("run lora-1", again=lambda: None)              # it does not know
+        assert notice.line().endswith(tail + "to go on")
+        doing("run lora-1", again=lambda: str(1 / 0))         # it fails: the line is written
+        assert notice.line().endswith(tail + "to go on")
+    finally:
+        activity.clear()
+
+
 def test_sigterm_prints_the_line_and_exits_143() -> None:
     done = _python("""
         with stop:

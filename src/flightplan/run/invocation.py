@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from flightplan.ids import pilot_id
 from flightplan.plan.calibration.calibrate import Calibrated
 from flightplan.plan.catalog import Catalog
 from flightplan.run.data_check import DataCheckSummary
@@ -135,8 +136,10 @@ class Invocation:
         """``job``'s progress on its bar, and as what an interruption line names."""
         self.board.update(str(job.run_dir), progress)
         resumed = job.run_dir.name == "resume"      # the resumed pilot, beside the first
+        pilot = any(job.run_id == pilot_id(p.run_id) for p in self.planned)
         self.running.update(resumed_label(job.run_id) if resumed else job.run_id,
-                            f"run {resumed_label(job.run_id) if resumed else job.run_id}", progress)
+                            f"run {resumed_label(job.run_id) if resumed else job.run_id}", progress,
+                            job.run_dir, pilot=pilot)
 
 
 def resumed_label(run_id: str) -> str:

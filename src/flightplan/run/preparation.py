@@ -79,7 +79,9 @@ class Preparation:
                               f"{plan['window_hours']:.0f} h (sha256 {original.plan_sha256[:12]})")
         ledger.sync_expenses(expense_rows(spec, offer))
         for interrupted in self.campaign.recorder.reset_interrupted():
-            self.campaign.say(f"{interrupted} was interrupted; it resumes from its last checkpoint")
+            how = self.campaign.recorder.resumes_how(
+                interrupted, on_flight=self.campaign.executor.saves_on_flight)
+            self.campaign.say(f"{interrupted} was interrupted; {how}")
         for planned in self.campaign.planned:
             ledger.ensure_run(run_id=planned.run_id, name=planned.name,
                               tier=planned.run.tier, config_hash=planned.config_hash)

@@ -113,6 +113,35 @@ class RunRecorder:
                     seen[run.run_id] = last
         return self.ledger.reset_interrupted(seen)
 
+    def saved_before(self, run_id: str, run_dir: Path, *, on_flight: bool) -> bool:
+        """Whether run ``run_id`` has had a checkpoint at home since it was last (re)started:
+        a ``checkpoint_saved`` event in the ledger, or a row of its measurements that
+        records a save (:meth:`RunDir.saved_checkpoint`: ``checkpoint_saving``, durable
+        before the checkpoint is in place, or ``checkpoint``); ``on_flight`` (an executor
+        whose runs save on a flight): a ``checkpoint_transferred`` event or a
+        ``checkpoint_transfer`` row, since a checkpoint that never came home went with its
+        flight."""
+        events = self.ledger.events(run_id)
+        restarts = [i for i, e in enumerate(events) if e.kind == "restarted"]
+        since = events[restarts[-1] + 1:] if restarts else events
+        kind = "checkpoint_transferred" if on_flight else "checkpoint_saved"
+        if any(e.kind == kind for e in since):
+            return True
+        return RunDir(run_dir).saved_checkpoint(on_flight=on_flight)
+
+    def resumes_how(self, run_id: str, *, on_flight: bool) -> str:
+        """How run ``run_id``, interrupted, goes on when executed again, in words: from its
+        last checkpoint; from step 0 when it saved none; or not at all when the checkpoints
+        it saved are gone (it is started with ``resume = true`` and stops with
+        ``no_usable_resume``; ``--restart`` starts it over on purpose)."""
+        run_dir = RunDir.of(self.dir, run_id)
+        if run_dir.has_checkpoint():
+            return "it resumes from its last checkpoint"
+        if self.saved_before(run_id, run_dir.path, on_flight=on_flight):
+            return ("the checkpoints it saved are gone: it stops with no_usable_resume "
+                    "(flightplan run --restart NAME starts it over)")
+        return "it had saved no checkpoint: it starts over from step 0"
+
     def cut(self, planned: "PlannedRun") -> None:
         """Mark a run ``cut`` by the decision point (it is not executed)."""
         self.ledger.set_run_status(planned.run_id, "cut", event="cut")

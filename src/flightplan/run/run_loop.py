@@ -97,11 +97,5 @@ class RunLoop:
         flight. Such a run is started with ``resume = true``, so that, if every checkpoint
         has gone, the trial stops with ``no_usable_resume`` instead of training from
         scratch (``--restart NAME`` starts it over on purpose)."""
-        on_flight = self.campaign.executor.saves_on_flight
-        events = self.campaign.ledger.events(planned.run_id)
-        restarts = [i for i, e in enumerate(events) if e.kind == "restarted"]
-        since = events[restarts[-1] + 1:] if restarts else events
-        kind = "checkpoint_transferred" if on_flight else "checkpoint_saved"
-        if any(e.kind == kind for e in since):
-            return True
-        return RunDir(planned.run_dir).saved_checkpoint(on_flight=on_flight)
+        return self.campaign.recorder.saved_before(
+            planned.run_id, planned.run_dir, on_flight=self.campaign.executor.saves_on_flight)

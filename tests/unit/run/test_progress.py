@@ -81,3 +81,39 @@ def test_the_interruption_line_names_every_run_in_progress():
         assert activity.current().describe() == "publishing"
     finally:
         activity.clear()
+
+
+def test_the_interruption_line_says_a_run_without_a_checkpoint_starts_over(tmp_path):
+    from flightplan import activity
+    from flightplan.interrupts import StopNotice
+    from flightplan.run.progress import RunActivity
+
+    notice = StopNotice("flightplan run campaign.toml", kept="checkpoints are kept",
+                        again="to go on")
+    control, lora = tmp_path / "control-1", tmp_path / "lora-2"
+    (lora / "checkpoints" / "step-000003.tmp").mkdir(parents=True)   # a save cut short
+    control.mkdir()
+    running = RunActivity()
+    try:
+        running.update("lora-2", "run lora-2", RunProgress(step=2, total=8), lora)
+        assert notice.line() == (
+            "interrupted: flightplan run stopped (run lora-2, 3 of 8 steps done); nothing "
+            "finished was lost: checkpoints are kept; run `flightplan run campaign.toml` "
+            "again to start lora-2 over from step 0 (it saved no checkpoint yet)")
+        running.update("control-1", "run control-1", RunProgress(step=5, total=8), control)
+        assert notice.line().endswith(
+            "again to start lora-2, control-1 over from step 0 (they saved no checkpoint yet)")
+        (control / "checkpoints" / "step-000004").mkdir(parents=True)     # asked when written
+        assert notice.line().endswith(
+            "again to resume control-1 from its last checkpoint and start lora-2 over from "
+            "step 0 (it saved no checkpoint yet)")
+        (lora / "checkpoints" / "step-000003").mkdir()
+        assert notice.line().endswith("again to resume from the last checkpoint")
+        running.ended("lora-2")
+        running.ended("control-1")       # none in progress: the notice's own words
+        assert notice.line().endswith("again to go on")
+        running.update("pilot-control-1", "run pilot-control-1", RunProgress(step=1, total=4),
+                       tmp_path / "pilot-control-1", pilot=True)
+        assert notice.line().endswith("again to start the pilot over")
+    finally:
+        activity.clear()

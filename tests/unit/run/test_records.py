@@ -120,3 +120,25 @@ def test_a_run_that_finished_after_its_runner_died_counts_once(tmp_path):
     assert events[-1].data == {"recorded_late": True}
     assert len(ledger.stage_times()) == 1
     ledger.close()
+
+
+def test_an_interrupted_run_is_told_whether_it_resumes_or_starts_over(tmp_path):
+    """What the next `flightplan run` says of a run a Ctrl-C interrupted: it resumes only
+    from a checkpoint in its folder; one that saved none starts over from step 0; one whose
+    saved checkpoint is gone stops with no_usable_resume."""
+    ledger = Ledger.open(tmp_path)
+    recorder = RunRecorder(ledger, tmp_path, metric="macro_f1")
+    fresh, saved, gone = (_planned(tmp_path, f"{n}-aaaa", n) for n in ("fresh", "saved", "gone"))
+    (saved.run_dir / "checkpoints" / "step-000004").mkdir(parents=True)
+    (saved.run_dir / "checkpoints" / "step-000008.tmp").mkdir()     # unfinished: not counted
+    (fresh.run_dir / "checkpoints" / "step-000002.tmp").mkdir(parents=True)
+    (gone.run_dir / "measurements.jsonl").write_text(
+        '{"step": 3, "time": 1.0, "event": "checkpoint", "path": "checkpoints/step-000004"}\n')
+    assert recorder.resumes_how("saved-aaaa", on_flight=False) == \
+        "it resumes from its last checkpoint"
+    assert recorder.resumes_how("fresh-aaaa", on_flight=False) == \
+        "it had saved no checkpoint: it starts over from step 0"
+    assert recorder.resumes_how("gone-aaaa", on_flight=False) == (
+        "the checkpoints it saved are gone: it stops with no_usable_resume "
+        "(flightplan run --restart NAME starts it over)")
+    ledger.close()
