@@ -90,12 +90,15 @@ def _run_reason(run: dict[str, Any]) -> str:
 
 def _status_cell(run: dict[str, Any]) -> str:
     """``finished``, or for a run in progress ``running 5/76`` (steps done / planned;
-    ``running 5`` before the task says how many)."""
+    ``running 5`` before the task says how many, and ``running`` alone while no step is
+    done and none is planned: a bare zero is not shown)."""
     progress = run.get("progress")
     if not progress:
         return str(run["status"])
     planned = progress.get("planned_steps")
-    return f"{run['status']} {progress['steps_done']}" + (f"/{planned}" if planned else "")
+    if planned:
+        return f"{run['status']} {progress['steps_done']}/{planned}"
+    return f"{run['status']} {progress['steps_done']}" if progress["steps_done"] else str(run["status"])
 
 
 def replicates_line(name: str, replicates: list[dict[str, Any]], *, metric: str) -> str:

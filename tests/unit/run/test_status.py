@@ -294,6 +294,23 @@ def test_the_replicates_of_a_run_come_under_a_line_naming_it() -> None:
         "  lora-seed-2-0000000002  running          -       9.0"]
 
 
+def test_a_run_in_progress_shows_its_steps_but_never_a_bare_zero() -> None:
+    from flightplan.run.status import run_lines
+    rows = [{"run_id": f"r{i}-000000000{i}", "tier": "essential", "status": status,
+             "metric": None, "wall_s": 2.0, "stop": None,
+             "progress": {"steps_done": done, "planned_steps": planned}}
+            for i, (status, done, planned) in enumerate([
+                ("interrupted", 0, None), ("running", 0, None), ("interrupted", 5, None),
+                ("interrupted", 0, 76), ("running", 5, 76)])]
+    assert [line.split()[1:3] for line in run_lines(rows, metric="macro_f1", width=80,
+                                                     now=NOW)[3:]] == [
+        ["interrupted", "-"],          # no step done, none planned: no "interrupted 0"
+        ["running", "-"],
+        ["interrupted", "5"],          # 5 steps done, the task has not said how many
+        ["interrupted", "0/76"],       # done / planned: a fraction reads with its zero
+        ["running", "5/76"]]
+
+
 def test_results_line_after_a_fault_stopped_the_campaign_says_to_fix_it_and_run_again():
     from flightplan.run.status import results_lines
 
