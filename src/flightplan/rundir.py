@@ -40,7 +40,20 @@ from typing import Any
 from flightplan.durable import fsync_dir
 from flightplan.rows import Row, parse_rows, records_a_save
 
-__all__ = ["RunDir", "list_checkpoints"]
+__all__ = ["RunDir", "list_checkpoints", "shown_path"]
+
+
+def shown_path(path: Path | str) -> str:
+    """``path`` as a person opens it from the working directory of the command that prints
+    it: relative to that directory when it lies inside it (``runs/lora-1/log.txt`` from the
+    campaign folder, ``camp/runs/lora-1/log.txt`` from its parent), else absolute (a
+    campaign elsewhere). For what a verb prints, never for what is written into results/.
+    """
+    full = Path(path).resolve()
+    try:
+        return str(full.relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):           # outside it, or the directory is gone
+        return str(full)
 
 
 def list_checkpoints(parent: Path) -> tuple[list[tuple[int, Path]], list[Path]]:

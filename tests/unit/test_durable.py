@@ -138,3 +138,18 @@ def test_set_aside_for_a_restart_fsyncs_the_runs_folder_after_the_rename(
     assert moved == run.path.with_name("control-0123456789.restarted-2")
     assert (moved / "trial.json").is_file() and not run.path.exists()
     assert seen == [_identity(tmp_path / "runs")]
+
+
+def test_a_printed_path_opens_from_the_working_directory(tmp_path: Path, monkeypatch) -> None:
+    from flightplan.rundir import RunDir, shown_path
+
+    log = RunDir.of(tmp_path / "camp", "lora-0123456789").log
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(log) == "camp/runs/lora-0123456789/log.txt"
+    (tmp_path / "camp").mkdir()
+    monkeypatch.chdir(tmp_path / "camp")
+    assert shown_path(log) == "runs/lora-0123456789/log.txt"
+    assert shown_path(Path("runs") / "lora-0123456789" / "log.txt") == "runs/lora-0123456789/log.txt"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")               # outside the campaign: absolute
+    assert shown_path(log) == f"{tmp_path.resolve()}/camp/runs/lora-0123456789/log.txt"

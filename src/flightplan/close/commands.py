@@ -56,6 +56,7 @@ from flightplan.publish.manifest import MANIFEST_NAME, read_manifest, update_man
 from flightplan.publish.results import (portable, publish_pilot, publish_plan, publish_run,
                                         results_dir_of)
 from flightplan.rows import Row, parse_rows
+from flightplan.rundir import RunDir, shown_path
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import reload_argv
@@ -407,7 +408,7 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener,
     budget = summary["budget"]
     per = budget["rental_per_accepted"]
     if summary["unfinished"]:
-        print(_unfinished_line(summary["unfinished"], spec_path))
+        print(_unfinished_line(summary["unfinished"], spec_path, spec.campaign_dir))
     print(f"results: {summary['results_dir']}")
     print(f"answer: {summary['answer']}")
     print(f"verdict: {summary['verdict']}")
@@ -463,13 +464,14 @@ def report_command(spec_path: Path, *, open_browser: bool, as_json: bool) -> int
     return 0
 
 
-def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path) -> str:
+def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path, campaign_dir: Path) -> str:
     """``not finished: lora-r8 (interrupted), len256 (not started), r16 (failed: its log is
     runs/<id>/log.txt); …`` with the command that goes on with them (a failed run is retried
-    once its task is fixed): the answer below is only what the finished runs can give."""
+    once its task is fixed): the answer below is only what the finished runs can give. The
+    log's path opens from the working directory (:func:`flightplan.rundir.shown_path`)."""
     def state(u: dict[str, str]) -> str:
         if u["status"] == "failed":
-            return f"failed: its log is runs/{u['run_id']}/log.txt"
+            return f"failed: its log is {shown_path(RunDir.of(campaign_dir, u['run_id']).log)}"
         return "not started" if u["status"] == "pending" else u["status"]
     runs = ", ".join(f"{u['name']} ({state(u)})" for u in unfinished)
     failed = any(u["status"] == "failed" for u in unfinished)

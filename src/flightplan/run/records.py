@@ -29,7 +29,7 @@ from flightplan.metrics import metric_value, read_predictions
 from flightplan.run.executors.contract import Interruption, JobResult
 from flightplan.run.ledger import Ledger
 from flightplan.rows import Restore
-from flightplan.rundir import RunDir
+from flightplan.rundir import RunDir, shown_path
 
 if TYPE_CHECKING:
     from flightplan.run.planned import PlannedRun
@@ -231,7 +231,7 @@ class RunRecorder:
             last = RunDir(planned.run_dir).log_tail(1).strip()
             reason = (f"process exited with code {code}"
                       + (f" ({last[:160]})" if last else "")
-                      + f"; see {RunDir(planned.run_dir).log.relative_to(self.dir)}")
+                      + f"; see {shown_path(RunDir(planned.run_dir).log)}")
         elif status == "cut":
             reason = "cut at the decision point"
         return {"run_id": planned.run_id, "name": planned.name, "tier": planned.run.tier,

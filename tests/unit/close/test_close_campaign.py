@@ -284,7 +284,7 @@ def test_close_says_why_each_run_was_not_accepted(tmp_path, capsys):
     assert (closed["multiple"], closed["family_wise_level"]) == ("holm", 0.025)
 
 
-def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys):
+def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys, monkeypatch):
     from flightplan.close.commands import close_command
 
     spec, ledger = make_campaign(tmp_path, publish=False)
@@ -300,11 +300,22 @@ def test_close_names_the_runs_that_did_not_end_and_how_to_go_on(tmp_path, capsys
     assert json.loads(capsys.readouterr().out)["unfinished"] == [
         {"run_id": VARIANT, "name": "variant", "status": "pending"}]
     variant.update(status="failed")                      # its task crashed: retried by run
+    # the log's path opens from where close was typed: the campaign folder (camp/) ...
+    monkeypatch.chdir(tmp_path / "camp")
     close_command(spec.source, as_json=False, open_ledger=lambda _: ledger)
     assert capsys.readouterr().out.startswith(
         f"not finished: variant (failed: its log is runs/{VARIANT}/log.txt); the answer "
         f"below is only what the finished runs give. Fix what the log names, then "
         f"flightplan run {spec.source} goes on with them; close again once they have ended\n")
+    monkeypatch.chdir(tmp_path)                          # ... its parent ...
+    close_command(spec.source, as_json=False, open_ledger=lambda _: ledger)
+    assert (f"\nnot finished: variant (failed: its log is camp/runs/{VARIANT}/log.txt); "
+            in capsys.readouterr().out)             # after "already closed …": nothing changed
+    (tmp_path / "elsewhere").mkdir()                     # ... or anywhere else: absolute
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    close_command(spec.source, as_json=False, open_ledger=lambda _: ledger)
+    assert (f"\nnot finished: variant (failed: its log is {tmp_path.resolve()}/camp/runs/"
+            f"{VARIANT}/log.txt); " in capsys.readouterr().out)
 
 
 def test_verify_of_a_folder_that_is_no_results_directory_is_bad_input(closed, tmp_path):

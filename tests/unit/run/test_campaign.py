@@ -159,7 +159,7 @@ def _spec_with_package_started(tmp_path: Path, started: dt.datetime, *, run: str
     return path
 
 
-def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
+def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path, monkeypatch):
     fake = FakeExecutor()
     spec = load_spec(_spec(tmp_path))
 
@@ -206,14 +206,17 @@ def test_overrides_cut_stop_crash_and_a_changed_config(tmp_path):
     # 2. --decide continue: only the cut run executes now; it crashes: exit 1, the reason
     #    names its log; the stopped run is not retried. results/ lost meanwhile (as if the
     #    runner died before publishing) is published again from the run directories.
+    #    The log's path opens from where `run` was typed: here the campaign folder's parent.
     shutil.rmtree(tmp_path / "results")
     fake.started.clear()
+    monkeypatch.chdir(tmp_path.parent)
     outcome = run_campaign(spec, decide="continue", executor=fake, quiet=True)
     wild = next(r for r in outcome.runs if r["name"] == "wild")
     assert fake.started == [wild["run_id"]]
     assert outcome.exit_code == 1 and wild["status"] == "failed"
-    assert wild["reason"] == (f"process exited with code 3 (fake worker); "
-                              f"see runs/{wild['run_id']}/log.txt")    # the log's last line
+    assert wild["reason"] == (f"process exited with code 3 (fake worker); "     # its last line
+                              f"see {tmp_path.name}/runs/{wild['run_id']}/log.txt")
+    monkeypatch.chdir(tmp_path)
     assert outcome.message.endswith("1 failed; run again to retry the failed runs")
     for name in ("control", "lora-r4", "lora-r4-len128"):
         assert (tmp_path / "results" / "params" / f"{rows[name]['run_id']}.json").is_file()
