@@ -277,7 +277,8 @@ class Run(_Strict):
     ``params.seed`` replaced by ``seed``, ``seed + 1``, … (:meth:`replicate_params`).
     ``processes`` (default 1) is the number of worker processes one execution starts, the
     ranks of a data-parallel run (docs/distributed.md); on a machine with GPUs at most
-    ``gpus``, one GPU each (checked against the executor when the runs start).
+    ``gpus``, one GPU each (checked against the executor when the runs start; ``plan``
+    warns of more, ``ranks-exceed-gpus``, as a flight has GPUs).
     ``deterministic`` (default true): the run computes with deterministic kernels only, so
     resume is bitwise; false lets an op without one run (a warning instead of an error;
     resume is then not bit for bit, and the pilot compares a control's resumed losses

@@ -81,6 +81,23 @@ def tasks_for_spec(spec: CampaignSpec, *, durations: Mapping[str, Duration] | No
     return tasks
 
 
+def ranks_warning(run: Run, offer: str, gpus_per_flight: int) -> LintWarning:
+    """``ranks-exceed-gpus``: ``run`` starts more processes (ranks) than it holds GPUs. On a
+    machine with GPUs each rank computes on a GPU of its own, so ``flightplan run`` refuses
+    it there (exit 2, :func:`flightplan.run.executors.contract.check_processes`); on a
+    machine without GPUs the ranks run on the CPU, which is why ``plan`` only warns."""
+    fix = (f"give gpus = {run.processes} or processes = {run.gpus}"
+           if run.processes <= gpus_per_flight else
+           f"give processes = {run.gpus}: one {offer} flight has {gpus_per_flight} "
+           f"GPU{'s' if gpus_per_flight > 1 else ''}, too few for {run.processes} ranks")
+    return LintWarning(
+        "ranks-exceed-gpus", run.name,
+        f"{run.name} starts {run.processes} processes but holds {run.gpus} "
+        f"GPU{'s' if run.gpus > 1 else ''} ([[run]] processes, gpus): on a {offer} flight "
+        f"each rank needs a GPU of its own, so flightplan run refuses it there (as written, "
+        f"its ranks run only on a machine without GPUs, on the CPU); {fix}")
+
+
 def slot_json(slot: Slot) -> dict[str, Any]:
     """One placed stage/run as the JSON contract spells it.
 
@@ -223,6 +240,9 @@ def plan_campaign(spec: CampaignSpec, *, catalog: Catalog | None = None,
                 f"task {ref!r} defines no reload_predictions, so close cannot reload its "
                 f"artifacts and accepts none of {names}'s products; add reload_predictions "
                 f"(docs/tasks.md)"))
+    for run in spec.runs:
+        if run.processes > run.gpus:
+            warnings.append(ranks_warning(run, offer.name, offer.gpus_per_flight))
     if offer.gpu_memory_gb is None:
         for run in spec.runs:
             if run.gpu_memory_gb is not None:

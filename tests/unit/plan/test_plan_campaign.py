@@ -66,6 +66,30 @@ def test_the_other_examples_plan_cleanly(example: str, hours: float) -> None:
     assert data["recommendation"]["total_price"] == "47.14"
 
 
+def test_a_run_with_more_ranks_than_gpus_is_warned_of_before_the_flight(make_spec) -> None:
+    # a B200 flight has 2 GPUs: 2 ranks on 1 GPU are refused there (each rank takes a GPU),
+    # so plan names both fixes; 2 ranks on 2 GPUs, or 1 on 1, say nothing
+    b200 = '[[offer]]\nname = "B200"\ncurrency = "USD"\n[[offer.package]]\ndays = 3\nprice = "500.00"\n'
+    runs = [{"name": "control", "tier": "essential", "duration": "1h"},
+            {"name": "ddp", "tier": "essential", "reference": "control", "duration": "1h",
+             "gpus": 1, "processes": 2, "params": {"wide": True}},
+            {"name": "ddp2", "tier": "essential", "reference": "control", "duration": "1h",
+             "gpus": 2, "processes": 2, "params": {"deep": True}}]
+    data = plan_campaign(make_spec(runs=runs, offer="B200", catalog=b200)).to_json()
+    assert [w for w in data["warnings"] if w["code"] == "ranks-exceed-gpus"] == [
+        {"code": "ranks-exceed-gpus", "subject": "ddp",
+         "message": "ddp starts 2 processes but holds 1 GPU ([[run]] processes, gpus): on a B200 "
+                    "flight each rank needs a GPU of its own, so flightplan run refuses it there "
+                    "(as written, its ranks run only on a machine without GPUs, on the CPU); "
+                    "give gpus = 2 or processes = 1"}]
+    # the digits-ddp example (2 ranks, 1 GPU, RTX 4090 flights of 1 GPU) runs on a CPU only
+    example = plan_campaign(load_spec(ROOT / "examples" / "digits-ddp" / "campaign.toml"))
+    assert [(w.code, w.subject) for w in example.warnings] == [
+        ("ranks-exceed-gpus", "control"), ("ranks-exceed-gpus", "hidden-128")]
+    assert example.warnings[0].message.endswith(
+        "give processes = 1: one RTX 4090 flight has 1 GPU, too few for 2 ranks")
+
+
 def test_gantt_views(illustration) -> None:
     result = plan_campaign(illustration, extend={"lora-r8": Duration.parse("30h")})
     png = gantt_png(result.schedule, window_s=result.window_s, title="illustration")
