@@ -34,13 +34,17 @@ class Activity:
     ``total`` ``unit`` when countable (None otherwise); ``again``, when given, says what
     running the verb again does for this step (``"to start lora-1 over from step 0"``),
     asked only when the interruption line is written, after the verb's clean-up (None
-    returned: what the verb's notice says)."""
+    returned: what the verb's notice says); ``settled``, when given, says what the step
+    is once the verb's clean-up has run (its workers stopped, their files final), asked
+    when the interruption line is written: the activity then (re-read counts), or None
+    when nothing of it is in progress any more (the line then names no activity)."""
 
     what: str
     done: int | None = None
     total: int | None = None
     unit: str = ""
     again: Callable[[], str | None] | None = None
+    settled: Callable[[], "Activity | None"] | None = None
 
     def describe(self) -> str:
         """``"reloading artifacts, 1 of 3 done"`` or just ``what``."""
@@ -55,7 +59,8 @@ _listeners: list[Callable[[Activity], None]] = []
 
 
 def doing(what: str, *, done: int | None = None, total: int | None = None,
-          unit: str = "", again: Callable[[], str | None] | None = None) -> None:
+          unit: str = "", again: Callable[[], str | None] | None = None,
+          settled: Callable[[], Activity | None] | None = None) -> None:
     """Record (and show, while a display is open) what the verb is doing now.
 
     Args:
@@ -65,8 +70,10 @@ def doing(what: str, *, done: int | None = None, total: int | None = None,
         unit: what is counted, plural (``"steps"``), for the interruption line.
         again: what running the verb again does for this step, for the interruption line
             (None: what the verb's notice says).
+        settled: what this step is once the verb's clean-up has run, for the
+            interruption line (:attr:`Activity.settled`).
     """
-    step = Activity(what, done, total, unit, again)
+    step = Activity(what, done, total, unit, again, settled)
     _now[0] = step
     for listener in list(_listeners):
         listener(step)

@@ -86,11 +86,19 @@ class StopNotice:
     again: str = "to start it over"
 
     def line(self, *, at_once: bool = False) -> str:
-        """The one line for stderr; names the current :mod:`flightplan.activity`, and
-        says what running the command again does for it when the activity knows
+        """The one line for stderr; names the current :mod:`flightplan.activity` as it
+        stands when the line is written, after the verb's clean-up
+        (:attr:`flightplan.activity.Activity.settled`: a run that finished meanwhile is not
+        named, step counts are re-read once the workers stopped), and says what running the
+        command again does for it when the activity knows
         (:attr:`flightplan.activity.Activity.again`), else :attr:`again`."""
         verb = " ".join(self.command.split()[:2])
         now = activity.current()
+        if now is not None and now.settled is not None:   # as it stands after the clean-up
+            try:
+                now = now.settled()
+            except Exception:   # noqa: BLE001 - the line must be written whatever fails
+                pass
         what = f"{verb} stopped" + (" at once" if at_once else "") + \
             (f" ({now.describe()})" if now is not None else "")
         again = self.again

@@ -231,9 +231,11 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
     (:func:`flightplan.run.status.status_lines`) or one JSON object
     (:meth:`flightplan.run.ledger.Ledger.snapshot` plus ``runner``: ``{pid, since, verb}``
     of the ``flightplan run`` holding the lock, or null; runs left ``running`` by a runner
-    that is gone show as ``interrupted``; ``flights``: each flight's package window and hours
-    left, or when it was lost and why; ``cluster``: the Ray cluster the last run joined, how
-    it authenticates and whether the network was stated trusted, or null; ``results``:
+    that is gone show as ``interrupted``, or as ``finished``/``stopped`` when their folder
+    holds ``done.json``/``stop.json`` (the next run records them so); ``flights``: each
+    flight's package window and hours left, or when it was lost and why; ``cluster``: the
+    Ray cluster the last run joined, how it authenticates and whether the network was
+    stated trusted, or null; ``results``:
     whether results/ exists and, once closed, the answer: :func:`_add_results`; a pending
     run that was not started because its flight's package ends first has that ``reason``;
     ``goodput`` per run and for the campaign: :func:`_add_goodput`; ``progress`` of each
@@ -263,9 +265,11 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
         holder = None                   # `flightplan close` holds it: no run is going on
     snapshot["runner"] = holder
     if holder is None:
+        from flightplan.rundir import RunDir
         for run in snapshot["runs"]:
-            if run["status"] == "running":
-                run["status"] = "interrupted"
+            if run["status"] == "running":     # its folder says whether it ended meanwhile
+                run["status"] = RunDir.of(spec.campaign_dir, run["run_id"]).status() \
+                    or "interrupted"
     _add_progress(snapshot, spec.campaign_dir, now=time.time())
     _add_results(snapshot, spec.campaign_dir)
     if as_json:

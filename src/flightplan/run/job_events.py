@@ -21,14 +21,33 @@ class JobEvents:
 
     def __init__(self, campaign: Invocation, by_id: Mapping[str, PlannedRun]) -> None:
         self.campaign, self.by_id = campaign, by_id
+        self.in_progress: list[str] = []     # run ids started and not yet seen to end
 
     def started(self, job: Job) -> None:
         """A job started: its progress bar, and ``started`` (or ``resumed``) recorded."""
         self.campaign.add_bar(job)
         self.campaign.recorder.start(self.by_id[job.run_id])
+        self.in_progress.append(job.run_id)
+
+    def stopping(self) -> None:
+        """The runner is being stopped (Ctrl-C, SIGTERM) and the executor has stopped its
+        workers: each run in progress whose folder shows it ended (``done.json`` or
+        ``stop.json``: the signal landed as it finished) is recorded finished or stopped
+        (:meth:`~flightplan.run.records.RunRecorder.end_on_disk`), said in one line and no
+        longer named as in progress; the others stay ``running`` in the ledger, which the
+        next invocation resets as interrupted."""
+        for run_id in list(self.in_progress):
+            status = self.campaign.recorder.end_on_disk(self.by_id[run_id])
+            if status is None:
+                continue
+            self.in_progress.remove(run_id)
+            self.campaign.running.ended(run_id)
+            self.campaign.say(f"{self.by_id[run_id].name} ({run_id}): {status} (it ended as "
+                              f"the runner was stopped)")
 
     def ended(self, result: JobResult) -> None:
         """A job ended: its outcome recorded and said in one line."""
+        self._gone(result.run_id)
         self.campaign.running.ended(result.run_id)
         row = self.campaign.recorder.end(self.by_id[result.run_id], result)
         goodput = row.get("goodput") or {}
@@ -46,6 +65,7 @@ class JobEvents:
         """A job left its flight (its package ends) or lost it: recorded and said; a lost
         flight is told to the rental clock."""
         name = self.by_id[job.run_id].name
+        self._gone(job.run_id)
         self.campaign.running.ended(job.run_id)
         self.campaign.recorder.interrupted(self.by_id[job.run_id], info)
         if info.cause == "flight_lost":
@@ -62,6 +82,10 @@ class JobEvents:
                              "restarts from step 0" if info.resumes else
                              "a checkpoint came home and has gone since: stops with "
                              "no_usable_resume"))
+
+    def _gone(self, run_id: str) -> None:
+        if run_id in self.in_progress:
+            self.in_progress.remove(run_id)
 
 
 def _duration(hours: float) -> str:

@@ -22,7 +22,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 
 from flightplan.activity import Activity, clear, doing
-from flightplan.run.executors.contract import RunProgress
+from flightplan.run.executors.contract import MeasurementTail, RunProgress
 from flightplan.rundir import RunDir
 
 __all__ = ["ProgressBoard", "RunActivity", "format_stop"]
@@ -76,10 +76,13 @@ class ProgressBoard:
 class RunActivity:
     """Every run in progress, as the activity that the interruption line names
     (:mod:`flightplan.activity`, :mod:`flightplan.interrupts`): one run as ``"run <id>, 5 of
-    8 steps done"``, several joined by ``"; "``, not only the last to report. The line also
-    says what running ``flightplan run`` again does for them (:meth:`again`), read from
-    their folders once the runner has stopped: a run with a checkpoint resumes from it, one
-    without starts over from step 0, an interrupted pilot starts over.
+    8 steps done"``, several joined by ``"; "``, not only the last to report. The line is
+    written once the runner has stopped its workers, and reads their folders then
+    (:meth:`settled`): a run whose folder shows it ended (``done.json``, ``stop.json``) is
+    not named, and each other's steps are re-read from its rows, which are final by then.
+    The line also says what running ``flightplan run`` again does for them (:meth:`again`):
+    a run with a checkpoint resumes from it, one without starts over from step 0, an
+    interrupted pilot starts over.
 
     Usage::
 
@@ -94,24 +97,53 @@ class RunActivity:
     def update(self, key: str, what: str, progress: RunProgress, run_dir: Path | None = None,
                *, pilot: bool = False) -> None:
         """``key``'s run (a run id) is ``what`` and has done ``progress`` steps; its folder
-        is ``run_dir`` (None: not known, the line then says nothing of its checkpoint);
-        ``pilot``: a process of the pilot."""
+        is ``run_dir`` (None: not known, the line then says nothing of its checkpoint and
+        names it with the steps last reported); ``pilot``: a process of the pilot."""
         self._runs[key] = Activity(what, progress.completed, progress.total, "steps")
         self._dirs[key] = (run_dir, pilot)
         self._show()
 
+    def _unended(self) -> list[str]:
+        """The runs named now whose folder does not show them ended (a folder not known
+        counts as not ended)."""
+        return [key for key in self._runs
+                if (run_dir := self._dirs.get(key, (None, False))[0]) is None
+                or RunDir(run_dir).status() is None]
+
+    def settled(self) -> Activity | None:
+        """The runs in progress as they stand now (asked after the runner stopped its
+        workers): those whose folder shows them ended left out, each other's steps re-read
+        from its measurement rows (the steps last reported where its folder is not known or
+        holds no step row); None when none is left."""
+        runs = []
+        for key in self._unended():
+            run, (run_dir, _) = self._runs[key], self._dirs.get(key, (None, False))
+            seen = MeasurementTail(run_dir).read() if run_dir is not None else None
+            if seen is not None and seen.step is not None:
+                run = Activity(run.what, seen.completed,
+                               seen.total if seen.total is not None else run.total, run.unit)
+            runs.append(run)
+        if not runs:
+            return None
+        if len(runs) == 1:
+            return Activity(runs[0].what, runs[0].done, runs[0].total, runs[0].unit,
+                            again=self.again)
+        return Activity("; ".join(run.describe() for run in runs), again=self.again)
+
     def again(self) -> str | None:
-        """What running ``flightplan run`` again does for the runs in progress now:
-        ``"to resume from the last checkpoint"`` when each has a checkpoint in its folder,
-        ``"to start lora-1 over from step 0 (it saved no checkpoint yet)"`` when it has none,
-        both parts joined when some have one; ``"to start the pilot over"`` for the pilot;
-        None when a run's folder is not known."""
-        if any(pilot for _, pilot in self._dirs.values()):
+        """What running ``flightplan run`` again does for the runs in progress now (those
+        whose folder shows them ended left out): ``"to resume from the last checkpoint"``
+        when each has a checkpoint in its folder, ``"to start lora-1 over from step 0 (it
+        saved no checkpoint yet)"`` when it has none, both parts joined when some have one;
+        ``"to start the pilot over"`` for the pilot; None when a run's folder is not known
+        or none is in progress."""
+        dirs = {key: self._dirs[key] for key in self._unended() if key in self._dirs}
+        if any(pilot for _, pilot in dirs.values()):
             return "to start the pilot over"
-        if not self._dirs or any(run_dir is None for run_dir, _ in self._dirs.values()):
+        if not dirs or any(run_dir is None for run_dir, _ in dirs.values()):
             return None
         saved = {key: run_dir is not None and RunDir(run_dir).has_checkpoint()
-                 for key, (run_dir, _) in self._dirs.items()}
+                 for key, (run_dir, _) in dirs.items()}
         fresh = [key for key, has in saved.items() if not has]
         if not fresh:
             return "to resume from the last checkpoint"
@@ -140,9 +172,10 @@ class RunActivity:
         runs = list(self._runs.values())
         if len(runs) == 1:
             doing(runs[0].what, done=runs[0].done, total=runs[0].total, unit=runs[0].unit,
-                  again=self.again)
+                  again=self.again, settled=self.settled)
         else:
-            doing("; ".join(run.describe() for run in runs), again=self.again)
+            doing("; ".join(run.describe() for run in runs), again=self.again,
+                  settled=self.settled)
 
 
 def _short(value: Any) -> str:

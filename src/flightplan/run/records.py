@@ -17,8 +17,9 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from flightplan.publish.manifest import read_manifest
 from flightplan.publish.results import RESULTS_DIRNAME, publish_run
@@ -104,14 +105,57 @@ class RunRecorder:
         """Runs a killed runner left ``running`` go back to ``pending``
         (:meth:`Ledger.reset_interrupted`); each killed execution counts until its last sign
         of life: the newest write of its measurements, log, ``done.json`` or ``stop.json``.
-        Returns their ids."""
+        A run whose folder shows it ended (``done.json`` or ``stop.json``: the runner was
+        stopped as it finished) is not interrupted: it is recorded finished or stopped
+        (:meth:`record_ended_on_disk`). Returns the ids reset (the interrupted ones)."""
         seen = {}
         for run in self.ledger.runs():
-            if run.status == "running":
-                last = RunDir.of(self.dir, run.run_id).last_written()
-                if last is not None:
-                    seen[run.run_id] = last
+            if run.status != "running":
+                continue
+            run_dir = RunDir.of(self.dir, run.run_id)
+            if run_dir.status() is not None:
+                self.record_ended_on_disk(run.run_id, run_dir.path)
+                continue
+            last = run_dir.last_written()
+            if last is not None:
+                seen[run.run_id] = last
         return self.ledger.reset_interrupted(seen)
+
+    def record_ended_on_disk(self, run_id: str, run_dir: Path, *,
+                             extra_events: Sequence[Mapping[str, Any]] = ()) -> str | None:
+        """Close the execution of a run that the ledger has ``running`` but whose folder
+        shows it ended (``done.json``: finished; ``stop.json``: stopped), because the runner
+        was stopped (Ctrl-C, SIGTERM, a kill) before it saw the worker's end: its status,
+        stop record and metric, its time from its latest ``started``/``resumed`` event to
+        its last sign of life (:meth:`RunDir.last_written`), ``extra_events`` and its
+        ``finished``/``stopped`` event (data ``ended_as_runner_stopped``), in one
+        transaction. Publishing it is left to the caller (:meth:`settle` does it on the
+        next invocation). Returns the status, or None when the folder shows no end."""
+        run = RunDir(run_dir)
+        on_disk = run.status()
+        if on_disk is None:
+            return None
+        starts = [e.at for e in self.ledger.events(run_id) if e.kind in ("started", "resumed")]
+        ended = run.last_written() or time.time()
+        started = min(starts[-1], ended) if starts else ended
+        stop = run.read_json(RunDir.STOP) if on_disk == "stopped" else None
+        self.ledger.record_run_end(run_id, status=on_disk, started_at=started, ended_at=ended,
+                                   stop=stop, metric=self._metric(run.path),
+                                   data={"ended_as_runner_stopped": True,
+                                         "wall_s": ended - started},
+                                   extra_events=extra_events)
+        return on_disk
+
+    def end_on_disk(self, planned: "PlannedRun") -> str | None:
+        """The runner is being stopped and ``planned``'s execution, started by this
+        invocation, was not seen to end: when its folder shows it ended, record it so
+        (:meth:`record_ended_on_disk`, with the events of this execution's rows) and publish
+        it. Returns the status, or None (it is interrupted: the next invocation resets it)."""
+        status = self.record_ended_on_disk(planned.run_id, planned.run_dir,
+                                           extra_events=self._events(planned))
+        if status is not None and RunDir(planned.run_dir).trial_json.is_file():
+            publish_run(self.dir, planned.run_id)
+        return status
 
     def saved_before(self, run_id: str, run_dir: Path, *, on_flight: bool) -> bool:
         """Whether run ``run_id`` has had a checkpoint at home since it was last (re)started:

@@ -29,15 +29,21 @@ class RunLoop:
 
     def runs(self, dropped: list[str]) -> None:
         """Execute every run not ended and not ``dropped`` (those are cut), through the
-        executor, recording each start, end and interruption as it happens."""
+        executor, recording each start, end and interruption as it happens; when the runner
+        is stopped (Ctrl-C, SIGTERM), a run whose folder shows it ended is recorded so
+        (:meth:`JobEvents.stopping`) before the signal goes on."""
         self._by_id = {p.run_id: p for p in self.campaign.planned}
         self._decisions = self.campaign.ledger.decisions()        # the estimates the clock reads
         jobs = self._longest_first(self._jobs(dropped))
         events, rental = JobEvents(self.campaign, self._by_id), self.campaign.rental
-        self.campaign.executor.run(jobs, on_start=events.started, on_done=events.ended,
-                                   on_progress=self.campaign.show_progress,
-                                   on_interrupted=events.interrupted, admit=self._admit,
-                                   leave_by=lambda job, flight: rental.leave_by(flight))
+        try:
+            self.campaign.executor.run(jobs, on_start=events.started, on_done=events.ended,
+                                       on_progress=self.campaign.show_progress,
+                                       on_interrupted=events.interrupted, admit=self._admit,
+                                       leave_by=lambda job, flight: rental.leave_by(flight))
+        except KeyboardInterrupt:       # Ctrl-C or SIGTERM, after the workers were stopped
+            events.stopping()
+            raise
 
     def _jobs(self, dropped: list[str]) -> list[Job]:
         """A job, with its ``trial.json`` written, for every run to execute now; the runs

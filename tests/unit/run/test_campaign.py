@@ -998,3 +998,123 @@ def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_
     assert run["status"] == "running" and run["progress"] == {"steps_done": 5,
                                                                "planned_steps": 8}
     assert run["started_at"] == began and now - 5.0 < began + run["wall_s"] <= now
+
+
+def test_a_ctrl_c_as_a_run_finishes_records_it_finished_not_interrupted(tmp_path, capsys):
+    """Ctrl-C lands after a worker wrote done.json but before the runner saw it end, while
+    another run is still training: the finished run is recorded and shown as finished, the
+    line names only the other one, with its steps read once the workers stopped."""
+    import io
+    import signal
+
+    from rich.console import Console
+
+    from flightplan import activity
+    from flightplan.interrupts import Interrupted, Stoppable, StopNotice
+    from flightplan.run.commands import status_command
+    from flightplan.run.executors.contract import RunProgress
+
+    class CtrlCAsOneFinishes(FakeExecutor):
+        """Past the pilot: the first plain run writes all its files, done.json last; the
+        next has logged 3 steps; progress was last reported earlier (5 of 8, 1 of 8); then
+        SIGINT's exception, as the local executor lets it go on once its workers are
+        killed."""
+        ids: list[str] = []
+
+        def run(self, jobs, **callbacks):
+            plain = [j for j in jobs if not j.run_id.startswith("pilot-")
+                     and not json.loads(j.trial_json.read_text())["params"].get("fake")]
+            if len(plain) < 2:
+                return super().run(jobs, **callbacks)
+            done, going = plain[:2]
+            self.ids = [done.run_id, going.run_id]
+            for job in (done, going):
+                callbacks["on_start"](job)
+            callbacks["on_progress"](done, RunProgress(step=4, total=8))
+            callbacks["on_progress"](going, RunProgress(step=0, total=8))
+            self._work(done.run_dir, json.loads(done.trial_json.read_text()))
+            rows = [{"step": 0, "load_s": 1.0, "planned_steps": 8}] + [
+                {"step": s, "loss": 1.0, "step_s": 0.01} for s in range(3)]
+            with open(going.run_dir / "measurements.jsonl", "a") as out:
+                out.writelines(json.dumps({"time": time.time(), **r}) + "\n" for r in rows)
+            raise Interrupted(signal.SIGINT)
+
+    path = _spec(tmp_path)
+    fake = CtrlCAsOneFinishes()
+    stop = Stoppable(StopNotice(f"flightplan run {path}", kept="finished runs are kept",
+                                again="to go on"))
+    try:
+        with stop:
+            run_campaign(load_spec(path), executor=fake, quiet=True)
+    finally:
+        activity.clear()
+    assert stop.signum == signal.SIGINT
+    done, going = fake.ids
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == (f"interrupted: flightplan run stopped (run {going}, 3 of 8 steps done); "
+                    f"nothing finished was lost: finished runs are kept; run `flightplan run "
+                    f"{path}` again to start {going} over from step 0 (it saved no checkpoint "
+                    f"yet)")
+    with Ledger.open(tmp_path, create=False) as ledger:
+        assert ledger.run(done).status == "finished" and ledger.run(done).metric == 0.5
+        assert ledger.run(going).status == "running"
+        kinds = [e.kind for e in ledger.events(done)]
+        last = ledger.events(done)[-1]
+    assert kinds == ["started", "checkpoint_saved", "finished"]
+    assert last.data["ended_as_runner_stopped"] is True and last.data["wall_s"] >= 0.0
+    manifest = json.loads((tmp_path / "results" / "MANIFEST.json").read_text())
+    assert manifest["runs"][done]["status"] == "finished"
+
+    assert status_command(path, as_json=True) == 0
+    shown = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert shown[done]["status"] == "finished"
+    assert shown[going]["status"] == "interrupted"
+    assert shown[going]["progress"] == {"steps_done": 3, "planned_steps": 8}
+
+    # the next run says only the unfinished one was interrupted, and does not run the other
+    out = io.StringIO()
+    again = FakeExecutor()
+    outcome = run_campaign(load_spec(path), executor=again,
+                           console=Console(file=out, width=200))
+    said = out.getvalue()
+    assert f"{going} was interrupted; it had saved no checkpoint" in said
+    assert f"{done} was interrupted" not in said
+    assert done not in again.started and going in again.started
+    assert {r["run_id"]: r["status"] for r in outcome.runs}[done] == "finished"
+
+
+def test_a_run_left_running_whose_folder_holds_done_json_is_recorded_finished(tmp_path,
+                                                                             capsys):
+    """A runner killed outright (no clean-up) as a run finished: status shows the run by
+    its folder, and the next run records it finished with its time, not interrupted."""
+    from flightplan.run.commands import status_command
+
+    path = _spec(tmp_path)
+    outcome = run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    run_id = {r["name"]: r["run_id"] for r in outcome.runs}["control"]
+    began = time.time() - 20.0
+    with Ledger.open(tmp_path, create=False) as ledger:
+        ledger.record_run_start(run_id, resumed=True, at=began)     # a start with no end
+        wall_before = ledger.run(run_id).wall_s
+    measurements = tmp_path / "runs" / run_id / "measurements.jsonl"
+    rows = [json.loads(line) for line in measurements.read_text().splitlines()]
+    measurements.write_text("".join(json.dumps(dict(r, time=began + 5.0)) + "\n"
+                                    for r in rows))
+    done_json = tmp_path / "runs" / run_id / "done.json"
+    os.utime(done_json, (began + 7.0, began + 7.0))     # its last sign of life
+    for name in ("measurements.jsonl", "log.txt"):
+        os.utime(tmp_path / "runs" / run_id / name, (began + 5.0, began + 5.0))
+
+    assert status_command(path, as_json=True) == 0
+    shown = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert shown[run_id]["status"] == "finished"
+
+    again = FakeExecutor()
+    run_campaign(load_spec(path), executor=again, quiet=True)
+    assert run_id not in again.started
+    with Ledger.open(tmp_path, create=False) as ledger:
+        run, last = ledger.run(run_id), ledger.events(run_id)[-1]
+        kinds = [e.kind for e in ledger.events(run_id)]
+    assert run.status == "finished" and "interrupted" not in kinds
+    assert last.kind == "finished" and last.data["ended_as_runner_stopped"] is True
+    assert abs(run.wall_s - wall_before - 7.0) < 1.0   # from its start to done.json

@@ -104,20 +104,22 @@ def test_the_execution_a_killed_runner_left_counts_until_its_last_write(tmp_path
 
 def test_a_run_that_finished_after_its_runner_died_counts_once(tmp_path):
     """The worker wrote done.json 20 s in, after its runner was killed: the next runner
-    counts those 20 s when it resets the run, then records the finish without time."""
+    records it finished, not interrupted, with those 20 s counted once; settling it then
+    adds nothing."""
     ledger = Ledger.open(tmp_path)
     recorder = RunRecorder(ledger, tmp_path, metric="macro_f1")
     planned = _planned(tmp_path, "lr-aaaa")
     ledger.ensure_run(run_id="lr-aaaa", name="lr", tier="essential", config_hash="a")
     ledger.record_run_start("lr-aaaa", resumed=False, at=3_000_000.0)
     _finish(planned, at=3_000_020.0)
-    recorder.reset_interrupted()
+    assert recorder.reset_interrupted() == []         # nothing was interrupted
     assert recorder.settle(planned) == "finished"
     run = ledger.run("lr-aaaa")
     assert (run.status, run.wall_s) == ("finished", 20.0)
     events = ledger.events("lr-aaaa")
-    assert [e.kind for e in events] == ["started", "interrupted", "finished"]
-    assert events[-1].data == {"recorded_late": True}
+    assert [e.kind for e in events] == ["started", "finished"]
+    assert events[-1].data == {"ended_as_runner_stopped": True, "wall_s": 20.0}
+    assert events[-1].at == 3_000_020.0
     assert len(ledger.stage_times()) == 1
     ledger.close()
 
