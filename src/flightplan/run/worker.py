@@ -39,6 +39,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from flightplan.errors import InputError, TrialPreempted, TrialStopped
 from flightplan.rows import ProcessStart, encode_row
@@ -46,7 +47,7 @@ from flightplan.rundir import RunDir
 from flightplan.trial.accelerator import DETERMINISTIC_ENV, torch_threads
 from flightplan.trial.leave import EXIT_PREEMPTED, install_leave_handlers
 
-__all__ = ["main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED",
+__all__ = ["main", "run_main", "EXIT_FINISHED", "EXIT_STOPPED", "EXIT_BAD_INPUT", "EXIT_CRASHED",
            "EXIT_PREEMPTED"]
 
 EXIT_FINISHED, EXIT_STOPPED, EXIT_BAD_INPUT, EXIT_CRASHED = 0, 1, 2, 3
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_FINISHED
 
 
-def _end_process(code: int) -> None:
+def _end_process(code: int) -> NoReturn:
     """End this process with exit code ``code``. A rank of a run of several processes
     (``WORLD_SIZE`` > 1) ends at once (``os._exit`` after flushing its output): every
     file of the run it writes is durable before its trial returns, and the interpreter's
@@ -150,5 +151,15 @@ def _end_process(code: int) -> None:
     sys.exit(code)
 
 
+def run_main(argv: list[str]) -> NoReturn:
+    """What ``python -m flightplan.run.worker ARG ...`` does, as a function: :func:`main`
+    with ``argv``, then the process ends with its exit code. A warm start calls it in the
+    execution forked from its template, which imported this module already
+    (:mod:`flightplan.run.executors.warm`), rather than having ``runpy`` execute the module
+    a second time as ``__main__``."""
+    _end_process(main(argv))
+    raise AssertionError("unreachable: _end_process ends the process")
+
+
 if __name__ == "__main__":
-    _end_process(main())
+    run_main(sys.argv[1:])

@@ -22,9 +22,12 @@ How one execution starts (:meth:`WarmTemplate.start`), on Linux only:
    (``PR_SET_PDEATHSIG``, as :mod:`flightplan.run.executors.tether` does for a cold worker),
    points stdin at ``/dev/null`` and stdout/stderr at the log, takes the request's
    environment (``CUDA_VISIBLE_DEVICES`` among it: the template never initialised CUDA)
-   and directory, sends its pid to the runner and runs the module as ``__main__``
-   (``runpy``); the worker sets the run's intra-op threads itself (the template never ran
-   a parallel op, so torch's thread pool starts in the execution).
+   and directory, sends its pid to the runner and runs the module: the worker, imported
+   in the template, by calling its entry :func:`flightplan.run.worker.run_main` with the
+   arguments (what ``python -m`` runs; ``runpy`` would execute the imported module a second
+   time, and Python warns of that in the run's log), a module the template did not import
+   as ``__main__`` (``runpy``); the worker sets the run's intra-op threads itself (the
+   template never ran a parallel op, so torch's thread pool starts in the execution).
 
 The template is started with the environment every worker of the executor shares
 (``OMP_NUM_THREADS`` is read when torch loads), ignores SIGINT and dies with the runner
@@ -70,7 +73,7 @@ from flightplan.run.executors.tether import EXIT_ORPHANED, tethered
 from flightplan.tasks import BUILTIN_TASKS
 
 __all__ = ["WarmTemplate", "WarmProcess", "TemplateUnavailable", "preload_modules",
-           "warm_supported", "main"]
+           "warm_supported", "main", "MAIN_ENTRY"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -87,6 +90,13 @@ REPARENT_TIMEOUT_S = 10.0
 _BASE_MODULES = ("torch", "flightplan.trial", "flightplan.integrations",
                  "flightplan.integrations.transformers", "flightplan.integrations.lightning",
                  "flightplan.run.worker", "flightplan.tasks.loader")
+
+
+MAIN_ENTRY = "run_main"
+"""The function (``run_main(argv)``) an execution calls, instead of running the module
+with ``runpy``, when the module it asks for was imported in the template and defines it
+(the worker: :func:`flightplan.run.worker.run_main`). A module the template did not import,
+or one without it, is run as ``__main__`` by ``runpy``."""
 
 
 class TemplateUnavailable(Exception):
@@ -383,6 +393,15 @@ def main(args: list[str]) -> int:
         return 0
     _become_execution(sock, runner, request)
     argv = request["argv"]
+    module = sys.modules.get(argv[1])
+    entry = getattr(module, MAIN_ENTRY, None)
+    if module is not None and callable(entry):
+        # imported here already (the worker): call its entry, as ``-m`` would run it;
+        # runpy would execute the module a second time, beside the copy already imported
+        # (RuntimeWarning "found in sys.modules ... prior to execution")
+        sys.argv = [getattr(module, "__file__", None) or argv[1], *argv[2:]]
+        entry(argv[2:])
+        return 0
     sys.argv = [argv[1], *argv[2:]]
     runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     return 0

@@ -68,6 +68,12 @@ def test_warm_and_cold_runs_give_the_same_bytes(tmp_path):
         "torch": 1, "omp": "1"}
     log = (warm.run_dir / "log.txt").read_text()
     assert "thread(s), warm) ---" in log and "starting cold" not in log
+    # the worker, imported in the template, is called, not executed again by runpy: no
+    # "'flightplan.run.worker' found in sys.modules ..." RuntimeWarning opens the log
+    for folder in (warm.run_dir, again.run_dir):
+        text = (folder / "log.txt").read_text()
+        assert "RuntimeWarning" not in text and "found in sys.modules" not in text, text
+        assert text.splitlines()[0].startswith("--- flightplan worker started ")
     assert ", warm) ---" not in (cold.run_dir / "log.txt").read_text()
     # the execution's own process: its start row falls after the executor's start
     [start] = [r for r in RunDir(warm.run_dir).rows() if isinstance(r, ProcessStart)]
