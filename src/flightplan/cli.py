@@ -193,8 +193,10 @@ def plan(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_fil
 @_verb("flightplan quote")    # instant: the interruption line need not repeat its options
 def quote(offer: Optional[str] = typer.Option(None, "--offer",
                                               help="Catalog offer, e.g. \"RTX 4090\"."),
-          hours: Optional[float] = typer.Option(None, "--hours",
-                                                help="Length of one continuous job (hours)."),
+          hours: Optional[str] = typer.Option(
+              None, "--hours", metavar="HOURS|DURATION",
+              help="Length of one continuous job: hours (78, 1.5) or a duration (10h, 90m, "
+                   "2d)."),
           gpus: int = typer.Option(1, "--gpus", help="GPUs the job needs at once."),
           catalog: Optional[Path] = typer.Option(None, "--catalog", help="User catalog file (TOML)."),
           list_: bool = typer.Option(False, "--list",

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-__all__ = ["Duration", "Money", "hours", "parse_extension", "time_unit", "SECONDS_PER_HOUR"]
+__all__ = ["Duration", "Money", "hours", "parse_hours", "parse_extension", "time_unit", "SECONDS_PER_HOUR"]
 
 _SECONDS_PER_UNIT = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 SECONDS_PER_HOUR = 3600.0
@@ -107,6 +107,30 @@ def time_unit(longest_hours: float) -> tuple[str, float]:
     if longest_hours < 2:
         return "min", 60.0
     return "h", 1.0
+
+
+_NUMBER_RE = re.compile(r"^\s*[+-]?\d+(?:\.\d+)?\s*$")
+
+
+def parse_hours(text: str) -> float:
+    """A length given in hours: a bare number is hours (``"78"``, ``"1.5"``), anything
+    else a duration as campaign files write one (:meth:`Duration.parse`: ``"10h"``,
+    ``"90m"``, ``"2d"``), in hours. Zero and negative bare numbers are returned as they
+    are (the caller says what it accepts).
+
+    Raises:
+        ValueError: neither a number nor a duration (the message names the forms).
+    """
+    if _NUMBER_RE.match(str(text)):
+        return float(text)
+    try:
+        return Duration.parse(text, allow_zero=True).hours
+    except ValueError as exc:
+        if _DURATION_RE.match(str(text)):       # a duration, but out of range
+            raise
+        raise ValueError(f"{text!r} is not a length of time; write hours as a number "
+                         f"(\"78\", \"1.5\") or a duration with a unit (\"10h\", \"90m\", "
+                         f"\"2d\")") from exc
 
 
 def parse_extension(text: str) -> tuple[str, Duration]:

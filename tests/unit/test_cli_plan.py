@@ -356,6 +356,30 @@ def test_quote_with_a_user_catalog_prices_a_two_gpu_flight_once(tmp_path: Path) 
     assert "B200, 1 × 3-day = 500.00 USD" in result.stdout
 
 
+@pytest.mark.parametrize("written, hours", [("10h", "10"), ("90m", "1.5"), ("1.5 h", "1.5"),
+                                             ("2d", "48"), ("36000s", "10")])
+def test_quote_hours_take_a_duration_as_campaign_files_write_one(written: str,
+                                                                 hours: str) -> None:
+    as_duration = _invoke(["quote", "--offer", "RTX 4090", "--hours", written, "--json"])
+    as_hours = _invoke(["quote", "--offer", "RTX 4090", "--hours", hours, "--json"])
+    assert as_duration.exit_code == 0, as_duration.stderr
+    assert as_duration.stdout == as_hours.stdout
+    shown = _invoke(["quote", "--offer", "RTX 4090", "--hours", written])
+    assert shown.stdout.startswith(f"one continuous job of {float(hours):g} h on 1 GPU\n")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--offer", "RTX 4090", "--hours", "10x"],
+     "error: --hours: '10x' is not a length of time; write hours as a number (\"78\", "
+     "\"1.5\") or a duration with a unit (\"10h\", \"90m\", \"2d\")\n"),
+    (["--offer", "RTX 4090", "--hours", "0h"],
+     "error: --hours 0: a job length must be more than 0 hours\n"),
+])
+def test_quote_bad_hours_is_one_line_with_the_forms(args: list[str], expected: str) -> None:
+    result = _invoke(["quote", *args])
+    assert result.exit_code == 2 and result.stderr == expected
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--offer", "RTX 4009", "--hours", "5"],
      "--offer: 'RTX 4009' is not an offer in the catalog; did you mean 'RTX 4090'?"),

@@ -51,7 +51,7 @@ from flightplan.plan.power import (PRACTICAL_FACTOR, TARGET_POWER, CampaignPower
 from flightplan.plan.quote import Quote, quote_for_job
 from flightplan.spec import CampaignSpec, load_spec
 from flightplan.tasks.loader import check_task, resolve_task
-from flightplan.units import Duration, parse_extension
+from flightplan.units import Duration, parse_extension, parse_hours
 
 __all__ = ["plan_command", "RuleDrift", "RULE_DRIFT", "quote_command", "parse_extensions", "read_test_split",
            "ResultsVerifier", "read_calibration", "calibrated_estimates"]
@@ -675,15 +675,17 @@ def _print_options(console: Console, quote: Quote, *, title: str,
                       + (f", dropping {escape(', '.join(best.dropped))}" if best.dropped else ""))
 
 
-def quote_command(*, offer: str | None, hours: float | None, gpus: int, catalog: Path | None,
-                  as_json: bool, list_offers: bool = False) -> int:
+def quote_command(*, offer: str | None, hours: float | str | None, gpus: int,
+                  catalog: Path | None, as_json: bool, list_offers: bool = False) -> int:
     """List the packages of ``offer`` that cover one continuous job of ``hours`` hours; with
     ``list_offers``, list the catalog's offers and their packages instead
-    (:func:`list_offers_command`).
+    (:func:`list_offers_command`). ``hours`` as ``--hours`` gives it: a number of hours, or
+    text, a bare number (hours) or a duration like a campaign file's (``"10h"``, ``"90m"``,
+    ``"2d"``; :func:`flightplan.units.parse_hours`).
 
     Raises:
-        ArgumentError: ``hours`` or ``gpus`` not positive; neither ``--list`` nor both
-            ``--offer`` and ``--hours``.
+        ArgumentError: ``hours`` neither a number nor a duration; ``hours`` or ``gpus``
+            not positive; neither ``--list`` nor both ``--offer`` and ``--hours``.
         CatalogError: unknown offer, offer without prices, or a bad ``--catalog`` file.
     """
     offers = builtin_catalog()
@@ -694,6 +696,11 @@ def quote_command(*, offer: str | None, hours: float | None, gpus: int, catalog:
     if offer is None or hours is None:
         raise ArgumentError("quote needs --offer and --hours (one job to price), or --list "
                             "(every offer of the catalog with its packages)")
+    if isinstance(hours, str):
+        try:
+            hours = parse_hours(hours)
+        except ValueError as exc:
+            raise ArgumentError(f"--hours: {exc}") from None
     if not hours > 0:
         raise ArgumentError(f"--hours {hours:g}: a job length must be more than 0 hours")
     if gpus < 1:
