@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flightplan.close.ledger_reader import LedgerReader
 from flightplan.close.verify import verify_results
-from flightplan.publish.close_record import CloseRecord, manifest_sha256, read_close_record
+from flightplan.publish.close_record import CloseRecord, read_close_record, results_changed_since
 from flightplan.publish.results import RESULTS_DIRNAME
 from flightplan.spec import CampaignSpec
 from flightplan.tasks.loader import resolve_task
@@ -78,7 +78,7 @@ def unchanged_close(spec: CampaignSpec, ledger: LedgerReader) -> CloseRecord | N
     record = read_close_record(spec.campaign_dir)
     if record is None or not record.verified:
         return None
-    if record.manifest_sha256 != manifest_sha256(spec.campaign_dir):
+    if results_changed_since(spec.campaign_dir, record):
         return None
     if record.inputs_sha256 != inputs_fingerprint(spec, ledger):
         return None

@@ -39,7 +39,8 @@ from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.seed_notice import calibrated_seed_spread, with_seed_spread
-from flightplan.close.verify import CLOSE_FILES, DEFAULT_SAMPLE, run_task, verify_results
+from flightplan.close.verify import (CLOSE_FILES, DEFAULT_SAMPLE, run_files_digest, run_task,
+                                     verify_results)
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.campaign_goodput import ledger_goodput
@@ -67,7 +68,7 @@ __all__ = ["close_campaign", "close_command", "report_command", "verify_command"
 # ledger statuses of runs the campaign no longer owes a product for
 _NOT_OWED = ("cut", "superseded")
 # findings that say files of a results directory differ from what close wrote
-_CHANGED = ("checksum", "missing_file", "unlisted_file", "path_traversal")
+_CHANGED = ("checksum", "missing_file", "unlisted_file", "path_traversal", "config_hash")
 # files only a results directory holds at its top (what `run` publishes first, what close
 # writes): a folder with none of them and no MANIFEST.json is not a results directory
 _RESULTS_FILES = ("plan.json", "data_check.json", "calibration.json",
@@ -217,6 +218,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                                        "runs": analyses}, written)
 
     accepted = [v.run_id for v in verdicts if v.accepted]
+    published = read_manifest(results)     # the runs' files as judged: verify compares
     update_manifest(results, written=written, meta={
         "campaign": section.name, "question": section.question, "metric": section.metric,
         "plan_sha256": original.plan_sha256,
@@ -224,7 +226,9 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
         "order_number": spec.rental.order, "expected_run_ids": [r.run_id for r in runs],
         "accepted_run_ids": accepted},
         runs={v.run_id: {"accepted": v.accepted, "reasons": v.reasons,
-                         "metric_value": v.metric_value} for v in verdicts})
+                         "metric_value": v.metric_value,
+                         "judged_sha256": run_files_digest(published, v.run_id)}
+              for v in verdicts})
     report = verify_results(results, sample=sample, reproduced={
         v.run_id: v.reload_findings for v in verdicts if v.reload_findings is not None})
     unfinished = [{"run_id": r.run_id, "name": r.name,

@@ -31,11 +31,27 @@ prediction_mismatch  predictions re-created in a fresh process differ from the s
 incomplete           the manifest lists none (or not all) of :data:`CLOSE_FILES`: ``close``
                      never completed the directory (``flightplan run`` publishes the plan
                      and each run into it as they end; a ``close`` stopped part-way lists
-                     nothing it wrote)
+                     nothing it wrote); or the directory is out of date: a run the
+                     manifest expects that the last ``close`` did not judge (published
+                     after it), or whose files differ from those that close judged
+                     (:func:`_check_current`)
 inconsistent         a figure the directory states is not what its own predictions give: a
                      run's ``metric_value`` in the manifest, a comparison, the answer or
                      verdict of ``conclusion.json`` (:mod:`flightplan.close.consistency`)
+config_hash          a run's recorded inputs (``params/<id>.json``: task, params, corpus
+                     sha256 and view, code_version; base revision) do not hash to the
+                     ``config_hash`` recorded there, or it is not the manifest's, or the
+                     run id's suffix is not its first 10 hex, or the manifest's task record
+                     names another task or code_version than the run's params
+                     (:func:`_check_configs`)
 ==================== ==========================================================================
+
+**Integrity, not provenance.** These checks prove that the directory is whole and agrees
+with itself: every file as its manifest lists it, every run's id and config hash those of
+its recorded inputs, every stated figure what its predictions give. They cannot prove who
+wrote it: a directory rewritten throughout (code, params, run ids, manifest and all their
+hashes, consistently) cannot be told from a genuine one without a signature, which
+flightplan does not make. Get a results directory from a sender you trust.
 
 **Trust.** A results directory may come from someone else, so verify never runs code that
 came inside it unless told to (``trust_code``, ``flightplan verify DIR --trust-code``).
@@ -48,7 +64,9 @@ visibly defines no ``reload_predictions`` hook
 one a trusted reload gives (``close``, ``--trust-code``), so every verb says the same of one
 directory; a package, a ``from x import *`` or a module ``__getattr__`` cannot be read for
 it and stay ``not_run``. With trust, the kept source runs only when every file
-of it matches the manifest and it hashes to the run's ``code_version``. ``close`` reloads
+of it matches the manifest and it hashes to the run's ``code_version``, and only when the
+directory has no finding at all before reloading: with any, no kept code runs and each
+such artifact gets a ``reload`` finding (``not run: …``). ``close`` reloads
 its own campaign's tasks (trusted). Reloads run ``python -P -m flightplan.tasks.reload``
 from a temporary folder outside results/, so nothing in the directory shadows an installed
 module, the artifacts of one task several to a process, at most one process per core, or
@@ -63,6 +81,7 @@ Usage::
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import queue
@@ -80,6 +99,7 @@ from flightplan.publish.manifest import MANIFEST_NAME, read_manifest
 from flightplan.durable import hash_file
 from flightplan.errors import VerificationFailed
 from flightplan.findings import Finding
+from flightplan.ids import HASH_CHARS, config_hash, corpus_view, run_config
 from flightplan.tasks.archive import check_kept, kept_lacks_reload, task_record
 from flightplan.tasks import BUILTIN_TASKS
 from flightplan.tasks.reload import NO_RELOAD_HOOK, no_reload_hook, reload_argv
@@ -96,13 +116,14 @@ __all__ = [
     "reload_processes",
     "reproduce_run",
     "reproduce_runs",
+    "run_files_digest",
     "run_task",
     "verify_results",
 ]
 
 CHECKS = ("checksum", "missing_file", "unlisted_file", "empty_file", "temp_path",
           "absolute_path", "missing_run", "base_revision", "path_traversal", "task_source",
-          "reload", "prediction_mismatch", "incomplete", CONSISTENCY)
+          "reload", "prediction_mismatch", "incomplete", CONSISTENCY, "config_hash")
 CLOSE_FILES = ("conclusion.json", "budget.json", "plan_vs_execution.json",
                "plan_vs_execution.md", "README.md", "report.html")
 """Files every ``close`` writes (since the first flightplan) after the runs are published and
@@ -249,6 +270,129 @@ def _check_closed(manifest: dict[str, Any]) -> list[Finding]:
     return [Finding("incomplete", lacking[0], f"not closed: {MANIFEST_NAME} lists no "
                     f"{', '.join(lacking)} (close lists them last); run `flightplan close "
                     f"CAMPAIGN_FILE` on its campaign")]
+
+
+def run_files_digest(manifest: dict[str, Any], run_id: str) -> str:
+    """sha256 (hex) over ``"<path> <sha256>\\n"`` of the run's files the manifest lists
+    (``params/<id>.json``, ``measurements/<id>.jsonl``, ``metrics/<id>.json``,
+    ``predictions/<id>.csv``, ``artifacts/<id>/…``), sorted by path: what ``close``
+    records as ``runs.<id>.judged_sha256`` for each run it judged."""
+    own = (f"params/{run_id}.json", f"measurements/{run_id}.jsonl", f"metrics/{run_id}.json",
+           f"predictions/{run_id}.csv")
+    lines = sorted(f"{e.get('path')} {e.get('sha256')}\n" for e in manifest.get("files", [])
+                   if isinstance(e, dict) and isinstance(e.get("path"), str)
+                   and (e["path"] in own or e["path"].startswith(f"artifacts/{run_id}/")))
+    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+
+
+def _check_current(manifest: dict[str, Any]) -> list[Finding]:
+    """incomplete (out of date): on a closed directory, every run the manifest expects was
+    judged by the last close (its ``accepted`` verdict), and its files are those it judged
+    (``judged_sha256``, when recorded). A run fixed and run again after the close, its new
+    id published into results/, or a run published again under its id, makes the
+    conclusion older than the runs."""
+    runs = _object(manifest.get("runs"))
+    expected = manifest.get("expected_run_ids")
+    if not isinstance(expected, list):
+        return []
+    unjudged, changed = [], []
+    for run_id in (i for i in expected if isinstance(i, str)):
+        entry = _object(runs.get(run_id))
+        if not entry:
+            continue            # never published: missing_run says it
+        if "accepted" not in entry:
+            unjudged.append(run_id)
+        elif isinstance(entry.get("judged_sha256"), str) and \
+                entry["judged_sha256"] != run_files_digest(manifest, run_id):
+            changed.append(run_id)
+    found = []
+    again = "run `flightplan close CAMPAIGN_FILE` again on its campaign"
+    if unjudged:
+        found.append(Finding("incomplete", "conclusion.json", f"out of date: {MANIFEST_NAME} "
+                             f"lists runs the last close did not judge (published after it): "
+                             f"{', '.join(unjudged)}; conclusion.json does not cover them; "
+                             f"{again}"))
+    if changed:
+        found.append(Finding("incomplete", "conclusion.json", f"out of date: the files of "
+                             f"{', '.join(changed)} changed after the last close judged them "
+                             f"(published again); conclusion.json is older than the runs; "
+                             f"{again}"))
+    return found
+
+
+def _check_configs(results: Path, manifest: dict[str, Any], present: set[str]
+                   ) -> list[Finding]:
+    """config_hash: each run's id and config hash are those of its recorded inputs.
+
+    The inputs come from ``params/<id>.json`` (the run's ``trial.json``): ``task``,
+    ``params``, ``corpus.sha256`` and the corpus view, ``code_version``; the base revision
+    is not recorded there, so each one the directory records for the run is tried (its
+    ``artifact.json`` ``base_revision``, its ``calibration.json`` entry's, the manifest's
+    ``base_model_revision``, and none). The hash must equal ``config_hash`` in the params
+    and the manifest, its first :data:`~flightplan.ids.HASH_CHARS` hex the run id's suffix,
+    and the manifest's task record must name the params' task and ``code_version`` (the
+    record ``--trust-code`` reloads from)."""
+    findings: list[Finding] = []
+    runs = _object(manifest.get("runs"))
+    listed = _json_object(results, "calibration.json", present).get("runs")
+    calibrated = {str(r.get("run_id")): r.get("base_revision")
+                  for r in (listed if isinstance(listed, list) else []) if isinstance(r, dict)}
+    for run_id in sorted(runs):
+        rel = f"params/{run_id}.json"
+        entry = _object(runs[run_id])
+        doc = _json_object(results, rel, present)
+        if not doc:
+            continue            # missing_run / missing_file say it
+        problem = _config_problem(results, manifest, run_id, entry, doc, present,
+                                  calibrated.get(run_id))
+        if problem:
+            findings.append(Finding("config_hash", rel, f"run {run_id}: {problem}; its "
+                                    f"recorded inputs were changed after it ran, so its "
+                                    f"files are not the run's"))
+    return findings
+
+
+def _config_problem(results: Path, manifest: dict[str, Any], run_id: str,
+                    entry: dict[str, Any], doc: dict[str, Any], present: set[str],
+                    calibrated: Any) -> str | None:
+    """Why run ``run_id``'s recorded config does not hold together (None when it does)."""
+    stated = doc.get("config_hash")
+    if not isinstance(stated, str) or not _HEX64.match(stated):
+        return f"params/{run_id}.json records no 64-hex config_hash ({stated!r:.40})"
+    if entry.get("config_hash") != stated:
+        return (f"{MANIFEST_NAME} records config_hash {str(entry.get('config_hash'))[:12]}…, "
+                f"params/{run_id}.json {stated[:12]}…")
+    if doc.get("run_id") not in (None, run_id):
+        return f"params/{run_id}.json names run id {doc.get('run_id')!r}"
+    record = _object(entry.get("task"))
+    if record and record.get("code_version") != doc.get("code_version"):
+        return (f"{MANIFEST_NAME}'s task record has code_version "
+                f"{str(record.get('code_version'))[:19]}…, the run's params "
+                f"{str(doc.get('code_version'))[:19]}…")
+    if record and record.get("ref") not in (None, doc.get("task")):
+        return f"{MANIFEST_NAME}'s task record names task {record.get('ref')!r}, the run's params {doc.get('task')!r}"
+    corpus = _object(doc.get("corpus"))
+    revisions: list[Any] = []
+    meta = _json_object(results, f"artifacts/{run_id}/artifact.json", present)
+    for candidate in (meta.get("base_revision"), calibrated,
+                      manifest.get("base_model_revision"), None):
+        if candidate not in revisions:
+            revisions.append(candidate)
+    try:
+        hashes = [config_hash(run_config(str(doc.get("task")), _object(doc.get("params")),
+                                         _object(corpus.get("sha256")), revision,
+                                         str(doc.get("code_version")), corpus_view(corpus)))
+                  for revision in revisions]
+    except Exception as exc:   # a value canonical JSON refuses (SpecError), a bad type
+        return f"its recorded inputs cannot be hashed ({exc})"
+    if stated not in hashes:
+        return (f"its recorded inputs (task, params, corpus, code_version, base revision) "
+                f"hash to {hashes[0][:12]}…, not to the recorded config_hash {stated[:12]}…")
+    suffix = run_id.rsplit("-", 1)[-1]
+    if suffix != stated[:HASH_CHARS]:
+        return (f"the run id's suffix {suffix!r} is not the first {HASH_CHARS} hex of its "
+                f"config_hash ({stated[:HASH_CHARS]})")
+    return None
 
 
 def _check_runs(results: Path, manifest: dict[str, Any], present: set[str]) -> list[Finding]:
@@ -496,7 +640,8 @@ def reproduce_run(results_dir: Path, run_id: str, *, limit: int | None = DEFAULT
                           campaign_dir=campaign_dir)[run_id]
 
 
-def _reload_task(results: Path, manifest: dict[str, Any], run_id: str, *, trust_code: bool
+def _reload_task(results: Path, manifest: dict[str, Any], run_id: str, *, trust_code: bool,
+                 refused: str | None = None
                  ) -> tuple[str, str | None] | tuple[str, list[Finding]]:
     """How ``artifacts/<run_id>`` is reloaded: ``(task entry, task root or None)``; or,
     when it is not (untrusted, unknown or unkept code), its final ``(status, findings)``."""
@@ -523,6 +668,9 @@ def _reload_task(results: Path, manifest: dict[str, Any], run_id: str, *, trust_
     if problems:
         return "failed", [Finding("reload", artifact_rel, f"not run: task "
                                   f"{record.get('ref')!r}: {problems[0]}")]
+    if refused:
+        return "failed", [Finding("reload", artifact_rel, f"not run: task "
+                                  f"{record.get('ref')!r}: {refused}")]
     return record["entry"], str(results / record["source"])
 
 
@@ -620,8 +768,8 @@ def _compared(results: Path, run_id: str, fresh: Path) -> tuple[str, list[Findin
 def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None = DEFAULT_SAMPLE,
                    trust_code: bool = False, campaign_dir: Path | None = None,
                    on_done: Callable[[int], None] | None = None,
-                   gpus: list[str] | None = None, cores: int | None = None
-                   ) -> dict[str, tuple[str, list[Finding]]]:
+                   gpus: list[str] | None = None, cores: int | None = None,
+                   refused: str | None = None) -> dict[str, tuple[str, list[Finding]]]:
     """:func:`reproduce_run` for each of ``run_ids``: the artifacts of one task are reloaded
     several to a fresh process (the task loaded and its imports paid once), at most
     :func:`reload_processes` processes at once, so no core (or GPU) idles while reloads
@@ -641,6 +789,10 @@ def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None =
         on_done: called with the number of reloads finished after each one ends.
         gpus: the GPUs to reload on (``CUDA_VISIBLE_DEVICES`` names; [] for none).
         cores: this machine's cores (default :func:`~flightplan.trial.accelerator.cpu_count`).
+        refused: why no kept code may run (:func:`verify_results`: the directory has
+            findings); with ``trust_code``, each artifact of a file or module task whose
+            kept source passes its checks then gets a ``reload`` finding ``not run:
+            <refused>`` instead of running. Built-in tasks reload as always.
 
     An exception in the calling thread (a Ctrl-C, SIGTERM, or ``on_done`` raising) kills the
     reloads still running and starts no other before it propagates.
@@ -663,7 +815,7 @@ def reproduce_runs(results_dir: Path, run_ids: list[str], *, limit: int | None =
             done(run_id, ("failed", [Finding("reload", f"artifacts/{run_id}", str(exc))]))
         return found
     for run_id in run_ids:
-        how = _reload_task(results, manifest, run_id, trust_code=trust_code)
+        how = _reload_task(results, manifest, run_id, trust_code=trust_code, refused=refused)
         if isinstance(how[1], list):
             done(run_id, (how[0], how[1]))
         else:
@@ -748,6 +900,9 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
             findings += _scan_text(results, rel, temp, absolute)
     findings += _check_runs(results, manifest, present)
     findings += _task_findings(results, manifest)
+    findings += _check_configs(results, manifest, present)
+    if not any(f.check == "incomplete" for f in findings):
+        findings += _check_current(manifest)
     findings += consistency_findings(results, manifest, changed=frozenset(
         f.path for f in findings if f.check in ("checksum", "missing_file", "empty_file")))
     statuses: dict[str, str] = {}
@@ -764,8 +919,15 @@ def verify_results(results_dir: Path, *, sample: int | None = DEFAULT_SAMPLE,
                   unit="artifacts")
         if to_reload:
             progress(0)
+        # a directory with any finding runs none of the code it holds, trusted or not
+        distrusted = sorted({f.check for f in findings}, key=CHECKS.index)
+        refused = None if not distrusted else (
+            f"this results directory has findings ({', '.join(distrusted)} above), so "
+            f"--trust-code runs none of the code it holds; get the directory again from its "
+            f"sender")
         reloads = reproduce_runs(results, to_reload, limit=sample, trust_code=trust_code,
-                                 campaign_dir=campaign_dir, on_done=progress)
+                                 campaign_dir=campaign_dir, on_done=progress,
+                                 refused=refused)
         for run_id in artifacts:
             if run_id in known:
                 status, found = ("failed" if known[run_id] else "reproduced", known[run_id])

@@ -28,7 +28,7 @@ from flightplan.publish.manifest import MANIFEST_NAME
 from flightplan.publish.results import RESULTS_DIRNAME
 
 __all__ = ["CloseRecord", "RECORD_NAME", "read_close_record", "write_close_record",
-           "manifest_sha256", "report_path"]
+           "manifest_sha256", "report_path", "results_changed_since"]
 
 RECORD_NAME = "closed.json"    # in <campaign>/.flightplan/
 REPORT_NAME = "report.html"
@@ -91,3 +91,10 @@ def report_path(campaign_dir: Path) -> Path | None:
     """``results/report.html`` of the campaign (absolute) when close has written it."""
     path = (Path(campaign_dir) / RESULTS_DIRNAME).resolve() / REPORT_NAME
     return path if path.is_file() else None
+
+
+def results_changed_since(campaign_dir: Path, record: CloseRecord) -> bool:
+    """Whether ``results/MANIFEST.json`` is no longer the one ``record``'s close wrote: a
+    run published since (run again after the close, a new id or the same) rewrites it.
+    ``close`` (:func:`flightplan.close.closed.unchanged_close`) and ``status`` both ask."""
+    return record.manifest_sha256 != manifest_sha256(campaign_dir)

@@ -20,12 +20,14 @@ Usage::
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
 
 from flightplan.goodput import LABELS, OVERHEADS
+from flightplan.publish.close_record import read_close_record, results_changed_since
 from flightplan.run.decision import ValueRanking
 from flightplan.run.executors.contract import ClusterJoined
 from flightplan.run.progress import format_stop
@@ -271,7 +273,10 @@ def _flight_when(flight: dict[str, Any], *, now: float) -> str:
 def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now: float,
                   stopped_by: str | None = None) -> list[str]:
     """The lines on ``results/`` under the campaign line: once closed, the answer, the
-    verdict, whether it verified and where the report is; before, that results/ holds
+    verdict, whether it verified and where the report is, unless runs were published
+    since that close (``results/MANIFEST.json`` is not the one it wrote,
+    :func:`~flightplan.publish.close_record.results_changed_since`): then one line, that
+    the results are out of date and ``close`` brings them up to date; before, that results/ holds
     what the runs published so far and that ``close`` completes it, or, when the runner
     last stopped the campaign on a fault (``stopped_by``: its data check, kernel check or
     pilot), that the fault is fixed and ``run`` goes on; nothing when there is no
@@ -296,6 +301,12 @@ def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now:
                         f"below): fix that, then `flightplan run {spec}` goes on", width)]
         return [cut(f"results: {results['dir']} holds what the runs published so far; "
                     f"`flightplan close {spec}` completes it", width)]
+    record = read_close_record(Path(results["dir"]).parent) if results.get("dir") else None
+    if record is not None and results_changed_since(Path(results["dir"]).parent, record):
+        # runs published since that close: its answer no longer covers them
+        return [cut(f"results: out of date in {results['dir']}: the runs changed since the "
+                    f"close at {clock(record.closed_at, now=now)} (answer then: "
+                    f"{closed.get('answer')}); run `flightplan close {spec}` again", width)]
     state = "verified" if closed.get("verified") else "NOT verified"
     lines = [cut(f"closed {clock(closed.get('at'), now=now)}: answer {closed.get('answer')}, "
                  f"results {state} in {results['dir']}", width)]

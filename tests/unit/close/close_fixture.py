@@ -23,6 +23,7 @@ from closefake.textclf import (LABELS, N_TEST, TEXTS, rows,  # noqa: E402
 from flightplan.ledger_rows import (CampaignRow, DecisionRow, EventRow, ExpenseRow,  # noqa: E402
                                     NoteRow, PlanVersionRow, RunRow, StageTimeRow)
 from flightplan.publish.results import publish_data_check, publish_plan, publish_run  # noqa: E402
+from flightplan.run.planned import plan_runs  # noqa: E402
 from flightplan.spec import load_spec  # noqa: E402
 from flightplan.tasks.loader import resolve_task  # noqa: E402
 
@@ -151,7 +152,8 @@ def _macro_f1(table: list[dict[str, str]]) -> float:
                           labels=LABELS, average="macro", zero_division=0))
 
 
-def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> None:
+def _write_run(campaign_dir: Path, spec, run, run_id: str, config_hash: str, *,
+               stopped: bool) -> None:
     run_dir = campaign_dir / "runs" / run_id
     (run_dir / "artifact").mkdir(parents=True)
     params = dict(run.params)
@@ -163,7 +165,7 @@ def _write_run(campaign_dir: Path, spec, run, run_id: str, *, stopped: bool) -> 
                             root=str(campaign_dir / "corpus")),
              "base_model": None if spec.base_model is None
              else spec.base_model.model_dump(mode="json"),
-             "campaign_dir": str(campaign_dir), "resume": True, "config_hash": run_id[-10:],
+             "campaign_dir": str(campaign_dir), "resume": True, "config_hash": config_hash,
              "max_steps": None, "code_version": source.code_version,
              "task_source": source.to_json()}
     (run_dir / "trial.json").write_text(json.dumps(trial))
@@ -193,7 +195,8 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
     the ``reload_predictions`` hook).
 
     Returns:
-        ``(spec, ledger)``. Run ids are ``<name>-000000000<i>``.
+        ``(spec, ledger)``. Run ids are the runner's (:func:`run_ids`): ``<name>-<first 10
+        hex of the config hash>``, which depend on ``task`` and ``extra_test``.
     """
     campaign_dir = root / "camp"
     hashes = _write_corpus(campaign_dir / "corpus", extra_test)
@@ -217,10 +220,12 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
                        slot("variant", "run", 30, 20)]}
     run_rows, stage_rows = [], [{"name": "data-check", "kind": "stage", "started_at": T0,
                                  "ended_at": T0 + 12}]
+    # ids and config hashes as the runner makes them (run/planned.py: ids.py's recipe)
+    identities = {p.run.name: (p.run_id, p.config_hash) for p in plan_runs(spec)}
     for index, run in enumerate(spec.runs):
-        run_id = f"{run.name}-{index:010d}"
+        run_id, config_hash = identities[run.name]
         is_stopped = run.name in stopped
-        _write_run(campaign_dir, spec, run, run_id, stopped=is_stopped)
+        _write_run(campaign_dir, spec, run, run_id, config_hash, stopped=is_stopped)
         start = T0 + 12 + 30 * index
         stop = json.loads((campaign_dir / "runs" / run_id / "stop.json").read_text()) \
             if is_stopped else None
@@ -228,7 +233,7 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
                          "status": "stopped" if is_stopped else "finished",
                          "started_at": start, "ended_at": start + 30, "wall_s": 30.0,
                          "stop": stop, "superseded_by": None, "metric": None,
-                         "config_hash": run_id[-10:]})
+                         "config_hash": config_hash})
         stage_rows.append({"name": run.name, "kind": "run", "started_at": start,
                            "ended_at": start + 30})
     ledger = FakeLedger(
@@ -251,3 +256,20 @@ def make_campaign(root: Path, *, stopped: tuple[str, ...] = (), accept: float = 
         for row in run_rows:
             publish_run(campaign_dir, row["run_id"])
     return spec, ledger
+
+
+def run_ids(root: Path, **kwargs: Any) -> tuple[str, str]:
+    """``(control id, variant id)`` of :func:`make_campaign` with ``kwargs`` (a campaign
+    made, unpublished, in ``root``)."""
+    spec, ledger = make_campaign(root, publish=False, **kwargs)
+    return ledger.run_rows[0]["run_id"], ledger.run_rows[1]["run_id"]
+
+
+def _ids(**kwargs: Any) -> tuple[str, str]:
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_ids(Path(tmp), **kwargs)
+
+
+CONTROL, VARIANT = _ids()
+"""The run ids of :func:`make_campaign`'s default campaign (module task)."""

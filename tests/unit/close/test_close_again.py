@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from close_fixture import FAKES, T0, make_campaign
+from close_fixture import CONTROL, FAKES, T0, VARIANT, make_campaign
 
 from flightplan.close.commands import close_command
 from flightplan.run.commands import status_command
@@ -107,7 +107,7 @@ def test_status_shows_the_answer_results_and_report_once_closed(tmp_path, capsys
     assert shown == {"dir": str(results), "exists": True, "report": str(results / "report.html"),
                      "closed": {"at": record["closed_at"], "verified": True, "answer": "no",
                                 "verdict": record["summary"]["verdict"],
-                                "accepted": ["control-0000000000", "variant-0000000001"]}}
+                                "accepted": [f"{CONTROL}", f"{VARIANT}"]}}
     status_command(spec.source, as_json=False)
     text = capsys.readouterr().out.splitlines()
     at = time.strftime("%H:%M:%S", time.localtime(record["closed_at"]))

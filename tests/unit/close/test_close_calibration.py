@@ -10,15 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from close_fixture import make_campaign
+from close_fixture import VARIANT, make_campaign
 
 from flightplan.close.commands import close_campaign
 from flightplan.close.verify import verify_results
 from flightplan.errors import ArgumentError, SpecError
 from flightplan.plan.commands import plan_command
 
-CONTROL = "control-0000000000"
-VARIANT = "variant-0000000001"
 VERIFY = functools.partial(verify_results, reload=False)
 
 

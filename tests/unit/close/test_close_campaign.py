@@ -10,14 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from close_fixture import T0, make_campaign
+from close_fixture import CONTROL, VARIANT, T0, make_campaign
 
 from flightplan.close.commands import close_campaign, verify_command
 from flightplan.close.report import render_report
 from flightplan.errors import ArgumentError
 
-CONTROL = "control-0000000000"
-VARIANT = "variant-0000000001"
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +150,8 @@ def test_zero_accepted_products(tmp_path):
     budget = outcome["budget"]
     assert outcome["accepted"] == [] and budget["rental_per_accepted"] is None
     assert budget["committed_total"] == "47.14"
-    assert "control-0000000000: stopped by rule non_finite_loss" in budget["undefined_reason"]
-    assert "variant-0000000001: macro_f1 0.7509 is below accept_at_least 0.99" in \
+    assert f"{CONTROL}: stopped by rule non_finite_loss" in budget["undefined_reason"]
+    assert f"{VARIANT}: macro_f1 0.7509 is below accept_at_least 0.99" in \
         budget["undefined_reason"]
 
 
@@ -162,7 +160,7 @@ def test_predictions_must_cover_every_expected_example(tmp_path):
     outcome = close_campaign(spec, ledger)
     assert outcome["accepted"] == []
     assert json.loads((Path(outcome["results_dir"]) / "MANIFEST.json").read_text())["runs"][
-        CONTROL]["reasons"] == ["predictions miss 2 expected example ids (first: t20, t21)"]
+        ledger.run_rows[0]["run_id"]]["reasons"] == ["predictions miss 2 expected example ids (first: t20, t21)"]
     assert outcome["verified"] is True  # the directory is sound; the products are rejected
 
 

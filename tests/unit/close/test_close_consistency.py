@@ -9,15 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from close_fixture import make_campaign
+from close_fixture import VARIANT, make_campaign
 
 from flightplan.close.commands import close_campaign
 from flightplan.close.consistency import consistency_findings
 from flightplan.close.verify import verify_results
 from flightplan.publish.manifest import read_manifest, update_manifest
 
-CONTROL = "control-0000000000"
-VARIANT = "variant-0000000001"
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from close_fixture import T0, make_campaign
+from close_fixture import CONTROL, T0, VARIANT, make_campaign
 
 from flightplan.close.plan_vs_execution import (plan_vs_execution, plan_vs_execution_markdown,
                                                 shown_hours)
@@ -40,7 +40,7 @@ def test_planned_observed_deviation_and_decisions(tmp_path):
     # 50 s reserved = 0.0139 h, 72 s observed = 0.0200 h: +0.0061 (22 s alone: 0.0061)
     assert "Reserved 0.0139 h; observed 0.0200 h from first start to last end (0.0200 h of " \
         "stage and run time); deviation +0.0061 h." in markdown
-    assert "- stopped: variant (`variant-0000000001`) by rule non_finite_loss" in markdown
+    assert f"- stopped: variant (`{VARIANT}`) by rule non_finite_loss" in markdown
     assert "- pilot (short run, checkpoint, resume in a new process): passed: resumed; log in" \
         in markdown
 
@@ -83,12 +83,12 @@ def test_checkpoint_transfer_is_a_stage_cost_planned_by_the_re_estimate(tmp_path
         "variant": {"total_s": 20.0, "transfer_s": 18.0}}}
     ledger.event_rows += [
         # control: 1.5 + 6 + 4.5 = 12 s and 0.5 + 3 + 2.5 = 6 s home
-        _transferred("control-0000000000", 20, step=1, name="step-000001", bytes=30_000_000,
+        _transferred(f"{CONTROL}", 20, step=1, name="step-000001", bytes=30_000_000,
                      wait_s=1.5, fetch_s=6.0, commit_s=4.5),
-        _transferred("control-0000000000", 30, step=3, name="step-000003", bytes=20_000_000,
+        _transferred(f"{CONTROL}", 30, step=3, name="step-000003", bytes=20_000_000,
                      wait_s=0.5, fetch_s=3.0, commit_s=2.5),
         # variant: a row from before wait_s was measured: 5 + 4 = 9 s
-        _transferred("variant-0000000001", 50, step=2, name="step-000002", bytes=10_000_000,
+        _transferred(f"{VARIANT}", 50, step=2, name="step-000002", bytes=10_000_000,
                      fetch_s=5.0, commit_s=4.0)]
     record = plan_vs_execution(ledger)
     transfers = record["transfers"]
@@ -96,10 +96,10 @@ def test_checkpoint_transfer_is_a_stage_cost_planned_by_the_re_estimate(tmp_path
     assert transfers["note"].startswith("the original plan has no transfer figure")
     # 18 s observed = 0.005 h against 36 s = 0.01 h planned; 9 s = 0.0025 h against 0.005 h
     assert transfers["runs"] == [
-        {"name": "control", "run_id": "control-0000000000", "checkpoints": 2,
+        {"name": "control", "run_id": f"{CONTROL}", "checkpoints": 2,
          "bytes": 50_000_000, "planned_hours": 0.01, "observed_hours": 0.005,
          "deviation_hours": -0.005},
-        {"name": "variant", "run_id": "variant-0000000001", "checkpoints": 1,
+        {"name": "variant", "run_id": f"{VARIANT}", "checkpoints": 1,
          "bytes": 10_000_000, "planned_hours": 0.005, "observed_hours": 0.0025,
          "deviation_hours": -0.0025}]
     # 27 s = 0.0075 h of 54 s = 0.015 h planned
@@ -120,7 +120,7 @@ def test_checkpoint_transfer_is_a_stage_cost_planned_by_the_re_estimate(tmp_path
 
 def test_a_re_estimate_without_a_transfer_figure_plans_none(tmp_path):
     _, ledger = make_campaign(tmp_path, publish=False)
-    ledger.event_rows.append(_transferred("variant-0000000001", 50, step=2,
+    ledger.event_rows.append(_transferred(f"{VARIANT}", 50, step=2,
                                           name="step-000002", bytes=1_000_000, wait_s=0.0,
                                           fetch_s=0.72, commit_s=0.18))
     transfers = plan_vs_execution(ledger)["transfers"]
@@ -154,9 +154,9 @@ def test_goodput_beside_the_re_estimate_by_cause_and_each_flights_hours(tmp_path
     def split(**seconds: float) -> GoodputSplit:
         return GoodputSplit({c: seconds.get(c, 0.0) for c in CAUSES})
     # control: 30 s, 12 of them steps (40 %); variant: 16 s, 8 of them steps (50 %), 2 lost
-    runs = {"control-0000000000": split(waiting=1.0, start_load=9.0, steps=12.0,
+    runs = {f"{CONTROL}": split(waiting=1.0, start_load=9.0, steps=12.0,
                                         evaluation=3.0, output=5.0),
-            "variant-0000000001": split(start_load=4.0, steps=8.0, lost=2.0, output=2.0)}
+            f"{VARIANT}": split(start_load=4.0, steps=8.0, lost=2.0, output=2.0)}
     # one 3-day flight, one slot: 20 s of steps, 38 s of overheads (12 s of them stages)
     flight = FlightGoodput("local", 1, 72.0, 20.0, {
         "waiting": 1.0, "start_load": 13.0, "lost": 2.0, "evaluation": 3.0, "output": 7.0,

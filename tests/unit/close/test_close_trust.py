@@ -11,15 +11,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from close_fixture import TASK_FILE, make_campaign
+from close_fixture import TASK_FILE, _ids, make_campaign
 
 from flightplan.close.commands import close_campaign, verify_command
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.close.verify import verify_results
 from flightplan.tasks.reload import NO_RELOAD_HOOK
 
-CONTROL = "control-0000000000"
-VARIANT = "variant-0000000001"
+CONTROL, VARIANT = _ids(task="file")
+"""The run ids of the fixture campaign with the file task (its code is in the id)."""
+BARE_CONTROL, BARE_VARIANT = _ids(task="file-no-reload")
+"""... and with the same file without its reload_predictions hook."""
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +142,10 @@ def test_a_task_without_reload_hook_is_not_accepted(tmp_path):
               f"reload_predictions(artifact_dir, out, *, campaign_dir, limit) -> rows written")
     manifest = read_manifest(Path(outcome["results_dir"]))
     assert outcome["accepted"] == [] and manifest["accepted_run_ids"] == []
-    assert manifest["runs"][CONTROL]["reasons"] == [reason]
+    assert manifest["runs"][BARE_CONTROL]["reasons"] == [reason]
     budget = outcome["budget"]
     assert budget["committed_total"] == "47.14" and budget["rental_per_accepted"] is None
-    assert f"{CONTROL}: {reason}" in budget["undefined_reason"]
+    assert f"{BARE_CONTROL}: {reason}" in budget["undefined_reason"]
     (comparison,) = outcome["conclusion"]["comparisons"]
     assert comparison["verdict"] == "not_available"
     assert comparison["reason"] == (f"no usable predictions for variant and control "
@@ -152,7 +154,7 @@ def test_a_task_without_reload_hook_is_not_accepted(tmp_path):
     assert outcome["verified"] is False
     assert {(f["check"], f["path"], f["message"]) for f in outcome["findings"]} == {
         ("reload", f"artifacts/{run_id}", reason.removeprefix("reload: "))
-        for run_id in (CONTROL, VARIANT)}
+        for run_id in (BARE_CONTROL, BARE_VARIANT)}
 
 
 def test_the_verify_verb_runs_kept_code_only_with_trust_code(copy):
@@ -195,7 +197,7 @@ def test_verify_and_close_agree_that_a_task_without_reload_hook_cannot_reload(tm
     # without trust the kept file is read, not run: it visibly defines no hook
     report = verify_results(copy)
     assert (report["verified"], report["findings"]) == (False, outcome["findings"])
-    assert report["reload"] == {CONTROL: "failed", VARIANT: "failed"}
+    assert report["reload"] == {BARE_CONTROL: "failed", BARE_VARIANT: "failed"}
     assert verify_command(copy, as_json=False) == 1
     out = capsys.readouterr().out
     assert out.startswith("NOT verified: 2 finding(s)\n") and "--trust-code" not in out

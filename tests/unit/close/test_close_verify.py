@@ -8,18 +8,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from close_fixture import make_campaign
+from close_fixture import CONTROL, VARIANT, make_campaign
 
 from flightplan.close import commands
 from flightplan.close.commands import close_campaign
 from flightplan.publish.manifest import read_manifest, update_manifest
 from flightplan.publish.results import publish_plan
 from flightplan.durable import write_json_atomic
-from flightplan.close.verify import (reload_processes, reproduce_run, reproduce_runs,
+from flightplan.close.verify import (reload_processes, reproduce_run, reproduce_runs, run_files_digest,
                                     verify_results)
 
-CONTROL = "control-0000000000"
-VARIANT = "variant-0000000001"
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +42,21 @@ def checks(results, **kwargs):
     return sorted((f["check"], f["path"]) for f in report["findings"])
 
 
+def relist(results, written):
+    """List ``written`` in the manifest as a writer would, and record each run's files as
+    judged (``judged_sha256``), as a close would: only the check under test then fires,
+    not ``incomplete`` for runs changed since the close."""
+    update_manifest(results, written=written)
+    manifest = read_manifest(results)
+    update_manifest(results, runs={run_id: {"judged_sha256": run_files_digest(manifest, run_id)}
+                                   for run_id in manifest["runs"]})
+
+
 def edit_json(results, rel, change):
     value = json.loads((results / rel).read_text())
     change(value)
     write_json_atomic(results / rel, value)
-    update_manifest(results, written=[rel])
+    relist(results, [rel])
 
 
 def test_good_copy_verifies(copy):
@@ -160,7 +168,7 @@ def test_base_revision_absent_for_a_run_whose_campaign_names_a_base_model(copy):
 def test_base_revision_absent_from_an_unreadable_artifact_json(copy):
     rel = f"artifacts/{VARIANT}/artifact.json"
     (copy / rel).write_text("{not json", encoding="utf-8")
-    update_manifest(copy, written=[rel])
+    relist(copy, [rel])
     assert checks(copy, reload=False) == [("base_revision", rel)]
 
 
@@ -170,7 +178,7 @@ def test_base_revision_absent_from_an_adapter(copy):
     edit_json(copy, rel, lambda v: v.pop("base_revision"))
     assert checks(copy, reload=False) == []              # no base model, no adapter: none owed
     (copy / f"artifacts/{VARIANT}/adapter_config.json").write_text('{"r": 4}\n')
-    update_manifest(copy, written=[f"artifacts/{VARIANT}/adapter_config.json"])
+    relist(copy, [f"artifacts/{VARIANT}/adapter_config.json"])
     assert checks(copy, reload=False) == [("base_revision", rel)]
     [found] = verify_results(copy, reload=False)["findings"]
     assert found["message"].startswith("the artifact holds an adapter")
@@ -196,7 +204,7 @@ def test_path_traversal_by_symlink(copy):
 
 def test_reload(copy):
     (copy / f"artifacts/{CONTROL}/model.json").write_text("{not json")
-    update_manifest(copy, written=[f"artifacts/{CONTROL}/model.json"])
+    relist(copy, [f"artifacts/{CONTROL}/model.json"])
     assert checks(copy, trust_code=True) == [("reload", f"artifacts/{CONTROL}")]
 
 
@@ -208,12 +216,18 @@ def test_prediction_mismatch(copy):
     assert lines[2].startswith("t1,neu,neu,")
     lines[2] = lines[2].replace("t1,neu,neu,", "t1,neu,pos,", 1)
     (copy / rel).write_text("".join(lines))
-    update_manifest(copy, written=[rel])
-    # the reload re-creates the old prediction; the figures no longer follow from the file
-    # (the comparison's, and the verdict's seed notice, which states its interval)
-    assert checks(copy, sample=5, trust_code=True) == [
-        ("inconsistent", "MANIFEST.json"), ("inconsistent", "conclusion.json"),
-        ("inconsistent", "conclusion.json"), ("prediction_mismatch", rel)]
+    relist(copy, [rel])
+    # the figures no longer follow from the file (the comparison's, and the verdict's seed
+    # notice, which states its interval); a directory with findings runs none of its code,
+    # trusted or not
+    inconsistent = [("inconsistent", "MANIFEST.json"), ("inconsistent", "conclusion.json"),
+                    ("inconsistent", "conclusion.json")]
+    assert checks(copy, sample=5, trust_code=True) == sorted(
+        inconsistent + [("reload", f"artifacts/{CONTROL}"), ("reload", f"artifacts/{VARIANT}")])
+    # reloaded from a sound directory (the predictions of the run given as they were),
+    # the stored prediction differs from the re-created one
+    found = reproduce_runs(copy, [VARIANT], limit=5, trust_code=True)
+    assert [(f.check, f.path) for f in found[VARIANT][1]] == [("prediction_mismatch", rel)]
 
 
 NOT_CLOSED = ("not closed: MANIFEST.json lists no conclusion.json, budget.json, "

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from close_fixture import FAKES, T0, make_campaign
+from close_fixture import CONTROL, VARIANT, FAKES, T0, make_campaign
 from closefake.textclf import REVISION
 
 from flightplan.close.commands import close_campaign
@@ -27,8 +27,6 @@ from flightplan.tracking.export import export_results
 mlflow = pytest.importorskip("mlflow", reason="Requires: the mlflow extra")
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-CONTROL = "control-0000000000"
-VARIANT = "variant-0000000001"
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 
 
@@ -112,6 +110,8 @@ def test_one_run_per_flightplan_run_with_exact_params_points_and_times(exported)
     assert sorted(runs) == sorted([CONTROL, VARIANT, "pilot", "summary"])
     client = MlflowClient(tracking_uri=uri)
     control = runs[CONTROL]
+    control_hash = json.loads((exported[0] / "params" / f"{CONTROL}.json").read_text())[
+        "config_hash"]
     assert control.info.run_name == "control"
     assert control.data.params == {"shift": "0", "max_length": "64"}
     loss = client.get_metric_history(control.info.run_id, "loss")
@@ -127,7 +127,7 @@ def test_one_run_per_flightplan_run_with_exact_params_points_and_times(exported)
         "FINISHED", T0 * 1000, (T0 + 3) * 1000)
     tags = control.data.tags
     assert (tags["flightplan.tier"], tags["flightplan.config_hash"], tags["flightplan.accepted"],
-            tags["flightplan.task"]) == ("essential", "0000000000", "true", "closefake.textclf")
+            tags["flightplan.task"]) == ("essential", control_hash, "true", "closefake.textclf")
     assert tags["flightplan.base_model.weights_sha256"] == REVISION["weights_sha256"]
     assert tags["flightplan.base_model.version"] == "0.1.0"
     assert "flightplan.reference" not in tags

@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from close_fixture import FAKES, make_campaign
+from close_fixture import CONTROL, FAKES, make_campaign
 
 from processes import wait_for  # tests/fixtures, put on the path by conftest.py
 from flightplan.close.commands import close_campaign
@@ -35,7 +35,6 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 FLIGHTPLAN = Path(sys.executable).parent / "flightplan"
 SECRETS = ("pw-Alice-5e1c9", "pw-Bob-77a0d", "tok-Q9z31x")
-CONTROL = "control-0000000000"
 
 
 def test_redact_masks_user_info_and_secret_parameters_only():
