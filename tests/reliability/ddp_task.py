@@ -31,10 +31,6 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict)
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
@@ -56,6 +52,10 @@ def train(trial) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 4))
     if fsdp:
+        # imported here, so that the DDP runs import what they always did
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
         mesh = init_device_mesh("cpu", (world,))
         for layer in (model[0], model[3]):
             fully_shard(layer, mesh=mesh)
@@ -97,6 +97,9 @@ def train(trial) -> None:
                 break
     if fsdp:
         # collectives on every rank: the whole state gathered, the forward's all-gathers
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions, get_model_state_dict, get_optimizer_state_dict)
+
         whole = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(model, options=whole)
         state = get_optimizer_state_dict(model, optimizer, options=whole)
