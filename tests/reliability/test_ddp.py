@@ -276,7 +276,11 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_one_record(tmp_path
     assert stop["rule"] == "non_finite_loss"
     rows = _rows(run_dir)
     assert [r["rule"] for r in rows if r.get("event") == "stop"] == ["non_finite_loss"]
-    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3]   # rank 0's, finite
+    # rank 1's rule fired at step 3, held (the ranks agree every 10 steps) until the save
+    # after step 5 settled it first: rank 0's rows run to 5, no state after the NaN saved
+    assert stop["step"] == 3
+    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4, 5]   # rank 0's
+    assert [r["name"] for r in rows if r.get("event") == "checkpoint"] == ["step-000003"]
     log = (run_dir / "log.txt").read_text()
     assert log.count("stopped:") == 2                      # both ranks, one record
 
@@ -350,8 +354,10 @@ def test_lightning_ddp_a_nan_loss_on_one_rank_stops_every_rank_once(tmp_path: Pa
     assert [p.returncode for p in group.processes] == [EXIT_STOPPED, EXIT_STOPPED]
     rows = _rows(run_dir)
     assert [r["rule"] for r in rows if r.get("event") == "stop"] == ["non_finite_loss"]
-    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4]   # rank 0's, finite
-    assert json.loads((run_dir / "stop.json").read_text())["rule"] == "non_finite_loss"
+    # rank 1's NaN (its training_step at global_step 4) is the row of step 5; the ranks
+    # agree every 10 steps, but the save after step 5 settles the verdict first
+    assert [r["step"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4, 5]   # rank 0's
+    assert json.loads((run_dir / "stop.json").read_text())["step"] == 5
     assert [r["name"] for r in rows if r.get("event") == "checkpoint"] == ["step-000003"]
 
 

@@ -246,8 +246,11 @@ class FlightplanCallback(pl.Callback):
             folder.mkdir(parents=True)
         trainer.save_checkpoint(folder / CKPT_FILE, weights_only=False)  # collective
         self.trial.epoch = int(trainer.current_epoch)
-        self.trial.commit_library_checkpoint(folder, step, kind=KIND,
-                                             save_s=time.perf_counter() - start)
+        try:  # with several ranks: a rank's stop verdict since their last agreement first
+            self.trial.commit_library_checkpoint(folder, step, kind=KIND,
+                                                 save_s=time.perf_counter() - start)
+        except TrialStopped as exc:
+            self._stop(exc, trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.stopped is not None:

@@ -185,7 +185,11 @@ class FlightplanCallback(TrainerCallback):
         if self.trial.ranks.leader:
             (source / _PICKLED_ARGS).unlink(missing_ok=True)
         self.trial.epoch = int(state.epoch or 0)
-        self.trial.commit_library_checkpoint(source, state.global_step, kind=KIND, save_s=save_s)
+        try:  # with several ranks: a rank's stop verdict since their last agreement first
+            self.trial.commit_library_checkpoint(source, state.global_step, kind=KIND,
+                                                 save_s=save_s)
+        except TrialStopped as exc:
+            self._stop(exc, control)
 
 
 def train(trainer: Trainer, trial: Trial, **train_kwargs: Any) -> TrainOutput:

@@ -83,6 +83,8 @@ class Ranks:
         self.world_size = world_size
         self._held_stop: Stop | None = None   # this rank's verdict since the last agreement
         self._next_agreement = 0              # the first step that agrees again
+        self._last_flags: Any = None          # the last agreement's tensor (see agree)
+        self._agreed_step: int | None = None  # the step of the last agreement
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "Ranks":
@@ -157,11 +159,15 @@ class Ranks:
             return None, False, None
         if step is not None:
             self._next_agreement = (step // AGREEMENT_STEPS + 1) * AGREEMENT_STEPS
+            self._agreed_step = step
         stop, self._held_stop = self._held_stop, None
         dist = self._group()
         flags = self._tensor([self.world_size - self.rank if stop is not None else 0,
                               int(due and self.leader), _LEAVE_CODES[leave]])
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        # kept until the next agreement: were gloo's thread to drop the last reference, it
+        # would need the GIL, and at the end of a run (DDP's teardown holding it) it hung
+        self._last_flags = flags
         first, agreed_due, code = (int(v) for v in flags.tolist())
         agreed_stop = None
         if first:
@@ -169,6 +175,14 @@ class Ranks:
             dist.broadcast_object_list(verdict, src=self.world_size - first)
             agreed_stop = verdict[0]
         return agreed_stop, bool(agreed_due), {0: None, 1: False, 2: True}[code]
+
+    def settle(self, step: int) -> Stop | None:
+        """Before a save after ``step``: the verdict any rank holds, agreed now (collective)
+        unless the ranks agreed at this very step, so that no checkpoint holds a state a
+        rank's stop rule rejected. None with one rank."""
+        if not self.distributed or step == self._agreed_step:
+            return None
+        return self.first_stop(None)
 
     def first_stop(self, stop: Stop | None) -> Stop | None:
         """The stop verdict of :meth:`agree` at once (with any verdict held). Collective."""

@@ -435,6 +435,17 @@ class Trial:
         self._ranks.barrier()  # no rank ends (and has the others killed) before stop.json
         raise TrialStopped(record)
 
+    def _settle(self, step: int) -> None:
+        """With several ranks, before saving the state after ``step``: stop on a verdict some
+        rank holds since the ranks' last agreement (:meth:`Ranks.settle`).
+
+        Raises:
+            TrialStopped: a rank's rule fired since (nothing saved).
+        """
+        stop = self._ranks.settle(step)
+        if stop is not None:
+            self._stop(stop)
+
     def _first_stop(self, verdicts: Iterable[Stop | None]) -> None:
         """Stop at the first verdict of ``verdicts`` (an iterable of ``Stop | None``, rules
         applied lazily) of the lowest rank where one fired (:meth:`Ranks.first_stop`)."""
@@ -596,9 +607,12 @@ class Trial:
 
         Raises:
             CheckpointError: the previous background save failed.
+            TrialStopped: with several ranks, a rank's stop rule fired since their last
+                agreement (nothing saved).
         """
         self._begin_loop()
         self.flush_rows()  # a stop rule on the last row comes before saving the state after it
+        self._settle(step)
         self._writer.wait()
         self._agreed = None  # a save now: log()'s decision for this step is spent
         if epoch is not None:
@@ -810,9 +824,12 @@ class Trial:
         Raises:
             CheckpointError: ``source`` is not a flat folder.   OSError: from the disk.
             TrialPreempted: the run was asked to leave its flight and stop (after the commit).
+            TrialStopped: with several ranks, a rank's stop rule fired since their last
+                agreement: nothing is committed.
         """
         self._begin_loop()
         self.flush_rows()
+        self._settle(steps_done - 1)
         parent = self.run_dir / "checkpoints"
         if not self._ranks.leader:
             if self._leave is not None:
