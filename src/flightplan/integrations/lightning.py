@@ -54,7 +54,8 @@ What :func:`fit` adds to Lightning:
   ``StatefulDistributedSampler``; :func:`fit` initialises the process group before it
   restores, Lightning writes each checkpoint on rank 0 with every rank's RNG states (a list
   in rank order, each rank gets its own back), and the save, stop and leave decisions are
-  agreed across the ranks each step (docs/tasks.md, "Lightning across several processes").
+  agreed across the ranks every 10 steps and before each save (docs/tasks.md, "Lightning
+  across several processes"; :data:`flightplan.trial.distributed.AGREEMENT_STEPS`).
 """
 
 from __future__ import annotations

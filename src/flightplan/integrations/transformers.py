@@ -37,7 +37,8 @@ What :func:`train` adds to the Trainer:
   ranks flightplan started (``TrainingArguments`` built inside ``train(trial)`` read the
   launcher's environment). Rank 0 writes the checkpoint and each rank its
   ``rng_state_R.pth`` (:func:`required_files`); the commit waits for every rank, and the
-  save, stop and leave decisions are agreed across the ranks each step.
+  save, stop and leave decisions are agreed across the ranks every 10 steps and before
+  each commit (:data:`flightplan.trial.distributed.AGREEMENT_STEPS`).
 
 Not supported (refused before training): ``load_best_model_at_end`` (its best checkpoint
 lives in the staging folder that is emptied), ``TrainingArguments`` that count another
