@@ -954,17 +954,26 @@ def test_a_checkpoint_that_came_home_and_went_still_demands_a_resume_on_a_flight
     assert again.resume["control"] is True
 
 
+def _left_running(tmp_path: Path, name: str, *, resumed: bool, ago_s: float
+                  ) -> tuple[Path, str, float]:
+    """The test campaign run to its end, then its run ``name`` started ``ago_s`` seconds ago
+    with no end recorded, as a runner that is gone leaves it: (campaign file, run id, the
+    start's unix time)."""
+    path = _spec(tmp_path)
+    outcome = run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
+    run_id = {r["name"]: r["run_id"] for r in outcome.runs}[name]
+    began = time.time() - ago_s
+    with Ledger.open(tmp_path, create=False) as ledger:
+        ledger.record_run_start(run_id, resumed=resumed, at=began)   # a start with no end
+    return path, run_id, began
+
+
 def test_status_shows_the_steps_of_a_run_in_progress_and_of_one_interrupted(tmp_path, capsys,
                                                                           monkeypatch):
     from flightplan.campaign_lock import CampaignLock
     from flightplan.run.commands import status_command
 
-    path = _spec(tmp_path)
-    outcome = run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
-    run_id = {r["name"]: r["run_id"] for r in outcome.runs}["wild"]
-    began = time.time() - 30.0
-    with Ledger.open(tmp_path, create=False) as ledger:
-        ledger.record_run_start(run_id, resumed=False, at=began)   # a start with no end
+    path, run_id, began = _left_running(tmp_path, "wild", resumed=False, ago_s=30.0)
     with sqlite3.connect(tmp_path / ".flightplan" / "ledger.sqlite") as db:   # 30 s ago
         db.execute("UPDATE runs SET started_at = ? WHERE run_id = ?", (began, run_id))
     rows = [{"step": 0, "time": began, "planned_steps": 8}] + [
@@ -1089,12 +1098,8 @@ def test_a_run_left_running_whose_folder_holds_done_json_is_recorded_finished(tm
     its folder, and the next run records it finished with its time, not interrupted."""
     from flightplan.run.commands import status_command
 
-    path = _spec(tmp_path)
-    outcome = run_campaign(load_spec(path), executor=FakeExecutor(), quiet=True)
-    run_id = {r["name"]: r["run_id"] for r in outcome.runs}["control"]
-    began = time.time() - 20.0
+    path, run_id, began = _left_running(tmp_path, "control", resumed=True, ago_s=20.0)
     with Ledger.open(tmp_path, create=False) as ledger:
-        ledger.record_run_start(run_id, resumed=True, at=began)     # a start with no end
         wall_before = ledger.run(run_id).wall_s
     measurements = tmp_path / "runs" / run_id / "measurements.jsonl"
     rows = [json.loads(line) for line in measurements.read_text().splitlines()]
