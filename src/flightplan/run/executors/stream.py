@@ -267,10 +267,14 @@ class CheckpointSender:
         try:
             chunks = self._read(name, where, committed)
         except (OSError, ValueError, KeyError, TypeError, TransferError):
-            # pruned, failed or renamed meanwhile: start over with whatever is newest; a
-            # committed one that cannot be read (its manifest damaged) is not sent at all
+            if not committed and (self.folder / name).is_dir():
+                return []       # renamed into place meanwhile: on from the same offsets
+            # pruned or failed meanwhile: start over with whatever is newest (what was sent
+            # of this one counts as sent again, should it come again); a committed one that
+            # cannot be read (its manifest damaged) is not sent at all
             if committed and where.is_dir():
                 self._done.add(name)
+            self._count_resent(name, sum(self._files.values()))
             self._name, self._files = None, {}
             return []
         self.peak_chunk_bytes = max(self.peak_chunk_bytes, sum(c.size for c in chunks))

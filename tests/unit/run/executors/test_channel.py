@@ -60,12 +60,16 @@ class Relay:
     """A TCP relay on 127.0.0.1 to ``target``. On its first connection only, it flips byte
     ``flip`` of what the flight sends, or forwards ``cut`` bytes of it and then closes both
     sides, or holds bytes ``[start, end)`` back and sends ``edit(those bytes)`` in their
-    place (of what home sends instead when ``back``); later connections pass unchanged.
-    ``sent`` records what the flight sent on the first connection."""
+    place (of what home sends instead when ``back``), or sends the first data frame of
+    file ``data_edit[0]`` as ``data_edit[1](that frame)``, found by the frames' headers
+    (pings may come first); later connections pass unchanged. ``sent`` records what the
+    flight sent on the first connection."""
 
     def __init__(self, target: tuple[str, int], *, flip: int | None = None,
-                 cut: int | None = None, edit: Edit | None = None, back: bool = False) -> None:
+                 cut: int | None = None, edit: Edit | None = None, back: bool = False,
+                 data_edit: tuple[str, Callable[[bytes], bytes]] | None = None) -> None:
         self.target, self.flip, self.cut, self.edit, self.back = target, flip, cut, edit, back
+        self.data_edit = data_edit
         self.sent = bytearray()
         self.connections = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -107,6 +111,8 @@ class Relay:
                         break
                     if self.edit is not None and passed > self.edit[0]:
                         data, held = self._edited(data, at, held)
+                    if self.data_edit is not None and passed > HANDSHAKE:
+                        data, held = self._data_edited(data, at, held)
                 if damage and flight:
                     self.sent += data
                 sink.sendall(data)
@@ -130,6 +136,29 @@ class Relay:
             out += edit(bytes(held[:end - start])) + held[end - start:]
             held = bytearray()
             self.edit = None                                   # once
+        return out, held
+
+    def _data_edited(self, data: bytearray, at: int, held: bytearray
+                     ) -> tuple[bytearray, bytearray]:
+        """``data`` (from byte ``at`` of the stream) as it goes on: whole frames, the first
+        data frame of ``data_edit``'s file edited; and the part of a frame still held."""
+        assert self.data_edit is not None
+        path, edit = self.data_edit
+        before = max(0, HANDSHAKE - at)
+        out, held = data[:before], held + data[before:]
+        while len(held) >= HEADER.size:
+            fields = HEADER.unpack_from(held)
+            kind, name_len, path_len, size = fields[0], fields[1], fields[2], fields[5]
+            length = HEADER.size + name_len + path_len + size + MAC_BYTES
+            if len(held) < length:
+                break
+            frame, held = bytes(held[:length]), held[length:]
+            named = frame[HEADER.size + name_len:HEADER.size + name_len + path_len]
+            if kind == 1 and named == path.encode():
+                out += edit(frame) + held
+                self.data_edit = None                              # once
+                return out, bytearray()
+            out += frame
         return out, held
 
     def close(self) -> None:
@@ -771,9 +800,8 @@ def test_a_frame_forged_on_the_way_from_a_ray_flight_is_refused_sent_again_and_l
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            frame = _frame_bytes("step-000001", "model.safetensors", CHUNK_BYTES)
             relays.append(Relay(("127.0.0.1", self.offer.port),
-                                edit=(HANDSHAKE, HANDSHAKE + frame, _flip_data)))
+                                data_edit=("model.safetensors", _flip_data)))
             self.offer = dataclasses.replace(self.offer, port=relays[-1].port)
 
     monkeypatch.setattr(ray_executor, "HomeEnd", Tampered)
@@ -785,10 +813,11 @@ def test_a_frame_forged_on_the_way_from_a_ray_flight_is_refused_sent_again_and_l
             relay.close()
     assert result.exit_code == 0
     assert home_files(run_dir / "checkpoints" / "step-000001") == files
-    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
-             if '"checkpoint_transfer"' in line]
-    assert row["bytes"] == 2 * CHUNK_BYTES + 12345 + 1000 and row["resent_bytes"] >= CHUNK_BYTES
     log = (run_dir / "log.txt").read_text()
     assert "--- flightplan: frames the direct connection refused and had sent again: 1 (its " \
-           "MAC is wrong) ---\n" in log
+           "MAC is wrong) ---\n" in log, log
     assert "Ray's polls" not in log
+    [row] = [json.loads(line) for line in (run_dir / "measurements.jsonl").open()
+             if '"checkpoint_transfer"' in line]
+    assert row["bytes"] == 2 * CHUNK_BYTES + 12345 + 1000 and row["resent_bytes"] >= CHUNK_BYTES, \
+        (run_dir / "measurements.jsonl").read_text()

@@ -89,6 +89,63 @@ def test_a_checkpoint_streams_as_it_is_written(tmp_path: Path) -> None:
                                                               "opt.bin": b"o" * 10}
 
 
+def test_a_checkpoint_renamed_into_place_while_it_streams_goes_on_from_its_offsets(
+        tmp_path: Path) -> None:
+    """The trial's rename of ``.tmp`` falls inside the sender's read of it (the read fails
+    as it does then: the file is gone from the path it was listed at): the next chunks
+    come from the committed folder at the same offsets, not from 0 (which sent the first
+    chunk twice without counting it)."""
+    flight, data = tmp_path / "flight" / "step-000003", os.urandom(3 * CHUNK)
+    _write(flight, {"model.bin": data[:CHUNK]}, commit=False)
+
+    class RenamedWhileRead(CheckpointSender):
+        def _read(self, name: str, where: Path, committed: bool) -> list[Chunk]:
+            if not committed and self.offsets():          # the second read of the .tmp
+                _write(flight, {"model.bin": data})       # the writer finishes and renames
+                raise FileNotFoundError(where / "model.bin")
+            return super()._read(name, where, committed)
+
+    sender = RenamedWhileRead(tmp_path / "flight", chunk_bytes=CHUNK)
+    receiver = CheckpointReceiver(tmp_path / "home")
+    [first] = sender.next()
+    assert (first.path, first.offset, first.size) == ("model.bin", 0, CHUNK)
+    assert receiver.take(first, asked_at=1.0) == Outcome()
+    assert sender.next() == [] and sender.offsets() == {"model.bin": CHUNK}
+    seen = _pump(sender, receiver)
+    assert [(c.path, c.offset) for c in seen["sent"]] == [("model.bin", CHUNK),
+                                                          ("model.bin", 2 * CHUNK),
+                                                          ("manifest.json", 0)]
+    [done] = seen["committed"]
+    assert done.resent_bytes == 0 and seen["rewinds"] == []
+    assert (tmp_path / "home" / "step-000003" / "model.bin").read_bytes() == data
+
+
+def test_a_checkpoint_gone_while_it_streams_counts_what_was_sent_if_it_comes_again(
+        tmp_path: Path) -> None:
+    """A ``.tmp`` folder removed under the sender's read (a failed save) and written
+    again: the sender starts it over, and its manifest says the bytes sent before went
+    twice."""
+    flight, data = tmp_path / "flight" / "step-000003", os.urandom(2 * CHUNK)
+    writing = _write(flight, {"model.bin": data[:CHUNK]}, commit=False)
+
+    class GoneWhileRead(CheckpointSender):
+        def _read(self, name: str, where: Path, committed: bool) -> list[Chunk]:
+            if not committed and self.offsets():
+                (writing / "model.bin").unlink()
+                writing.rmdir()
+                raise FileNotFoundError(where / "model.bin")
+            return super()._read(name, where, committed)
+
+    sender = GoneWhileRead(tmp_path / "flight", chunk_bytes=CHUNK)
+    assert len(sender.next()) == 1 and sender.next() == [] and sender.streaming is None
+    _write(flight, {"model.bin": data})
+    receiver = CheckpointReceiver(tmp_path / "home")
+    seen = _pump(sender, receiver)
+    [done] = seen["committed"]
+    assert done.resent_bytes == CHUNK
+    assert (tmp_path / "home" / "step-000003" / "model.bin").read_bytes() == data
+
+
 def test_a_corrupted_chunk_is_sent_again_and_only_it(tmp_path: Path) -> None:
     data = os.urandom(10 * CHUNK)
     _write(tmp_path / "flight" / "step-000002", {"model.bin": data})
