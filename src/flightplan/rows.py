@@ -141,7 +141,9 @@ class Restore(Row):
     """:meth:`~flightplan.trial.Trial.restore` ended: from checkpoint folder ``source`` (None:
     starting at step 0) in ``restore_s`` seconds; ``rejected`` folders set aside on the way;
     ``not_yet_registered`` state that waits for a component registered later; ``message``
-    why none was used; ``resume_requested``: trial.json asked for a resume."""
+    why none was used; ``resume_requested``: trial.json asked for a resume;
+    ``resharded_from``: the number of ranks that saved ``source``, when another number
+    restored it (``[[run]] reshard = true``: the run is not bitwise from here on)."""
 
     EVENT = "restore"
     source: str | None = None
@@ -150,6 +152,7 @@ class Restore(Row):
     not_yet_registered: tuple[str, ...] = ()
     message: str | None = None
     resume_requested: bool | None = None
+    resharded_from: int | None = None
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,11 @@ class Run(_Strict):
     resume is bitwise; false lets an op without one run (a warning instead of an error;
     resume is then not bit for bit, and the pilot compares a control's resumed losses
     within a relative 1e-3). Not part of the run id.
+    ``reshard`` (default false): a checkpoint saved by another number of ``processes`` is
+    resumed instead of refused (the full state as saved, each rank's own streams and data
+    position from rank ``rank mod`` the old number: :func:`flightplan.trial.distributed.
+    rank_files`), and the run is marked not bitwise from there (its ``restore`` row's
+    ``resharded_from``). Only for tasks on flightplan's trial API. Not part of the run id.
     """
 
     name: str = Field(min_length=1, max_length=200)
@@ -299,6 +304,7 @@ class Run(_Strict):
     after: list[str] = Field(default_factory=list)
     seeds: Int | None = Field(default=None, ge=1, le=MAX_SEEDS)
     deterministic: bool = True
+    reshard: bool = False
 
     @property
     def uses(self) -> list[str]:

@@ -1,7 +1,8 @@
 """Data-parallel runs (two ranks on the CPU with gloo) killed and resumed: the whole group
 SIGKILLed after a checkpoint, one rank alone SIGKILLed after a checkpoint, each resumed in
 new processes to final weights, optimizer state, predictions and metrics bitwise equal to an
-uninterrupted run; a resume at another world size refused in one line; a rank that raises
+uninterrupted run; a resume at another world size refused in one line (or, with
+``reshard``, restored from the full state by one process); a rank that raises
 ends the run as crashed with its traceback in the log; a non-finite loss on one rank stops
 every rank with one stop record; the leave signal sent to every rank ends both with the
 same durable checkpoint (exit 75), from which the run resumes bitwise. The ranks are
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,11 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from flightplan.run.executors.contract import Job
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.executors.ranks import RankGroup
 from flightplan.rundir import RunDir
+from flightplan.trial.checkpoint_io import load_checkpoint
 from flightplan.run.worker import EXIT_CRASHED, EXIT_PREEMPTED, EXIT_STOPPED
 
 HERE = Path(__file__).resolve().parent
@@ -44,14 +49,15 @@ pytestmark = pytest.mark.slow
 
 
 def _trial_json(run_dir: Path, *, resume: bool = False, task: str = "ddp_task.py",
-                **params: object) -> Path:
+                reshard: bool = False, **params: object) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "trial.json"
     defaults = ({"steps": STEPS, "checkpoint_at": [2, 5, 8]}
                 if task == "ddp_task.py" else {"steps": STEPS, "every": 3})
     path.write_text(json.dumps({
         "run_id": "ddp-0123456789", "name": "ddp", "task": task,
-        "campaign_dir": str(HERE), "resume": resume, "params": {**defaults, **params}}))
+        "campaign_dir": str(HERE), "resume": resume, "reshard": reshard,
+        "params": {**defaults, **params}}))
     return path
 
 
@@ -65,8 +71,10 @@ class Flavour:
     params: dict[str, object] = field(default_factory=dict)
     products: tuple[str, ...] = PRODUCTS
 
-    def trial_json(self, run_dir: Path, *, resume: bool = False, **params: object) -> Path:
-        return _trial_json(run_dir, resume=resume, task=self.task, **{**self.params, **params})
+    def trial_json(self, run_dir: Path, *, resume: bool = False, reshard: bool = False,
+                   **params: object) -> Path:
+        return _trial_json(run_dir, resume=resume, task=self.task, reshard=reshard,
+                           **{**self.params, **params})
 
     def products_of(self, run_dir: Path) -> dict[str, bytes]:
         return {name: (run_dir / name).read_bytes() for name in self.products}
@@ -235,9 +243,52 @@ def test_a_resume_at_another_world_size_is_refused_in_one_line(flavour: Flavour,
     refusal = [line for line in lines if "was saved by" in line]
     assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
                        "but this run has 1; resuming at another world size is not bitwise: give "
-                       "[[run]] processes = 2, or start the run over with flightplan run "
+                       "[[run]] processes = 2, set [[run]] reshard = true to resume it at 1 "
+                       "anyway (not bitwise), or start the run over with flightplan run "
                        "CAMPAIGN_FILE --restart NAME"]
     assert not (run_dir / "done.json").exists()
+
+
+def _flat_tensors(tree: object, path: str) -> dict[str, bytes]:
+    """Every tensor of ``tree`` by its path (``state/0/exp_avg``), as raw bytes."""
+    if isinstance(tree, torch.Tensor):
+        return {path: tree.contiguous().numpy().tobytes()}
+    if isinstance(tree, dict):
+        return {k: v for key, value in tree.items()
+                for k, v in _flat_tensors(value, f"{path}/{key}").items()}
+    return {}
+
+
+@pytest.mark.parametrize("flavour", [DDP, FSDP], ids=_flavour_id)
+def test_with_reshard_a_run_of_two_ranks_resumes_in_one_from_its_full_state(
+        flavour: Flavour, tmp_path: Path) -> None:
+    """``[[run]] reshard = true``: a checkpoint saved by two ranks (DDP replicas, or FSDP2's
+    whole state gathered) is restored by one process. With no step left after it, the
+    final weights and optimizer state are the checkpoint's, bit for bit (FSDP: the whole
+    state sharded again over one rank); with steps left, the run goes on to the end, its
+    restore row saying ``resharded_from: 2`` and its log that it is not bitwise."""
+    run_dir = tmp_path / "resharded"
+    _paused(run_dir, after=2, flavour=flavour).kill()
+    saved = load_checkpoint(run_dir / "checkpoints" / "step-000003")
+    assert saved.manifest["world_size"] == 2
+    at_once = tmp_path / "restored-only"
+    shutil.copytree(run_dir, at_once)
+    code = _wait(_start(flavour.trial_json(at_once, resume=True, steps=3, reshard=True),
+                        world_size=1))
+    assert code == 0, (at_once / "log.txt").read_text()[-3000:]
+    final = at_once / "final"
+    assert {k: v.numpy().tobytes() for k, v in load_file(final / "model.safetensors").items()} \
+        == {k: v.contiguous().numpy().tobytes() for k, v in saved.model.items()}
+    assert {k: v.numpy().tobytes() for k, v in load_file(final / "optimizer.safetensors").items()} \
+        == _flat_tensors(saved.optimizer["state"], "state")
+
+    code = _wait(_start(flavour.trial_json(run_dir, resume=True, reshard=True), world_size=1))
+    assert code == 0, (run_dir / "log.txt").read_text()[-3000:]
+    assert json.loads((run_dir / "done.json").read_text())["steps"] == STEPS
+    [restore] = [r for r in _rows(run_dir) if r.get("event") == "restore" and r["source"]]
+    assert (restore["source"], restore["resharded_from"]) == ("step-000003", 2)
+    assert "flightplan: step-000003 was saved by 2 processes and resumes at 1 ([[run]] " \
+           "reshard = true): this run is not bitwise from here on" in (run_dir / "log.txt").read_text()
 
 
 # -- the native loop (ddp_task.py under DDP) ---------------------------------------------

@@ -122,5 +122,5 @@ def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> 
             "campaign_dir": str(spec.campaign_dir), "resume": resume,
             "config_hash": planned.config_hash, "max_steps": None,
             "code_version": planned.task_source.code_version,
-            "deterministic": planned.run.deterministic,
+            "deterministic": planned.run.deterministic, "reshard": planned.run.reshard,
             "task_source": planned.task_source.to_json()}

@@ -38,8 +38,8 @@ from flightplan.errors import ArgumentError, CheckpointError
 from flightplan.trial.checkpoint_io import CheckpointFiles
 from flightplan.trial.stop_rules import Stop
 
-__all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "label_output",
-           "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
+__all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "saved_world_size",
+           "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
 
 RANK_STATE_KEY = "ranks"
 """Key of ``state.pt`` holding ``{"1": state of rank 1, …}`` (each: ``rng``, and ``loader``,
@@ -213,41 +213,64 @@ class Ranks:
             self._group().barrier()
 
 
-def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str) -> None:
-    """Refuse to resume from a checkpoint saved by another number of ranks.
+def saved_world_size(manifest: Mapping[str, Any]) -> int:
+    """The number of ranks that saved the checkpoint of ``manifest`` (its ``world_size``;
+    absent: 1)."""
+    return int(manifest.get(WORLD_SIZE_KEY, 1))
+
+
+def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
+                     reshard: bool = False) -> int:
+    """Refuse to resume from a checkpoint saved by another number of ranks, unless the run
+    allows it (``[[run]] reshard = true``).
 
     Args:
         manifest: the checkpoint's manifest (``world_size``: absent for one rank).
         world_size: this run's number of ranks.   name: the checkpoint's folder name.
+        reshard: another number is allowed (the resume is then not bitwise).
+
+    Returns:
+        The number of ranks that saved it.
 
     Raises:
-        CheckpointError: the numbers differ (one line, naming both and the fix).
+        CheckpointError: the numbers differ and ``reshard`` is off (one line, naming both
+            and the fixes).
     """
-    saved = int(manifest.get(WORLD_SIZE_KEY, 1))
-    if saved != world_size:
+    saved = saved_world_size(manifest)
+    if saved != world_size and not reshard:
         raise CheckpointError(
             f"{name} was saved by {saved} process{'es' if saved > 1 else ''} but this run "
             f"has {world_size}; resuming at another world size is not bitwise: give "
-            f"[[run]] processes = {saved}, or start the run over with flightplan run "
+            f"[[run]] processes = {saved}, set [[run]] reshard = true to resume it at "
+            f"{world_size} anyway (not bitwise), or start the run over with flightplan run "
             f"CAMPAIGN_FILE --restart NAME")
+    return saved
 
 
-def rank_files(files: CheckpointFiles, rank: int, world_size: int, name: str) -> CheckpointFiles:
-    """The checkpoint ``files`` as rank ``rank`` restores it: the replicas (model, optimizer,
-    scheduler, scaler) as saved, and this rank's own entries (``rng``, ``loader``,
-    ``generators``, ``extra``) in place of the leader's.
+def rank_files(files: CheckpointFiles, rank: int, world_size: int, name: str, *,
+               reshard: bool = False) -> CheckpointFiles:
+    """The checkpoint ``files`` as rank ``rank`` restores it: the replicas and the full
+    state (model, optimizer, scheduler, scaler, counters) as saved, and this rank's own
+    entries (``rng``, ``loader``, ``generators``, ``extra``) in place of the leader's.
+
+    Saved by S ranks and restored by another number (``reshard``), rank ``r`` takes the
+    entries saved by rank ``r mod S``: each rank of a smaller group goes on from its own
+    old position, and in a larger one rank ``r`` repeats rank ``r mod S``'s random streams
+    and data position (a data-parallel sampler then splits the data anew: until the epoch
+    ends some examples are read twice or not at all, so the resume is not bitwise).
 
     Args:
         name: the checkpoint's folder name (named in the error).
+        reshard: a checkpoint of another number of ranks is allowed.
 
     Raises:
-        CheckpointError: the checkpoint was saved by another number of ranks (one line,
-            naming both).
+        CheckpointError: the checkpoint was saved by another number of ranks and
+            ``reshard`` is off (one line, naming both).
     """
-    check_world_size(files.manifest, world_size, name)
-    if rank == 0:
+    source = rank % check_world_size(files.manifest, world_size, name, reshard=reshard)
+    if source == 0:
         return files
-    own = files.state[RANK_STATE_KEY][str(rank)]
+    own = files.state[RANK_STATE_KEY][str(source)]
     state = {**files.state, **own}
     return CheckpointFiles(model=files.model, optimizer=files.optimizer, state=state,
                            manifest=files.manifest)

@@ -47,7 +47,7 @@ from flightplan.trial.checkpoint import (BackgroundWriter, Components, Rejection
                                          select_checkpoint)
 from flightplan.trial.checkpoint_io import CheckpointFiles, load_checkpoint, step_dir_name
 from flightplan.trial.distributed import (RANK_STATE_KEY, WORLD_SIZE_KEY, Ranks,
-                                          check_world_size, rank_files)
+                                          check_world_size, rank_files, saved_world_size)
 from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
@@ -290,7 +290,8 @@ class Trial:
             TrialStopped: rule ``no_usable_resume``: ``require_resume`` is on and either
                 checkpoints existed but none is valid, or trial.json says ``resume`` and there
                 is no finished checkpoint (stop.json written).
-            CheckpointError: a valid checkpoint does not fit the registered components.
+            CheckpointError: a valid checkpoint does not fit the registered components, or
+                was saved by another number of ranks and trial.json's ``reshard`` is off.
         """
         if self._parts.model is None:
             raise TypeError("register(model=...) before restore()")
@@ -299,7 +300,15 @@ class Trial:
         files, path, rejected = self._select(load_checkpoint)
         if files is None or path is None:
             return 0
-        files = rank_files(files, self.rank, self.world_size, path.name)
+        files = rank_files(files, self.rank, self.world_size, path.name,
+                           reshard=self.config.reshard)
+        saved_ranks = saved_world_size(files.manifest)
+        resharded_from = saved_ranks if saved_ranks != self.world_size else None
+        if resharded_from is not None and self._ranks.leader:
+            print(f"flightplan: {path.name} was saved by {saved_ranks} process"
+                  f"{'es' if saved_ranks > 1 else ''} and resumes at {self.world_size} "
+                  f"([[run]] reshard = true): this run is not bitwise from here on",
+                  file=sys.stderr, flush=True)
         for key in _COMPONENTS:
             obj = getattr(self._parts, key)
             if obj is not None:
@@ -321,7 +330,8 @@ class Trial:
         self._schedule.record_restore(restore_s)
         self._write(Restore(self._steps_done, time.time(), source=path.name if path else None,
                             restore_s=restore_s, rejected=tuple(r.name for r in rejected),
-                            not_yet_registered=tuple(sorted(self._pending))))
+                            not_yet_registered=tuple(sorted(self._pending)),
+                            resharded_from=resharded_from))
         return self._steps_done
 
     def _await_checkpoint(self) -> None:
@@ -748,7 +758,8 @@ class Trial:
             TrialStopped: rule ``no_usable_resume``: as :meth:`restore`, or (with
                 ``require_resume`` on) the newest valid checkpoint lacks a required file,
                 e.g. one saved with the Trainer's ``save_only_model=True``.
-            CheckpointError: that checkpoint was saved by another number of ranks.
+            CheckpointError: that checkpoint was saved by another number of ranks (also
+                with ``reshard`` on: a library's checkpoint is not resharded).
 
         With several ranks every rank calls it; the leader picks, every rank gets its pick.
         """
@@ -757,6 +768,14 @@ class Trial:
         files, path, rejected = self._select(load_library_checkpoint)
         if files is None or path is None:
             return None
+        saved_ranks = saved_world_size(files.manifest)
+        if self.config.reshard and saved_ranks != self.world_size:
+            raise CheckpointError(
+                f"{path.name} was saved by {saved_ranks} process"
+                f"{'es' if saved_ranks > 1 else ''} but this run has {self.world_size}; "
+                f"[[run]] reshard applies to tasks on flightplan's trial API, not to a "
+                f"Lightning or Trainer checkpoint: give [[run]] processes = {saved_ranks}, or "
+                f"start the run over with flightplan run CAMPAIGN_FILE --restart NAME")
         check_world_size(files.manifest, self.world_size, path.name)
         missing = missing_files(files.manifest, required)
         if missing:

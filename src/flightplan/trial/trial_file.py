@@ -43,6 +43,7 @@ class TrialFile(BaseModel):
     config_hash: str | None = None
     code_version: str | None = None
     deterministic: bool = True
+    reshard: bool = False
 
 
 def read_trial_file(path: Path | str) -> TrialFile:

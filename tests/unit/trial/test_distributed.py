@@ -89,11 +89,29 @@ def test_another_world_size_is_refused_in_one_line_naming_both() -> None:
         rank_files(_files(2), 0, 3, "step-000004")
     assert str(refused.value) == (
         "step-000004 was saved by 2 processes but this run has 3; resuming at another world "
-        "size is not bitwise: give [[run]] processes = 2, or start the run over with "
-        "flightplan run CAMPAIGN_FILE --restart NAME")
+        "size is not bitwise: give [[run]] processes = 2, set [[run]] reshard = true to "
+        "resume it at 3 anyway (not bitwise), or start the run over with flightplan run "
+        "CAMPAIGN_FILE --restart NAME")
     one = CheckpointFiles(model={}, optimizer=None, state={}, manifest={"step": 4})
     with pytest.raises(CheckpointError, match="saved by 1 process but this run has 2"):
         rank_files(one, 0, 2, "step-000004")
+
+
+def test_with_reshard_rank_r_takes_the_own_state_of_saved_rank_r_mod_s() -> None:
+    """Saved by 2 ranks (rank 0's own entries at the top, rank 1's under ``ranks``): at 1
+    rank, rank 0 takes rank 0's; at 3 ranks, ranks 0, 1, 2 take those of 0, 1, 0. Saved by 1
+    rank and resumed by 2, both take the one saved. The shared state is the same object."""
+    files = _files(2)
+    assert rank_files(files, 0, 1, "step-000004", reshard=True) is files
+    taken = [rank_files(files, r, 3, "step-000004", reshard=True) for r in range(3)]
+    assert [(t.state["loader"]["pos"], t.state["rng"]["torch_cpu"].item()) for t in taken] \
+        == [(0, 0), (1, 1), (0, 0)]
+    assert all(t.model is files.model and t.state["scheduler"] == {"last_epoch": 4}
+               for t in taken)
+    one = CheckpointFiles(model={}, optimizer=None, state={"loader": {"pos": 0}},
+                          manifest={"step": 4})
+    assert [rank_files(one, r, 2, "step-000004", reshard=True).state["loader"]
+            for r in range(2)] == [{"pos": 0}, {"pos": 0}]
 
 
 def test_labelled_output_starts_every_line_with_the_rank() -> None:
