@@ -230,22 +230,31 @@ def test_the_leave_signal_reaches_every_rank_and_the_run_resumes_bitwise(
     assert flavour.products_of(run_dir) == flavour.products_of(references(flavour))
 
 
-@pytest.mark.parametrize("flavour, after", [(DDP, 2), (LIGHTNING, 5)],
-                         ids=_flavour_id)
-def test_a_resume_at_another_world_size_is_refused_in_one_line(flavour: Flavour, after: int,
-                                                               tmp_path: Path) -> None:
+REFUSED = ("step-000003 was saved by 2 processes but this run has 1; resuming at another "
+           "world size is not bitwise: give [[run]] processes = 2, set [[run]] reshard = true "
+           "to resume it at 1 anyway (not bitwise), or start the run over with flightplan run "
+           "CAMPAIGN_FILE --restart NAME")
+LIBRARY_REFUSED = ("step-000003 was saved by 2 processes but this run has 1; [[run]] reshard "
+                   "applies to tasks on flightplan's trial API, not to a Lightning or Trainer "
+                   "checkpoint: give [[run]] processes = 2, or start the run over with "
+                   "flightplan run CAMPAIGN_FILE --restart NAME")
+
+
+@pytest.mark.parametrize("flavour, after, reshard, refusal", [
+    (DDP, 2, False, REFUSED), (LIGHTNING, 5, True, LIBRARY_REFUSED)],
+    ids=["ddp", "lightning-reshard"])
+def test_a_resume_at_another_world_size_is_refused_in_one_line(
+        flavour: Flavour, after: int, reshard: bool, refusal: str, tmp_path: Path) -> None:
+    """Without ``reshard``; and a library's checkpoint (Lightning's) also with it."""
     run_dir = tmp_path / "resized"
     group = _paused(run_dir, after=after, flavour=flavour)
     group.kill()
-    code = _wait(_start(flavour.trial_json(run_dir, resume=True), world_size=1))
+    code = _wait(_start(flavour.trial_json(run_dir, resume=True, reshard=reshard),
+                        world_size=1))
     assert code == EXIT_CRASHED
     lines = (run_dir / "log.txt").read_text().splitlines()
-    refusal = [line for line in lines if "was saved by" in line]
-    assert refusal == ["flightplan.errors.CheckpointError: step-000003 was saved by 2 processes "
-                       "but this run has 1; resuming at another world size is not bitwise: give "
-                       "[[run]] processes = 2, set [[run]] reshard = true to resume it at 1 "
-                       "anyway (not bitwise), or start the run over with flightplan run "
-                       "CAMPAIGN_FILE --restart NAME"]
+    assert [line for line in lines if "was saved by" in line] == [
+        "flightplan.errors.CheckpointError: " + refusal]
     assert not (run_dir / "done.json").exists()
 
 

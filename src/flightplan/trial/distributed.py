@@ -23,7 +23,10 @@ on the trial's own collectives run over that group:
 - each rank's own state (its RNG streams, its loader's position, its ``extra`` objects)
   goes to the leader at the save (:meth:`Ranks.gather`), which writes it into the same
   step as ``state.pt``'s ``ranks`` entry; the model, optimizer, scheduler and scaler
-  are replicas under DDP and only the leader's copy is saved.
+  are replicas under DDP and only the leader's copy is saved;
+- a checkpoint saved by another number of ranks is refused (:func:`check_world_size`),
+  or with ``[[run]] reshard = true`` restored from its full state, each rank taking the
+  own state of saved rank ``rank mod S`` (:func:`rank_files`): not bitwise.
 
 With one process (no ``WORLD_SIZE``, or 1) nothing here calls ``torch.distributed``.
 """
