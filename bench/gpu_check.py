@@ -45,7 +45,15 @@ check and exits 1 if one fails; on a machine without CUDA it says so in one line
    at once while its copies may still run; the saved weights must equal the state at the
    save bit for bit (one end event per device: no buffer read while its device copies).
 
-``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4, 5 and 7 on the CPU instead, so
+9. The DDP example (``examples/digits-ddp``, plain PyTorch DDP) plan → run → close →
+   verify through the CLI in a copy of its folder: on CUDA with ``processes = gpus = N``,
+   N = 2 where the machine has two GPUs (NCCL, each rank on the GPU at its ``LOCAL_RANK``;
+   a user catalog gives the flight its two GPUs), else N = 1 (one process on the GPU: at
+   world size 1 flightplan starts no process group, so NCCL is not used); with ``--cpu``
+   N = 2 with gloo. Both runs must finish, the pilot's resume check (at N ranks, bitwise)
+   pass, every run be accepted and every reload reproduce its predictions.
+
+``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4, 5, 7 and 9 on the CPU instead, so
 that this script itself can be tested where no GPU is; the CUDA-only parts are left out.
 
 Usage::
@@ -59,6 +67,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -477,6 +486,57 @@ def check_textclf(folder: Path) -> bool:
     return ok
 
 
+_TWO_GPU_CATALOG = """[[offer]]
+name = "two-GPU flight"
+gpus_per_flight = 2
+gpu_memory_gb = 80
+currency = "USD"
+[[offer.package]]
+days = 3
+price = "100.00"
+"""
+
+
+def check_ddp_example(folder: Path, processes: int, *, gpu: bool) -> bool:
+    """Check 9: ``examples/digits-ddp`` plan → run → close → verify at ``processes`` ranks
+    (``gpu``: ``gpus = processes`` too, and a two-GPU flight where ``processes`` is 2)."""
+    campaign = folder / "digits-ddp"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "digits-ddp", campaign,
+                    ignore=shutil.ignore_patterns("runs", "results", ".flightplan"))
+    spec = campaign / "campaign.toml"
+    text = spec.read_text().replace("processes = 2", f"processes = {processes}"
+                                    + (f"\ngpus = {processes}" if gpu else ""))
+    if gpu and processes > 1:
+        (campaign / "catalog.toml").write_text(_TWO_GPU_CATALOG)
+        text = text.replace('offer = "RTX 4090"', 'offer = "two-GPU flight"\ncatalog = "catalog.toml"')
+    spec.write_text(text)
+    flightplan = str(Path(sys.executable).parent / "flightplan")
+    began, outputs = time.perf_counter(), {}
+    for verb, args in (("plan", ("plan", "campaign.toml")),
+                       ("run", ("run", "campaign.toml", "--json")),
+                       ("close", ("close", "campaign.toml", "--json")),
+                       ("verify", ("verify", "results", "--json", "--trust-code"))):
+        done = subprocess.run([flightplan, *args], cwd=campaign, capture_output=True, text=True,
+                              timeout=1800)
+        if done.returncode != 0:
+            print(f"DDP example: {verb} exited {done.returncode}: {done.stderr[-800:]} -> FAILED")
+            return False
+        outputs[verb] = done.stdout
+    run, closed, verified = (json.loads(outputs[v]) for v in ("run", "close", "verify"))
+    backend = "nccl" if gpu and processes > 1 else ("gloo" if processes > 1 else "no group")
+    ok = (set(run["statuses"].values()) == {"finished"} and run["pilot"]["ok"] is True
+          and sorted(closed["accepted"]) == sorted(r["run_id"] for r in run["runs"])
+          and verified["verified"] is True
+          and set(verified["reload"].values()) == {"reproduced"})
+    metrics = ", ".join(f"{r['name']} {r['metric']:.4f}" for r in run["runs"])
+    print(f"DDP example: digits-ddp at {processes} process{'es' if processes > 1 else ''} "
+          f"({backend}{', ' + torch.cuda.get_device_name(0) if gpu else ''}): pilot "
+          f"{'ok' if run['pilot']['ok'] else 'FAILED'}, macro-F1 {metrics}, reloads "
+          f"{sorted(set(verified['reload'].values()))}; {time.perf_counter() - began:.0f} s "
+          f"-> {'ok' if ok else 'FAILED'}")
+    return ok
+
+
 def measure(script: str, *args: str) -> bool:
     """Check 6: ``bench/SCRIPT ARGS`` in a process of its own; prints its ``->`` lines as
     ``SCRIPT: …`` (or one line saying it failed); True when it exited 0."""
@@ -525,12 +585,14 @@ def main() -> int:
         folder = Path(scratch)
         if args.cpu:
             results = [check_amp(folder, "bf16", args.steps), check_textclf(folder),
-                       check_transfer(folder, min(args.width, 512)), check_rows_later(folder)]
+                       check_transfer(folder, min(args.width, 512)), check_rows_later(folder),
+                       check_ddp_example(folder, 2, gpu=False)]
         else:
             results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
                        check_stall(folder, args.width), check_two_devices(folder, args.width),
                        check_textclf(folder),
                        check_transfer(folder, args.width), check_rows_later(folder),
+                       check_ddp_example(folder, min(2, torch.cuda.device_count()), gpu=True),
                        measure("gpu_campaign.py"), measure("peer_step.py", "--device", "cuda")]
     return 0 if all(results) else 1
 

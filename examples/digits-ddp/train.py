@@ -2,8 +2,8 @@
 
 ``[[run]] processes = 2`` starts this task as two ranks with the environment ``torchrun``
 sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``); the task initialises the
-process group itself (gloo on the CPU, NCCL on GPUs, one GPU per rank at ``LOCAL_RANK``),
-as any DDP script does, and runs alone when started as one process. Each rank reads its
+process group itself (gloo on the CPU, NCCL on GPUs, one GPU per rank: ``device()`` is
+``cuda:LOCAL_RANK``), as any DDP script does, and runs alone when started as one process. Each rank reads its
 own shard of the training rows, in its own random order, with dropout from its own RNG
 stream (seeded ``seed + rank``): the state each rank holds apart, which the trial saves
 for every rank in each checkpoint. Rank 0 alone writes the predictions, the metrics and
@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -28,6 +27,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
+
+from flightplan.trial import device, set_deterministic
 
 DEFAULTS = {"hidden": 32, "lr": 1e-2, "epochs": 3, "batch_size": 32, "dropout": 0.1, "seed": 0}
 LABELS = [str(d) for d in range(10)]
@@ -93,19 +94,23 @@ def train(trial) -> None:
     params = {**DEFAULTS, **trial.params}
     torch.set_num_threads(1)
     rank, world = trial.rank, trial.world_size
+    dev = device()                            # this rank's GPU (cuda:LOCAL_RANK), or the CPU
+    set_deterministic(dev)
+    gpu = dev.type == "cuda"
     if world > 1:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group(backend)      # from RANK, WORLD_SIZE, MASTER_ADDR/PORT
+        if gpu:
+            torch.cuda.set_device(dev)
+        dist.init_process_group("nccl" if gpu else "gloo")  # RANK, WORLD_SIZE, MASTER_*
     files = corpus_files(trial.corpus, Path(trial.campaign_dir))
     _, train_x, train_y = read_split(files["train"], trial.corpus.get("train_limit"))
     test_ids, test_x, test_y = read_split(files["test"], trial.corpus.get("test_limit"))
+    train_x, train_y, test_x, test_y = (t.to(dev) for t in (train_x, train_y, test_x, test_y))
 
     torch.manual_seed(params["seed"])         # the same initial weights on every rank
-    model = build_model(params["hidden"], params["dropout"])
+    model = build_model(params["hidden"], params["dropout"]).to(dev)
     torch.manual_seed(params["seed"] + rank)  # each rank's own dropout stream
-    wrapped = DistributedDataParallel(model) if world > 1 else model
+    wrapped = (DistributedDataParallel(model, device_ids=[dev.index] if gpu else None)
+               if world > 1 else model)
     per_rank = len(train_y) // world          # every rank takes as many steps
     shard = list(range(rank, per_rank * world, world))
     steps_per_epoch = -(-per_rank // params["batch_size"])
@@ -121,6 +126,7 @@ def train(trial) -> None:
 
     while step < last:
         for batch in loader:                                               # (B,) int64
+            batch = batch.to(dev)
             loss = nn.functional.cross_entropy(wrapped(train_x[batch]), train_y[batch])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()                   # DDP averages the gradients over the ranks
@@ -138,11 +144,13 @@ def train(trial) -> None:
     if rank == 0:
         run_dir = Path(trial.run_dir)
         probs, loss = predict(model, test_x, test_y)
-        metrics = write_predictions(run_dir / "predictions.csv", test_ids, test_y, probs, loss)
+        metrics = write_predictions(run_dir / "predictions.csv", test_ids, test_y.cpu(),
+                                    probs.cpu(), loss.cpu())
         (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
         artifact = run_dir / "artifact"
         artifact.mkdir(exist_ok=True)
-        save_file(model.state_dict(), str(artifact / "model.safetensors"))
+        save_file({k: v.cpu() for k, v in model.state_dict().items()},
+                  str(artifact / "model.safetensors"))
         (artifact / "artifact.json").write_text(json.dumps({
             "params": params, "corpus": {"path": trial.corpus["path"],
                                          "sha256": trial.corpus["sha256"],

@@ -140,13 +140,14 @@ def flight_threads(gpus: int, cores: int | None = None,
 
 
 def device() -> Any:
-    """The run's ``torch.device``: ``cuda:0`` (the GPU the executor gave the run through
-    ``CUDA_VISIBLE_DEVICES``) when CUDA is available and ``$FLIGHTPLAN_DEVICE`` is not
-    ``cpu``; else ``cpu``.
+    """The run's ``torch.device``: when CUDA is available and ``$FLIGHTPLAN_DEVICE`` is not
+    ``cpu``, ``cuda:0`` (the GPU the executor gave the run through ``CUDA_VISIBLE_DEVICES``),
+    or in a run of several processes ``cuda:LOCAL_RANK`` (every rank sees the run's GPUs
+    and computes on its own, as under ``torchrun``); else ``cpu``.
 
     Raises:
         ArgumentError: ``$FLIGHTPLAN_DEVICE`` is neither ``cpu`` nor ``cuda``, or says
-            ``cuda`` where none is available.
+            ``cuda`` where none is available; ``LOCAL_RANK`` is not a GPU of the run's.
     """
     import torch
 
@@ -156,7 +157,13 @@ def device() -> Any:
     if wanted == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
-        return torch.device("cuda", 0)
+        local_rank = os.environ.get("LOCAL_RANK", "0")
+        count = torch.cuda.device_count()
+        if not (local_rank.isdigit() and int(local_rank) < count):
+            raise ArgumentError(f"LOCAL_RANK={local_rank!r} but this run sees {count} GPU"
+                                f"{'s' if count != 1 else ''}; give the run [[run]] gpus = "
+                                f"processes")
+        return torch.device("cuda", int(local_rank))
     if wanted == "cuda":
         raise ArgumentError(f"{DEVICE_ENV}=cuda but torch sees no CUDA device; unset it or "
                             f"run on a machine with a GPU")

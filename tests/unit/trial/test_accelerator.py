@@ -45,6 +45,22 @@ def test_device_is_the_cpu_when_asked_and_refuses_unknown_names(monkeypatch):
             device()
 
 
+def test_on_a_gpu_machine_each_rank_computes_on_the_gpu_at_its_local_rank(monkeypatch):
+    """Where torch sees CUDA (here: said so, with two GPUs), ``device()`` is ``cuda:0`` for
+    one process and ``cuda:LOCAL_RANK`` for a rank; a rank past the run's GPUs is refused."""
+    monkeypatch.delenv("FLIGHTPLAN_DEVICE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert device() == torch.device("cuda", 0)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert device() == torch.device("cuda", 1)
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(ArgumentError, match=r"LOCAL_RANK='2' but this run sees 2 GPUs; give "
+                                            r"the run \[\[run\]\] gpus = processes"):
+        device()
+
+
 def test_precision_helpers_on_the_cpu():
     cpu = torch.device("cpu")
     with autocast("bf16", cpu):
