@@ -41,7 +41,7 @@ from flightplan.errors import ArgumentError, CheckpointError
 from flightplan.trial.checkpoint_io import CheckpointFiles
 from flightplan.trial.stop_rules import Stop
 
-__all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "saved_world_size",
+__all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "saved_by",
            "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
 
 RANK_STATE_KEY = "ranks"
@@ -216,61 +216,63 @@ class Ranks:
             self._group().barrier()
 
 
-def saved_world_size(manifest: Mapping[str, Any]) -> int:
-    """The number of ranks that saved the checkpoint of ``manifest`` (its ``world_size``;
-    absent: 1)."""
-    return int(manifest.get(WORLD_SIZE_KEY, 1))
+def saved_by(name: str, processes: int) -> str:
+    """``"<name> was saved by N process(es)"``: how the refusals and the reshard line name a
+    checkpoint and the number of ranks that saved it."""
+    return f"{name} was saved by {processes} process{'' if processes == 1 else 'es'}"
 
 
 def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
-                     reshard: bool = False) -> int:
+                     reshard: bool = False, library: bool = False) -> int:
     """Refuse to resume from a checkpoint saved by another number of ranks, unless the run
-    allows it (``[[run]] reshard = true``).
+    allows it (``[[run]] reshard = true``) and the checkpoint is the trial API's.
 
     Args:
         manifest: the checkpoint's manifest (``world_size``: absent for one rank).
         world_size: this run's number of ranks.   name: the checkpoint's folder name.
         reshard: another number is allowed (the resume is then not bitwise).
+        library: the checkpoint is a library's (Lightning's, the Trainer's), which keeps
+            its own per-rank files and is never resharded.
 
     Returns:
         The number of ranks that saved it.
 
     Raises:
-        CheckpointError: the numbers differ and ``reshard`` is off (one line, naming both
-            and the fixes).
+        CheckpointError: the numbers differ and ``reshard`` is off, or the checkpoint is a
+            library's (one line, naming both numbers and the fixes).
     """
-    saved = saved_world_size(manifest)
-    if saved != world_size and not reshard:
+    saved = int(manifest.get(WORLD_SIZE_KEY, 1))
+    if saved == world_size:
+        return saved
+    if library:
         raise CheckpointError(
-            f"{name} was saved by {saved} process{'es' if saved > 1 else ''} but this run "
-            f"has {world_size}; resuming at another world size is not bitwise: give "
-            f"[[run]] processes = {saved}, set [[run]] reshard = true to resume it at "
-            f"{world_size} anyway (not bitwise), or start the run over with flightplan run "
-            f"CAMPAIGN_FILE --restart NAME")
+            f"{saved_by(name, saved)} but this run has {world_size}; [[run]] reshard "
+            f"applies to tasks on flightplan's trial API, not to a Lightning or Trainer "
+            f"checkpoint: give [[run]] processes = {saved}, or start the run over with "
+            f"flightplan run CAMPAIGN_FILE --restart NAME")
+    if not reshard:
+        raise CheckpointError(
+            f"{saved_by(name, saved)} but this run has {world_size}; resuming at another "
+            f"world size is not bitwise: give [[run]] processes = {saved}, set [[run]] "
+            f"reshard = true to resume it at {world_size} anyway (not bitwise), or start the "
+            f"run over with flightplan run CAMPAIGN_FILE --restart NAME")
     return saved
 
 
-def rank_files(files: CheckpointFiles, rank: int, world_size: int, name: str, *,
-               reshard: bool = False) -> CheckpointFiles:
-    """The checkpoint ``files`` as rank ``rank`` restores it: the replicas and the full
-    state (model, optimizer, scheduler, scaler, counters) as saved, and this rank's own
-    entries (``rng``, ``loader``, ``generators``, ``extra``) in place of the leader's.
+def rank_files(files: CheckpointFiles, rank: int, saved_ranks: int) -> CheckpointFiles:
+    """The checkpoint ``files``, saved by ``saved_ranks`` ranks (:func:`check_world_size`),
+    as rank ``rank`` restores it: the replicas and the full state (model, optimizer,
+    scheduler, scaler, counters) as saved, and the own entries (``rng``, ``loader``,
+    ``generators``, ``extra``) of saved rank ``rank mod saved_ranks`` in place of the
+    leader's.
 
-    Saved by S ranks and restored by another number (``reshard``), rank ``r`` takes the
-    entries saved by rank ``r mod S``: each rank of a smaller group goes on from its own
-    old position, and in a larger one rank ``r`` repeats rank ``r mod S``'s random streams
-    and data position (a data-parallel sampler then splits the data anew: until the epoch
-    ends some examples are read twice or not at all, so the resume is not bitwise).
-
-    Args:
-        name: the checkpoint's folder name (named in the error).
-        reshard: a checkpoint of another number of ranks is allowed.
-
-    Raises:
-        CheckpointError: the checkpoint was saved by another number of ranks and
-            ``reshard`` is off (one line, naming both).
+    At the same world size each rank takes its own. Restored by another number of ranks
+    (``reshard``), each rank of a smaller group goes on from its own old position, and in
+    a larger one rank ``r`` repeats rank ``r mod S``'s random streams and data position (a
+    data-parallel sampler then splits the data anew: until the epoch ends some examples
+    are read twice or not at all, so the resume is not bitwise).
     """
-    source = rank % check_world_size(files.manifest, world_size, name, reshard=reshard)
+    source = rank % saved_ranks
     if source == 0:
         return files
     own = files.state[RANK_STATE_KEY][str(source)]

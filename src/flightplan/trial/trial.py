@@ -47,7 +47,7 @@ from flightplan.trial.checkpoint import (BackgroundWriter, Components, Rejection
                                          select_checkpoint)
 from flightplan.trial.checkpoint_io import CheckpointFiles, load_checkpoint, step_dir_name
 from flightplan.trial.distributed import (RANK_STATE_KEY, WORLD_SIZE_KEY, Ranks,
-                                          check_world_size, rank_files, saved_world_size)
+                                          check_world_size, rank_files, saved_by)
 from flightplan.ids import run_id as make_run_id
 from flightplan.trial.interval import CheckpointSchedule
 from flightplan.trial.library_checkpoint import (commit_library_checkpoint,
@@ -300,15 +300,14 @@ class Trial:
         files, path, rejected = self._select(load_checkpoint)
         if files is None or path is None:
             return 0
-        files = rank_files(files, self.rank, self.world_size, path.name,
-                           reshard=self.config.reshard)
-        saved_ranks = saved_world_size(files.manifest)
+        saved_ranks = check_world_size(files.manifest, self.world_size, path.name,
+                                       reshard=self.config.reshard)
+        files = rank_files(files, self.rank, saved_ranks)
         resharded_from = saved_ranks if saved_ranks != self.world_size else None
         if resharded_from is not None and self._ranks.leader:
-            print(f"flightplan: {path.name} was saved by {saved_ranks} process"
-                  f"{'es' if saved_ranks > 1 else ''} and resumes at {self.world_size} "
-                  f"([[run]] reshard = true): this run is not bitwise from here on",
-                  file=sys.stderr, flush=True)
+            print(f"flightplan: {saved_by(path.name, saved_ranks)} and resumes at "
+                  f"{self.world_size} ([[run]] reshard = true): this run is not bitwise "
+                  f"from here on", file=sys.stderr, flush=True)
         for key in _COMPONENTS:
             obj = getattr(self._parts, key)
             if obj is not None:
@@ -768,15 +767,7 @@ class Trial:
         files, path, rejected = self._select(load_library_checkpoint)
         if files is None or path is None:
             return None
-        saved_ranks = saved_world_size(files.manifest)
-        if self.config.reshard and saved_ranks != self.world_size:
-            raise CheckpointError(
-                f"{path.name} was saved by {saved_ranks} process"
-                f"{'es' if saved_ranks > 1 else ''} but this run has {self.world_size}; "
-                f"[[run]] reshard applies to tasks on flightplan's trial API, not to a "
-                f"Lightning or Trainer checkpoint: give [[run]] processes = {saved_ranks}, or "
-                f"start the run over with flightplan run CAMPAIGN_FILE --restart NAME")
-        check_world_size(files.manifest, self.world_size, path.name)
+        check_world_size(files.manifest, self.world_size, path.name, library=True)
         missing = missing_files(files.manifest, required)
         if missing:
             reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "

@@ -10,7 +10,7 @@ import torch
 
 from flightplan.errors import ArgumentError, CheckpointError
 from flightplan.trial.checkpoint_io import CheckpointFiles
-from flightplan.trial.distributed import Ranks, _Labelled, rank_files
+from flightplan.trial.distributed import Ranks, _Labelled, check_world_size, rank_files
 from flightplan.trial.stop_rules import Stop
 
 
@@ -78,15 +78,16 @@ def _files(world_size: int) -> CheckpointFiles:
 
 def test_each_rank_restores_its_own_state_and_the_shared_replicas() -> None:
     files = _files(2)
-    assert rank_files(files, 0, 2, "step-000004") is files
-    own = rank_files(files, 1, 2, "step-000004")
+    assert check_world_size(files.manifest, 2, "step-000004") == 2
+    assert rank_files(files, 0, 2) is files
+    own = rank_files(files, 1, 2)
     assert own.state["loader"] == {"pos": 1} and own.state["rng"]["torch_cpu"].item() == 1
     assert own.state["scheduler"] == {"last_epoch": 4} and own.model is files.model
 
 
 def test_another_world_size_is_refused_in_one_line_naming_both() -> None:
     with pytest.raises(CheckpointError) as refused:
-        rank_files(_files(2), 0, 3, "step-000004")
+        check_world_size(_files(2).manifest, 3, "step-000004")
     assert str(refused.value) == (
         "step-000004 was saved by 2 processes but this run has 3; resuming at another world "
         "size is not bitwise: give [[run]] processes = 2, set [[run]] reshard = true to "
@@ -94,7 +95,22 @@ def test_another_world_size_is_refused_in_one_line_naming_both() -> None:
         "CAMPAIGN_FILE --restart NAME")
     one = CheckpointFiles(model={}, optimizer=None, state={}, manifest={"step": 4})
     with pytest.raises(CheckpointError, match="saved by 1 process but this run has 2"):
-        rank_files(one, 0, 2, "step-000004")
+        check_world_size(one.manifest, 2, "step-000004")
+
+
+def test_a_library_checkpoint_at_another_world_size_is_refused_also_with_reshard() -> None:
+    """Lightning's and the Trainer's checkpoints keep their own per-rank files: the refusal
+    says reshard is for the trial API, with reshard on or off (it never advises it)."""
+    refusal = ("step-000004 was saved by 2 processes but this run has 1; [[run]] reshard "
+               "applies to tasks on flightplan's trial API, not to a Lightning or Trainer "
+               "checkpoint: give [[run]] processes = 2, or start the run over with flightplan "
+               "run CAMPAIGN_FILE --restart NAME")
+    for reshard in (False, True):
+        with pytest.raises(CheckpointError) as refused:
+            check_world_size(_files(2).manifest, 1, "step-000004", reshard=reshard,
+                             library=True)
+        assert str(refused.value) == refusal
+    assert check_world_size(_files(2).manifest, 2, "step-000004", library=True) == 2
 
 
 def test_with_reshard_rank_r_takes_the_own_state_of_saved_rank_r_mod_s() -> None:
@@ -102,15 +118,18 @@ def test_with_reshard_rank_r_takes_the_own_state_of_saved_rank_r_mod_s() -> None
     rank, rank 0 takes rank 0's; at 3 ranks, ranks 0, 1, 2 take those of 0, 1, 0. Saved by 1
     rank and resumed by 2, both take the one saved. The shared state is the same object."""
     files = _files(2)
-    assert rank_files(files, 0, 1, "step-000004", reshard=True) is files
-    taken = [rank_files(files, r, 3, "step-000004", reshard=True) for r in range(3)]
+    saved = check_world_size(files.manifest, 1, "step-000004", reshard=True)
+    assert saved == 2 and check_world_size(files.manifest, 3, "step-000004", reshard=True) == 2
+    assert rank_files(files, 0, saved) is files
+    taken = [rank_files(files, r, saved) for r in range(3)]
     assert [(t.state["loader"]["pos"], t.state["rng"]["torch_cpu"].item()) for t in taken] \
         == [(0, 0), (1, 1), (0, 0)]
     assert all(t.model is files.model and t.state["scheduler"] == {"last_epoch": 4}
                for t in taken)
     one = CheckpointFiles(model={}, optimizer=None, state={"loader": {"pos": 0}},
                           manifest={"step": 4})
-    assert [rank_files(one, r, 2, "step-000004", reshard=True).state["loader"]
+    assert check_world_size(one.manifest, 2, "step-000004", reshard=True) == 1
+    assert [rank_files(one, r, 1).state["loader"]
             for r in range(2)] == [{"pos": 0}, {"pos": 0}]
 
 
