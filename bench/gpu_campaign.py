@@ -55,6 +55,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flightplan_cli import flightplan
+
 REPO = Path(__file__).resolve().parents[1]
 _FLOOR = "--floor"
 _HOUR = 3600.0
@@ -78,15 +80,6 @@ def _campaign_text(source: Path, train_limit: int | None, test_limit: int | None
     if epochs is not None:
         text = re.sub(r"\bepochs = \d+", f"epochs = {epochs}", text)
     return text
-
-
-def _cli(folder: Path, env: dict[str, str], *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    """``flightplan ARGS`` in ``folder`` (the venv's entry point): (wall seconds, result)."""
-    command = [str(Path(sys.executable).parent / "flightplan"), *args]
-    began = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=3600)
-    return time.perf_counter() - began, done
 
 
 class _Utilisation:
@@ -331,14 +324,14 @@ def main() -> int:
 
         run_began = time.time()
         with _Utilisation(cuda) as utilisation:
-            run_s, ran = _cli(folder, env, "run", "campaign.toml", "--json")
+            run_s, ran = flightplan(folder, "run", "campaign.toml", "--json", env=env)
         if ran.returncode != 0:
             print(f"flightplan run FAILED (exit {ran.returncode}): {ran.stderr[-1500:]}")
             return 1
         outcome = json.loads(ran.stdout)
         runs = {r["name"]: r for r in outcome["runs"]}
-        close_s, closed = _cli(folder, env, "close", "campaign.toml", "--json")
-        verify_s, verified = _cli(folder, env, "verify", "results")
+        close_s, closed = flightplan(folder, "close", "campaign.toml", "--json", env=env)
+        verify_s, verified = flightplan(folder, "verify", "results", env=env)
 
         floor_began = time.perf_counter()
         done = subprocess.run([sys.executable, __file__, _FLOOR, str(spec_file),

