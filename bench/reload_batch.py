@@ -47,7 +47,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_campaign import REPO, _campaign_text, _cli  # noqa: E402  (the bench's own helpers)
+from flightplan_cli import flightplan  # noqa: E402  (the bench's own helpers)
+from gpu_campaign import REPO, _campaign_text  # noqa: E402
 
 from flightplan.close.verify import prediction_differences, reload_processes, reproduce_runs  # noqa: E402
 from flightplan.publish.manifest import read_manifest, update_manifest  # noqa: E402
@@ -62,7 +63,7 @@ def _closed_results(folder: Path, env: dict[str, str], args: argparse.Namespace)
     (folder / "campaign.toml").write_text(
         _campaign_text(source, args.train_limit, args.test_limit, args.epochs), encoding="utf-8")
     for verb in ("run", "close"):
-        seconds, done = _cli(folder, env, verb, "campaign.toml", "--json")
+        seconds, done = flightplan(folder, verb, "campaign.toml", "--json", env=env)
         if done.returncode != 0:
             raise SystemExit(f"flightplan {verb} exited {done.returncode}: "
                              f"{done.stderr.strip()[-2000:]}")
