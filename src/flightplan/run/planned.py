@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping, Sequence
 
 from flightplan.corpus import corpus_root
+from flightplan.errors import CheckpointError, SpecError
 from flightplan.ids import config_hash, corpus_view, run_config, run_id
 from flightplan.spec import BaseModelSection, CampaignSpec, Replicate, Run
+from flightplan.rundir import RunDir, list_checkpoints, shown_path
 from flightplan.tasks.loader import LoadedTask, TaskSource, load_task
+from flightplan.trial.checkpoint_io import BadCheckpoint, read_manifest
+from flightplan.trial.distributed import check_world_size
 
 __all__ = ["PlannedRun", "TIER_ORDER", "plan_runs", "trial_document", "load_run_task"]
 
@@ -103,6 +107,41 @@ def plan_runs(spec: CampaignSpec, *, tasks: Mapping[str, LoadedTask] | None = No
             planned.append(PlannedRun(rep, ident, config_hash(run_config(*identity)),
                                       spec.campaign_dir / "runs" / ident, task.source))
     return planned
+
+
+def check_saved_world_sizes(spec: CampaignSpec, planned: Sequence[PlannedRun],
+                            restart: Collection[str]) -> None:
+    """Refuse, before anything is written, to resume a run from a checkpoint saved by
+    another number of processes than its ``[[run]] processes`` while ``reshard`` is off
+    (inside the run, the trial would refuse it after a process start, and running again
+    would repeat that). A run that finished, or that ``restart`` starts over, is not
+    resumed; the newest committed ``step-*`` folder is the one read (one whose manifest
+    cannot be read is left to the trial, which sets it aside).
+
+    Raises:
+        SpecError: naming ``run[i].processes``, the checkpoint, both numbers and the
+            fixes (with the real ``flightplan run FILE --restart NAME``).
+    """
+    for execution in planned:
+        if execution.name in restart or execution.run.name in restart:
+            continue
+        folder = RunDir(execution.run_dir)
+        complete, _ = list_checkpoints(folder.checkpoints)
+        if folder.done_json.exists() or not complete:
+            continue
+        newest = complete[0][1]
+        try:
+            manifest = read_manifest(newest)
+        except BadCheckpoint:
+            continue
+        index = spec.runs.index(execution.run)
+        try:
+            check_world_size(manifest, execution.run.processes, shown_path(newest),
+                             reshard=execution.run.reshard,
+                             restart=f"flightplan run {spec.source} --restart {execution.name}")
+        except CheckpointError as exc:
+            raise SpecError(f"{execution.name}: {exc}", file=spec.source,
+                            field=f"run[{index}].processes") from None
 
 
 def trial_document(spec: CampaignSpec, planned: PlannedRun, *, resume: bool) -> dict[str, Any]:

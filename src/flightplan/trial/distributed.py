@@ -41,7 +41,7 @@ from flightplan.errors import ArgumentError, CheckpointError
 from flightplan.trial.checkpoint_io import CheckpointFiles
 from flightplan.trial.stop_rules import Stop
 
-__all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "saved_by",
+__all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "saved_by", "RESTART_COMMAND",
            "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
 
 RANK_STATE_KEY = "ranks"
@@ -222,8 +222,14 @@ def saved_by(name: str, processes: int) -> str:
     return f"{name} was saved by {processes} process{'' if processes == 1 else 'es'}"
 
 
+RESTART_COMMAND = "flightplan run CAMPAIGN_FILE --restart NAME"
+"""How a refusal inside a run names the command that starts it over (the runner, which
+knows the file and the run, names them: :func:`check_world_size`'s ``restart``)."""
+
+
 def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
-                     reshard: bool = False, library: bool = False) -> int:
+                     reshard: bool = False, library: bool = False,
+                     restart: str = RESTART_COMMAND) -> int:
     """Refuse to resume from a checkpoint saved by another number of ranks, unless the run
     allows it (``[[run]] reshard = true``) and the checkpoint is the trial API's.
 
@@ -233,6 +239,7 @@ def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
         reshard: another number is allowed (the resume is then not bitwise).
         library: the checkpoint is a library's (Lightning's, the Trainer's), which keeps
             its own per-rank files and is never resharded.
+        restart: the command that starts the run over, as the refusal names it.
 
     Returns:
         The number of ranks that saved it.
@@ -249,13 +256,13 @@ def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
             f"{saved_by(name, saved)} but this run has {world_size}; [[run]] reshard "
             f"applies to tasks on flightplan's trial API, not to a Lightning or Trainer "
             f"checkpoint: give [[run]] processes = {saved}, or start the run over with "
-            f"flightplan run CAMPAIGN_FILE --restart NAME")
+            f"{restart}")
     if not reshard:
         raise CheckpointError(
             f"{saved_by(name, saved)} but this run has {world_size}; resuming at another "
             f"world size is not bitwise: give [[run]] processes = {saved}, set [[run]] "
             f"reshard = true to resume it at {world_size} anyway (not bitwise), or start the "
-            f"run over with flightplan run CAMPAIGN_FILE --restart NAME")
+            f"run over with {restart}")
     return saved
 
 
