@@ -19,7 +19,9 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 .venv/bin/ruff check src tests bench examples
 .venv/bin/mypy
-# Two workers (pytest-xdist): most cases wait on processes they start (runners, Ray nodes,
-# MLflow stores), so two at once keep this machine's two cores busy (17 min against 32 in
-# one process here).
-exec .venv/bin/python -m pytest -q -n 2 --durations=25 "$@"
+# Two workers (pytest-xdist), one a core. --dist worksteal: a worker that runs out of tests
+# takes half of what the other still has queued. xdist's default (load) hands tests out in
+# long runs of the collection, so one worker could be left with a queue of the slow
+# reliability cases while the other sat idle (the last 10 minutes of a 31-minute run at
+# 50 % CPU, vmstat here).
+exec .venv/bin/python -m pytest -q -n 2 --dist worksteal --durations=25 "$@"
