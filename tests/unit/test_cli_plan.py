@@ -281,6 +281,10 @@ BAD_SPECS = {
     "unparsable duration": ('duration = "14h"', 'duration = "14 hours"', "run[2].duration"),
     "unknown offer": ('offer = "RTX 4090"', 'offer = "RTX 4080"',
                       "rental.offer: 'RTX 4080' is not an offer in the catalog; did you mean 'RTX 4090'?"),
+    "offer spelt as quote accepts it": ('offer = "RTX 4090"', 'offer = "rtx4090"',
+                                        "rental.offer: 'rtx4090' is not an offer in the catalog; "
+                                        "did you mean 'RTX 4090'? (the campaign file names the "
+                                        "offer exactly, as the catalog spells it)"),
     "unknown package length": ("package_days = 3", "package_days = 5",
                                "rental.package_days: 'RTX 4090' has no 5-day package; choose one of 3, 7, 30 days"),
     "more GPUs than a flight": (CONTROL, CONTROL + "gpus = 2\n", "run[0].gpus: 'control' needs 2 GPUs"),

@@ -286,8 +286,11 @@ def check_spec_against_catalog(spec: CampaignSpec, catalog: Catalog) -> Offer:
     source = spec.source
     rental = spec.rental
     if rental.offer not in catalog.offers:
-        raise SpecError(f"{rental.offer!r} is not an offer in the catalog"
-                        f"{suggest(rental.offer, list(catalog.offers))}",
+        loose = [known for known in catalog.offers if _loose(known) == _loose(rental.offer)]
+        hint = (f"; did you mean {loose[0]!r}? (the campaign file names the offer exactly, as "
+                f"the catalog spells it)" if len(loose) == 1
+                else suggest(rental.offer, list(catalog.offers)))
+        raise SpecError(f"{rental.offer!r} is not an offer in the catalog{hint}",
                         file=source, field="rental.offer", value=rental.offer)
     offer = catalog.offers[rental.offer]
     if not offer.packages:
