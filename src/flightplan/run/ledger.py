@@ -268,6 +268,16 @@ class Ledger:
             if event:
                 _insert_event(tx, event, run_id, data, None)
 
+    def record_restart(self, run_id: str, *, data: dict[str, Any] | None = None) -> None:
+        """A run started over on purpose (``flightplan run --restart``): ``pending`` again,
+        without the metric, stop record and end time of the execution set aside, and a
+        ``restarted`` event with ``data``, in one transaction. Its first start and its wall
+        time stay: the hours the set-aside execution ran were spent."""
+        with self._write() as tx:
+            tx.execute("UPDATE runs SET status = 'pending', metric = NULL, stop_json = NULL, "
+                       "ended_at = NULL WHERE run_id = ?", (run_id,))
+            _insert_event(tx, "restarted", run_id, data, None)
+
     def record_run_start(self, run_id: str, *, resumed: bool, at: float | None = None) -> None:
         """Mark a run ``running`` and append ``started`` or ``resumed``."""
         at = time.time() if at is None else at

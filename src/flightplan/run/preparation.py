@@ -116,8 +116,7 @@ class Preparation:
         for name in names:
             for planned in [p for p in self.campaign.planned if name in (p.name, p.run.name)]:
                 RunDir(planned.run_dir).set_aside()
-                self.campaign.ledger.set_run_status(planned.run_id, "pending", event="restarted",
-                                                    data={"name": planned.name})
+                self.campaign.ledger.record_restart(planned.run_id, data={"name": planned.name})
                 self.campaign.say(f"{planned.name} ({planned.run_id}) restarts from step 0 on "
                                   f"purpose")
 

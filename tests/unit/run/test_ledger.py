@@ -98,6 +98,18 @@ def test_resumed_run_adds_wall_time_and_keeps_first_start(tmp_path):
                                                       "finished"]
 
 
+def test_a_restart_clears_the_set_aside_executions_result_and_keeps_its_hours(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    ledger.ensure_run(run_id="r-1", name="r", tier="useful", config_hash=None)
+    ledger.record_run_start("r-1", resumed=False, at=10.0)
+    ledger.record_run_end("r-1", status="finished", started_at=10.0, ended_at=114.0, metric=0.97)
+    ledger.record_restart("r-1", data={"name": "r"})
+    run = ledger.run("r-1")
+    assert (run.status, run.metric, run.stop, run.ended_at) == ("pending", None, None, None)
+    assert (run.started_at, run.wall_s) == (10.0, 104.0)
+    assert [(e.kind, e.data) for e in ledger.events("r-1")][-1] == ("restarted", {"name": "r"})
+
+
 def test_expenses_decisions_notes_and_snapshot(tmp_path):
     ledger = Ledger.open(tmp_path)
     ledger.ensure_campaign(name="tiny", spec_path="campaign.toml", spec_sha256="ab" * 32)
