@@ -315,7 +315,10 @@ def test_every_bad_input_exits_2_with_one_line(tmp_path: Path, label: str) -> No
     (["--extend", "lora-r9=+30h"], "--extend lora-r9: 'lora-r9' is not a stage or run"),
     (["--extend", "lora-r8=30h"], "--extend: 'lora-r8=30h' is not an extension; write NAME=+DURATION"),
     (["--extend", "lora-r8=+0h"], "is zero"),
-    (["--gantt", "{tmp}/campaign.toml/g.png"], "--gantt {tmp}/campaign.toml/g.png: cannot write it"),
+    (["--gantt", "{tmp}/campaign.toml/g.png"], "--gantt {tmp}/campaign.toml/g.png: "
+     "{tmp}/campaign.toml is a file, not a folder; give a path in a folder"),
+    (["--gantt", "{tmp}/no/such/g.png"], "--gantt {tmp}/no/such/g.png: the folder {tmp}/no/such "
+     "does not exist; create it or give a path in an existing folder"),
 ])
 def test_bad_arguments_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

@@ -312,6 +312,14 @@ def _measured_note(spec: CampaignSpec) -> str | None:
 
 
 def _write_png(option: str, path: Path, png: bytes) -> None:
+    folder = Path(path).parent
+    for above in (folder, *folder.parents):
+        if above.exists() and not above.is_dir():
+            raise ArgumentError(f"{option} {path}: {above} is a file, not a folder; give a "
+                                f"path in a folder")
+    if not folder.is_dir():
+        raise ArgumentError(f"{option} {path}: the folder {folder} does not exist; create it "
+                            f"or give a path in an existing folder")
     try:
         write_atomic(Path(path), png)
     except OSError as exc:
