@@ -417,7 +417,8 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener,
     print(f"answer: {summary['answer']}")
     print(f"verdict: {summary['verdict']}")
     print(f"family-wise level: {summary['family_wise_level']:.1%} "
-          f"(multiple = {summary['multiple']}, {summary['comparisons_made']} comparison(s))")
+          f"(multiple = {summary['multiple']}, {summary['comparisons_made']} comparison"
+          f"{'' if summary['comparisons_made'] == 1 else 's'})")
     print(f"accepted: {', '.join(summary['accepted']) or 'none'}")
     for rejected in summary["not_accepted"]:
         print(f"not accepted: {rejected['run_id']}: {'; '.join(rejected['reasons'])}")

@@ -88,7 +88,7 @@ def test_budget_and_conclusion(closed):
     assert comparison["p_value"] == comparison["p_value_adjusted"] == 1.0
     assert comparison["verdict_adjusted"] == "does_not_meet"
     report = (Path(outcome["results_dir"]) / "report.html").read_text()
-    assert "Family-wise level 2.5 %: Holm's step-down procedure over the 1 comparison(s)" \
+    assert "Family-wise level 2.5 %: Holm's step-down procedure over the 1 comparison made" \
         in report
     # one seed a side: the notice, with the default spread, beside the unchanged verdict
     notice = comparison["seed_notice"]
@@ -275,7 +275,7 @@ def test_close_says_why_each_run_was_not_accepted(tmp_path, capsys):
     assert lines[lines.index(f"accepted: {CONTROL}") + 1] == f"not accepted: {VARIANT}: {reason}"
     # the answer's family-wise level, under the verdict
     assert lines[lines.index(f"accepted: {CONTROL}") - 1] == \
-        "family-wise level: 2.5% (multiple = holm, 1 comparison(s))"
+        "family-wise level: 2.5% (multiple = holm, 1 comparison)"
     close_command(spec.source, as_json=True, open_ledger=lambda _: ledger)
     closed = json.loads(capsys.readouterr().out)
     assert closed["not_accepted"] == [{"run_id": VARIANT, "reasons": [reason]}]
