@@ -49,12 +49,14 @@ check and exits 1 if one fails; on a machine without CUDA it says so in one line
    verify through the CLI in a copy of its folder: on CUDA with ``processes = gpus = N``,
    N = 2 where the machine has two GPUs (NCCL, each rank on the GPU at its ``LOCAL_RANK``;
    a user catalog gives the flight its two GPUs), else N = 1 (one process on the GPU: at
-   world size 1 flightplan starts no process group, so NCCL is not used); with ``--cpu``
-   N = 2 with gloo. Both runs must finish, the pilot's resume check (at N ranks, bitwise)
+   world size 1 flightplan starts no process group, so NCCL is not used); on the CPU
+   N = 2 with gloo (the suite's test, below). Both runs must finish, the pilot's resume check (at N ranks, bitwise)
    pass, every run be accepted and every reload reproduce its predictions.
 
-``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4, 5, 7 and 9 on the CPU instead, so
+``--cpu`` runs checks 1 (bf16 only: fp16 needs CUDA), 3, 4, 5 and 7 on the CPU instead, so
 that this script itself can be tested where no GPU is; the CUDA-only parts are left out.
+Check 9 at two gloo ranks is ``tests/e2e/test_digits_ddp.py``, which calls
+:func:`check_ddp_example` (so the example runs once in the suite, not twice).
 
 Usage::
 
@@ -498,9 +500,12 @@ price = "100.00"
 """
 
 
-def check_ddp_example(folder: Path, processes: int, *, gpu: bool) -> bool:
+def check_ddp_example(folder: Path, processes: int, *, gpu: bool) -> dict[str, str] | None:
     """Check 9: ``examples/digits-ddp`` plan → run → close → verify at ``processes`` ranks
-    (``gpu``: ``gpus = processes`` too, and a two-GPU flight where ``processes`` is 2)."""
+    in ``folder/digits-ddp`` (``gpu``: ``gpus = processes`` too, and a two-GPU flight where
+    ``processes`` is 2). Prints one line; returns each verb's stdout (``run``, ``close`` and
+    ``verify``: JSON) when every check passed, else None. On the CPU (two gloo ranks)
+    ``tests/e2e/test_digits_ddp.py`` runs it and reads the folder it leaves."""
     campaign = folder / "digits-ddp"
     shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "digits-ddp", campaign,
                     ignore=shutil.ignore_patterns("runs", "results", ".flightplan"))
@@ -519,7 +524,7 @@ def check_ddp_example(folder: Path, processes: int, *, gpu: bool) -> bool:
         _, done = flightplan(campaign, *args, timeout=1800)
         if done.returncode != 0:
             print(f"DDP example: {verb} exited {done.returncode}: {done.stderr[-800:]} -> FAILED")
-            return False
+            return None
         outputs[verb] = done.stdout
     run, closed, verified = (json.loads(outputs[v]) for v in ("run", "close", "verify"))
     backend = "nccl" if gpu and processes > 1 else ("gloo" if processes > 1 else "no group")
@@ -533,7 +538,7 @@ def check_ddp_example(folder: Path, processes: int, *, gpu: bool) -> bool:
           f"{'ok' if run['pilot']['ok'] else 'FAILED'}, macro-F1 {metrics}, reloads "
           f"{sorted(set(verified['reload'].values()))}; {time.perf_counter() - began:.0f} s "
           f"-> {'ok' if ok else 'FAILED'}")
-    return ok
+    return outputs if ok else None
 
 
 def measure(script: str, *args: str) -> bool:
@@ -584,14 +589,14 @@ def main() -> int:
         folder = Path(scratch)
         if args.cpu:
             results = [check_amp(folder, "bf16", args.steps), check_textclf(folder),
-                       check_transfer(folder, min(args.width, 512)), check_rows_later(folder),
-                       check_ddp_example(folder, 2, gpu=False)]
+                       check_transfer(folder, min(args.width, 512)), check_rows_later(folder)]
         else:
             results = [check_amp(folder, "fp16", args.steps), check_amp(folder, "bf16", args.steps),
                        check_stall(folder, args.width), check_two_devices(folder, args.width),
                        check_textclf(folder),
                        check_transfer(folder, args.width), check_rows_later(folder),
-                       check_ddp_example(folder, min(2, torch.cuda.device_count()), gpu=True),
+                       check_ddp_example(folder, min(2, torch.cuda.device_count()), gpu=True)
+                       is not None,
                        measure("gpu_campaign.py"), measure("peer_step.py", "--device", "cuda")]
     return 0 if all(results) else 1
 

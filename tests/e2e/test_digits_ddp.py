@@ -1,37 +1,31 @@
 """The DDP example as a user runs it: ``examples/digits-ddp`` (plain PyTorch
 DistributedDataParallel, ``[[run]] processes = 2``, gloo on the CPU) copied to a fresh
-folder and taken plan → run → close → verify through the real CLI."""
+folder and taken plan → run → close → verify through the real CLI, by ``bench/gpu_check.py``'s
+check 9 (:func:`check_ddp_example`, which a lent GPU runs with NCCL): one run of the example
+in the suite tests both."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from cli_run import run_cli
-
 REPO = Path(__file__).resolve().parents[2]
-HANG_S = 900
-"""A step that takes longer has hung (a safety net, not a speed check)."""
+sys.path.insert(0, str(REPO / "bench"))
+from gpu_check import check_ddp_example  # noqa: E402  (bench/ is put on sys.path first)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    folder = tmp_path_factory.mktemp("ddp") / "digits-ddp"
-    shutil.copytree(REPO / "examples" / "digits-ddp", folder,
-                    ignore=shutil.ignore_patterns("runs", "results", ".flightplan"))
-    steps: dict[str, subprocess.CompletedProcess[str]] = {}
-    for verb, args in (("plan", ("plan", "campaign.toml")),
-                       ("run", ("run", "campaign.toml", "--json")),
-                       ("close", ("close", "campaign.toml", "--json")),
-                       ("verify", ("verify", "results", "--json", "--trust-code"))):
-        steps[verb] = run_cli(*args, cwd=folder, hang_s=HANG_S)
-    return folder, steps
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The example's folder after check 9 at two gloo ranks, and each verb's stdout."""
+    folder = tmp_path_factory.mktemp("ddp")
+    outputs = check_ddp_example(folder, 2, gpu=False)
+    assert outputs is not None, f"check 9 failed (its line above){_log_tails(folder / 'digits-ddp')}"
+    return folder / "digits-ddp", outputs
 
 
 def _log_tails(folder: Path) -> str:
@@ -40,25 +34,23 @@ def _log_tails(folder: Path) -> str:
                    for log in sorted((folder / "runs").rglob("log.txt")))
 
 
-def test_the_ddp_example_runs_plan_to_verify(campaign: tuple[Path, dict]) -> None:
-    folder, steps = campaign
-    for verb, done in steps.items():
-        assert done.returncode == 0, f"{verb}: {done.stderr[-3000:]}{_log_tails(folder)}"
-    outcome = json.loads(steps["run"].stdout)
+def test_the_ddp_example_runs_plan_to_verify(campaign: tuple[Path, dict[str, str]]) -> None:
+    _, outputs = campaign
+    outcome = json.loads(outputs["run"])
     assert outcome["statuses"] == {"control": "finished", "hidden-128": "finished"}
     assert outcome["pilot"]["ok"] is True, outcome["pilot"]["message"]
     for run in outcome["runs"]:
         assert 0.8 < run["metric"] <= 1.0
-    closed = json.loads(steps["close"].stdout)
+    closed = json.loads(outputs["close"])
     assert sorted(closed["accepted"]) == sorted(r["run_id"] for r in outcome["runs"])
-    verified = json.loads(steps["verify"].stdout)
+    verified = json.loads(outputs["verify"])
     assert verified["verified"] is True and verified["findings"] == []
     assert set(verified["reload"].values()) == {"reproduced"}
 
 
-def test_each_run_executed_as_two_ranks_with_one_set_of_rows(campaign: tuple[Path, dict]) -> None:
-    folder, steps = campaign
-    outcome = json.loads(steps["run"].stdout)
+def test_each_run_executed_as_two_ranks_with_one_set_of_rows(campaign: tuple[Path, dict[str, str]]) -> None:
+    folder, outputs = campaign
+    outcome = json.loads(outputs["run"])
     for run in outcome["runs"]:
         run_dir = folder / "runs" / run["run_id"]
         log = (run_dir / "log.txt").read_text()
