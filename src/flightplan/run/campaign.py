@@ -54,7 +54,7 @@ from flightplan.run.executors.contract import (Executor, ClusterJoined, check_gp
 from flightplan.run.executors.local import LocalExecutor
 from flightplan.run.invocation import CampaignOutcome, Invocation
 from flightplan.run.ledger import Ledger
-from flightplan.run.planned import check_saved_world_sizes, load_run_task, plan_runs
+from flightplan.run.planned import load_run_task
 from flightplan.run.preparation import Preparation
 from flightplan.run.progress import ProgressBoard
 from flightplan.run.rental import left_flight
@@ -109,8 +109,9 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
             cannot give the metric; the decision rule changed after a run started.
         LockHeld: another ``flightplan run`` (or a ``flightplan close``) holds the campaign.
         SpecError, CatalogError: the campaign does not plan, or a run asks for more GPUs
-            than the executor's machine has, or would resume from a checkpoint saved by
-            another number of processes with ``reshard`` off (before anything is written).
+            than the executor's machine has (before anything is written); a run would resume
+            from a checkpoint saved by another number of processes with ``reshard`` off
+            (before the ledger records anything).
         InputError: the executor cannot or must not reach where runs execute (a Ray head
             that does not answer, or without token authentication on a network not stated
             trusted), before anything is written.
@@ -142,7 +143,6 @@ def run_campaign(spec: CampaignSpec, *, decide: str | None = None,
     limit = executor.gpu_limit()
     check_gpus(spec.runs, limit, source=spec.source)
     check_processes(spec.runs, limit, source=spec.source)
-    check_saved_world_sizes(spec, plan_runs(spec, tasks=tasks), restart)
     console = console or Console()
     with CampaignLock(spec.campaign_dir), Ledger.open(spec.campaign_dir) as ledger, \
             (observer(spec) if observer else contextlib.nullcontext()), \
@@ -172,7 +172,7 @@ def _carry_out(campaign: Invocation, restart: Sequence[str],
     """The steps of :func:`run_campaign` under the lock (``joined``: the cluster the
     executor connected to, recorded once the campaign is prepared)."""
     preparation = Preparation(campaign)
-    preparation.prepare()
+    preparation.prepare(restart)
     if joined is not None:
         campaign.ledger.add_event("cluster_joined", data=joined.to_json())
     preparation.restart(list(restart))

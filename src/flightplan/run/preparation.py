@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from flightplan import activity
 from flightplan.durable import write_atomic
@@ -31,7 +31,7 @@ from flightplan.run.invocation import CampaignOutcome, Invocation, resumed_label
 from flightplan.run.kernel_check import (KernelCheck, KernelCheckResult, kernel_check_due,
                                          run_kernel_check)
 from flightplan.run.pilot import METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, run_pilot
-from flightplan.run.planned import PlannedRun, plan_runs, trial_document
+from flightplan.run.planned import PlannedRun, check_saved_world_sizes, plan_runs, trial_document
 from flightplan.rundir import RunDir
 
 __all__ = ["Preparation", "DATA_CHECK_STAGE", "PILOT_STAGE", "KERNEL_CHECK_EVENT"]
@@ -49,7 +49,15 @@ class Preparation:
     def __init__(self, campaign: Invocation) -> None:
         self.campaign = campaign
 
-    def prepare(self) -> None:
+    def prepare(self, restart: Sequence[str] = ()) -> None:
+        """Plan the runs, refuse what cannot go on (a changed rental, a run that would resume
+        at another world size: :func:`check_saved_world_sizes`, ``restart`` being the runs
+        started over) before the ledger records anything, then freeze the plan and register
+        the runs.
+
+        Raises:
+            SpecError: as above. TaskHookFailed: a task's ``base_revision`` hook raised.
+        """
         spec, ledger = self.campaign.spec, self.campaign.ledger
         activity.doing("freezing the plan")
         offer = self.campaign.catalog.offers[spec.rental.offer]
@@ -59,6 +67,7 @@ class Preparation:
         corrected = self._rule_correction()
         # calls base_revision hooks
         self.campaign.planned = plan_runs(spec, tasks=self.campaign.tasks)
+        check_saved_world_sizes(spec, self.campaign.planned, restart)
         if corrected is not None:
             ledger.add_event(RULE_CHANGED, data={"from": dict(corrected),
                                                  "to": decision_rule(spec)})

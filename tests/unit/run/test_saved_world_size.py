@@ -1,7 +1,8 @@
 """A run that would resume from a checkpoint saved by another number of processes, with
-``[[run]] reshard`` off, is refused by ``flightplan run`` before anything is written (one
-line naming ``run[i].processes``, the checkpoint, both numbers and the real restart
-command; exit 2), instead of failing inside a process start that running again repeats."""
+``[[run]] reshard`` off, is refused by ``flightplan run`` before the ledger records
+anything (one line naming ``run[i].processes``, the checkpoint, both numbers and the real
+restart command; exit 2), instead of failing inside a process start that running again
+repeats."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from flightplan.errors import SpecError
+from flightplan.run.ledger import Ledger
 from flightplan.run.planned import check_saved_world_sizes, plan_runs
 from flightplan.spec import load_spec
 from flightplan.trial.checkpoint_io import FORMAT
@@ -75,7 +77,7 @@ def test_reshard_the_same_world_size_or_an_unreadable_manifest_pass(tmp_path):
     check_saved_world_sizes(spec, planned, ())
 
 
-def test_flightplan_run_refuses_it_with_exit_2_before_writing_anything(tmp_path):
+def test_flightplan_run_refuses_it_with_exit_2_before_the_ledger_records_anything(tmp_path):
     spec_file = _campaign(tmp_path / "camp")
     control = next(p for p in plan_runs(load_spec(spec_file)) if p.name == "control")
     _saved(control.run_dir, 3, _manifest(2))
@@ -88,5 +90,7 @@ def test_flightplan_run_refuses_it_with_exit_2_before_writing_anything(tmp_path)
         f"size is not bitwise: give [[run]] processes = 2, set [[run]] reshard = true to "
         f"resume it at 1 anyway (not bitwise), or start the run over with flightplan run "
         f"campaign.toml --restart control"]
-    assert sorted(p.name for p in spec_file.parent.iterdir()) == ["campaign.toml", "runs"]
     assert [p.name for p in (spec_file.parent / "runs").iterdir()] == [control.run_id]
+    assert not (spec_file.parent / "results").exists()
+    ledger = Ledger.open(spec_file.parent)
+    assert (ledger.events(), ledger.original_plan()) == ([], None)
