@@ -88,11 +88,17 @@ class Catalog:
         """
         if name in self.offers:
             return self.offers[name]
-        loose = [offer for known, offer in self.offers.items() if _loose(known) == _loose(name)]
-        if len(loose) == 1:
-            return loose[0]
+        loose = self.loosely_named(name)
+        if loose is not None:
+            return self.offers[loose]
         raise CatalogError(f"{name!r} is not an offer in the catalog{suggest(name, list(self.offers))}",
                            file=source, field=field_name, value=name)
+
+    def loosely_named(self, name: str) -> str | None:
+        """The one offer name that differs from ``name`` only in letter case, spaces and
+        hyphens (``RTX 4090`` for ``rtx4090``); None when there is none or more than one."""
+        loose = [known for known in self.offers if _loose(known) == _loose(name)]
+        return loose[0] if len(loose) == 1 else None
 
     def merged(self, other: "Catalog") -> "Catalog":
         """This catalog with ``other``'s offers added; for a known name, the fields
@@ -286,9 +292,9 @@ def check_spec_against_catalog(spec: CampaignSpec, catalog: Catalog) -> Offer:
     source = spec.source
     rental = spec.rental
     if rental.offer not in catalog.offers:
-        loose = [known for known in catalog.offers if _loose(known) == _loose(rental.offer)]
-        hint = (f"; did you mean {loose[0]!r}? (the campaign file names the offer exactly, as "
-                f"the catalog spells it)" if len(loose) == 1
+        loose = catalog.loosely_named(rental.offer)
+        hint = (f"; did you mean {loose!r}? (the campaign file names the offer exactly, as "
+                f"the catalog spells it)" if loose is not None
                 else suggest(rental.offer, list(catalog.offers)))
         raise SpecError(f"{rental.offer!r} is not an offer in the catalog{hint}",
                         file=source, field="rental.offer", value=rental.offer)
