@@ -17,7 +17,9 @@ stamped with the time the kernel created the process, which :mod:`flightplan.goo
 to tell the executor's start of the execution from the process's own start and load. Of
 the ranks of a run with several processes (``WORLD_SIZE`` > 1) rank 0 alone writes it, and
 every line each rank prints is prefixed ``[rank R] ``
-(:func:`flightplan.trial.distributed.label_output`).
+(:func:`flightplan.trial.distributed.label_output`). A process killed by a fatal signal
+(SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL: a crash below Python) first writes the Python
+stack of each of its threads to stderr, so to ``log.txt`` (:mod:`faulthandler`).
 
 Exit codes:
 
@@ -34,6 +36,7 @@ Exit codes:
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import time
@@ -133,15 +136,26 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_FINISHED
 
 
-def _end_process(code: int) -> NoReturn:
+def _launched_ranks() -> int:
+    """The number of ranks this process was started as one of (``WORLD_SIZE``; 1 when
+    unset), read before the task runs: a library may delete the variable on its way out
+    (Lightning's ``LightningEnvironment.teardown`` does)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE") or 1)
+    except ValueError:
+        return 1
+
+
+def _end_process(code: int, ranks: int) -> NoReturn:
     """End this process with exit code ``code``. A rank of a run of several processes
-    (``WORLD_SIZE`` > 1) ends at once (``os._exit`` after flushing its output): every
-    file of the run it writes is durable before its trial returns, and the interpreter's
+    (``ranks`` > 1) ends at once (``os._exit`` after flushing its output): every file of
+    the run it writes is durable before its trial returns, and the interpreter's
     finalization would destroy the task's process group objects (gloo's worker threads, a
-    DDP model's reducer) after Python is gone, which now and then aborts a rank that
-    finished (SIGABRT, "terminate called without an active exception") and turns the run's
-    exit code from 0, 1 or 75 into −6."""
-    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+    DDP model's reducer) after Python is gone: a gloo thread that drops the last reference
+    to a tensor then needs the GIL of an interpreter that is finalizing, which aborts a
+    rank that finished (SIGABRT, "terminate called without an active exception") and turns
+    the run's exit code from 0, 1 or 75 into −6."""
+    if ranks > 1:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -157,7 +171,12 @@ def run_main(argv: list[str]) -> NoReturn:
     execution forked from its template, which imported this module already
     (:mod:`flightplan.run.executors.warm`), rather than having ``runpy`` execute the module
     a second time as ``__main__``."""
-    _end_process(main(argv))
+    ranks = _launched_ranks()
+    try:  # a fatal signal (a library's abort, a segfault) leaves each thread's stack
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError, OSError, RuntimeError):  # no stderr file to write to
+        pass
+    _end_process(main(argv), ranks)
     raise AssertionError("unreachable: _end_process ends the process")
 
 
