@@ -138,11 +138,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _launched_ranks() -> int:
     """The number of ranks this process was started as one of (``WORLD_SIZE``; 1 when
-    unset), read before the task runs: a library may delete the variable on its way out
-    (Lightning's ``LightningEnvironment.teardown`` does)."""
+    unset or unreadable, which :func:`main` reports), read before the task runs: a library
+    may delete the variable on its way out (Lightning's ``LightningEnvironment.teardown``
+    does)."""
+    from flightplan.trial.distributed import Ranks   # with torch: not at this module's import
+
     try:
-        return int(os.environ.get("WORLD_SIZE") or 1)
-    except ValueError:
+        return Ranks.from_env().world_size
+    except InputError:
         return 1
 
 
