@@ -34,6 +34,7 @@ from flightplan.units import Duration, Money
 __all__ = [
     "DEFAULT_TASK",
     "MAX_SEEDS",
+    "RESUME_TOLERANCE",
     "Tier",
     "TIERS",
     "CampaignSection",
@@ -110,6 +111,10 @@ Int = Annotated[int, BeforeValidator(_whole_number)]
 Bool = Annotated[bool, BeforeValidator(_boolean)]
 MAX_SEEDS = 20
 """The most replicates (``seeds``) one run may execute."""
+RESUME_TOLERANCE = 1e-3
+"""Relative difference two losses may have in the pilot's resume check of a control marked
+``[[run]] deterministic = false`` (its non-deterministic kernels move the last bits of a
+loss, not its first three digits); a deterministic control is compared bit for bit."""
 Float = Annotated[float, BeforeValidator(_number)]
 
 

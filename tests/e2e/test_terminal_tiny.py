@@ -173,4 +173,11 @@ def test_close_shows_progress_on_a_terminal_stops_on_ctrl_c_and_is_quiet_in_a_pi
     assert piped.returncode == 0, piped.stdout + piped.stderr
     assert piped.stderr == "" and "\x1b[" not in piped.stdout
     assert "reloading" not in piped.stdout
+    # lora-r4 resumed once after the Ctrl-C (the first test): results/ says so, bitwise
+    readme = (folder / "results" / "README.md").read_text(encoding="utf-8")
+    lora_id = _ids(folder)["lora-r4"]
+    assert re.search(rf"^\| lora-r4 \| `{lora_id}` \| finished \| [^|]+ \| 1, bitwise \| ",
+                     readme, re.M), readme
+    assert f"| lora-r4 | `{lora_id}` | 1, bitwise |" in (
+        folder / "results" / "plan_vs_execution.md").read_text(encoding="utf-8")
     assert piped.stdout.splitlines()[-1] == "verified"

@@ -23,6 +23,7 @@ import json
 import shlex
 import time
 import webbrowser
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from flightplan.close.replicates import run_seed_spreads, with_run_seed_spreads
 from flightplan.close.ledger_reader import LedgerOpener, LedgerReader
 from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execution_markdown
 from flightplan.close.report import loss_curves, render_readme, render_report
+from flightplan.close.resumes import run_resumes
 from flightplan.close.seed_notice import calibrated_seed_spread, with_seed_spread
 from flightplan.close.verify import (CLOSE_FILES, DEFAULT_SAMPLE, run_files_digest, run_task,
                                      verify_results)
@@ -103,10 +105,19 @@ def _input_limit(results: Path, run_id: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _published(results: Path, runs: list[RunRow]
-               ) -> tuple[dict[str, Any], dict[str, list[Row]], dict[str, str]]:
-    """Per run id, what close read back from results/ for the calibration record: the
-    published trial.json, the measurement rows, the predictions file (relative)."""
+@dataclass(frozen=True)
+class _Published:
+    """Per run id, what close reads back from results/ for the calibration record and the
+    resumes: the published trial.json, the measurement rows, the predictions file
+    (relative to results/)."""
+
+    trials: dict[str, Any]
+    rows: dict[str, list[Row]]
+    predictions: dict[str, str]
+
+
+def _published(results: Path, runs: list[RunRow]) -> _Published:
+    """:class:`_Published` of ``runs``; a run without a readable trial.json is left out."""
     trials, rows, predictions = {}, {}, {}
     for run in runs:
         try:
@@ -119,7 +130,7 @@ def _published(results: Path, runs: list[RunRow]
             rows[run.run_id] = parse_rows(measurements.read_bytes())[0]
         if (results / "predictions" / f"{run.run_id}.csv").is_file():
             predictions[run.run_id] = f"predictions/{run.run_id}.csv"
-    return trials, rows, predictions
+    return _Published(trials, rows, predictions)
 
 
 def _latest_runs(ledger: LedgerReader) -> list[RunRow]:
@@ -207,10 +218,13 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
     _write_json(results, "conclusion.json", conclusion, written)
     budget = _write_budget(results, spec, ledger, runs, verdicts, written)
     goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
-    pve = portable(plan_vs_execution(ledger, goodput=goodput), spec.campaign_dir)
+    published = _published(results, runs)
+    pve = portable(plan_vs_execution(ledger, goodput=goodput,
+                                     resumes=run_resumes(published.trials, published.rows)),
+                   spec.campaign_dir)
     _write_json(results, "plan_vs_execution.json", pve, written)
     _write_text(results, "plan_vs_execution.md", plan_vs_execution_markdown(pve), written)
-    _write_calibration(results, spec, runs, pve, written,
+    _write_calibration(results, spec, runs, published, pve, written,
                        seed_sd={name: spread["sd"] for name, spread
                                 in (conclusion.get("seed_spread") or {}).items()})
     _write_pages(results, spec, runs, {"conclusion": conclusion, "products": verdicts,
@@ -218,7 +232,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                                        "runs": analyses}, written)
 
     accepted = [v.run_id for v in verdicts if v.accepted]
-    published = read_manifest(results)     # the runs' files as judged: verify compares
+    judged = read_manifest(results)     # the runs' files as judged: verify compares
     update_manifest(results, written=written, meta={
         "campaign": section.name, "question": section.question, "metric": section.metric,
         "plan_sha256": original.plan_sha256,
@@ -227,7 +241,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
         "accepted_run_ids": accepted},
         runs={v.run_id: {"accepted": v.accepted, "reasons": v.reasons,
                          "metric_value": v.metric_value,
-                         "judged_sha256": run_files_digest(published, v.run_id)}
+                         "judged_sha256": run_files_digest(judged, v.run_id)}
               for v in verdicts})
     report = verify_results(results, sample=sample, reproduced={
         v.run_id: v.reload_findings for v in verdicts if v.reload_findings is not None})
@@ -242,16 +256,15 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
 
 
 def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
-                       pve: dict[str, Any], written: list[str], *,
+                       published: _Published, pve: dict[str, Any], written: list[str], *,
                        seed_sd: dict[str, float]) -> None:
     """``calibration.json``: what the next campaign plans from (``plan --from``,
     :func:`flightplan.plan.calibration.measure.calibration_record`), with ``seed_sd`` (run name →
     its metric's sd over its replicates) on each replicate of a run of several seeds."""
-    trials, rows, predictions = _published(results, runs)
     data_check = results / "data_check.json"
     calibration = calibration_record(
-        spec, runs=[r.to_json() for r in runs], trials=trials, rows=rows,
-        predictions=predictions,
+        spec, runs=[r.to_json() for r in runs], trials=published.trials, rows=published.rows,
+        predictions=published.predictions,
         revisions={r.run_id: _artifact_meta(results, r.run_id).get("base_revision")
                    for r in runs},
         plan_vs_execution=pve,
@@ -324,7 +337,9 @@ def _write_pages(results: Path, spec: CampaignSpec, runs: list[RunRow],
     doing("writing README.md and report.html")
     context = {"campaign": section.name, "conclusion": parts["conclusion"],
                "products": parts["products"], "order_number": spec.rental.order,
-               "metric": section.metric}
+               "metric": section.metric,
+               "resumes": {r["run_id"]: r["summary"]
+                           for r in parts["plan_vs_execution"].get("resumes") or []}}
     _write_text(results, "README.md", render_readme(
         context | {"artifacts": _artifact_commands(results, [r.run_id for r in runs]),
                    "goodput": _goodput_shares(parts["plan_vs_execution"])}), written)

@@ -33,11 +33,13 @@ Usage::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from flightplan.canonical import plan_sha256
 from flightplan.close.ledger_reader import LedgerReader
 from flightplan.campaign_goodput import CampaignGoodput, ledger_executions
+from flightplan.close.resumes import RunResumes
 from flightplan.goodput import CAUSES, LABELS
 from flightplan.ledger_rows import RunRow
 from flightplan.transfer_time import trip_s
@@ -212,14 +214,16 @@ def _decisions(ledger: LedgerReader) -> list[dict[str, Any]]:
     return decisions
 
 
-def plan_vs_execution(ledger: LedgerReader, *, goodput: CampaignGoodput | None = None
-                      ) -> dict[str, Any]:
+def plan_vs_execution(ledger: LedgerReader, *, goodput: CampaignGoodput | None = None,
+                      resumes: Mapping[str, RunResumes] | None = None) -> dict[str, Any]:
     """The ``plan_vs_execution.json`` object.
 
     Args:
         ledger: the campaign's ledger (:class:`~flightplan.close.ledger_reader.LedgerReader`).
         goodput: the campaign's goodput (:func:`flightplan.campaign_goodput.ledger_goodput`); None
             leaves ``goodput`` null.
+        resumes: run id → its resumes as results/ holds them
+            (:func:`flightplan.close.resumes.run_resumes`); None leaves ``resumes`` empty.
 
     Returns:
         ``{original_plan: {version, plan_sha256, created_at, file, reserved_hours,
@@ -233,7 +237,8 @@ def plan_vs_execution(ledger: LedgerReader, *, goodput: CampaignGoodput | None =
         planned_hours, observed_hours, deviation_hours}}, goodput: {runs: [{name, run_id,
         status, executions, observed (``GoodputSplit.to_json()``), planned_parts_hours
         ({cause: h} of the last decision's re-estimate, null without one), planned_hours}],
-        flights ([``FlightGoodput.to_json()``]), stages_hours, totals}}``; hours from the
+        flights ([``FlightGoodput.to_json()``]), stages_hours, totals}, resumes: [{name,
+        run_id, summary, **RunResumes.to_json()}] (the ledger's runs in order)}``; hours from the
         campaign's first observed start. ``transfers.runs`` lists the runs with a checkpoint that
         came home or a planned transfer (a run cut or superseded has no planned figure);
         a planned figure is null when the re-estimate gave none, and the total's
@@ -270,6 +275,9 @@ def plan_vs_execution(ledger: LedgerReader, *, goodput: CampaignGoodput | None =
                    if observed_span is not None and reserved is not None else None},
         "transfers": _transfers(ledger),
         "goodput": None if goodput is None else _goodput(ledger, goodput),
+        "resumes": [{"name": run.name, "run_id": run.run_id,
+                     "summary": resumes[run.run_id].summary(), **resumes[run.run_id].to_json()}
+                    for run in ledger.runs() if resumes and run.run_id in resumes],
     }
 
 
@@ -396,6 +404,19 @@ def _goodput_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _resume_lines(record: dict[str, Any]) -> list[str]:
+    """The ``## Resumes`` section: each run that resumed or is not bitwise, and how far its
+    products are those of an uninterrupted run."""
+    shown = [r for r in record.get("resumes") or [] if r["resumed"] or not r["bitwise"]]
+    if not shown:
+        return []
+    return ["", "## Resumes", "",
+            "Runs that resumed from a checkpoint or that do not repeat bit for bit; every other "
+            "run ran through in one execution.", "",
+            "| run | id | resumes |", "|---|---|---|",
+            *(f"| {r['name']} | `{r['run_id']}` | {r['summary']} |" for r in shown)]
+
+
 def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
     """``plan_vs_execution.md``: the same comparison as tables."""
     original = record["original_plan"]
@@ -444,4 +465,5 @@ def plan_vs_execution_markdown(record: dict[str, Any]) -> str:
         lines.append(f"- re-estimated plan (version {version['version']}): reserved "
                      + ("–" if reserved is None else f"{reserved:.{shown['places']}f}")
                      + f" h; {version['reason'] or 'no reason given'}")
-    return "\n".join(lines + _transfer_lines(record) + _goodput_lines(record)) + "\n"
+    return "\n".join(lines + _transfer_lines(record) + _goodput_lines(record)
+                     + _resume_lines(record)) + "\n"

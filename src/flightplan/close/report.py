@@ -184,7 +184,8 @@ def render_report(context: dict[str, Any]) -> str:
             verdicts, :class:`flightplan.close.acceptance.Verdict`), plan_vs_execution,
             budget, runs: [{run_id,
             name, analysis (error_analysis() or None)}], curves: {name: [(step, loss)]},
-            metric}``.
+            metric, resumes: {run_id: summary} (:meth:`flightplan.close.resumes.RunResumes.
+            summary`)}``.
 
     Returns:
         The page as a string (UTF-8 when written).
@@ -232,9 +233,11 @@ def render_readme(context: dict[str, Any]) -> str:
 
     Args:
         context: ``{campaign, conclusion, order_number, products, artifacts: [{run_id,
-            package, command, base_revision}]}``; ``command`` is the shell line run from
-            results/; ``package`` the built-in task's module, None for a task kept in
-            ``tasks/``; ``base_revision`` whether the artifact records a base model.
+            package, command, base_revision}]}``, optionally ``goodput`` and ``resumes``
+            (run id → the line its runs-table cell shows; "–" where absent); ``command``
+            is the shell line run from results/; ``package`` the built-in task's module,
+            None for a task kept in ``tasks/``; ``base_revision`` whether the artifact
+            records a base model.
     """
     import jinja2
 

@@ -18,7 +18,7 @@ A check whose process failed with torch's error is a :class:`KernelFinding` nami
 (read from its log); the campaign stops there (exit 1) with the choice: set
 ``deterministic = false`` in that ``[[run]]`` (the op then runs and torch warns; the run
 no longer resumes bit for bit, and when it is the control the pilot compares its resumed
-losses within :data:`~flightplan.run.pilot.RESUME_TOLERANCE`) or change the op. A check that
+losses within :data:`~flightplan.spec.RESUME_TOLERANCE`) or change the op. A check that
 failed otherwise is reported (``failed``) but stops nothing: the pilot and the run meet
 the same fault with their full inputs and say why.
 

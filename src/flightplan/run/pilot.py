@@ -13,13 +13,13 @@ pilot measures rates, and the decision point scales them to the whole corpus):
 2. the resumed pilot, in ``resume/``: a new process that starts from a copy of the
    earliest checkpoint of (1) (``resume = true``) and runs to the same cap. It measures
    the restore time R, and every loss it logs must equal, bit for bit (within
-   :data:`RESUME_TOLERANCE` for a control marked ``deterministic = false``), the loss (1)
-   logged at the same step. If not — or if nothing could be compared — the campaign
-   stops with the rule ``no_usable_resume``. Where runs save at home (the local
-   executor) it starts beside (1) as soon as a slot is free, its imports, data and model
-   made while (1) trains, and waits in ``restore()`` for the copy, placed as soon as (1)
-   committed the checkpoint (``await_checkpoint`` in its trial.json); on a flight it
-   starts once (1) ended and its checkpoint came home.
+   :data:`~flightplan.spec.RESUME_TOLERANCE` for a control marked
+   ``deterministic = false``), the loss (1) logged at the same step. If not — or if
+   nothing could be compared — the campaign stops with the rule ``no_usable_resume``.
+   Where runs save at home (the local executor) it starts beside (1) as soon as a slot is
+   free, its imports, data and model made while (1) trains, and waits in ``restore()``
+   for the copy, placed as soon as (1) committed the checkpoint (``await_checkpoint`` in
+   its trial.json); on a flight it starts once (1) ended and its checkpoint came home.
 
 A failure names its real cause (:attr:`PilotResult.cause`): ``crashed`` or ``stopped`` (a
 pilot process exited 3 or was stopped by a rule; its log and stop.json say why),
@@ -54,15 +54,11 @@ from flightplan.run.data_check import DataCheckReport
 from flightplan.run.executors.contract import Executor, Job, JobResult, RunProgress
 from flightplan.rows import Measurement, Row
 from flightplan.rundir import RunDir
+from flightplan.spec import RESUME_TOLERANCE
 from flightplan.tasks.loader import LoadedTask
 
-__all__ = ["RESUME_TOLERANCE", "PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "METRIC_UNAVAILABLE", "PilotResult",
+__all__ = ["PILOT_STEPS", "PILOT_TEST", "RESUME_CAUSES", "METRIC_UNAVAILABLE", "PilotResult",
            "pilot_limits", "compare_losses", "run_pilot"]
-
-RESUME_TOLERANCE = 1e-3
-"""Relative difference two losses may have in the resume check of a control marked
-``[[run]] deterministic = false`` (its non-deterministic kernels move the last bits of a
-loss, not its first three digits); a deterministic control is compared bit for bit."""
 
 PILOT_STEPS = 12
 """Optimizer steps of the pilot (the control's planned steps when fewer)."""
@@ -146,7 +142,7 @@ def compare_losses(uninterrupted: Sequence[Row], resumed: Sequence[Row], *,
         tolerance: 0 (the default): bit for bit. Above 0: two finite losses agree when
             they differ by at most ``tolerance`` relative to the larger
             (:func:`math.isclose` with ``rel_tol``), for a control marked
-            ``[[run]] deterministic = false`` (:data:`RESUME_TOLERANCE`).
+            ``[[run]] deterministic = false`` (:data:`~flightplan.spec.RESUME_TOLERANCE`).
 
     Returns:
         (steps compared, ``{step, uninterrupted, resumed}`` for each difference); a step

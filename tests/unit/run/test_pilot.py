@@ -17,7 +17,8 @@ from flightplan.rows import CheckpointSaved, Measurement, Restore, parse_row
 from flightplan.rundir import RunDir
 from flightplan.run.data_check import DataCheckReport, SplitReport
 from flightplan.ids import pilot_id
-from flightplan.run.pilot import RESUME_TOLERANCE, compare_losses, run_pilot
+from flightplan.run.pilot import compare_losses, run_pilot
+from flightplan.spec import RESUME_TOLERANCE
 from flightplan.tasks.estimate import figures_from_rows
 from flightplan.tasks.loader import load_task
 
