@@ -206,7 +206,7 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
         if unusable:
             why = [f"{name}: {v.reasons[0]}" for name, v in zip((run.name, run.reference), sides)
                    if v is not None and not v.usable and v.reasons]
-            out.append(entry | {"verdict": "not_available",
+            out.append(entry | {"verdict": "not_available", "unusable": unusable,
                                 "reason": f"no usable predictions for {' and '.join(unusable)}"
                                           + (f" ({'; '.join(why)})" if why else "")})
             continue

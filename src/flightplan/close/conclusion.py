@@ -153,6 +153,16 @@ def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric
     return compare(statistic, ref_arrays, var_arrays, goal=goal, min_gain=min_gain)
 
 
+def _not_compared_text(comparison: dict[str, Any]) -> str:
+    """``"hidden-64 against control (no usable predictions for control)"``: a comparison
+    that could not be made, naming the side that lacks predictions (``unusable``, set by
+    :func:`flightplan.close.acceptance.comparisons`), else its ``reason``."""
+    lacking = comparison.get("unusable")
+    why = (f"no usable predictions for {' and '.join(lacking)}" if lacking
+           else comparison.get("reason") or "no usable predictions")
+    return f"{comparison['variant']} against {comparison['reference']} ({why})"
+
+
 def conclude(*, question: str, metric: str, goal: str, min_gain: float,
              comparisons: list[dict[str, Any]], multiple: str = "none") -> dict[str, Any]:
     """The campaign's answer from the per-variant comparisons.
@@ -203,7 +213,7 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
         verdict = f"Yes: {names} meets the threshold of {unit}."
         verdict += "".join(f" {_held_text(c, goal)}." for c in held)
     else:
-        missing = [c["variant"] for c in comparisons if c["verdict"] == "not_available"]
+        missing = [c for c in comparisons if c["verdict"] == "not_available"]
         if unsure:
             answer = "inconclusive"
             names = " and ".join(c["variant"] for c in unsure)
@@ -227,7 +237,7 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             answer = "no"
             verdict = f"No variant meets the threshold of {unit}."
         if missing:
-            verdict += f" Not compared (no usable predictions): {', '.join(missing)}."
+            verdict += f" Not compared: {'; '.join(_not_compared_text(c) for c in missing)}."
     if made >= 2:
         verdict += f" {_level_text(multiple, made, level)}"
     notice = notice_text(comparisons, goal=goal, metric=metric)

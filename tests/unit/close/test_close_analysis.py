@@ -182,13 +182,19 @@ def test_no_variant_meets_the_threshold_is_stated():
     # len256 could not be compared: it might have met, so the answer is not "no"
     assert result["answer"] == "inconclusive"
     assert result["verdict"] == ("Inconclusive: no variant compared meets the threshold of "
-                                 "+0.05 macro_f1. Not compared (no usable predictions): len256.")
+                                 "+0.05 macro_f1. Not compared: len256 against lora (stopped).")
     alone = conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
                      comparisons=comparisons[1:])
     assert alone["answer"] == "inconclusive"
     assert alone["verdict"] == ("Inconclusive: no variant could be compared, so none meets the "
-                                "threshold of +0.05 macro_f1. Not compared (no usable "
-                                "predictions): len256.")
+                                "threshold of +0.05 macro_f1. Not compared: len256 against lora "
+                                "(stopped).")
+    # the side that lacks predictions is named, not the variant: here the reference
+    rejected = [comparisons[0], comparisons[1] | {
+        "unusable": ["lora"], "reason": "no usable predictions for lora (lora: prediction_mismatch)"}]
+    assert conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
+                    comparisons=rejected)["verdict"].endswith(
+        "Not compared: len256 against lora (no usable predictions for lora).")
     assert conclude(question="q?", metric="macro_f1", goal="max", min_gain=0.05,
                     comparisons=comparisons[:1])["answer"] == "no"
 

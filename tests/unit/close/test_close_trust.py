@@ -150,6 +150,9 @@ def test_a_task_without_reload_hook_is_not_accepted(tmp_path):
     assert comparison["verdict"] == "not_available"
     assert comparison["reason"] == (f"no usable predictions for variant and control "
                                     f"(variant: {reason}; control: {reason})")
+    assert comparison["unusable"] == ["variant", "control"]
+    assert outcome["conclusion"]["verdict"].endswith(
+        "Not compared: variant against control (no usable predictions for variant and control).")
     # verify says the same: the artifacts cannot be reloaded
     assert outcome["verified"] is False
     assert {(f["check"], f["path"], f["message"]) for f in outcome["findings"]} == {
