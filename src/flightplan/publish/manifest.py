@@ -47,6 +47,7 @@ __all__ = [
     "MANIFEST_NAME",
     "FORMAT",
     "read_manifest",
+    "resized_files",
     "update_manifest",
     "writer_facts",
 ]
@@ -100,6 +101,27 @@ def read_manifest(results_dir: Path) -> dict[str, Any]:
             f"{path}: not a flightplan manifest (no files list); re-run `flightplan close`",
             [Finding("checksum", MANIFEST_NAME, "no files list")])
     return value
+
+
+def resized_files(results_dir: Path) -> list[str]:
+    """The files ``MANIFEST.json`` lists that are gone or no longer of the size it gives
+    (relative paths, in its order): what a glance can tell without hashing a byte, for
+    ``flightplan status``. A file changed within its size is found only by
+    ``flightplan verify`` (sha256). An unreadable manifest gives ``["MANIFEST.json"]``."""
+    try:
+        listed = read_manifest(results_dir)["files"]
+    except VerificationFailed:
+        return [MANIFEST_NAME]
+    changed = []
+    for entry in listed:
+        path = Path(results_dir) / str(entry.get("path"))
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = None
+        if size != entry.get("size_bytes"):
+            changed.append(str(entry.get("path")))
+    return changed
 
 
 @contextlib.contextmanager

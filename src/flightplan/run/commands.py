@@ -284,10 +284,12 @@ def status_command(spec_path: Path, *, as_json: bool) -> int:
 def _add_results(snapshot: dict[str, Any], campaign_dir: Path) -> None:
     """Add ``results``: ``{dir, exists (results/ holds a manifest), report (the path of
     report.html, or null), closed}``; ``closed`` is null until ``flightplan close`` ran,
-    then ``{at, answer, verdict, verified, accepted}`` of its last close
-    (:mod:`flightplan.publish.close_record`)."""
+    then ``{at, answer, verdict, verified (at the end of that close), accepted}`` of its
+    last close (:mod:`flightplan.publish.close_record`) and ``changed_since``: the files
+    its manifest lists that are gone or of another size now
+    (:func:`flightplan.publish.manifest.resized_files`)."""
     from flightplan.publish.close_record import read_close_record, report_path
-    from flightplan.publish.manifest import MANIFEST_NAME
+    from flightplan.publish.manifest import MANIFEST_NAME, resized_files
     from flightplan.publish.results import RESULTS_DIRNAME
 
     results = Path(campaign_dir) / RESULTS_DIRNAME
@@ -298,6 +300,7 @@ def _add_results(snapshot: dict[str, Any], campaign_dir: Path) -> None:
         "report": str(results / report.name) if report else None,
         "closed": None if record is None else {
             "at": record.closed_at, "verified": record.verified,
+            "changed_since": resized_files(results),
             **{key: record.summary.get(key) for key in ("answer", "verdict", "accepted")}}}
 
 

@@ -106,15 +106,27 @@ def test_status_shows_the_answer_results_and_report_once_closed(tmp_path, capsys
     shown = json.loads(capsys.readouterr().out)["results"]
     assert shown == {"dir": str(results), "exists": True, "report": str(results / "report.html"),
                      "closed": {"at": record["closed_at"], "verified": True, "answer": "no",
-                                "verdict": record["summary"]["verdict"],
+                                "verdict": record["summary"]["verdict"], "changed_since": [],
                                 "accepted": [f"{CONTROL}", f"{VARIANT}"]}}
     status_command(spec.source, as_json=False)
     text = capsys.readouterr().out.splitlines()
     at = time.strftime("%H:%M:%S", time.localtime(record["closed_at"]))
-    assert text[1] == f"closed {at}: answer no, results verified in {results}"
+    assert text[1] == f"closed {at}: answer no, results verified at close in {results}"
     assert text[2].startswith("  verdict: ")
     assert text[3] == (f"  report: {results / 'report.html'} (`flightplan report --open` "
                        f"opens it)")
+
+    # a file cut short and one deleted after the close: status says so without hashing
+    predictions = results / "predictions" / f"{CONTROL}.csv"
+    predictions.write_bytes(predictions.read_bytes()[:-1])
+    (results / "budget.json").unlink()
+    status_command(spec.source, as_json=True)
+    assert json.loads(capsys.readouterr().out)["results"]["closed"]["changed_since"] == [
+        "budget.json", f"predictions/{CONTROL}.csv"]
+    status_command(spec.source, as_json=False)
+    text = capsys.readouterr().out.splitlines()
+    assert text[2] == ("  changed since the close: 2 file(s) gone or resized (first: budget.json); "
+                       "`flightplan verify` names each")
 
 
 def test_report_prints_where_it_is_and_opens_it_in_the_browser(tmp_path, capsys):
