@@ -498,4 +498,5 @@ def verify_hashes(corpus: Corpus, expected: dict[str, str]) -> None:
     if faults:
         raise CorpusMismatch(f"corpus changed ({corpus.source}): " + "; ".join(faults)
                              + "; restore the original files or, if the change is intended, "
-                               "freeze the new hashes in [corpus] (a new campaign)")
+                               "freeze the new hashes in [corpus] sha256 (the hashes are part of "
+                               "each run id: every run then runs again on the new files)")

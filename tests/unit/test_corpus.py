@@ -107,6 +107,11 @@ def test_tampered_copy_names_the_file_and_both_hashes(tmp_path):
                                              f"froze {HASHES[TEST]}") as info:
         verify_hashes(corpus, HASHES)
     assert TRAIN not in str(info.value)
+    # the fix plan gives too (same campaign folder: the run ids change with the hashes)
+    assert str(info.value).endswith(
+        "; restore the original files or, if the change is intended, freeze the new hashes in "
+        "[corpus] sha256 (the hashes are part of each run id: every run then runs again on "
+        "the new files)")
 
 
 def test_missing_file_and_bad_sources(tmp_path):

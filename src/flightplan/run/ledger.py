@@ -114,8 +114,9 @@ class Ledger:
         path = Path(campaign_dir) / LEDGER_FILE
         if not path.exists():
             if not create:
-                raise ArgumentError(f"{path}: no ledger yet; the campaign was never run: "
-                                    f"run `flightplan run` on its campaign file first")
+                raise ArgumentError(f"{campaign_dir}: the campaign was never run (no ledger "
+                                    f"in .flightplan/ yet); run `flightplan run` on its "
+                                    f"campaign file first")
             path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(str(path), isolation_level=None, timeout=30.0)
         db.row_factory = sqlite3.Row

@@ -31,6 +31,7 @@ from flightplan.run.invocation import CampaignOutcome, Invocation, resumed_label
 from flightplan.run.kernel_check import (KernelCheck, KernelCheckResult, kernel_check_due,
                                          run_kernel_check)
 from flightplan.run.pilot import METRIC_UNAVAILABLE, RESUME_CAUSES, PilotResult, run_pilot
+from flightplan.run.progress import pilot_started
 from flightplan.run.planned import PlannedRun, check_saved_world_sizes, plan_runs, trial_document
 from flightplan.rundir import RunDir
 
@@ -227,7 +228,7 @@ class Preparation:
         control = self.campaign.control()
         result = self._kept_pilot(control)
         if result is None:
-            activity.doing(f"the pilot of {control.run.name}")  # until its first progress
+            pilot_started(control.run.name)
             self.campaign.say(f"pilot of {control.run.name}: short run, early checkpoint, resume "
                               f"in a new process")
             result = replace(run_pilot(

@@ -25,7 +25,17 @@ from flightplan.activity import Activity, clear, doing
 from flightplan.run.executors.contract import MeasurementTail, RunProgress
 from flightplan.rundir import RunDir
 
-__all__ = ["ProgressBoard", "RunActivity", "format_stop"]
+__all__ = ["ProgressBoard", "RunActivity", "format_stop", "pilot_started", "PILOT_AGAIN"]
+
+PILOT_AGAIN = "to start the pilot over"
+"""What ``flightplan run`` again does for an interrupted pilot (the interruption line)."""
+
+
+def pilot_started(control: str) -> None:
+    """The runner's activity from the start of the pilot of run ``control`` until its first
+    progress (:class:`RunActivity` names it from then on): an interruption then says that
+    running again starts the pilot over, not the notice's words for runs."""
+    doing(f"the pilot of {control}", again=lambda: PILOT_AGAIN)
 
 
 class ProgressBoard:
@@ -139,7 +149,7 @@ class RunActivity:
         or none is in progress."""
         dirs = {key: self._dirs[key] for key in self._unended() if key in self._dirs}
         if any(pilot for _, pilot in dirs.values()):
-            return "to start the pilot over"
+            return PILOT_AGAIN
         if not dirs or any(run_dir is None for run_dir, _ in dirs.values()):
             return None
         saved = {key: run_dir is not None and RunDir(run_dir).has_checkpoint()

@@ -86,7 +86,7 @@ def test_the_interruption_line_names_every_run_in_progress():
 def test_the_interruption_line_says_a_run_without_a_checkpoint_starts_over(tmp_path):
     from flightplan import activity
     from flightplan.interrupts import StopNotice
-    from flightplan.run.progress import RunActivity
+    from flightplan.run.progress import RunActivity, pilot_started
 
     notice = StopNotice("flightplan run campaign.toml", kept="checkpoints are kept",
                         again="to go on")
@@ -115,5 +115,12 @@ def test_the_interruption_line_says_a_run_without_a_checkpoint_starts_over(tmp_p
         running.update("pilot-control-1", "run pilot-control-1", RunProgress(step=1, total=4),
                        tmp_path / "pilot-control-1", pilot=True)
         assert notice.line().endswith("again to start the pilot over")
+        running.ended("pilot-control-1")
+        # before the pilot's first progress row: the runner's own activity says the same
+        pilot_started("control")
+        assert notice.line() == (
+            "interrupted: flightplan run stopped (the pilot of control); nothing finished was "
+            "lost: checkpoints are kept; run `flightplan run campaign.toml` again to start the "
+            "pilot over")
     finally:
         activity.clear()

@@ -4,6 +4,7 @@ plan vs execution."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,15 +38,17 @@ def spec(tmp_path):
 
 def test_a_campaign_that_never_ran_gets_no_ledger_from_a_mark_or_a_note(tmp_path):
     spec = _campaign(tmp_path)
-    with pytest.raises(ArgumentError, match="the campaign was never run: run `flightplan run`"):
+    message = (f"{tmp_path}: the campaign was never run (no ledger in .flightplan/ yet); run "
+               f"`flightplan run` on its campaign file first")
+    with pytest.raises(ArgumentError, match=re.escape(message)):
         mark_stage_start(spec, "review")
-    with pytest.raises(ArgumentError, match="the campaign was never run: run `flightplan run`"):
+    with pytest.raises(ArgumentError, match=re.escape(message)):
         mark_stage_done(spec, "review", took=Duration.parse("2h"))
     note = subprocess.run([str(FLIGHTPLAN), "note", "review", "took longer", "--spec",
                            str(spec.source)], capture_output=True, text=True)
     assert note.returncode == 2 and note.stdout == ""
     assert note.stderr.startswith("error: ") and len(note.stderr.splitlines()) == 1
-    assert "the campaign was never run: run `flightplan run`" in note.stderr
+    assert note.stderr == f"error: {message}\n"
     assert not (tmp_path / ".flightplan").exists()          # nothing was created
 
 
