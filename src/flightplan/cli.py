@@ -369,7 +369,11 @@ def main() -> None:
         print("interrupted: stopped before any verb began; nothing was changed", file=sys.stderr)
         sys.exit(130)
     except (click.ClickException, typer.TyperException) as exc:
-        print(f"error: {exc.format_message()}", file=sys.stderr)
+        message = exc.format_message()
+        context = getattr(exc, "ctx", None)      # a usage error knows the verb it came from
+        if context is not None:
+            message = f"{message.rstrip('.')}; `{context.command_path} --help` lists what it takes"
+        print(f"error: {message}", file=sys.stderr)
         if "--json" in sys.argv[1:]:
-            _json_error(exc.format_message(), 2)
+            _json_error(message, 2)
         sys.exit(2)

@@ -410,6 +410,21 @@ def test_console_script_exit_code(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "choose one of 3, 7, 30 days" in proc.stderr
 
 
+def test_a_usage_error_names_the_help_that_lists_what_the_verb_takes() -> None:
+    """A misspelt option, a word too many, an unknown verb: one line each, exit 2, ending
+    with the ``--help`` of the verb (or of flightplan) that was asked."""
+    script = Path(sys.executable).with_name("flightplan")
+    for args, line in (
+            (["run", "x.toml", "--frobnicate"],
+             "error: No such option: --frobnicate; `flightplan run --help` lists what it takes"),
+            (["stage", "done", "review", "--took", "2", "hours"],
+             "error: Got unexpected extra argument(s) (hours); `flightplan stage done --help` "
+             "lists what it takes"),
+            (["frob"], "error: No such command 'frob'; `flightplan --help` lists what it takes")):
+        proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
+
+
 def test_an_error_with_json_is_one_json_object_on_stdout_too(tmp_path: Path) -> None:
     """A verb's error and a usage error, each with --json: the line on stderr, and on
     stdout the one object --json promises, naming the same error and exit code."""
