@@ -41,8 +41,8 @@ from flightplan.close.plan_vs_execution import plan_vs_execution, plan_vs_execut
 from flightplan.close.report import loss_curves, render_readme, render_report
 from flightplan.close.resumes import run_resumes
 from flightplan.close.seed_notice import calibrated_seed_spread, with_seed_spread
-from flightplan.close.verify import (CLOSE_FILES, DEFAULT_SAMPLE, run_files_digest, run_task,
-                                     verify_results)
+from flightplan.close.verify import (CLOSE_FILES, DEFAULT_SAMPLE, changed_files, run_files_digest,
+                                     run_task, verify_results)
 from flightplan.durable import write_atomic, write_json_atomic
 from flightplan.errors import ArgumentError
 from flightplan.campaign_goodput import ledger_goodput
@@ -184,9 +184,12 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
 
     Returns:
         ``{verified, findings, results_dir, accepted (run ids), budget, conclusion,
-        unfinished}``; ``unfinished``: ``{run_id, name, status}`` of each run that did not
-        run to its end, ``interrupted`` (its runner was stopped: close holds the lock, so
-        none is running) or ``pending`` (never started).
+        unfinished, rewritten}``; ``unfinished``: ``{run_id, name, status}`` of each run
+        that did not run to its end, ``interrupted`` (its runner was stopped: close holds
+        the lock, so none is running) or ``pending`` (never started); ``rewritten``: the
+        files of ``results/`` that had changed since they were written (their bytes no
+        longer those the manifest gives, :func:`flightplan.close.verify.changed_files`),
+        which this close wrote again from ``runs/`` and the ledger.
 
     Raises:
         ArgumentError: the campaign has no frozen plan yet (it never ran).
@@ -199,6 +202,7 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                             f"`flightplan run {spec.source}` before closing it")
     check_rule_unchanged(spec, original.plan, ledger.events(kind=RULE_CHANGED))
     results = results_dir_of(spec.campaign_dir)
+    rewritten = changed_files(results)
     runs = _publish_runs(spec, ledger, original)
     expected_ids, texts = _test_examples(spec)
     verdicts = accept_runs(results, runs, spec=spec, expected_ids=expected_ids)
@@ -252,7 +256,8 @@ def close_campaign(spec: CampaignSpec, ledger: LedgerReader, *, sample: int | No
                     if not v.accepted]
     return report | {"results_dir": str(results), "accepted": accepted,
                      "not_accepted": not_accepted, "budget": budget,
-                     "conclusion": conclusion, "unfinished": unfinished}
+                     "conclusion": conclusion, "unfinished": unfinished,
+                     "rewritten": rewritten}
 
 
 def _write_calibration(results: Path, spec: CampaignSpec, runs: list[RunRow],
@@ -410,7 +415,7 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener,
                                                          "comparisons_made")},
                            **{k: outcome[k] for k in ("verified", "findings", "results_dir",
                                                       "accepted", "not_accepted", "budget",
-                                                      "unfinished")}}
+                                                      "unfinished", "rewritten")}}
                 record = CloseRecord(time.time(), inputs_fingerprint(spec, ledger),
                                      manifest_sha256(spec.campaign_dir) or "", summary)
                 write_close_record(spec.campaign_dir, record)
@@ -429,6 +434,10 @@ def close_command(spec_path: Path, *, as_json: bool, open_ledger: LedgerOpener,
     if summary["unfinished"]:
         print(_unfinished_line(summary["unfinished"], spec_path, spec.campaign_dir))
     print(f"results: {summary['results_dir']}")
+    rewritten = summary.get("rewritten") or []
+    if rewritten and not already:
+        print(f"rewrote {len(rewritten)} file(s) of results/ that had changed since they were "
+              f"written (first: {rewritten[0]}), from runs/ and the ledger")
     print(f"answer: {summary['answer']}")
     print(f"verdict: {summary['verdict']}")
     print(f"family-wise level: {summary['family_wise_level']:.1%} "

@@ -108,6 +108,7 @@ from flightplan.trial.accelerator import (CUBLAS_ENV, CUBLAS_WORKSPACE, OMP_ENV,
 
 __all__ = [
     "CHECKS",
+    "changed_files",
     "CLOSE_FILES",
     "DEFAULT_SAMPLE",
     "PROB_TOLERANCE",
@@ -259,6 +260,21 @@ def _check_files(results: Path, manifest: dict[str, Any]) -> tuple[list[Finding]
                 if path.is_file() and path.stat().st_size == 0:
                     findings.append(Finding("empty_file", rel, "the file is empty (0 bytes)"))
     return findings, present
+
+
+def changed_files(results_dir: Path) -> list[str]:
+    """The files ``MANIFEST.json`` lists whose bytes are no longer the ones it gives (another
+    sha256 or size, gone, empty), as relative paths, sorted; [] when ``results_dir`` has no
+    readable manifest. ``close`` asks before it writes ``results/`` again, so it can say
+    which files it rewrote."""
+    try:
+        manifest = read_manifest(results_dir)
+    except VerificationFailed:
+        return []
+    findings, _ = _check_files(Path(results_dir), manifest)
+    return sorted({f.path for f in findings
+                   if f.check in ("checksum", "missing_file", "empty_file")
+                   and f.path != MANIFEST_NAME})
 
 
 def _check_closed(manifest: dict[str, Any]) -> list[Finding]:

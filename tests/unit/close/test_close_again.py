@@ -78,6 +78,16 @@ def test_a_second_close_redoes_nothing_until_something_changed_or_again(tmp_path
     code, fifth, _ = _close(spec, ledger, capsys)
     assert code == 0 and fifth["already_closed"] is False
     assert (results / "README.md").read_text() != "edited by hand\n"
+    assert first["rewritten"] == [] and fifth["rewritten"] == ["README.md"]
+    # a published run's file changed within its size: close says it wrote it again
+    predictions = results / "predictions" / f"{CONTROL}.csv"
+    published = predictions.read_bytes()
+    predictions.write_bytes(published.replace(b",", b";", 1))
+    assert close_command(spec.source, as_json=False, open_ledger=lambda _: ledger) == 0
+    assert (f"rewrote 1 file(s) of results/ that had changed since they were written (first: "
+            f"predictions/{CONTROL}.csv), from runs/ and the ledger") in \
+        capsys.readouterr().out.splitlines()
+    assert predictions.read_bytes() == published
 
     # --again redoes it although nothing changed
     stamps = _stamps(results)
