@@ -21,12 +21,18 @@ Usage::
                                 gpus_of={"control": 1}, gpus_per_flight=1)
     campaign.flights[0].uncommitted_s, campaign.to_json()
     ledger_goodput(ledger, spec, gpus_per_flight=1)     # the same, from a campaign's files
+    ledger_goodput(ledger, spec, gpus_per_flight=1, count_open=True)   # what status shows
+
+An execution the ledger still holds open (its run ``running``: its runner at work, or one
+stopped by Ctrl-C or killed, whose executions the next ``flightplan run`` closes) has no
+``stage_times`` row yet; :func:`open_executions` closes it as that next run would record it
+(from its latest start to its folder's last write), which ``flightplan status`` counts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from flightplan.goodput import OVERHEADS, STAGES, Execution, GoodputSplit, execution_goodput, \
@@ -37,8 +43,8 @@ from flightplan.rundir import RunDir
 from flightplan.spec import CampaignSpec
 from flightplan.units import SECONDS_PER_HOUR, hours
 
-__all__ = ["ledger_executions", "FlightGoodput", "CampaignGoodput", "campaign_goodput",
-           "LedgerRows", "ledger_goodput"]
+__all__ = ["ledger_executions", "open_executions", "FlightGoodput", "CampaignGoodput",
+           "campaign_goodput", "LedgerRows", "ledger_goodput"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,47 @@ def ledger_executions(runs: Sequence[RunRow], stage_times: Sequence[StageTimeRow
                                                last.execution.ended_at, True), last.flight)
         out[run_id] = [(p.execution, p.flight) for p in executions]
     return out
+
+
+def open_executions(runs: Sequence[RunRow], events: Sequence[EventRow], *,
+                    last_seen: Mapping[str, float], ended: Mapping[str, str] | None = None
+                    ) -> tuple[list[RunRow], list[StageTimeRow]]:
+    """The executions the ledger holds open, closed as the next ``flightplan run`` records
+    them (:meth:`~flightplan.run.ledger.Ledger.reset_interrupted`, or
+    :meth:`~flightplan.run.records.RunRecorder.record_ended_on_disk` for a run whose folder
+    shows it ended): each run the ledger has ``running`` (its runner at work, or stopped
+    by Ctrl-C or killed before it saw the worker end) executes from its latest
+    ``started``/``resumed`` event to its last sign of life.
+
+    Args:
+        runs, events: the ledger's rows.
+        last_seen: run id → unix time of its folder's last write
+            (:meth:`~flightplan.rundir.RunDir.last_written`); a run not in it, or last seen
+            at or before its latest start, adds no execution (like ``reset_interrupted``,
+            which counts it no time).
+        ended: run id → ``finished``/``stopped`` where its folder shows that end
+            (``done.json``/``stop.json``): that execution then ended the run.
+
+    Returns:
+        The runs (a ``running`` one with the status its folder shows, else unchanged) and
+        one ``stage_times`` row per open execution, to add to the ledger's.
+    """
+    ends = dict(ended or {})
+    latest: dict[str, float] = {}
+    for event in events:
+        if event.run_id and event.kind in ("started", "resumed"):
+            latest[event.run_id] = max(event.at, latest.get(event.run_id, event.at))
+    out_runs: list[RunRow] = []
+    rows: list[StageTimeRow] = []
+    for run in runs:
+        start, seen = latest.get(run.run_id), last_seen.get(run.run_id)
+        if run.status != "running" or start is None or seen is None or seen <= start:
+            out_runs.append(run)
+            continue
+        rows.append(StageTimeRow(run.name, "run", start, seen))
+        status = ends.get(run.run_id)
+        out_runs.append(replace(run, status=status) if status in _ENDED else run)
+    return out_runs, rows
 
 
 @dataclass(frozen=True)
@@ -286,8 +333,8 @@ class LedgerRows(Protocol):
         """Events in order."""
 
 
-def ledger_goodput(ledger: LedgerRows, spec: CampaignSpec, *, gpus_per_flight: int
-                   ) -> CampaignGoodput:
+def ledger_goodput(ledger: LedgerRows, spec: CampaignSpec, *, gpus_per_flight: int,
+                   count_open: bool = False) -> CampaignGoodput:
     """:func:`campaign_goodput` of a campaign from its ledger and its run directories
     (``runs/<run_id>/``, with the folders ``--restart`` set aside), each run holding its
     ``[[run]] gpus`` (each replicate of a run of several seeds too).
@@ -295,9 +342,23 @@ def ledger_goodput(ledger: LedgerRows, spec: CampaignSpec, *, gpus_per_flight: i
     Args:
         ledger: the campaign's ledger. spec: the campaign (its folder, its runs' GPUs).
         gpus_per_flight: the rental offer's GPUs per flight (the catalog's).
+        count_open: also count each execution the ledger holds open, until its
+            folder's last write (:func:`open_executions`; ``flightplan status``): a run
+            interrupted by a runner that is gone, or running, then has its split and holds
+            its slots.
     """
+    runs, stage_times, events = ledger.runs(), ledger.stage_times(), ledger.events()
+    if count_open:
+        folders = {run.run_id: RunDir.of(spec.campaign_dir, run.run_id) for run in runs
+                   if run.status == "running"}
+        seen = {run_id: folder.last_written() for run_id, folder in folders.items()}
+        ended = {run_id: folder.status() for run_id, folder in folders.items()}
+        runs, opened = open_executions(
+            runs, events, last_seen={r: t for r, t in seen.items() if t is not None},
+            ended={r: s for r, s in ended.items() if s is not None})
+        stage_times = [*stage_times, *opened]
     return campaign_goodput(
-        runs=ledger.runs(), stage_times=ledger.stage_times(), events=ledger.events(),
+        runs=runs, stage_times=stage_times, events=events,
         rows_of=lambda run_id: RunDir.of(spec.campaign_dir, run_id).rows_across_restarts(),
         gpus_of={rep.name: rep.run.gpus for rep in spec.executions},   # each replicate
         gpus_per_flight=gpus_per_flight)

@@ -4,6 +4,7 @@ resumed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,13 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from flightplan.campaign_goodput import campaign_goodput, ledger_executions
+from flightplan.campaign_goodput import (campaign_goodput, ledger_executions, ledger_goodput,
+                                         open_executions)
 from flightplan.goodput import (CAUSES, STAGES, Execution, execution_goodput, run_goodput,
                                 total_goodput)
 from flightplan.ledger_rows import EventRow, RunRow, StageTimeRow
 from flightplan.rows import (CheckpointSaved, CheckpointTransfer, Evaluation, Finished,
-                             Measurement, ProcessStart, Restore, StopEvent, Truncation)
+                             Measurement, ProcessStart, Restore, StopEvent, Truncation,
+                             encode_row)
 from flightplan.rundir import RunDir
+from flightplan.run.commands import status_command
+from flightplan.run.ledger import Ledger
+from flightplan.spec import load_spec
 
 
 def _step(step: int, at: float, step_s: float | None = 0.5) -> Measurement:
@@ -376,3 +382,125 @@ def test_a_real_run_killed_and_resumed_adds_up_to_its_wall_time(tmp_path):
     # each redone step's gap is lost work: at least the 20 ms it slept
     assert split.parts["lost"] >= 0.02 * len(redone)
     assert split.productive_s >= 0.02 * 30 and split.parts["restore"] > 0
+
+
+# ------------------------------------- executions a runner stopped by Ctrl-C left open
+OPEN_SPEC = """\
+[campaign]
+name = "open"
+question = "Does wide beat control?"
+metric = "accuracy"
+min_gain = 0.02
+
+[rental]
+offer = "RTX 4090"
+package_days = 3
+
+[[run]]
+name = "control"
+tier = "essential"
+task = "train.py"
+duration = "1m"
+
+[[run]]
+name = "wide"
+tier = "essential"
+reference = "control"
+task = "train.py"
+duration = "1m"
+"""
+
+
+def _write_rows(run_dir: RunDir, rows: list, *, last_write: float) -> None:
+    run_dir.path.mkdir(parents=True)
+    run_dir.measurements.write_bytes(b"".join(encode_row(row) for row in rows))
+    os.utime(run_dir.measurements, (rows[-1].time, rows[-1].time))
+    run_dir.log.write_text("killed\n")
+    os.utime(run_dir.log, (last_write, last_write))
+
+
+def _open_campaign(folder: Path) -> Path:
+    """A campaign whose runner was stopped by Ctrl-C while control and wide trained side
+    by side: the ledger still has both ``running`` (the next ``flightplan run`` would reset
+    them), with no ``stage_times`` row for either execution.
+
+    control: started at 10 s, its process at 11 s, loaded until 15 s, steps 0–7 each 1 s
+    (16 → 23 s), its log written last at 25 s: waiting 1, start/load 4, steps 8, lost 2
+    (the tail of an execution that did not end the run) = 15 s.
+    wide: started at 12 s, its process at 13 s, loaded until 16 s, steps 0–4 (17 → 21 s),
+    nothing written after: waiting 1, start/load 3, steps 5 = 9 s.
+    """
+    spec_path = folder / "campaign.toml"
+    spec_path.write_text(OPEN_SPEC)
+    with Ledger.open(folder) as ledger:
+        ledger.add_event("flight_started", at=T0 + 10,
+                         data={"flight": "local", "started_at": T0 + 10,
+                               "ends_at": T0 + 10 + 72 * 3600, "package_days": 3,
+                               "source": "first_run"})
+        for run_id, name, at in (("control-1", "control", 10), ("wide-1", "wide", 12)):
+            ledger.ensure_run(run_id=run_id, name=name, tier="essential", config_hash=None)
+            ledger.record_run_start(run_id, resumed=False, at=T0 + at)
+    _write_rows(RunDir.of(folder, "control-1"),
+                [ProcessStart(0, T0 + 11), Measurement(0, T0 + 15, {"load_s": 3.5})]
+                + [_step(i, T0 + 16 + i, step_s=None) for i in range(8)], last_write=T0 + 25)
+    _write_rows(RunDir.of(folder, "wide-1"),
+                [ProcessStart(0, T0 + 13), Measurement(0, T0 + 16, {"load_s": 2.5})]
+                + [_step(i, T0 + 17 + i, step_s=None) for i in range(5)], last_write=T0 + 21)
+    return spec_path
+
+
+def test_status_counts_the_executions_a_stopped_runner_left_open(tmp_path, capsys):
+    spec_path = _open_campaign(tmp_path)
+    assert status_command(spec_path, as_json=True) == 0
+    shown = json.loads(capsys.readouterr().out)
+    runs = {r["run_id"]: r for r in shown["runs"]}
+    assert {r: runs[r]["status"] for r in runs} == {"control-1": "interrupted",
+                                                   "wide-1": "interrupted"}
+    control, wide = runs["control-1"]["goodput"], runs["wide-1"]["goodput"]
+    assert control is not None and wide is not None    # both ran: not null
+    assert control["wall_hours"] == round(15 / 3600, 6)
+    assert (control["parts_hours"]["waiting"], control["parts_hours"]["start_load"],
+            control["parts_hours"]["steps"], control["parts_hours"]["lost"]) == \
+        (round(1 / 3600, 6), round(4 / 3600, 6), round(8 / 3600, 6), round(2 / 3600, 6))
+    assert control["goodput"] == round(8 / 15, 4)
+    assert wide["wall_hours"] == round(9 / 3600, 6) and wide["goodput"] == round(5 / 9, 4)
+    (flight,) = shown["goodput"]["flights"]
+    # both ran at once (10 → 25 s and 12 → 21 s): 2 slots × 72 h
+    assert (flight["slots"], flight["bought_hours"]) == (2, 144.0)
+    assert flight["productive_hours"] == round(13 / 3600, 6)
+    # waiting 1 + 1, start/load 4 + 3, lost 2
+    assert flight["overhead_hours"] == round(11 / 3600, 6)
+    assert flight["runs"] == ["control-1", "wide-1"]
+    assert shown["goodput"]["total"]["wall_hours"] == round(24 / 3600, 6)
+
+
+def test_an_open_execution_counts_as_the_next_run_records_it(tmp_path):
+    spec_path = _open_campaign(tmp_path)
+    spec = load_spec(spec_path)
+    with Ledger.open(tmp_path, create=False) as ledger:
+        before = ledger_goodput(ledger, spec, gpus_per_flight=1, count_open=True)
+        assert ledger_goodput(ledger, spec, gpus_per_flight=1).runs == {}   # the ledger's own
+        # the next `flightplan run` closes each at its folder's last write
+        ledger.reset_interrupted({r: RunDir.of(tmp_path, r).last_written() or 0.0
+                                  for r in ("control-1", "wide-1")})
+        after = ledger_goodput(ledger, spec, gpus_per_flight=1)
+        assert ledger_goodput(ledger, spec, gpus_per_flight=1, count_open=True) == after
+    assert before == after
+
+
+def test_open_executions_by_hand():
+    runs = [_run("a-1", "a", "running"), _run("b-1", "b", "running"),
+            _run("c-1", "c", "running"), _run("d-1", "d", "finished")]
+    events = [_event(1, "started", 10, "a-1"), _event(2, "interrupted", 20, "a-1"),
+              _event(3, "resumed", 30, "a-1"), _event(4, "started", 12, "b-1"),
+              _event(5, "started", 14, "c-1"), _event(6, "started", 1, "d-1")]
+    seen = {"a-1": T0 + 40, "b-1": T0 + 18, "c-1": T0 + 9, "d-1": T0 + 50}
+    out, rows = open_executions(runs, events, last_seen=seen, ended={"b-1": "finished"})
+    # a: from its latest start (the resume) to its last write; b: its folder shows it
+    # finished, so that execution ended it; c: nothing written since it started; d: closed
+    assert rows == [StageTimeRow("a", "run", T0 + 30, T0 + 40),
+                    StageTimeRow("b", "run", T0 + 12, T0 + 18)]
+    assert [r.status for r in out] == ["running", "finished", "running", "finished"]
+    placed = ledger_executions(out, rows, events)
+    assert placed["b-1"] == [(Execution(T0 + 12, T0 + 18, True), None)]
+    assert placed["a-1"] == [(Execution(T0 + 30, T0 + 40, False), None)]

@@ -307,11 +307,14 @@ def _add_results(snapshot: dict[str, Any], campaign_dir: Path) -> None:
 def _add_goodput(snapshot: dict[str, Any], spec: CampaignSpec, ledger: Ledger) -> None:
     """Add each run's ``goodput`` (its wall time by cause, :mod:`flightplan.goodput`; null
     for a run that never ran) and the campaign's ``goodput``: ``{stages_hours, flights
-    (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``."""
+    (per flight: slot-hours bought, productive, overheads by cause, uncommitted), total}``.
+    An execution the ledger holds open (a run ``running``, or left so by a runner stopped
+    by Ctrl-C or killed) counts until its folder's last write, as the next ``flightplan
+    run`` records it (``ledger_goodput(count_open=True)``)."""
     from flightplan.campaign_goodput import ledger_goodput
     from flightplan.plan.catalog import flight_gpus
 
-    goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec))
+    goodput = ledger_goodput(ledger, spec, gpus_per_flight=flight_gpus(spec), count_open=True)
     for run in snapshot["runs"]:
         split = goodput.runs.get(run["run_id"])
         run["goodput"] = None if split is None else split.to_json()
