@@ -511,14 +511,21 @@ def _unfinished_line(unfinished: list[dict[str, str]], spec_path: Path, campaign
 
 
 def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
-    """The text lines about reloads that did not run (untrusted code): the ``--trust-code``
-    command for the runs whose kept task source passes its checks, unless files of the
-    directory were changed after close wrote them (a finding of :data:`_CHANGED`: then
-    none, and the line says not to trust its code); and, for those whose source has a
-    ``task_source`` finding, that ``--trust-code`` would refuse them too."""
-    not_run = sorted(r for r, status in report.get("reload", {}).items() if status == "not_run")
+    """The text lines about reloads: the artifacts whose predictions a fresh process
+    re-created as stored; then those that did not run (untrusted code): the
+    ``--trust-code`` command for the runs whose kept task source passes its checks, unless
+    files of the directory were changed after close wrote them (a finding of
+    :data:`_CHANGED`: then none, and the line says not to trust its code); and, for those
+    whose source has a ``task_source`` finding, that ``--trust-code`` would refuse them
+    too."""
+    statuses = report.get("reload", {})
+    reproduced = sorted(r for r, status in statuses.items() if status == "reproduced")
+    lines = [f"reload: {len(reproduced)} artifact(s) reloaded in fresh processes re-created "
+             f"their stored predictions on up to {DEFAULT_SAMPLE} test examples each "
+             f"({', '.join(reproduced)})"] if reproduced else []
+    not_run = sorted(r for r, status in statuses.items() if status == "not_run")
     if not not_run:
-        return []
+        return lines
     failing = {f["path"] for f in report["findings"] if f["check"] == "task_source"}
     runs = read_manifest(directory).get("runs") or {}
     refused = [r for r in not_run
@@ -526,7 +533,6 @@ def _reload_lines(report: dict[str, Any], directory: Path) -> list[str]:
     trusted = [r for r in not_run if r not in refused]
     changed = sorted({f["check"] for f in report["findings"] if f["check"] in _CHANGED},
                      key=_CHANGED.index)
-    lines = []
     if trusted and changed:
         lines.append(f"reload: not run (untrusted code) for {', '.join(trusted)}; files of "
                      f"this copy were changed after close wrote them ({', '.join(changed)} "

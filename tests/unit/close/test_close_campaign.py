@@ -175,6 +175,10 @@ def test_verify_command_json(closed, capsys, tmp_path):
     assert verify_command(results, as_json=True, trust_code=True) == 0
     assert json.loads(capsys.readouterr().out)["reload"] == {CONTROL: "reproduced",
                                                              VARIANT: "reproduced"}
+    assert verify_command(results, as_json=False, trust_code=True) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "verified", f"reload: 2 artifact(s) reloaded in fresh processes re-created their stored "
+                    f"predictions on up to 32 test examples each ({CONTROL}, {VARIANT})"]
     assert verify_command(results, as_json=False) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"reload: not run (untrusted code) for {CONTROL}, {VARIANT}; run flightplan verify "
