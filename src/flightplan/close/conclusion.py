@@ -235,7 +235,9 @@ def conclude(*, question: str, metric: str, goal: str, min_gain: float,
             verdict = f"Inconclusive: {which} meets the threshold of {unit}."
         else:
             answer = "no"
-            verdict = f"No variant meets the threshold of {unit}."
+            verdict = f"No variant meets the threshold of {unit}." + "".join(
+                f" {c['variant']}: {_gain_text(c, goal)}." for c in comparisons
+                if c["verdict"] == "does_not_meet")
         if missing:
             verdict += f" Not compared: {'; '.join(_not_compared_text(c) for c in missing)}."
     if made >= 2:
