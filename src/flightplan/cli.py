@@ -35,12 +35,17 @@ from flightplan.redact import redact
 
 __all__ = ["app", "main", "StdoutOutlivesReader"]
 
+# Plain help text (rich_markup_mode=None): typer 0.29's boxed help gives every flag a value
+# placeholder (`--json <bool>`, `--help <bool>`), as if it took one; the plain layout lists
+# flags bare and the options that take a value with theirs.
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="Plan, run and close GPU training campaigns on flat-rate rental packages.")
-checkpoint_app = typer.Typer(no_args_is_help=True, help="Inspect and verify checkpoints.")
+checkpoint_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                             help="Inspect and verify checkpoints.")
 app.add_typer(checkpoint_app, name="checkpoint")
-stage_app = typer.Typer(no_args_is_help=True,
-                        help="Mark stages a person carries out (install, review) started/done.")
+stage_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Mark a person's stages (install, review) started or done.")
 app.add_typer(stage_app, name="stage")
 
 _state = {"debug": False}
@@ -179,8 +184,8 @@ def plan(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_fil
              help="Plan from an earlier campaign's verified results: its measured figures "
                   "replace this file's guesses where they apply."),
          json: bool = JSON) -> int:
-    """Schedule the campaign, check it against the window, compare packages, say what the
-    test set can decide and which estimates are still uncertain."""
+    """Schedule the campaign and compare packages. Checks the schedule against the window,
+    says what the test set can decide and which estimates are still uncertain."""
     from flightplan.close.verify import verify_results   # plan reads a verified results
     from flightplan.plan.commands import plan_command     # directory; the CLI wires the stages
     from flightplan.run.commands import frozen_rule_drift
@@ -202,8 +207,8 @@ def quote(offer: Optional[str] = typer.Option(None, "--offer",
           list_: bool = typer.Option(False, "--list",
                                      help="List the catalog's offers and their packages."),
           json: bool = JSON) -> int:
-    """List the packages that cover one continuous job, cheapest first (or, with --list,
-    every offer of the catalog)."""
+    """Price one continuous job: its packages, cheapest first. With --list, every offer
+    of the catalog."""
     from flightplan.plan.commands import quote_command
     return quote_command(offer=offer, hours=hours, gpus=gpus, catalog=catalog, as_json=json,
                          list_offers=list_)
@@ -221,7 +226,7 @@ def run(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file
                                                "(its folder is kept aside)."),
         tracking_uri: Optional[str] = typer.Option(
             None, "--tracking-uri", help="Mirror the runs into this MLflow store while they "
-                                         "train (default: \\[tracking] mlflow)."),
+                                         "train (default: [tracking] mlflow)."),
         executor: Optional[str] = typer.Option(
             None, "--executor", metavar="local|ray",
             help="Where runs execute (default: the campaign file's execution.engine, else "
@@ -236,7 +241,8 @@ def run(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file
             help="Join a Ray head without token authentication that the network can reach "
                  "(only your own machines can reach it; recorded in the ledger)."),
         json: bool = JSON) -> int:
-    """Carry out the campaign: data check, pilot, decision point, runs. Re-run to resume."""
+    """Carry out the campaign; run it again to resume. Data check, pilot, decision point,
+    then the runs."""
     from flightplan.close.verify import verify_results   # [calibrate] from: a verified
     from flightplan.run.commands import run_command      # results directory
     from flightplan.tracking.live import observer
@@ -275,7 +281,7 @@ def close(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_fi
                                      help="Close again even when nothing changed since the "
                                           "last close."),
           json: bool = JSON) -> int:
-    """Complete and verify results/: conclusion, budget, plan vs execution, report."""
+    """Complete and verify results/. Conclusion, budget, plan vs execution, report."""
     from flightplan.close.commands import close_command
     from flightplan.run.ledger import Ledger       # close reads it; the CLI wires the stages
     return close_command(spec, as_json=json, open_ledger=Ledger.open_existing, again=again)
@@ -286,7 +292,7 @@ def close(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_fi
 def report(spec: Path = typer.Argument(DEFAULT_SPEC, help=SPEC_HELP, callback=_campaign_file),
            open_: bool = typer.Option(False, "--open", help="Open it in the web browser."),
            json: bool = JSON) -> int:
-    """Say where the closed campaign's report is (results/report.html), or open it."""
+    """Say where the closed campaign's report is, or open it. It is results/report.html."""
     from flightplan.close.commands import report_command
     return report_command(spec, open_browser=open_, as_json=json)
 
@@ -309,7 +315,7 @@ def verify(directory: Path = typer.Argument(..., metavar="DIR", help="A results 
 def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
                                                        help="A checkpoint (step-NNNNNN) directory."),
                       json: bool = JSON) -> int:
-    """Reload a checkpoint in a fresh process and compare it with its save-time digests."""
+    """Check a checkpoint against its save-time digests. It is reloaded in a fresh process."""
     from flightplan.run.commands import checkpoint_verify_command
     return checkpoint_verify_command(directory, as_json=json)
 
@@ -317,10 +323,11 @@ def checkpoint_verify(directory: Path = typer.Argument(..., metavar="DIR",
 @stage_app.command("start")
 @_verb("flightplan stage start {name} --spec {spec}", kept="a mark is recorded whole or not at all",
        again="if `flightplan status` does not show it")
-def stage_start(name: str = typer.Argument(..., help="A \\[\\[stage]] of the campaign file."),
+def stage_start(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
                 spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
                 json: bool = JSON) -> int:
-    """Record that a stage flightplan does not execute (a review, an install) started now."""
+    """Record that a stage started now. For stages flightplan does not execute (a review,
+    an install)."""
     from flightplan.run.commands import stage_command
     return stage_command(spec, name=name, action="start", took=None, as_json=json)
 
@@ -328,13 +335,13 @@ def stage_start(name: str = typer.Argument(..., help="A \\[\\[stage]] of the cam
 @stage_app.command("done")
 @_verb("flightplan stage done {name} --spec {spec}", kept="a mark is recorded whole or not at all",
        again="if `flightplan status` does not show it")
-def stage_done(name: str = typer.Argument(..., help="A \\[\\[stage]] of the campaign file."),
+def stage_done(name: str = typer.Argument(..., help="A [[stage]] of the campaign file."),
                took: Optional[str] = typer.Option(None, "--took", metavar="DURATION",
                                                   help="It ended now and took this long "
                                                        "(e.g. 2h), when it was not started."),
                spec: Path = typer.Option(DEFAULT_SPEC, "--spec", help=SPEC_HELP, callback=_campaign_file),
                json: bool = JSON) -> int:
-    """Record that a stage ended now; plan vs execution compares its observed time."""
+    """Record that a stage ended now. Plan vs execution compares its observed time."""
     from flightplan.run.commands import stage_command
     return stage_command(spec, name=name, action="done", took=took, as_json=json)
 
@@ -351,7 +358,7 @@ def export(target: str = typer.Argument(..., metavar="mlflow", help="Where to ex
            experiment: Optional[str] = typer.Option(None, "--experiment",
                                                     help="Experiment name (default the campaign's)."),
            json: bool = JSON) -> int:
-    """Write a verified results directory into an MLflow tracking store (again: updates)."""
+    """Write verified results into an MLflow tracking store. Again: updates them."""
     from flightplan.tracking.export import export_command
     return export_command(target, results, tracking_uri=tracking_uri, experiment=experiment,
                           as_json=json)
