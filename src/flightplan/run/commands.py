@@ -436,5 +436,8 @@ def stage_command(spec_path: Path, *, name: str, action: str, took: str | None,
         record = mark_stage_done(spec, name, took=duration)
         line = (f"{name}: done, {record['hours']:.2f} h observed "
                 f"(planned {record['planned_hours']:.2f} h)")
+        if record["marks"] > 1:
+            line += (f"; marked done {record['marks']} times, {record['total_hours']:.2f} h in "
+                     f"all, which plan vs execution counts")
     print(json.dumps(record) if as_json else line)
     return 0

@@ -97,8 +97,12 @@ def mark_stage_done(spec: CampaignSpec, name: str, *, took: Duration | None = No
     """Record that stage ``name`` ended now (or at unix time ``at``): it started at its
     open ``stage start`` or, with ``took``, that long before the end.
 
+    A stage marked done again adds to it (a review held twice): plan vs execution counts
+    the sum of its marks, which ``marks`` and ``total_hours`` give.
+
     Returns:
-        ``{name, started_at, ended_at, hours, planned_hours}``.
+        ``{name, started_at, ended_at, hours, planned_hours, marks (this one included),
+        total_hours (of every mark)}``.
 
     Raises:
         ArgumentError: not a markable stage, neither started nor given ``took``, or the
@@ -115,5 +119,8 @@ def mark_stage_done(spec: CampaignSpec, name: str, *, took: Duration | None = No
                                 f"{name} when it begins, or give --took DURATION (e.g. 2h)")
         ledger.record_stage(name, started_at=started, ended_at=ended, event="stage_done",
                             data={"name": name, "marked": True})
+        marks = [row for row in ledger.stage_times() if row.name == name]
     return {"name": name, "started_at": started, "ended_at": ended,
-            "hours": (ended - started) / 3600, "planned_hours": stage.duration.seconds / 3600}
+            "hours": (ended - started) / 3600, "planned_hours": stage.duration.seconds / 3600,
+            "marks": len(marks),
+            "total_hours": sum(row.ended_at - row.started_at for row in marks) / 3600}

@@ -56,7 +56,7 @@ def test_start_then_done_records_one_execution_that_plan_vs_execution_compares(s
     mark_stage_start(spec, "review", at=1000.0)
     record = mark_stage_done(spec, "review", at=1000.0 + 1800)
     assert record == {"name": "review", "started_at": 1000.0, "ended_at": 2800.0,
-                      "hours": 0.5, "planned_hours": 0.25}
+                      "hours": 0.5, "planned_hours": 0.25, "marks": 1, "total_hours": 0.5}
     with Ledger.open(spec.campaign_dir) as ledger:
         assert [(r.name, r.kind, r.started_at, r.ended_at)
                 for r in ledger.stage_times()] == [("review", "stage", 1000.0, 2800.0)]
@@ -70,6 +70,20 @@ def test_start_then_done_records_one_execution_that_plan_vs_execution_compares(s
 def test_took_records_a_stage_that_ended_now(spec):
     record = mark_stage_done(spec, "review", took=Duration.parse("2h"), at=10_000.0)
     assert (record["started_at"], record["ended_at"], record["hours"]) == (2800.0, 10_000.0, 2.0)
+
+
+def test_a_stage_marked_done_again_adds_to_it_and_the_line_says_so(spec):
+    """A review held twice: 0.5 h, then 20 minutes; plan vs execution counts 0.8333 h."""
+    mark_stage_done(spec, "review", took=Duration.parse("30m"), at=10_000.0)
+    done = subprocess.run([str(FLIGHTPLAN), "stage", "done", "review", "--took", "20m",
+                           "--spec", str(spec.source)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == ("review: done, 0.33 h observed (planned 0.25 h); marked done 2 times, "
+                           "0.83 h in all, which plan vs execution counts\n")
+    with Ledger.open(spec.campaign_dir) as ledger:
+        ledger.freeze_original(plan_campaign(spec).to_json())
+        items = {i["name"]: i for i in plan_vs_execution(ledger)["items"]}
+    assert items["review"]["observed_hours"] == round(50 / 60, 6)
 
 
 def test_wrong_marks_are_one_line_errors(spec):
