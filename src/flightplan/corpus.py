@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from flightplan.errors import CorpusMismatch, SpecError
+from flightplan.errors import CorpusMismatch, SpecError, closest_name
 from flightplan.spec import CorpusSection
 
 __all__ = ["Example", "CorpusFile", "Corpus", "load_corpus", "load_split", "corpus_files",
@@ -277,19 +277,28 @@ def _declared(section: CorpusSection) -> list[tuple[str, str]]:
         ([("label_column", section.label_column)] if section.label_column else [])
 
 
+_COLUMNS_SHOWN = 12
+"""The most columns a message about a missing one lists (a file may have hundreds)."""
+
+
 def _check_header(name: str, columns: list[str], section: CorpusSection,
                   file: str | None = None) -> list[tuple[str, str]]:
     """The declared columns (:func:`_declared`), each checked against the file's ``columns``.
 
     Raises:
         SpecError: a declared column is not in the file (names the file, the key, the
-            column and the columns it has; ``file``: the campaign file, for the message).
+            column, the one it likely misspells and the first :data:`_COLUMNS_SHOWN`
+            columns it has; ``file``: the campaign file).
     """
     wanted = _declared(section)
     for key, column in wanted:
         if column not in columns:
-            raise SpecError(f"{name} has no column {column!r} (its columns: "
-                            f"{', '.join(map(repr, columns)) or 'none'}); fix corpus.{key}",
+            close = closest_name(column, columns)
+            more = len(columns) - _COLUMNS_SHOWN
+            raise SpecError(f"{name} has no column {column!r} ("
+                            + (f"did you mean {close!r}? " if close is not None else "")
+                            + f"its columns: {', '.join(map(repr, columns[:_COLUMNS_SHOWN])) or 'none'}"
+                            + (f" and {more} more" if more > 0 else "") + f"); fix corpus.{key}",
                             file=file, field=f"corpus.{key}", value=column)
     return wanted
 

@@ -467,9 +467,9 @@ def test_plan_finds_a_corpus_column_the_files_lack_before_writing_anything(tmp_p
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"error: {spec}: corpus.input_columns: digits_test.csv has no column 'p64' (its "
-        f"columns: 'id', 'p0', ")
-    assert lines[0].endswith("'p63', 'label'); fix corpus.input_columns")
+        f"error: {spec}: corpus.input_columns: digits_test.csv has no column 'p64' (did you "
+        f"mean 'p6'? its columns: 'id', 'p0', ")
+    assert lines[0].endswith("'p10' and 54 more); fix corpus.input_columns")
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     spec.write_text(text.replace('label_column = "label"', 'label_column = "digit"'),
                     encoding="utf-8")

@@ -196,9 +196,24 @@ def test_format_key_overrides_the_extension(tmp_path):
 def test_a_missing_column_names_the_key_and_the_columns(tmp_path):
     section = _pair(tmp_path, "csv", "csv", input_columns=["titel"])
     with pytest.raises(SpecError, match=r"corpus.input_columns: test.csv has no column 'titel' "
-                                        r"\(its columns: 'id', 'title', 'body', 'label', "
-                                        r"'score'\); fix corpus.input_columns"):
+                                        r"\(did you mean 'title'\? its columns: 'id', 'title', "
+                                        r"'body', 'label', 'score'\); fix corpus.input_columns"):
         load_corpus(section, tmp_path)
+    section = _pair(tmp_path, "csv", "csv", input_columns=["headline"])   # nothing like it
+    with pytest.raises(SpecError, match=r"corpus.input_columns: test.csv has no column "
+                                        r"'headline' \(its columns: 'id', 'title', 'body', "
+                                        r"'label', 'score'\); fix corpus.input_columns"):
+        load_corpus(section, tmp_path)
+    # a wide file: the first 12 of its 66 columns, and how many more it has
+    from flightplan.corpus import _check_header
+
+    wide = ["id"] + [f"feature_{i}" for i in range(64)] + ["label"]
+    with pytest.raises(SpecError) as refused:
+        _check_header("wide.csv", wide, section, file="campaign.toml")
+    assert str(refused.value).startswith(
+        "campaign.toml: corpus.input_columns: wide.csv has no column 'headline' (its columns: "
+        + ", ".join(repr(c) for c in wide[:12]) + " and 54 more); fix corpus.input_columns")
+    assert len(wide) == 66
 
 
 def test_without_columns_the_task_reads_the_files(tmp_path):
