@@ -309,7 +309,7 @@ def results_lines(results: dict[str, Any] | None, *, spec: str, width: int, now:
                     f"{closed.get('answer')}); run `flightplan close {spec}` again", width)]
     state = "verified" if closed.get("verified") else "NOT verified"
     lines = [cut(f"closed {clock(closed.get('at'), now=now)}: answer {closed.get('answer')}, "
-                 f"results {state} at close in {results['dir']}", width)]
+                 f"results {state} in {results['dir']} (at close)", width)]
     changed = closed.get("changed_since") or []
     if changed:
         lines.append(cut(f"  changed since the close: {len(changed)} file(s) gone or resized "

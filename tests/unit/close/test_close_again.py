@@ -121,7 +121,7 @@ def test_status_shows_the_answer_results_and_report_once_closed(tmp_path, capsys
     status_command(spec.source, as_json=False)
     text = capsys.readouterr().out.splitlines()
     at = time.strftime("%H:%M:%S", time.localtime(record["closed_at"]))
-    assert text[1] == f"closed {at}: answer no, results verified at close in {results}"
+    assert text[1] == f"closed {at}: answer no, results verified in {results} (at close)"
     assert text[2].startswith("  verdict: ")
     assert text[3] == (f"  report: {results / 'report.html'} (`flightplan report --open` "
                        f"opens it)")
