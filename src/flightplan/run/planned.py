@@ -112,7 +112,8 @@ def plan_runs(spec: CampaignSpec, *, tasks: Mapping[str, LoadedTask] | None = No
 def check_saved_world_sizes(spec: CampaignSpec, planned: Sequence[PlannedRun],
                             restart: Collection[str]) -> None:
     """Refuse, before anything is written, to resume a run from a checkpoint saved by
-    another number of processes than its ``[[run]] processes`` while ``reshard`` is off
+    another number of processes than its ``[[run]] processes`` while ``reshard`` is off,
+    or from a library's checkpoint (the Trainer's, Lightning's), which is never resharded
     (inside the run, the trial would refuse it after a process start, and running again
     would repeat that). A run that finished, or that ``restart`` starts over, is not
     resumed; the newest committed ``step-*`` folder is the one read (one whose manifest

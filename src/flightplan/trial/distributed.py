@@ -228,17 +228,17 @@ knows the file and the run, names them: :func:`check_world_size`'s ``restart``).
 
 
 def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
-                     reshard: bool = False, library: bool = False,
-                     restart: str = RESTART_COMMAND) -> int:
+                     reshard: bool = False, restart: str = RESTART_COMMAND) -> int:
     """Refuse to resume from a checkpoint saved by another number of ranks, unless the run
-    allows it (``[[run]] reshard = true``) and the checkpoint is the trial API's.
+    allows it (``[[run]] reshard = true``) and the checkpoint is the trial API's. A
+    library's checkpoint (Lightning's, the Trainer's: its manifest names the library as
+    ``kind``, :mod:`flightplan.trial.library_checkpoint`) keeps its own per-rank files and
+    is never resharded, so its refusal does not offer ``reshard``.
 
     Args:
         manifest: the checkpoint's manifest (``world_size``: absent for one rank).
         world_size: this run's number of ranks.   name: the checkpoint's folder name.
         reshard: another number is allowed (the resume is then not bitwise).
-        library: the checkpoint is a library's (Lightning's, the Trainer's), which keeps
-            its own per-rank files and is never resharded.
         restart: the command that starts the run over, as the refusal names it.
 
     Returns:
@@ -251,7 +251,7 @@ def check_world_size(manifest: Mapping[str, Any], world_size: int, name: str, *,
     saved = int(manifest.get(WORLD_SIZE_KEY, 1))
     if saved == world_size:
         return saved
-    if library:
+    if manifest.get("kind"):
         raise CheckpointError(
             f"{saved_by(name, saved)} but this run has {world_size}; [[run]] reshard "
             f"applies to tasks on flightplan's trial API, not to a Lightning or Trainer "

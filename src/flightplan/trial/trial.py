@@ -767,7 +767,7 @@ class Trial:
         files, path, rejected = self._select(load_library_checkpoint)
         if files is None or path is None:
             return None
-        check_world_size(files.manifest, self.world_size, path.name, library=True)
+        check_world_size(files.manifest, self.world_size, path.name)
         missing = missing_files(files.manifest, required)
         if missing:
             reason = (f"{path.name} lacks {', '.join(missing)}: resuming from it would go on "

@@ -64,6 +64,22 @@ def test_the_newest_checkpoint_of_another_world_size_is_refused_naming_the_fixes
     check_saved_world_sizes(spec, planned, ())                # finished: not resumed
 
 
+def test_a_library_checkpoint_is_refused_before_anything_runs_also_with_reshard(tmp_path):
+    """A Trainer's or Lightning's checkpoint (its manifest's ``kind``) is never resharded:
+    with ``reshard = true`` too, ``flightplan run`` refuses it up front, and the line does
+    not advise reshard (the run would start, then fail inside the library's restore)."""
+    spec = load_spec(_campaign(tmp_path / "camp", control="reshard = true"))
+    planned = plan_runs(spec)
+    newest = _saved(planned[0].run_dir, 3, {**_manifest(2), "kind": "transformers"})
+    with pytest.raises(SpecError) as refused:
+        check_saved_world_sizes(spec, planned, ())
+    assert str(refused.value) == (
+        f"{spec.source}: run[0].processes: control: {newest} was saved by 2 processes but this "
+        f"run has 1; [[run]] reshard applies to tasks on flightplan's trial API, not to a "
+        f"Lightning or Trainer checkpoint: give [[run]] processes = 2, or start the run over "
+        f"with flightplan run {spec.source} --restart control")
+
+
 def test_reshard_the_same_world_size_or_an_unreadable_manifest_pass(tmp_path):
     resharded = load_spec(_campaign(tmp_path / "a", control="reshard = true"))
     planned = plan_runs(resharded)

@@ -99,18 +99,19 @@ def test_another_world_size_is_refused_in_one_line_naming_both() -> None:
 
 
 def test_a_library_checkpoint_at_another_world_size_is_refused_also_with_reshard() -> None:
-    """Lightning's and the Trainer's checkpoints keep their own per-rank files: the refusal
-    says reshard is for the trial API, with reshard on or off (it never advises it)."""
+    """Lightning's and the Trainer's checkpoints (their manifest names the library as
+    ``kind``) keep their own per-rank files: the refusal says reshard is for the trial API,
+    with reshard on or off (it never advises it)."""
+    library = {**_files(2).manifest, "kind": "transformers"}
     refusal = ("step-000004 was saved by 2 processes but this run has 1; [[run]] reshard "
                "applies to tasks on flightplan's trial API, not to a Lightning or Trainer "
                "checkpoint: give [[run]] processes = 2, or start the run over with flightplan "
                "run CAMPAIGN_FILE --restart NAME")
     for reshard in (False, True):
         with pytest.raises(CheckpointError) as refused:
-            check_world_size(_files(2).manifest, 1, "step-000004", reshard=reshard,
-                             library=True)
+            check_world_size(library, 1, "step-000004", reshard=reshard)
         assert str(refused.value) == refusal
-    assert check_world_size(_files(2).manifest, 2, "step-000004", library=True) == 2
+    assert check_world_size(library, 2, "step-000004") == 2
 
 
 def test_with_reshard_rank_r_takes_the_own_state_of_saved_rank_r_mod_s() -> None:
