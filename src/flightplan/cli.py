@@ -226,7 +226,8 @@ def run(spec: Path = typer.Argument(..., help=SPEC_HELP, callback=_campaign_file
                                                "(its folder is kept aside)."),
         tracking_uri: Optional[str] = typer.Option(
             None, "--tracking-uri", help="Mirror the runs into this MLflow store while they "
-                                         "train (default: [tracking] mlflow)."),
+                                         "train (default: [tracking] mlflow); a relative "
+                                         "sqlite:/// path is from the current folder."),
         executor: Optional[str] = typer.Option(
             None, "--executor", metavar="local|ray",
             help="Where runs execute (default: the campaign file's execution.engine, else "

@@ -50,8 +50,9 @@ from flightplan.tracking.mirror import (
     FINAL_COMMAND, POLL_S, TERMINAL_STATUSES, URI_VARIABLE, MirrorReport)
 from flightplan.tracking.store import metric_points
 
-__all__ = ["LiveMirror", "MirrorOutcome", "mirror_runs", "observer", "resolve_tracking_uri",
-           "left_line", "FLUSH_TIMEOUT_S", "INTERRUPT_FLUSH_S", "LOG_NAME"]
+__all__ = ["LiveMirror", "MirrorOutcome", "mirror_runs", "mirrored_store", "observer",
+           "resolve_tracking_uri", "left_line", "FLUSH_TIMEOUT_S", "INTERRUPT_FLUSH_S",
+           "LOG_NAME"]
 
 FLUSH_TIMEOUT_S = 10.0   # the runner's wait for the mirror's last pass at the end
 INTERRUPT_FLUSH_S = 2.0  # the same after Ctrl-C/SIGTERM: the prompt comes back first
@@ -320,13 +321,24 @@ def mirror_runs(campaign_dir: Path, tracking_uri: str | None, *, experiment: str
             say(line)
 
 
+def mirrored_store(spec: CampaignSpec, tracking_uri: str | None) -> str | None:
+    """The store ``flightplan run`` mirrors ``spec``'s runs into: ``tracking_uri`` (the
+    command line's ``--tracking-uri``, a relative ``sqlite:///`` path taken from the current
+    folder, as ``export`` takes it), else the campaign file's ``[tracking] mlflow`` (a
+    relative path taken from the campaign folder, by :func:`mirror_runs`); None when
+    neither names one."""
+    if tracking_uri:
+        return resolve_tracking_uri(tracking_uri, Path.cwd())
+    return spec.tracking.mlflow if spec.tracking else None
+
+
 def observer(tracking_uri: str | None = None) -> Callable[[CampaignSpec], ContextManager[object]]:
     """The observer ``flightplan run`` attaches (:data:`flightplan.run.campaign.Observer`):
-    for a campaign, :func:`mirror_runs` into ``tracking_uri`` (``--tracking-uri``), else its
-    ``[tracking] mlflow``, in its ``[tracking] experiment`` (default: the campaign's name),
-    with its lines on stderr; nothing when neither names a store."""
+    for a campaign, :func:`mirror_runs` into :func:`mirrored_store`, in its ``[tracking]
+    experiment`` (default: the campaign's name), with its lines on stderr; nothing when
+    no store is named."""
     def watch(spec: CampaignSpec) -> ContextManager[object]:
-        uri = tracking_uri or (spec.tracking.mlflow if spec.tracking else None)
+        uri = mirrored_store(spec, tracking_uri)
         experiment = (spec.tracking.experiment if spec.tracking else None) or spec.campaign.name
         return mirror_runs(spec.campaign_dir, uri, experiment=experiment,
                            say=lambda line: print(line, file=sys.stderr, flush=True),

@@ -84,6 +84,27 @@ def test_the_tracking_section_of_a_campaign_file(tmp_path):
         load_spec(path)
 
 
+def test_run_tracking_uri_on_the_command_line_is_taken_from_the_current_folder(
+        tmp_path, monkeypatch):
+    """``run --tracking-uri sqlite:///live.db`` and ``export mlflow … --tracking-uri
+    sqlite:///live.db`` from the same folder name one store (the current folder's); the
+    campaign file's ``[tracking] mlflow`` stays relative to the campaign folder."""
+    from flightplan.spec import load_spec
+    from flightplan.tracking.live import mirrored_store, resolve_tracking_uri
+
+    tiny = (Path(__file__).resolve().parents[3] / "examples" / "tiny" / "campaign.toml").read_text()
+    (tmp_path / "camp").mkdir()
+    (tmp_path / "camp" / "campaign.toml").write_text(
+        tiny + '\n[tracking]\nmlflow = "sqlite:///mlflow.db"\n')
+    spec = load_spec(tmp_path / "camp" / "campaign.toml")
+    monkeypatch.chdir(tmp_path)
+    assert mirrored_store(spec, "sqlite:///live.db") == f"sqlite:///{tmp_path / 'live.db'}"
+    assert mirrored_store(spec, "http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert mirrored_store(spec, None) == "sqlite:///mlflow.db"       # mirror_runs resolves it:
+    assert resolve_tracking_uri("sqlite:///mlflow.db", spec.campaign_dir) == (
+        f"sqlite:///{(tmp_path / 'camp' / 'mlflow.db').resolve()}")
+
+
 def test_non_finite_points_are_sent_once_although_the_store_changes_infinity(tmp_path):
     pytest.importorskip("mlflow", reason="Requires: the mlflow extra")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
