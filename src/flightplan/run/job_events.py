@@ -58,6 +58,8 @@ class JobEvents:
                              f"{_duration(goodput['wall_hours'])}"
                              if goodput.get("goodput") is not None else "")
                           + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
+                          + (f" (saved by {row['resharded_from']} processes, resharded: not "
+                             f"bitwise from there)" if row.get("resharded_from") else "")
                           + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                           + (f"; {row['reason']}" if row.get("reason") else ""))
 

@@ -264,9 +264,11 @@ class RunRecorder:
 
     def row(self, planned: "PlannedRun", *, exit_code: int | None = None) -> dict[str, Any]:
         """The summary row ``{run_id, name, tier, replicate_of, status, metric, wall_s, stop,
-        reason, resumed_from, goodput}`` (``replicate_of``: the run a replicate of several
-        seeds executes, else None) (``resumed_from``: the checkpoint its latest execution
-        resumed from, or None; ``goodput``: :meth:`goodput`)."""
+        reason, resumed_from, resharded_from, goodput}`` (``replicate_of``: the run a
+        replicate of several seeds executes, else None) (``resumed_from``: the checkpoint
+        its latest execution resumed from, or None; ``resharded_from``: the number of
+        processes that saved it when another number restored it, ``[[run]] reshard``, else
+        None; ``goodput``: :meth:`goodput`)."""
         entry = self.ledger.run(planned.run_id)
         status = "pending" if entry is None else entry.status
         reason = ""
@@ -283,18 +285,20 @@ class RunRecorder:
                 "status": status, "metric": None if entry is None else entry.metric,
                 "wall_s": None if entry is None else entry.wall_s,
                 "stop": None if entry is None else entry.stop, "reason": reason,
-                "resumed_from": self._resumed_from(planned.run_id),
+                **self._resumed_from(planned.run_id),
                 "goodput": self.goodput(planned)}
 
-    def _resumed_from(self, run_id: str) -> str | None:
-        """The checkpoint the run's latest execution restored (its ``checkpoint_verified``
-        event after the last ``resumed``), or None when it started from step 0."""
+    def _resumed_from(self, run_id: str) -> dict[str, Any]:
+        """``{resumed_from, resharded_from}``: the checkpoint the run's latest execution
+        restored (its ``checkpoint_verified`` event after the last ``resumed``) and, when
+        another number of processes had saved it, that number; both None when it started
+        from step 0."""
         events = self.ledger.events(run_id)
         starts = [i for i, e in enumerate(events) if e.kind in ("started", "resumed")]
-        if not starts or events[starts[-1]].kind != "resumed":
-            return None
-        return next(((e.data or {}).get("source") for e in events[starts[-1]:]
-                     if e.kind == "checkpoint_verified"), None)
+        verified = {} if not starts or events[starts[-1]].kind != "resumed" else next(
+            (e.data or {} for e in events[starts[-1]:] if e.kind == "checkpoint_verified"), {})
+        return {"resumed_from": verified.get("source"),
+                "resharded_from": verified.get("resharded_from")}
 
     def _last_exit(self, run_id: str) -> Any:
         failed = self.ledger.events(run_id, kind="failed")

@@ -40,8 +40,10 @@ class FakeExecutor(Executor):
     """Runs nothing: writes a worker's files. ``params.fake``: ``"stop"`` (non_finite_loss
     at step 2, exit 1) or ``"crash"`` (exit 3); otherwise 8 steps, finished, macro_f1 0.5."""
 
-    def __init__(self, *, lose: set[str] = frozenset(), leave: set[str] = frozenset()) -> None:
+    def __init__(self, *, lose: set[str] = frozenset(), leave: set[str] = frozenset(),
+                 resharded: set[str] = frozenset()) -> None:
         self.started: list[str] = []
+        self.resharded = set(resharded)  # run names whose restore says 2 processes saved it
         self.lose = set(lose)   # run names whose first execution is lost with its flight
         self.leave = set(leave)  # run names that leave their flight (its package ends)
         self.deadlines: dict[str, object] = {}   # run id → the LeaveBy it was given
@@ -90,8 +92,7 @@ class FakeExecutor(Executor):
                                          cause))
         job.trial_json.write_text(json.dumps(dict(trial, resume=True)))
 
-    @staticmethod
-    def _work(run_dir: Path, trial: dict) -> int:
+    def _work(self, run_dir: Path, trial: dict) -> int:
         fake = trial["params"].get("fake")
         (run_dir / "log.txt").write_text("fake worker\n")
         steps = trial["max_steps"] or 8
@@ -99,7 +100,8 @@ class FakeExecutor(Executor):
         rows = [{"step": 0, "encode_s": 0.1, "tokens": 320}, {"step": 0, "encode_s": 0.3, "tokens": 960},
                 {"step": 0, "load_s": 1.0, "planned_steps": 8}]
         if trial["resume"]:
-            rows.append({"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.2})
+            rows.append({"step": 1, "event": "restore", "source": "step-000001", "restore_s": 0.2,
+                         **({"resharded_from": 2} if trial["name"] in self.resharded else {})})
         for step in range(start, steps):
             rows.append({"step": step, "loss": 1 / (step + 1),
                          "step_s": trial["params"].get("fake_step_s", 0.01), "seq_len": 64})
@@ -311,6 +313,20 @@ def test_a_run_lost_with_its_flight_is_recorded_then_resumed(tmp_path):
                                  "checkpoint": "step-000001", "steps_lost": 1, "lost_s": 25.0,
                                  "resumes": True}
     assert run.wall_s >= 30.0          # the lost execution's time is a cost too
+
+
+def test_a_resharded_resume_is_said_in_the_runs_line_and_its_summary(tmp_path, capsys):
+    """``[[run]] reshard``: the execution that restored a checkpoint of another world size
+    says so where it ends, not only in its log and the results."""
+    outcome = run_campaign(load_spec(_spec(tmp_path)), quiet=False,
+                           executor=FakeExecutor(lose={"control"}, resharded={"control"}))
+    control = next(r for r in outcome.runs if r["name"] == "control")
+    assert (control["resumed_from"], control["resharded_from"]) == ("step-000001", 2)
+    assert next(r for r in outcome.runs if r["name"] == "lora-r4")["resharded_from"] is None
+    [line] = [line for line in capsys.readouterr().out.splitlines()
+              if line.startswith(f"control ({control['run_id']}): finished")]
+    assert line.endswith("; resumed from step-000001 (saved by 2 processes, resharded: not "
+                         "bitwise from there)")
 
 
 def test_a_run_that_cannot_finish_before_the_package_ends_is_not_started(tmp_path, capsys,
