@@ -93,8 +93,14 @@ def server(tmp_path_factory):
 
 def _mirror_command_lines(pid: int) -> tuple[str, str]:
     """The mirror process's command line as /proc shows it, and ``ps``'s view of every
-    process's arguments."""
-    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    process's arguments. The process starts as the tether program
+    (:mod:`flightplan.run.executors.tether`), which then ``exec``s the mirror in place;
+    ``/proc/PID/cmdline`` reads empty while that ``exec`` is under way, so this waits for
+    the mirror's own command line (the tether's is checked by ``ps`` all the same)."""
+    def mirror_line() -> str:
+        line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        return line if line and "executors.tether" not in line else ""
+    cmdline = wait_for(mirror_line, timeout_s=120, poll_s=0.01)
     ps = subprocess.run(["ps", "-eww", "-o", "pid=,args="], capture_output=True, text=True,
                         check=True).stdout
     return cmdline, ps
