@@ -18,7 +18,8 @@ import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-__all__ = ["Duration", "Money", "hours", "parse_hours", "parse_extension", "time_unit", "SECONDS_PER_HOUR"]
+__all__ = ["Duration", "Money", "hours", "parse_hours", "parse_extension", "time_unit", "counted",
+           "SECONDS_PER_HOUR"]
 
 _SECONDS_PER_UNIT = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 SECONDS_PER_HOUR = 3600.0
@@ -29,6 +30,12 @@ _CENT = Decimal("0.01")
 MAX_SECONDS = 3650 * 86400
 #: largest amount accepted: a trillion, far beyond any rental or expense
 _MAX_AMOUNT = Decimal(10) ** 12
+
+
+def counted(count: int, one: str, many: str) -> str:
+    """``count`` with its noun, singular for 1: ``counted(2, "process", "processes")`` is
+    ``"2 processes"``, ``counted(1, …)`` ``"1 process"``."""
+    return f"{count} {one if count == 1 else many}"
 
 
 def hours(seconds: float, *, places: int = 6) -> float:

@@ -24,6 +24,7 @@ from typing import Any
 
 from flightplan.rows import Restore, Row
 from flightplan.spec import RESUME_TOLERANCE
+from flightplan.units import counted
 
 __all__ = ["Reshard", "RunResumes", "run_resumes"]
 
@@ -59,8 +60,8 @@ class RunResumes:
         ``"1, resharded from 2 processes at step-000012: not bitwise from there"``."""
         if self.reshards:
             first = self.reshards[0]
-            processes = f"{first.saved_by} process{'' if first.saved_by == 1 else 'es'}"
-            return (f"{self.resumed}, resharded from {processes} at {first.checkpoint}: "
+            return (f"{self.resumed}, resharded from "
+                    f"{counted(first.saved_by, 'process', 'processes')} at {first.checkpoint}: "
                     f"not bitwise from there")
         if not self.deterministic:
             return (f"{self.resumed or 'none'}, not bitwise (deterministic = false: the pilot "

@@ -10,7 +10,7 @@ from flightplan.run.executors.contract import Interruption, Job, JobResult
 from flightplan.run.invocation import Invocation
 from flightplan.run.planned import PlannedRun
 from flightplan.run.progress import format_stop
-from flightplan.units import time_unit
+from flightplan.units import counted, time_unit
 
 __all__ = ["JobEvents"]
 
@@ -58,8 +58,9 @@ class JobEvents:
                              f"{_duration(goodput['wall_hours'])}"
                              if goodput.get("goodput") is not None else "")
                           + (f"; resumed from {row['resumed_from']}" if row["resumed_from"] else "")
-                          + (f" (saved by {row['resharded_from']} processes, resharded: not "
-                             f"bitwise from there)" if row.get("resharded_from") else "")
+                          + (f" (saved by {counted(row['resharded_from'], 'process', 'processes')}"
+                             f", resharded: not bitwise from there)"
+                             if row.get("resharded_from") else "")
                           + (f"; {format_stop(row['stop'])}" if row.get("stop") else "")
                           + (f"; {row['reason']}" if row.get("reason") else ""))
 

@@ -40,6 +40,7 @@ from typing import Any, Mapping, TextIO
 from flightplan.errors import ArgumentError, CheckpointError
 from flightplan.trial.checkpoint_io import CheckpointFiles
 from flightplan.trial.stop_rules import Stop
+from flightplan.units import counted
 
 __all__ = ["Ranks", "AGREEMENT_STEPS", "rank_files", "check_world_size", "saved_by", "RESTART_COMMAND",
            "label_output", "RANK_STATE_KEY", "WORLD_SIZE_KEY"]
@@ -219,7 +220,7 @@ class Ranks:
 def saved_by(name: str, processes: int) -> str:
     """``"<name> was saved by N process(es)"``: how the refusals and the reshard line name a
     checkpoint and the number of ranks that saved it."""
-    return f"{name} was saved by {processes} process{'' if processes == 1 else 'es'}"
+    return f"{name} was saved by {counted(processes, 'process', 'processes')}"
 
 
 RESTART_COMMAND = "flightplan run CAMPAIGN_FILE --restart NAME"
