@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from flightplan.activity import doing
-from flightplan.close.conclusion import compare_runs
+from flightplan.close.conclusion import compare_runs, unusable_text
 from flightplan.close.replicates import compare_replicated_runs
 from flightplan.close.verify import reproduce_runs
 from flightplan.errors import CheckFailed
@@ -207,7 +207,7 @@ def comparisons(results: Path, spec: CampaignSpec, verdicts: list[Verdict]
             why = [f"{name}: {v.reasons[0]}" for name, v in zip((run.name, run.reference), sides)
                    if v is not None and not v.usable and v.reasons]
             out.append(entry | {"verdict": "not_available", "unusable": unusable,
-                                "reason": f"no usable predictions for {' and '.join(unusable)}"
+                                "reason": unusable_text(unusable)
                                           + (f" ({'; '.join(why)})" if why else "")})
             continue
         variant = _load(results, entry["variant_run_id"])

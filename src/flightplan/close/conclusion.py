@@ -52,7 +52,7 @@ from flightplan.plan.power import (MAX_COUNT, NO_PRACTICAL_SIZE, examples_to_set
                                    rounded_count)
 
 __all__ = ["SEED", "N_RESAMPLES", "CONFIDENCE", "compare", "compare_runs", "conclude",
-           "verdict_of", "comparison_result"]
+           "verdict_of", "comparison_result", "unusable_text"]
 
 
 def compare(statistic: Callable[..., np.ndarray], reference: tuple[np.ndarray, ...],
@@ -153,12 +153,19 @@ def compare_runs(reference: Predictions, variant: Predictions, *, metric: Metric
     return compare(statistic, ref_arrays, var_arrays, goal=goal, min_gain=min_gain)
 
 
+def unusable_text(names: list[str]) -> str:
+    """``"no usable predictions for variant and control"``: why a comparison of runs
+    ``names`` could not be made (the acceptance step's ``reason`` begins with it, the
+    verdict gives it)."""
+    return f"no usable predictions for {' and '.join(names)}"
+
+
 def _not_compared_text(comparison: dict[str, Any]) -> str:
     """``"hidden-64 against control (no usable predictions for control)"``: a comparison
     that could not be made, naming the side that lacks predictions (``unusable``, set by
     :func:`flightplan.close.acceptance.comparisons`), else its ``reason``."""
     lacking = comparison.get("unusable")
-    why = (f"no usable predictions for {' and '.join(lacking)}" if lacking
+    why = (unusable_text(lacking) if lacking
            else comparison.get("reason") or "no usable predictions")
     return f"{comparison['variant']} against {comparison['reference']} ({why})"
 
