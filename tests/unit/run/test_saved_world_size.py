@@ -46,15 +46,20 @@ def _manifest(world_size: int | None) -> dict:
             **({} if world_size is None else {"world_size": world_size})}
 
 
+def _refusal(spec, planned) -> str:
+    """The one line :func:`check_saved_world_sizes` refuses ``planned`` with."""
+    with pytest.raises(SpecError) as refused:
+        check_saved_world_sizes(spec, planned, ())
+    return str(refused.value)
+
+
 def test_the_newest_checkpoint_of_another_world_size_is_refused_naming_the_fixes(tmp_path):
     spec = load_spec(_campaign(tmp_path / "camp"))
     planned = plan_runs(spec)
     control = next(p for p in planned if p.name == "control")
     _saved(control.run_dir, 2, _manifest(None))
     newest = _saved(control.run_dir, 3, _manifest(2))
-    with pytest.raises(SpecError) as refused:
-        check_saved_world_sizes(spec, planned, ())
-    assert str(refused.value) == (
+    assert _refusal(spec, planned) == (
         f"{spec.source}: run[0].processes: control: {newest} was saved by 2 processes but this "
         f"run has 1; resuming at another world size is not bitwise: give [[run]] processes = "
         f"2, set [[run]] reshard = true to resume it at 1 anyway (not bitwise), or start the "
@@ -71,9 +76,7 @@ def test_a_library_checkpoint_is_refused_before_anything_runs_also_with_reshard(
     spec = load_spec(_campaign(tmp_path / "camp", control="reshard = true"))
     planned = plan_runs(spec)
     newest = _saved(planned[0].run_dir, 3, {**_manifest(2), "kind": "transformers"})
-    with pytest.raises(SpecError) as refused:
-        check_saved_world_sizes(spec, planned, ())
-    assert str(refused.value) == (
+    assert _refusal(spec, planned) == (
         f"{spec.source}: run[0].processes: control: {newest} was saved by 2 processes but this "
         f"run has 1; [[run]] reshard applies to tasks on flightplan's trial API, not to a "
         f"Lightning or Trainer checkpoint: give [[run]] processes = 2, or start the run over "
